@@ -1,0 +1,90 @@
+"""The foundation: the packages import, the CLIs answer --help, the fixtures start real parts."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+import webgym.cli
+import webgym_data.cli
+import webgym_rl.cli
+import webgym_rollout.cli
+from tests.conftest import REPO_ROOT
+
+PACKAGES = ("webgym", "webgym_data", "webgym_rollout", "webgym_rl")
+CLIS = ("webgym", "webgym-data", "webgym-rollout", "webgym-rl")
+
+
+def test_packages_import_in_a_fresh_interpreter():
+    code = "import webgym_data, webgym_rollout, webgym_rl, webgym; print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_cli_help_shows_an_example_for_the_group_and_every_command(cli):
+    exe = Path(sys.executable).with_name(cli)
+    result = subprocess.run([str(exe), "--help"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "Example:" in result.stdout
+    group = {"webgym": webgym.cli, "webgym-data": webgym_data.cli, "webgym-rollout": webgym_rollout.cli,
+             "webgym-rl": webgym_rl.cli}[cli].main
+    for command in group.list_commands(click.Context(group)):
+        assert command in result.stdout
+        sub = subprocess.run([str(exe), command, "--help"], capture_output=True, text=True, check=False)
+        assert sub.returncode == 0, f"{cli} {command} --help: {sub.stderr}"
+        assert "Example" in sub.stdout, f"{cli} {command} --help has no example"
+
+
+def _imported_modules(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+def test_packages_do_not_import_each_others_private_modules():
+    offences = []
+    for package in PACKAGES:
+        for path in (REPO_ROOT / package).rglob("*.py"):
+            for module in _imported_modules(path):
+                parts = module.split(".")
+                if parts[0] in PACKAGES and parts[0] != package and any(p.startswith("_") for p in parts[1:]):
+                    offences.append(f"{path.relative_to(REPO_ROOT)} imports {module}")
+    assert offences == []
+
+
+@pytest.mark.browser
+async def test_chromium_fixture_really_renders(chromium, serve_folder, tmp_path):
+    (tmp_path / "index.html").write_text(
+        "<html><body style='font-size:40px'>"
+        "<p id='label'>before</p>"
+        "<button id='go' onclick=\"document.getElementById('label').textContent="
+        "'after the click'\">go</button>"
+        "</body></html>"
+    )
+    base_url = serve_folder(tmp_path)
+    assert base_url.startswith("http://127.0.0.1:")
+    context = await chromium.new_context(viewport={"width": 400, "height": 300})
+    try:
+        page = await context.new_page()
+        await page.goto(f"{base_url}/index.html")
+        before = await page.screenshot()
+        await page.click("#go")
+        assert await page.text_content("#label") == "after the click"
+        after = await page.screenshot()
+    finally:
+        await context.close()
+    assert before[:8] == b"\x89PNG\r\n\x1a\n"
+    assert hashlib.sha256(before).digest() != hashlib.sha256(after).digest()

@@ -1,0 +1,27 @@
+"""``webgym``: the end-to-end demo of the whole loop on an embedded default."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from webgym.clitools import LazyGroup
+
+COMMANDS = {
+    "demo": ("webgym.demo:demo_command",
+             "Build tasks, roll out, train a tiny policy, roll out again, report (CPU only)."),
+}
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """The WebGym toolkit: tasks, rollouts and RL for visual web agents.
+
+    \b
+    Example:
+      webgym demo --out out/demo
+    """
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,36 @@
+"""``webgym-data``: build, extend, inspect and publish the task set."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from webgym.clitools import LazyGroup
+
+COMMANDS = {
+    "build": ("webgym_data.build:build_command",
+              "Import seeds, rubric, decompose, split; write a Hub-ready folder."),
+    "import": ("webgym_data.importers:import_command",
+               "Import one seed set to task rows (JSONL) with validation."),
+    "rubrics": ("webgym_data.rubrics:rubrics_command",
+                "Generate fact-group rubrics with an OpenAI-compatible LLM (cached)."),
+    "stats": ("webgym_data.stats:stats_command", "Print the statistics tables of a built task set."),
+    "diff": ("webgym_data.versions:diff_command", "Report tasks added, removed or changed between builds."),
+    "push": ("webgym_data.versions:push_command", "Publish a built folder to the Hugging Face Hub."),
+}
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """Build, extend and version the WebGym task set as Hugging Face datasets.
+
+    \b
+    Example:
+      webgym-data build --seeds ../shared/seeds --out out/tasks
+      webgym-data stats out/tasks
+      python -c "import datasets; print(datasets.load_dataset('out/tasks'))"
+    """
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,328 @@
+"""The task contract: `Task`, `FactGroup` and the Hugging Face `Features` of a task row.
+
+Field names follow the published WebGym task set (``benchmark_name, task_name, domain, subdomain,
+website, definite_answer, task_id, difficulty, evaluator_reference``) so that its rows load
+unchanged; the other fields are ours and all have defaults.
+
+Exceptions::
+
+    WebgymDataError
+     └── TaskValidationError   (names the source file, row number and field)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "DIFFICULTY_LEVELS",
+    "FactGroup",
+    "Task",
+    "TaskSource",
+    "TaskValidationError",
+    "WebgymDataError",
+    "difficulty_level",
+    "make_task_id",
+    "normalise_evaluator_reference",
+    "normalise_website",
+    "task_features",
+]
+
+SCHEMA_VERSION = "1.0"
+
+# Difficulty is the number of rubric facts; the levels are the published buckets.
+DIFFICULTY_LEVELS = ("easy", "medium", "hard")
+
+
+class WebgymDataError(Exception):
+    """Base class of every error raised by webgym_data."""
+
+
+class TaskValidationError(WebgymDataError, ValueError):
+    """A task row is malformed. Says where: source file, row number (0-based) and field."""
+
+    def __init__(self, message: str, *, file: str | None = None, row: int | None = None,
+                 field: str | None = None) -> None:
+        self.file, self.row, self.field, self.reason = file, row, field, message
+        where = []
+        if file is not None:
+            where.append(str(file))
+        if row is not None:
+            where.append(f"row {row}")
+        if field is not None:
+            where.append(f"field '{field}'")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+def difficulty_level(difficulty: int) -> str:
+    """Map a fact count to its level: easy 1-3, medium 4-6, hard >= 7."""
+    if difficulty <= 3:
+        return "easy"
+    if difficulty <= 6:
+        return "medium"
+    return "hard"
+
+
+def make_task_id(*parts: str) -> str:
+    """A stable 16-hex-digit id from the given parts (order matters)."""
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
+    return digest[:16]
+
+
+def normalise_website(website: str) -> str:
+    """Return `website` as a URL: a bare host gets ``https://``; whitespace is stripped."""
+    website = (website or "").strip()
+    if not website:
+        return ""
+    if "://" not in website and not website.startswith(("miniwob:", "about:")):
+        website = "https://" + website.lstrip("/")
+    return website
+
+
+@dataclass(frozen=True)
+class FactGroup:
+    """One rubric group: a description and the facts the judge must verify for it."""
+
+    id: str
+    description: str
+    facts: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", str(self.id))
+        object.__setattr__(self, "facts", tuple(self.facts))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "description": self.description, "facts": list(self.facts)}
+
+
+@dataclass(frozen=True)
+class TaskSource:
+    """Provenance of a task: which importer read it from which file and row, plus raw metadata
+    from the seed (for example Online-Mind2Web's ``level``) as a JSON object string."""
+
+    importer: str = ""
+    file: str = ""
+    row: int = -1
+    metadata: str = "{}"
+
+    def metadata_dict(self) -> dict[str, Any]:
+        return json.loads(self.metadata or "{}")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One web task. `difficulty` and `difficulty_level` are derived from the rubric when it has
+    facts; a task without a rubric keeps the difficulty it was given (0 when unknown)."""
+
+    task_id: str
+    task_name: str
+    website: str
+    benchmark_name: str
+    start_url: str = ""
+    domain: str = ""
+    subdomain: str = ""
+    evaluator_reference: tuple[FactGroup, ...] = ()
+    definite_answer: str = ""
+    difficulty: int = 0
+    parent_task_id: str = ""
+    instruction_source: str = "seed"
+    environment: str = "web"
+    env_seed: int = 0
+    source: TaskSource = field(default_factory=TaskSource)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "evaluator_reference", tuple(self.evaluator_reference))
+        if self.num_facts:
+            object.__setattr__(self, "difficulty", self.num_facts)
+        if not self.start_url:
+            object.__setattr__(self, "start_url", self.website)
+
+    @property
+    def num_facts(self) -> int:
+        return sum(len(g.facts) for g in self.evaluator_reference)
+
+    @property
+    def difficulty_level(self) -> str:
+        return difficulty_level(self.difficulty)
+
+    @property
+    def fact_group_ids(self) -> list[str]:
+        return [g.id for g in self.evaluator_reference]
+
+    def to_row(self) -> dict[str, Any]:
+        """The row as stored in the dataset (see `task_features`)."""
+        row = asdict(self)
+        row["evaluator_reference"] = [g.to_dict() for g in self.evaluator_reference]
+        row["difficulty_level"] = self.difficulty_level
+        row["fact_group_ids"] = self.fact_group_ids
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], *, file: str | None = None,
+                 row_index: int | None = None) -> Task:
+        """Build a task from a stored or published row, validating every field.
+
+        Accepts the published format unchanged (missing fields of ours take their defaults) and the
+        legacy `evaluator_reference` forms. Raises `TaskValidationError` naming file, row and field.
+        """
+
+        def fail(name: str, message: str) -> TaskValidationError:
+            return TaskValidationError(message, file=file, row=row_index, field=name)
+
+        if not isinstance(row, Mapping):
+            raise TaskValidationError(f"expected an object, got {type(row).__name__}",
+                                      file=file, row=row_index)
+        for name in ("task_name", "website"):
+            value = row.get(name)
+            if not isinstance(value, str) or not value.strip():
+                raise fail(name, "is required and must be a non-empty string")
+        strings = {}
+        for name in ("task_id", "benchmark_name", "start_url", "domain", "subdomain",
+                     "definite_answer", "parent_task_id", "instruction_source", "environment"):
+            value = row.get(name)
+            if value is None:
+                value = ""
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)
+            if not isinstance(value, str):
+                raise fail(name, f"must be a string, got {type(value).__name__}")
+            strings[name] = value.strip()
+        try:
+            groups = normalise_evaluator_reference(row.get("evaluator_reference"))
+        except ValueError as exc:
+            raise fail("evaluator_reference", str(exc)) from None
+        difficulty = row.get("difficulty") or 0
+        if isinstance(difficulty, bool) or not isinstance(difficulty, (int, float)) or difficulty < 0:
+            raise fail("difficulty", f"must be a non-negative integer, got {difficulty!r}")
+        env_seed = row.get("env_seed") or 0
+        if isinstance(env_seed, bool) or not isinstance(env_seed, int):
+            raise fail("env_seed", f"must be an integer, got {env_seed!r}")
+        source = row.get("source") or {}
+        if isinstance(source, TaskSource):
+            source = asdict(source)
+        if not isinstance(source, Mapping):
+            raise fail("source", "must be an object with importer, file, row, metadata")
+        metadata = source.get("metadata", "{}")
+        if not isinstance(metadata, str):
+            metadata = json.dumps(metadata, sort_keys=True, ensure_ascii=False)
+        website = normalise_website(row["website"])
+        task_name = " ".join(row["task_name"].split())
+        benchmark = strings["benchmark_name"]
+        task_id = strings["task_id"] or make_task_id(benchmark, website, task_name)
+        return cls(
+            task_id=task_id,
+            task_name=task_name,
+            website=website,
+            benchmark_name=benchmark,
+            start_url=normalise_website(strings["start_url"]) or website,
+            domain=strings["domain"],
+            subdomain=strings["subdomain"],
+            evaluator_reference=groups,
+            definite_answer=strings["definite_answer"],
+            difficulty=int(difficulty),
+            parent_task_id=strings["parent_task_id"],
+            instruction_source=strings["instruction_source"] or "seed",
+            environment=strings["environment"] or "web",
+            env_seed=env_seed,
+            source=TaskSource(
+                importer=str(source.get("importer", "") or ""),
+                file=str(source.get("file", "") or ""),
+                row=int(source.get("row", -1) if source.get("row") is not None else -1),
+                metadata=metadata,
+            ),
+        )
+
+
+def normalise_evaluator_reference(value: Any) -> tuple[FactGroup, ...]:
+    """Normalise every accepted form of `evaluator_reference` to fact groups.
+
+    Accepted: ``None``/empty (no rubric); a list of ``{id, description, facts}`` groups; a JSON
+    string of such a list; a plain string (one group with that one fact); a list of strings (one
+    group per string, the string being its one fact); a list of ``{description, difficulty}``
+    (one group per item, the description being its one fact). Raises ValueError otherwise.
+    """
+    if value is None or value == "" or value == []:
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith(("[", "{")):
+            try:
+                return normalise_evaluator_reference(json.loads(text))
+            except json.JSONDecodeError:
+                pass
+        return (FactGroup(id="1", description=text, facts=(text,)),)
+    if isinstance(value, Mapping):
+        value = [value]
+    if not isinstance(value, Iterable):
+        raise ValueError(f"must be a list of fact groups, got {type(value).__name__}")
+    groups: list[FactGroup] = []
+    for position, item in enumerate(value):
+        default_id = str(position + 1)
+        if isinstance(item, str):
+            if not item.strip():
+                raise ValueError(f"item {position} is an empty string")
+            groups.append(FactGroup(id=default_id, description=item.strip(), facts=(item.strip(),)))
+            continue
+        if not isinstance(item, Mapping):
+            raise ValueError(f"item {position} must be an object or a string, got {type(item).__name__}")
+        description = item.get("description") or ""
+        if not isinstance(description, str):
+            raise ValueError(f"item {position}: 'description' must be a string")
+        facts = item.get("facts")
+        if facts is None:
+            if not description.strip():
+                raise ValueError(f"item {position} has neither 'facts' nor 'description'")
+            facts = [description]
+        if isinstance(facts, str):
+            facts = [facts]
+        if not isinstance(facts, (list, tuple)) or not all(isinstance(f, str) for f in facts):
+            raise ValueError(f"item {position}: 'facts' must be a list of strings")
+        facts = [f.strip() for f in facts if f.strip()]
+        if not facts:
+            raise ValueError(f"item {position}: 'facts' is empty")
+        group_id = item.get("id")
+        groups.append(FactGroup(id=default_id if group_id in (None, "") else str(group_id),
+                                description=description.strip(), facts=tuple(facts)))
+    ids = [g.id for g in groups]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"fact group ids are not unique: {ids}")
+    return tuple(groups)
+
+
+def task_features():
+    """The `datasets.Features` of a task row (import kept local: `datasets` is an extra)."""
+    from datasets import Features, List, Value
+
+    return Features({
+        "task_id": Value("string"),
+        "task_name": Value("string"),
+        "website": Value("string"),
+        "start_url": Value("string"),
+        "benchmark_name": Value("string"),
+        "domain": Value("string"),
+        "subdomain": Value("string"),
+        "difficulty": Value("int32"),
+        "difficulty_level": Value("string"),
+        "evaluator_reference": List({
+            "id": Value("string"),
+            "description": Value("string"),
+            "facts": List(Value("string")),
+        }),
+        "definite_answer": Value("string"),
+        "parent_task_id": Value("string"),
+        "fact_group_ids": List(Value("string")),
+        "instruction_source": Value("string"),
+        "environment": Value("string"),
+        "env_seed": Value("int64"),
+        "source": {
+            "importer": Value("string"),
+            "file": Value("string"),
+            "row": Value("int64"),
+            "metadata": Value("string"),
+        },
+    })

@@ -1,0 +1,33 @@
+"""``webgym-rl``: train VLM web agents on trajectory datasets and run the online loop."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from webgym.clitools import LazyGroup
+
+COMMANDS = {
+    "train": ("webgym_rl.train:train_command",
+              "Fine-tune a Qwen-VL policy on trajectory shards (filtered_bc or reinforce)."),
+    "push": ("webgym_rl.hub:push_command", "Upload a checkpoint and its model card to the Hub."),
+    "loop": ("webgym_rl.loop:loop_command", "Run the online loop: roll out, train, evaluate, repeat."),
+    "tiny-model": ("webgym_rl.modeling:tiny_model_command",
+                   "Write a tiny random Qwen-VL checkpoint (tests, demo, CPU runs)."),
+}
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """Train visual web agents with RL on WebGym trajectory datasets.
+
+    \b
+    Example:
+      webgym-rl tiny-model out/tiny-qwen2vl
+      webgym-rl train --model out/tiny-qwen2vl --data out/trajectories/iter-0000 \\
+          --objective filtered_bc --out out/checkpoints/iter-0000
+    """
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")

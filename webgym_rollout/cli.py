@@ -1,0 +1,39 @@
+"""``webgym-rollout``: browser server, site server, policy server, rollout runner, viewer."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from webgym.clitools import LazyGroup
+
+COMMANDS = {
+    "serve": ("webgym_rollout.server:serve_command",
+              "Run the browser environment server (Chromium pool over HTTP)."),
+    "serve-sites": ("webgym_rollout.sites:serve_sites_command",
+                    "Serve the local MiniWoB++ and sandbox sites on 127.0.0.1."),
+    "serve-policy": ("webgym_rollout.policy_server:serve_policy_command",
+                     "Serve a transformers VLM as an OpenAI-compatible endpoint on CPU."),
+    "run": ("webgym_rollout.runner:run_command",
+            "Roll out tasks with a policy against browser servers; write trajectories."),
+    "view": ("webgym_rollout.viewer:view_command", "Write a static HTML report of a trajectory dataset."),
+    "push": ("webgym_rollout.dataset:push_command", "Publish a trajectory dataset to the Hugging Face Hub."),
+}
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """Run visual web agents in real Chromium browsers and write trajectory datasets.
+
+    \b
+    Example:
+      webgym-rollout serve --port 8300 &
+      webgym-rollout serve-sites --port 8400 &
+      webgym-rollout run --tasks out/tasks --server http://127.0.0.1:8300 \\
+          --policy random --out out/trajectories/iter-0000
+      webgym-rollout view out/trajectories/iter-0000
+    """
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
