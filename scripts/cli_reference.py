@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import click
 from click.testing import CliRunner
 
 import webgym.cli
@@ -27,6 +28,11 @@ def render() -> str:
     for name, group in GROUPS:
         result = runner.invoke(group, ["--help"], prog_name=name, terminal_width=100)
         parts.append(f"### `{name}`\n\n```text\n{result.output.rstrip()}\n```\n")
+        for command in group.list_commands(click.Context(group)):
+            sub = runner.invoke(group, [command, "--help"], prog_name=name, terminal_width=100)
+            if sub.exit_code != 0:
+                raise SystemExit(f"{name} {command} --help failed:\n{sub.output}")
+            parts.append(f"#### `{name} {command}`\n\n```text\n{sub.output.rstrip()}\n```\n")
     parts.append(END)
     return "\n".join(parts)
 

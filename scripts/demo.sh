@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Set up (idempotent) and run the main job end to end on the embedded default. Today that is
-# building the task dataset from the seed sets in ../shared/seeds into out/tasks/ and loading it
-# back with `datasets`; rollout and training join as they land.
+# Set up (idempotent) and run the main job end to end on the embedded default: `webgym demo` builds
+# a task dataset from the project's sample tasks and MiniWoB++ tasks, starts the site, browser and
+# CPU policy servers, rolls out with the random policy, trains a tiny Qwen-VL policy, reloads it,
+# rolls out again and writes HTML reports and a summary. CPU only, offline, a few minutes.
+#
+#   bash scripts/demo.sh                 # -> out/demo (WEBGYM_OUT=/elsewhere to change out/)
+#   bash scripts/demo.sh --size tiny     # extra arguments go to `webgym demo`
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 bash scripts/setup.sh
-seeds="${WEBGYM_SEEDS:-$repo/../shared/seeds}"
 out="${WEBGYM_OUT:-$repo/out}"
-.venv/bin/webgym-data build --seeds "$seeds" --out "$out/tasks"
-.venv/bin/webgym-data stats "$out/tasks"
-.venv/bin/python -c "import datasets, sys; print(datasets.load_dataset(sys.argv[1]))" "$out/tasks"
+# Nothing leaves this machine: the Hub clients stay offline, torch shares the cores with Chromium.
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" TOKENIZERS_PARALLELISM=false
+.venv/bin/webgym demo --out "$out/demo" "$@"

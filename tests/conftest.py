@@ -90,7 +90,8 @@ def serve_directory(root: Path, host: str = "127.0.0.1") -> Iterator[str]:
     handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer((host, 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name=f"http:{root}", daemon=True)
+    thread = threading.Thread(target=lambda: server.serve_forever(poll_interval=0.05), name=f"http:{root}",
+                              daemon=True)
     thread.start()
     try:
         yield f"http://{host}:{server.server_address[1]}"
@@ -129,3 +130,18 @@ async def chromium(chromium_path: str):
             yield browser
         finally:
             await browser.close()
+
+
+@pytest.fixture
+def scripted_openai():
+    """``scripted_openai(replies, **kw) -> ScriptedOpenAI``: a real OpenAI-protocol server on
+    127.0.0.1 answering from a script (see tests/scripted_openai.py); stopped after the test."""
+    from tests.scripted_openai import ScriptedOpenAI
+
+    with contextlib.ExitStack() as stack:
+        yield lambda replies=(), **kwargs: stack.enter_context(ScriptedOpenAI(replies, **kwargs))
+
+
+# Session-scoped tiny Qwen-VL checkpoints (built once per session, read-only).
+from tests.local_hub import local_hub  # noqa: E402,F401  (olah, offline Hub on 127.0.0.1)
+from tests.models import tiny_qwen2_vl, tiny_qwen3_vl  # noqa: E402,F401

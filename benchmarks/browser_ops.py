@@ -1,0 +1,258 @@
+"""Browser server vs direct Playwright: steps/s, server overhead, memory and start time, in one run.
+
+A step is one screenshot + one click, the loop of a rollout. For N concurrent sessions
+(N = 1, 2, 4, 8, 16 by default) on a local 1280x720 page and on MiniWoB click-button (cropped
+screenshots), it measures steps/s through ``webgym-rollout serve`` (started as a subprocess, driven
+by `BrowserClient`) and through direct Playwright calls on the same browser layout (B browsers,
+sessions spread over them). It also reports the time from ``webgym-rollout serve`` to a healthy
+``/health`` and the PSS of the server with its browsers while 8 sessions are open.
+
+Targets: server overhead < 15 % at N = 8; PSS < 600 MiB with 8 sessions; start < 2 s.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/browser_ops.py [--ns 1,2,4,8,16] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from webgym_rollout.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM, process_tree_pss_mib  # noqa: E402
+from webgym_rollout.client import BrowserAction, BrowserClient  # noqa: E402
+from webgym_rollout.sites import SiteServer, miniwob_task_url  # noqa: E402
+
+CHROMIUM = os.environ.get("WEBGYM_CHROMIUM", DEFAULT_CHROMIUM)
+MINIWOB_CLIP = {"x": 0, "y": 0, "width": 160, "height": 210}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _cpu_s(root_pid: int) -> float:
+    """CPU seconds (user + system) used so far by a process and all its descendants."""
+    total = 0.0
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def _serve_cmd() -> list[str]:
+    script = shutil.which("webgym-rollout", path=str(Path(sys.executable).parent))
+    if script:
+        return [script]
+    return [sys.executable, "-c", "from webgym_rollout.cli import main; main()"]
+
+
+def start_server(port: int, browsers: int, contexts: int) -> tuple[subprocess.Popen, float]:
+    """Start ``webgym-rollout serve``; returns the process and the seconds until /health answered."""
+    cmd = [
+        *_serve_cmd(),
+        "serve",
+        "--port",
+        str(port),
+        "--allow-host",
+        "127.0.0.1",
+        "--browsers",
+        str(browsers),
+        "--contexts-per-browser",
+        str(contexts),
+    ]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with httpx.Client(trust_env=False) as http:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            try:
+                if http.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    return proc, time.perf_counter() - start
+            except httpx.TransportError:
+                pass
+            time.sleep(0.01)
+
+
+async def run_server(
+    url: str, start_url: str, env: str, n: int, steps: int, click: tuple[int, int], server_pid: int
+) -> tuple[float, float, float]:
+    """(steps/s, CPU-ms per step of everything, CPU-ms per step of the server and its browsers)."""
+    async with BrowserClient(url) as client:
+        sessions = await asyncio.gather(
+            *(client.create_session(start_url, environment=env, seed=i) for i in range(n))
+        )
+
+        async def loop(session, count):
+            for _ in range(count):
+                await session.screenshot()
+                await session.execute(BrowserAction.click(*click))
+
+        await asyncio.gather(*(loop(s, 1) for s in sessions))  # warm-up
+        total, server, start = _cpu_s(os.getpid()), _cpu_s(server_pid), time.perf_counter()
+        await asyncio.gather(*(loop(s, steps) for s in sessions))
+        elapsed = time.perf_counter() - start
+        total, server = _cpu_s(os.getpid()) - total, _cpu_s(server_pid) - server
+        await asyncio.gather(*(s.close() for s in sessions))
+    return n * steps / elapsed, 1000 * total / (n * steps), 1000 * server / (n * steps)
+
+
+async def run_direct(
+    playwright,
+    browsers: int,
+    start_url: str,
+    miniwob_env: bool,
+    n: int,
+    steps: int,
+    click: tuple[int, int],
+) -> tuple[float, float]:
+    """(steps/s, CPU-ms per step of this process, its Playwright driver and browsers)."""
+    launched = [
+        await playwright.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
+        for _ in range(browsers)
+    ]
+    try:
+        pages = []
+        for i in range(n):
+            context = await launched[i % browsers].new_context(viewport={"width": 1280, "height": 720})
+            page = await context.new_page()
+            await page.goto(start_url)
+            if miniwob_env:
+                await page.wait_for_selector("#sync-task-cover", state="attached")
+                await page.evaluate(
+                    f"() => {{ core.EPISODE_MAX_TIME = 60000; Math.seedrandom('{i}'); "
+                    "core.startEpisodeReal(); }"
+                )
+            pages.append(page)
+        clip = MINIWOB_CLIP if miniwob_env else None
+
+        async def loop(page, count):
+            for _ in range(count):
+                await page.screenshot(type="png", clip=clip, scale="css")
+                await page.mouse.click(*click)
+
+        await asyncio.gather(*(loop(p, 1) for p in pages))
+        cpu, start = _cpu_s(os.getpid()), time.perf_counter()
+        await asyncio.gather(*(loop(p, steps) for p in pages))
+        elapsed, cpu = time.perf_counter() - start, _cpu_s(os.getpid()) - cpu
+        return n * steps / elapsed, 1000 * cpu / (n * steps)
+    finally:
+        for browser in launched:
+            await browser.close()
+
+
+async def measure_memory(url: str, start_url: str, server_pid: int, n: int = 8) -> float:
+    async with BrowserClient(url) as client:
+        sessions = await asyncio.gather(*(client.create_session(start_url) for _ in range(n)))
+        for s in sessions:
+            await s.screenshot()
+        pss = process_tree_pss_mib(server_pid)
+        await asyncio.gather(*(s.close() for s in sessions))
+    return pss
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ns", default="1,2,4,8,16", help="concurrent sessions to measure")
+    parser.add_argument("--steps", type=int, default=10, help="steps (screenshot + click) per session")
+    parser.add_argument("--browsers", type=int, default=2, help="browser processes (both paths)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="alternating runs per setting; the median is reported (the machine is shared)",
+    )
+    args = parser.parse_args()
+    ns = [int(n) for n in args.ns.split(",")]
+    contexts = max(8, -(-max(ns) // args.browsers))
+
+    from playwright.async_api import async_playwright
+
+    with SiteServer() as sites:
+        local = f"{sites.base_url}/sandbox/form.html"
+        click_button = miniwob_task_url(sites.base_url, "click-button")
+        port = _free_port()
+        proc, startup_s = start_server(port, args.browsers, contexts)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            pss = await measure_memory(url, local, proc.pid)
+            rows = []
+            async with async_playwright() as playwright:
+                for site, start_url, env, click in (
+                    ("local 1280x720", local, "web", (300, 40)),
+                    ("miniwob click-button", click_button, "miniwob:click-button", (80, 105)),
+                ):
+                    for n in ns:
+                        directs, serveds = [], []
+                        for _ in range(args.repeat):
+                            directs.append(
+                                await run_direct(
+                                    playwright,
+                                    args.browsers,
+                                    start_url,
+                                    env != "web",
+                                    n,
+                                    args.steps,
+                                    click,
+                                )
+                            )
+                            serveds.append(
+                                await run_server(url, start_url, env, n, args.steps, click, proc.pid)
+                            )
+                        direct = statistics.median(d[0] for d in directs)
+                        served = statistics.median(r[0] for r in serveds)
+                        direct_cpu = statistics.median(d[1] for d in directs)
+                        served_cpu = statistics.median(r[1] for r in serveds)
+                        server_cpu = statistics.median(r[2] for r in serveds)
+                        rows.append((site, n, direct, served, direct_cpu, served_cpu, server_cpu))
+                        overhead = 100 * (1 - served / direct)
+                        print(
+                            f"{site:22s} N={n:<3d} direct {direct:6.1f} steps/s {direct_cpu:5.1f} CPU-ms/step"
+                            f"   server {served:6.1f} steps/s {served_cpu:5.1f} CPU-ms/step"
+                            f" ({server_cpu:5.1f} in server+browsers)   overhead {overhead:5.1f} %",
+                            flush=True,
+                        )
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    print()
+    print(f"start to healthy /health: {startup_s:.2f} s (target < 2 s)")
+    print(f"PSS server + browsers with 8 sessions open: {pss:.0f} MiB (target < 600 MiB)")
+    for site, n, direct, served, direct_cpu, served_cpu, server_cpu in rows:
+        if n == 8:
+            print(
+                f"server overhead at N=8, {site}: {100 * (1 - served / direct):.1f} % steps/s, "
+                f"{100 * (served_cpu / direct_cpu - 1):.0f} % more CPU per step with the client on the "
+                f"same machine, {100 * (server_cpu / direct_cpu - 1):.0f} % on the server machine alone "
+                "(target < 15 %)"
+            )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

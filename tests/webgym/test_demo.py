@@ -1,0 +1,162 @@
+"""`webgym demo --size tiny` as a user runs it (a real subprocess): every output folder loads, the
+summary matches the data, and nothing it started outlives it, also when it is stopped with Ctrl-C."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+_DEMO = "from webgym.cli import main; main()"
+
+
+class _Demo:
+    """`webgym demo --size tiny` in a subprocess, with a thread that records every process it starts.
+
+    Chromium is launched detached (its own session) by Playwright's driver, so after the demo exits
+    only the recorded (pid, start time) pairs can tell whether any of them outlived it."""
+
+    def __init__(self, out: Path):
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _DEMO, "demo", "--out", str(out), "--size", "tiny"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        self.seen: dict[tuple[int, float], str] = {}
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        root = psutil.Process(self.process.pid)
+        while self.process.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                for child in root.children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        self.seen.setdefault((child.pid, child.create_time()), child.name())
+            time.sleep(0.05)
+
+    def names(self) -> list[str]:
+        return sorted(set(self.seen.values()))
+
+    def left_running(self) -> list[str]:
+        left = []
+        for (pid, started), name in self.seen.items():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process = psutil.Process(pid)
+                if process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{pid} {name}")
+        return left
+
+    def assert_nothing_left(self) -> None:
+        self._watcher.join(timeout=10)
+        # A process that is still closing gets a short grace period; one that stays is a leak.
+        deadline = time.monotonic() + 15
+        while self.left_running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not self.left_running()
+        sid = self.process.pid
+        same_session = []
+        for process in psutil.process_iter(["name"]):
+            with contextlib.suppress(OSError, psutil.Error):
+                if os.getsid(process.pid) == sid and process.status() != psutil.STATUS_ZOMBIE:
+                    same_session.append(f"{process.pid} {process.info['name']}")
+        assert not same_session
+
+
+def _load(folder: Path, cache: Path, **kwargs):
+    import datasets
+
+    # A cache of its own per folder: offline, `datasets` would serve an earlier folder of the same name.
+    return datasets.load_dataset(str(folder), cache_dir=str(cache / folder.parent.name / folder.name),
+                                 **kwargs)
+
+
+def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
+    import torch
+
+    from webgym_rl.modeling import load_model, load_processor
+
+    out = tmp_path / "demo"
+    demo = _Demo(out)
+    _, stderr = demo.process.communicate(timeout=600)
+    assert demo.process.returncode == 0, stderr[-3000:]
+    assert any("chrom" in name.lower() for name in demo.names()), demo.names()
+    demo.assert_nothing_left()
+    for stage in range(1, 9):
+        assert f"[{stage}/8]" in stderr
+
+    summary = json.loads((out / "summary.json").read_text())
+    folders = {name: Path(path) for name, path in summary["folders"].items()}
+    cache = tmp_path / "hf-cache"
+
+    tasks = _load(folders["task dataset"], cache)
+    assert set(tasks) == {"train", "test"}
+    rows = [*tasks["train"], *tasks["test"]]
+    assert len(tasks["train"]) == summary["tasks"]["train"] and len(tasks["test"]) == summary["tasks"]["test"]
+    sample = [json.loads(line) for line in (Path(__file__).parents[2] / "webgym" / "sample_tasks.jsonl")
+              .read_text().splitlines()]
+    seeds = {r["task_id"] for r in rows if r["benchmark_name"] == "webgym-sample" and not r["parent_task_id"]}
+    assert seeds == {s["task_id"] for s in sample}
+    miniwob = [r for r in rows if r["environment"].startswith("miniwob:")]
+    assert sorted((r["environment"], r["env_seed"]) for r in miniwob) == sorted(
+        (f"miniwob:{name}", seed) for name in ("click-test", "click-test-2") for seed in (0, 1))
+    assert summary["tasks"]["subtasks"] == sum(1 for r in rows if r["parent_task_id"]) > 0
+
+    for name, key in (("trajectories (random)", "random"), ("trajectories (trained)", "trained")):
+        episodes = _load(folders[name], cache, split="train")
+        measured = summary["rollouts"][key]
+        assert measured["episodes"] == len(episodes) == summary["tasks"]["miniwob_train"]
+        assert measured["successes"] == sum(r >= 1.0 for r in episodes["reward"])
+        assert measured["steps"] == sum(episodes["num_steps"])
+        assert measured["valid_actions"] == sum(1 for row in episodes for s in row["steps"] if s["action"])
+        assert set(episodes["policy_model"]) == {"random" if key == "random" else "tiny-qwen2vl"}
+
+    # The trained checkpoint reloads and differs from the tiny model it started from.
+    trained = load_model(folders["checkpoint (trained)"])
+    load_processor(folders["checkpoint (trained)"])
+    start = load_model(out / "models" / "tiny-qwen2vl")
+    changed = [name for name, tensor in trained.state_dict().items()
+               if not torch.equal(tensor, start.state_dict()[name])]
+    assert changed and summary["training"]["steps"] >= 1
+
+    for name in ("report (random)", "report (trained)"):
+        html = folders[name].read_text()
+        assert f"data-episodes='{summary['tasks']['miniwob_train']}'" in html
+    # The printed summary carries the measured valid-action rate of the trained policy.
+    rate = 100 * summary["rollouts"]["trained"]["valid_action_rate"]
+    assert f"parsed into a valid action in {rate:.1f}%" in " ".join(stderr.split())
+
+
+def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path):
+    demo = _Demo(tmp_path / "demo")
+    process = demo.process
+    try:
+        lines = []
+        for line in process.stderr:  # wait until the servers are up and the first rollout runs
+            lines.append(line)
+            if "[3/8]" in line:
+                break
+        assert any("[3/8]" in line for line in lines), "".join(lines)[-3000:]
+        deadline = time.monotonic() + 30
+        while not any("chrom" in name.lower() for name in demo.names()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any("chrom" in name.lower() for name in demo.names()), demo.names()
+        os.kill(process.pid, signal.SIGINT)
+        _, rest = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode != 0
+    assert "[8/8]" not in rest
+    demo.assert_nothing_left()

@@ -1,0 +1,289 @@
+"""``webgym-data build``: real seeds in, a Hub-ready folder out (real parquet, real load_dataset)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import datasets
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from webgym_data.build import BuildSettings, build, build_command, read_task_set
+from webgym_data.importers import discover_seeds, import_seed
+from webgym_data.schema import task_features
+from webgym_data.split import registrable_domain
+from webgym_data.taxonomy import TAXONOMY
+
+
+def load(folder: Path, config: str | None = None, cache: Path | None = None) -> datasets.DatasetDict:
+    return datasets.load_dataset(str(folder), config, cache_dir=str(cache) if cache else None)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def synthetic_rows(n_sites: int, per_site: int, *, prefix: str = "task", start: int = 0) -> list[dict]:
+    rows = []
+    for s in range(start, start + n_sites):
+        for i in range(per_site):
+            rows.append({
+                "task_name": f"{prefix} {i}: find offer {s * 100 + i} and report the price of item {i}",
+                "website": f"https://www.site{s}.com",
+                "benchmark_name": "synthetic",
+                "evaluator_reference": [
+                    {"id": "1", "description": "Offer details", "facts": ["price", "rating", "stock"]},
+                    {"id": "2", "description": "Cart", "facts": ["added to cart"]},
+                ] if i % 2 == 0 else [{"id": "1", "description": "Price", "facts": ["price"]}],
+            })
+    return rows
+
+
+@pytest.fixture(scope="module")
+def built(seeds_dir, tmp_path_factory) -> tuple[Path, dict]:
+    """One offline build of the real seed files, shared by the read-only tests below."""
+    out = tmp_path_factory.mktemp("build") / "tasks"
+    report = build(BuildSettings(out=out, seeds_dir=seeds_dir, test_size=150, show_progress=False))
+    return out, report.manifest
+
+
+def test_layout_and_both_configs_load(built, tmp_path):
+    out, manifest = built
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "data", "manifest.json"]
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]   # no temp folder left
+    names = sorted(p.name for p in (out / "data").iterdir())
+    prefixes = ("train-seeds-", "train-subtasks-", "test-seeds-", "test-subtasks-")
+    assert all(n.startswith(prefixes) for n in names)
+
+    tasks = load(out, cache=tmp_path / "c1")
+    seeds = load(out, "seeds", cache=tmp_path / "c2")
+    assert set(tasks) == set(seeds) == {"train", "test"}
+    assert tasks["train"].features == task_features()
+    stats = manifest["stats"]
+    assert tasks["train"].num_rows == stats["splits"]["train"] > 0
+    assert tasks["test"].num_rows == stats["splits"]["test"] > 0
+    n_sub = sum(stats["subtasks"].values())
+    assert n_sub > 0
+    n_all = tasks["train"].num_rows + tasks["test"].num_rows
+    assert seeds["train"].num_rows + seeds["test"].num_rows == n_all - n_sub
+    assert all(p == "" for split in seeds.values() for p in split["parent_task_id"])
+
+    # Out of distribution: no site in both splits; subtasks are in their parent's split.
+    sites = {s: {registrable_domain(w) for w in tasks[s]["website"]} for s in ("train", "test")}
+    assert not sites["train"] & sites["test"]
+    for split in ("train", "test"):
+        ids = set(tasks[split]["task_id"])
+        assert {p for p in tasks[split]["parent_task_id"] if p} <= ids
+    assert len(set(tasks["train"]["task_id"]) | set(tasks["test"]["task_id"])) == (
+        tasks["train"].num_rows + tasks["test"].num_rows)
+
+
+def test_counts_match_the_importers_and_the_card(built, seeds_dir):
+    out, manifest = built
+    discovered = discover_seeds(seeds_dir)
+    assert [i["importer"] for i in manifest["inputs"]] == [name for name, _ in discovered]
+    for entry, (name, path) in zip(manifest["inputs"], discovered, strict=True):
+        result = import_seed(name, path)
+        assert entry["tasks"] == len(result.tasks)
+        assert entry["skipped"] == len(result.skipped)
+        for relative, digest in entry["files"].items():
+            assert digest == "sha256:" + hashlib.sha256((seeds_dir / relative).read_bytes()).hexdigest()
+    counts = manifest["counts"]
+    imported = sum(i["tasks"] for i in manifest["inputs"])
+    assert counts["normalise"]["imported"] == imported
+    assert counts["rubrics"]["llm"] is False and counts["rubrics"]["missing"] > 0
+
+    train, test, _ = read_task_set(out)
+    per_seed = Counter((t.benchmark_name, "test" if t in test else "train") for t in [*train, *test])
+    card = (out / "README.md").read_text(encoding="utf-8")
+    front = yaml.safe_load(card.split("---")[1])
+    assert [c["config_name"] for c in front["configs"]] == ["default", "seeds"]
+    for benchmark in {b for b, _ in per_seed}:
+        n_train, n_test = per_seed[(benchmark, "train")], per_seed[(benchmark, "test")]
+        assert f"| {benchmark} | {n_train:,} | {n_test:,} | {n_train + n_test:,} |" in card
+    assert manifest["content_hash"] in card
+    assert "$" not in card.split("---", 2)[2].replace("$XDG", "")  # every placeholder filled
+    # Subtasks carry template instructions offline, and their rubric is part of the parent's.
+    by_id = {t.task_id: t for t in [*train, *test]}
+    subtasks = [t for t in by_id.values() if t.parent_task_id]
+    assert subtasks and all(t.instruction_source == "template" for t in subtasks)
+    for sub in subtasks:
+        assert set(sub.evaluator_reference) < set(by_id[sub.parent_task_id].evaluator_reference)
+        assert (sub.domain, sub.subdomain) == (by_id[sub.parent_task_id].domain,
+                                               by_id[sub.parent_task_id].subdomain)
+    assert all(t.domain in TAXONOMY for t in by_id.values())
+
+
+def test_same_inputs_give_the_same_content_and_a_rebuild_replaces_the_folder(tmp_path):
+    seed = write_jsonl(tmp_path / "seed.jsonl", synthetic_rows(40, 3))
+    out = tmp_path / "tasks"
+    settings = BuildSettings(out=out, importers=(("generic", str(seed)),), test_size=20, show_progress=False)
+    first = build(settings).manifest
+    (out / "data" / "stray.txt").write_text("left from before")
+    second = build(settings).manifest
+    assert first["content_hash"] == second["content_hash"]
+    assert not (out / "data" / "stray.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed.jsonl", "tasks"]
+    other_seed = build(BuildSettings(out=tmp_path / "t2", importers=(("generic", str(seed)),), test_size=20,
+                                     seed=5, show_progress=False)).manifest
+    assert other_seed["content_hash"] != first["content_hash"]
+
+
+def test_a_failed_build_leaves_no_half_folder_and_keeps_the_old_one(tmp_path):
+    good = write_jsonl(tmp_path / "good.jsonl", synthetic_rows(10, 2))
+    out = tmp_path / "tasks"
+    build(BuildSettings(out=out, importers=(("generic", str(good)),), test_size=4, show_progress=False))
+    before = {p.name: p.read_bytes() for p in (out / "data").iterdir()}
+    bad = write_jsonl(tmp_path / "bad.jsonl", [*synthetic_rows(2, 1), {"task_name": "", "website": "x.com"}])
+    result = CliRunner().invoke(build_command, ["--importer", f"generic={good}", "--importer",
+                                                f"generic={bad}", "--out", str(out), "--no-progress"])
+    assert result.exit_code == 1
+    error = result.output.strip()
+    assert error.startswith("Error:") and len(error.splitlines()) == 1
+    assert "bad.jsonl" in error and "row 2" in error and "task_name" in error
+    assert {p.name: p.read_bytes() for p in (out / "data").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "good.jsonl", "tasks"]
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--importer", "nosuch=x.jsonl"], "unknown importer 'nosuch'"),
+    (["--importer", "generic=/nonexistent/tasks.jsonl"], "/nonexistent/tasks.jsonl"),
+    (["--seeds", "/nonexistent/seeds"], "/nonexistent/seeds"),
+    ([], "no seed sets"),
+    (["--extend", "/nonexistent/build"], "/nonexistent/build: not a webgym-data build"),
+    (["--llm-base-url", "http://127.0.0.1:9/v1"], "--llm-base-url needs --llm-model"),
+])
+def test_bad_input_is_one_clear_error_line(tmp_path, args, expected):
+    result = CliRunner().invoke(build_command, [*args, "--out", str(tmp_path / "out"), "--no-progress"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and expected in lines[0], result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_refuses_to_overwrite_a_folder_that_is_not_a_build(tmp_path):
+    seed = write_jsonl(tmp_path / "seed.jsonl", synthetic_rows(5, 1))
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    result = CliRunner().invoke(build_command, ["--importer", f"generic={seed}", "--out", str(out),
+                                                "--no-progress"])
+    assert result.exit_code == 1 and "not an earlier webgym-data build" in result.output
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_llm_endpoint_down_is_one_error_line(tmp_path, unused_port):
+    rows = [{"task_name": "find the opening hours", "website": "https://www.museum.org"}]
+    seed = write_jsonl(tmp_path / "seed.jsonl", rows)
+    result = CliRunner().invoke(build_command, [
+        "--importer", f"generic={seed}", "--out", str(tmp_path / "out"), "--no-progress",
+        "--llm-base-url", f"http://127.0.0.1:{unused_port}/v1", "--llm-model", "m",
+        "--llm-cache", str(tmp_path / "cache"), "--llm-retries", "0"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and f"127.0.0.1:{unused_port}" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def scripted_llm(body: dict) -> str:
+    purpose = body["response_format"]["json_schema"]["name"]
+    task = body["messages"][-1]["content"]
+    if purpose == "rubric":
+        return json.dumps({"fact_groups": [
+            {"id": "1", "description": "Hours", "facts": ["opening time", "closing time", "days open"]},
+            {"id": "2", "description": "Tickets", "facts": ["ticket price"]}]})
+    if purpose == "decompose":
+        return json.dumps({"instruction": f"Only find the hours ({len(task)})"})
+    domain = next(iter(TAXONOMY))
+    return json.dumps({"domain": domain, "subdomain": TAXONOMY[domain][0]})
+
+
+def test_build_with_an_llm_generates_rubrics_instructions_and_taxonomy(tmp_path, scripted_openai):
+    rows = [{"task_name": f"find the opening hours of museum {i}", "website": f"https://www.museum{i}.org"}
+            for i in range(6)]
+    seed = write_jsonl(tmp_path / "seed.jsonl", rows)
+    llm = scripted_openai(scripted_llm)
+    settings = BuildSettings(out=tmp_path / "out", importers=(("generic", str(seed)),),
+                             llm_base_url=llm.base_url, llm_model="scripted-model",
+                             llm_cache_dir=tmp_path / "cache", test_size=2, show_progress=False)
+    manifest = build(settings).manifest
+    train, test, _ = read_task_set(tmp_path / "out")
+    tasks = [*train, *test]
+    assert len(tasks) == 12                                   # 6 seeds + one subtask each ("Hours" alone)
+    assert manifest["counts"]["rubrics"] | {"usage": None} == {
+        "llm": True, "missing": 0, "generated": 6, "failed": 0, "usage": None}
+    subtasks = [t for t in tasks if t.parent_task_id]
+    assert len(subtasks) == 6
+    assert all(t.instruction_source == "llm" for t in subtasks)
+    assert all(t.task_name.startswith("Only find the hours") for t in subtasks)
+    assert all(t.difficulty == 3 for t in subtasks)
+    domain = next(iter(TAXONOMY))
+    assert {(t.domain, t.subdomain) for t in tasks} == {(domain, TAXONOMY[domain][0])}
+    purposes = Counter(r["response_format"]["json_schema"]["name"] for r in llm.requests)
+    assert purposes == {"rubric": 6, "decompose": 6, "taxonomy": 6}
+    # A rebuild (through the CLI, progress bars on) is answered from the LLM cache: no new
+    # request, same content.
+    result = CliRunner().invoke(build_command, [
+        "--importer", f"generic={seed}", "--out", str(tmp_path / "out"), "--test-size", "2",
+        "--llm-base-url", llm.base_url, "--llm-model", "scripted-model",
+        "--llm-cache", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    assert len(llm.requests) == 18
+    again = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert again["content_hash"] == manifest["content_hash"]
+    assert again["counts"]["rubrics"]["usage"]["cache_hits"] == 6
+
+
+def test_extend_keeps_ids_and_sites_and_adds_the_new_tasks(tmp_path):
+    v1_seed = write_jsonl(tmp_path / "v1.jsonl", synthetic_rows(30, 2))
+    v1 = tmp_path / "v1"
+    build(BuildSettings(out=v1, importers=(("generic", str(v1_seed)),), test_size=12, show_progress=False))
+    old_train, old_test, _ = read_task_set(v1)
+    test_sites = {registrable_domain(t.website) for t in old_test}
+    assert test_sites
+
+    # New tasks: some on sites already in test, some on sites in train, some on new sites.
+    new_rows = synthetic_rows(30, 1, prefix="extra") + synthetic_rows(5, 2, prefix="fresh", start=100)
+    v2_seed = write_jsonl(tmp_path / "v2.jsonl", [*new_rows, *synthetic_rows(30, 2)[:3]])  # 3 already there
+    v2 = tmp_path / "v2"
+    manifest = build(BuildSettings(out=v2, importers=(("generic", str(v2_seed)),), extend=v1, test_size=12,
+                                   show_progress=False)).manifest
+    new_train, new_test, _ = read_task_set(v2)
+    old_rows = {t.task_id: (t, split) for split, ts in (("train", old_train), ("test", old_test)) for t in ts}
+    new_rows_by_id = {t.task_id: (t, split) for split, ts in (("train", new_train), ("test", new_test))
+                      for t in ts}
+    for task_id, row in old_rows.items():
+        assert new_rows_by_id[task_id] == row                   # unchanged and in the same split
+    added = [t for t_id, (t, _) in new_rows_by_id.items() if t_id not in old_rows]
+    assert len([t for t in added if not t.parent_task_id]) == 40
+    assert manifest["counts"]["normalise"]["already_in_extended"] == 3
+    train_sites = {registrable_domain(t.website) for t in new_train}
+    new_test_sites = {registrable_domain(t.website) for t in new_test}
+    assert not train_sites & new_test_sites
+    assert test_sites <= new_test_sites
+    for task in added:
+        if registrable_domain(task.website) in test_sites:
+            assert new_rows_by_id[task.task_id][1] == "test"
+    assert any(registrable_domain(t.website) in test_sites for t in added)
+    assert manifest["dataset_version"] == 2 and manifest["extends"]["dataset_version"] == 1
+    assert load(v2, cache=tmp_path / "c")["train"].num_rows == len(new_train)
+
+
+def test_help_has_an_example():
+    result = CliRunner().invoke(build_command, ["--help"])
+    assert result.exit_code == 0 and "Example:" in result.output
+
+
+def test_an_empty_test_split_is_left_out_and_the_folder_still_loads(tmp_path):
+    seed = write_jsonl(tmp_path / "seed.jsonl", synthetic_rows(4, 2))
+    out = tmp_path / "tasks"
+    build(BuildSettings(out=out, importers=(("generic", str(seed)),), test_size=0, show_progress=False))
+    assert not list((out / "data").glob("test-*"))
+    for config in (None, "seeds"):
+        loaded = load(out, config, cache=tmp_path / f"c-{config}")
+        assert set(loaded) == {"train"} and loaded["train"].num_rows > 0

@@ -1,0 +1,165 @@
+"""webgym_rl.data: which episodes and steps become samples, and what a sample holds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import ImageChops
+
+from tests.webgym_rl.synthetic import episode, response_for, write_shards
+from webgym_rl.data import (
+    MissingColumnError,
+    NoTrainingDataError,
+    TrainingDataError,
+    build_samples,
+    describe_sources,
+    load_trajectories,
+)
+
+
+def _load(*folders, **kw):
+    return load_trajectories([str(f) for f in folders], cache_dir=kw.pop("cache_dir", None))
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """Iteration 0: task a succeeds once (its step 1 is a no-op) and fails once; task b fails."""
+    rows = [
+        episode(task_id="a", attempt=0, reward=1.0, num_steps=3, same_as_next=[False, True, False]),
+        episode(task_id="a", attempt=1, reward=0.0, num_steps=2),
+        episode(task_id="b", attempt=0, reward=0.0, num_steps=2),
+    ]
+    return write_shards(tmp_path / "iter-0", rows, shard_size=2)
+
+
+def _kept(samples):
+    return sorted((samples[i].episode_id, samples[i].step) for i in range(len(samples)))
+
+
+def test_filtered_bc_keeps_only_successful_episodes_and_drops_same_as_next_steps(mixed, tmp_path):
+    samples = build_samples(_load(mixed, cache_dir=tmp_path / "c"), "filtered_bc")
+    assert _kept(samples) == [("a-it0-a0", 0), ("a-it0-a0", 2)]
+    counts = samples.counts
+    assert (counts.trajectories_read, counts.trajectories_kept) == (3, 1)
+    assert (counts.steps_read, counts.steps_kept, counts.same_as_next_dropped) == (7, 2, 1)
+    assert counts.skipped == {"episodes with reward < 1": 2}
+    assert "3 trajectories read, 1 kept" in counts.summary()
+
+
+def test_a_sample_is_the_exact_prompt_with_its_screenshots_and_the_raw_response(mixed, tmp_path):
+    samples = build_samples(_load(mixed, cache_dir=tmp_path / "c"), "filtered_bc")
+    index = _kept(samples).index(("a-it0-a0", 2))
+    sample = samples[index]
+    original = episode(task_id="a", attempt=0, reward=1.0, num_steps=3)["steps"][2]
+    stored = json.loads(original["messages"])
+    assert sample.response == response_for("a", 2)
+    assert [m["role"] for m in sample.messages] == [m["role"] for m in stored]
+    parts, stored_parts = sample.messages[1]["content"], stored[1]["content"]
+    assert [p["type"] for p in parts] == [p["type"] for p in stored_parts]
+    shown = [p for p in parts if p["type"] == "image"]
+    assert [p["step"] for p in stored_parts if p["type"] == "image"] == [1, 2]
+    for part, step in zip(shown, (1, 2), strict=True):
+        expected = episode(task_id="a", attempt=0, num_steps=3)["steps"][step]["screenshot"]
+        assert ImageChops.difference(part["image"], expected).getbbox() is None
+    assert [p["text"] for p in parts if p["type"] == "text"] == [p["text"] for p in stored_parts
+                                                                  if p["type"] == "text"]
+
+
+def test_reinforce_uses_every_judged_episode_with_a_per_task_baseline(tmp_path):
+    rows = [
+        episode(task_id="a", attempt=0, reward=1.0, num_steps=1),
+        episode(task_id="a", attempt=1, reward=0.0, num_steps=1),
+        episode(task_id="a", attempt=2, reward=0.0, num_steps=1),
+        episode(task_id="b", attempt=0, reward=1.0, num_steps=1),
+        episode(task_id="b", attempt=1, reward=None, num_steps=1),
+        episode(task_id="c", attempt=0, reward=0.0, num_steps=1, status="error:browser_crashed"),
+    ]
+    test_row = episode(task_id="d", attempt=0, reward=1.0, num_steps=1)
+    test_row["split"] = "test"
+    folder = write_shards(tmp_path / "it", [*rows, test_row])
+    samples = build_samples(_load(folder, cache_dir=tmp_path / "c"), "reinforce")
+    advantage = {samples[i].episode_id: samples.advantages[i] for i in range(len(samples))}
+    assert advantage == pytest.approx({"a-it0-a0": 2 / 3, "a-it0-a1": -1 / 3, "a-it0-a2": -1 / 3,
+                                       "b-it0-a0": 0.0})
+    assert samples.counts.skipped == {"episodes without reward": 1, "infrastructure failures": 1,
+                                      "test-split episodes": 1}
+    assert samples.weights == [1.0] * 4
+
+    normalised = build_samples(_load(folder, cache_dir=tmp_path / "c"), "reinforce",
+                               normalize_advantage=True, advantage_clip=1.0)
+    std = (2 / 9) ** 0.5
+    values = {normalised[i].episode_id: normalised.advantages[i] for i in range(len(normalised))}
+    assert values["a-it0-a0"] == pytest.approx(min(1.0, (2 / 3) / std), rel=1e-4)
+    assert values["a-it0-a1"] == pytest.approx(-(1 / 3) / std, rel=1e-4)
+    assert max(abs(v) for v in values.values()) <= 1.0
+
+
+def test_last_k_iterations_and_recency_weights(tmp_path):
+    folders = [write_shards(tmp_path / f"iter-{i}", [episode(task_id="a", iteration=i, num_steps=1)])
+               for i in range(3)]
+    samples = build_samples(_load(*folders, cache_dir=tmp_path / "c"), "filtered_bc", last_k_iterations=2,
+                            recency_power=2.0)
+    weight = {samples[i].episode_id: samples.weights[i] for i in range(len(samples))}
+    assert weight == {"a-it2-a0": 1.0, "a-it1-a0": 0.25}
+    assert samples.counts.iterations_kept == [1, 2]
+    assert samples.counts.skipped == {"episodes older than the last 2 iterations": 1}
+    uniform = build_samples(_load(*folders, cache_dir=tmp_path / "c"), "filtered_bc", last_k_iterations=0,
+                            recency_power=0.0)
+    assert len(uniform) == 3 and set(uniform.weights) == {1.0}
+
+
+def test_sources_are_described_with_a_version_that_follows_the_content(tmp_path):
+    folder = write_shards(tmp_path / "it", [episode(task_id="a", num_steps=1)])
+    first = describe_sources(_load(folder, cache_dir=tmp_path / "c"))
+    write_shards(folder, [episode(task_id="a", num_steps=2)])
+    second = describe_sources(_load(folder, cache_dir=tmp_path / "c2"))
+    assert first[0]["id"] == str(folder) and first[0]["rows"] == 1
+    assert first[0]["version"] != second[0]["version"]
+
+
+def test_an_empty_set_stops_with_a_clear_message(tmp_path):
+    folder = write_shards(tmp_path / "empty", [])
+    with pytest.raises(NoTrainingDataError, match="the trajectory set is empty"):
+        _load(folder)
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(NoTrainingDataError, match="no parquet shards"):
+        _load(tmp_path / "nothing")
+
+
+def test_a_reward_free_set_stops_with_a_clear_message(tmp_path):
+    folder = write_shards(tmp_path / "it", [episode(task_id=t, reward=None) for t in "ab"])
+    for objective in ("filtered_bc", "reinforce"):
+        with pytest.raises(NoTrainingDataError, match="reward-free"):
+            build_samples(_load(folder, cache_dir=tmp_path / "c"), objective)
+
+
+def test_no_success_or_no_signal_stops_each_objective(tmp_path):
+    folder = write_shards(tmp_path / "it", [episode(task_id="a", reward=0.0, attempt=a) for a in range(2)])
+    with pytest.raises(NoTrainingDataError, match="nothing to imitate"):
+        build_samples(_load(folder, cache_dir=tmp_path / "c"), "filtered_bc")
+    with pytest.raises(NoTrainingDataError, match="no learning signal"):
+        build_samples(_load(folder, cache_dir=tmp_path / "c"), "reinforce")
+
+
+def test_a_shard_missing_a_column_is_named(tmp_path):
+    good = write_shards(tmp_path / "good", [episode(task_id="a")])
+    bad = write_shards(tmp_path / "bad", [episode(task_id="b")], drop_columns=["reward"])
+    with pytest.raises(MissingColumnError) as info:
+        _load(good, bad)
+    message = str(info.value)
+    assert "shard-00000.parquet" in message and str(bad) in message and "'reward'" in message
+
+
+def test_only_the_shards_of_the_manifest_are_read_and_hidden_temporaries_never(tmp_path):
+    folder = write_shards(tmp_path / "it", [episode(task_id="a")])
+    shard = folder / "data" / "shard-00000.parquet"
+    # A crash left an unlisted copy of the shard and a half-written temporary file behind.
+    (folder / "data" / "shard-00001.parquet").write_bytes(shard.read_bytes())
+    (folder / "data" / ".tmp-shard-00002.parquet").write_bytes(shard.read_bytes()[:100])
+    assert len(_load(folder, cache_dir=tmp_path / "c")[0].dataset) == 1
+    (folder / "manifest.json").unlink()
+    assert len(_load(folder, cache_dir=tmp_path / "c2")[0].dataset) == 2  # no manifest: every visible shard
+    (folder / "manifest.json").write_text('{"shards": [{"path": "data/gone.parquet"}]}')
+    with pytest.raises(TrainingDataError, match="lists data/gone.parquet, which is missing"):
+        _load(folder)

@@ -1,0 +1,85 @@
+"""webgym_rl.objectives: the losses, checked against plain cross-entropy and by gradient sign."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from webgym_rl.objectives import filtered_bc, reinforce, response_logprobs
+
+
+def _batch(seed=0, vocab=11):
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(2, 6, vocab, generator=generator)
+    labels = torch.full((2, 6), -100)
+    labels[0, 3:] = torch.tensor([1, 2, 3])
+    labels[1, 4:] = torch.tensor([4, 5])
+    return logits, labels
+
+
+def test_filtered_bc_is_the_cross_entropy_of_the_labelled_tokens():
+    logits, labels = _batch()
+    loss, metrics = filtered_bc(logits, labels)
+    expected = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                               ignore_index=-100)
+    assert torch.allclose(loss, expected)
+    assert metrics["tokens"] == 5
+
+
+def test_unlabelled_positions_do_not_matter():
+    logits, labels = _batch()
+    changed = logits.clone()
+    changed[0, :2] += 5.0  # predicts labels[0, 1:3], all -100
+    changed[:, -1] += 3.0  # the last position predicts nothing
+    assert torch.equal(filtered_bc(logits, labels)[0], filtered_bc(changed, labels)[0])
+    assert torch.equal(reinforce(logits, labels, torch.tensor([1.0, -1.0]))[0],
+                       reinforce(changed, labels, torch.tensor([1.0, -1.0]))[0])
+
+
+def test_reinforce_weights_each_sample_by_its_advantage():
+    logits, labels = _batch()
+    logp, mask = response_logprobs(logits, labels)
+    per_sample = logp.sum(1) / mask.sum(1)
+    loss, _ = reinforce(logits, labels, torch.tensor([2.0, -0.5]))
+    assert torch.allclose(loss, -(2.0 * per_sample[0] - 0.5 * per_sample[1]) / 2)
+
+
+def test_a_negative_advantage_gives_the_opposite_gradient():
+    logits, labels = _batch()
+    grads = []
+    for advantage in (1.0, -1.0):
+        leaf = logits[:1].clone().requires_grad_(True)
+        reinforce(leaf, labels[:1], torch.tensor([advantage]))[0].backward()
+        grads.append(leaf.grad)
+    assert grads[0].abs().sum() > 0
+    assert torch.allclose(grads[0], -grads[1])
+    # With advantage +1 a gradient step raises the response's likelihood; with -1 it lowers it.
+    for advantage, sign in ((1.0, 1), (-1.0, -1)):
+        leaf = logits[:1].clone().requires_grad_(True)
+        reinforce(leaf, labels[:1], torch.tensor([advantage]))[0].backward()
+        before = response_logprobs(logits[:1], labels[:1])[0].sum()
+        after = response_logprobs(logits[:1] - 0.1 * leaf.grad, labels[:1])[0].sum()
+        assert sign * (after - before) > 0
+
+
+def test_a_negative_advantage_sample_pushes_a_real_model_the_other_way(tmp_path_factory, tmp_path):
+    from tests.webgym_rl.synthetic import episode, tiny_checkpoint, write_shards
+    from webgym_rl.collate import Collator
+    from webgym_rl.data import build_samples, load_trajectories
+    from webgym_rl.modeling import load_model, load_processor
+
+    model_dir = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
+    folder = write_shards(tmp_path / "it", [episode(task_id="a", attempt=a, reward=float(a == 0), num_steps=1)
+                                            for a in range(2)])
+    samples = build_samples(load_trajectories([folder], cache_dir=tmp_path / "c"), "reinforce")
+    batch = Collator(load_processor(model_dir))([samples[1]])  # the failed attempt
+    labels, advantages = batch.pop("labels"), batch.pop("advantages")
+    assert advantages.tolist() == [-0.5]
+    model = load_model(model_dir)
+    grads = []
+    for advantage in (advantages, -advantages):
+        model.zero_grad()
+        reinforce(model(**batch).logits, labels, advantage)[0].backward()
+        grads.append(model.lm_head.weight.grad.clone())
+    assert grads[0].abs().sum() > 0
+    assert torch.allclose(grads[0], -grads[1], atol=1e-7)

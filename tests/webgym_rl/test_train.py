@@ -1,0 +1,172 @@
+"""webgym_rl.train: real training runs of tiny Qwen-VL models on synthetic trajectory shards."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from tests.webgym_rl.synthetic import episode, standard_iteration, tiny_checkpoint, write_shards
+from webgym_rl.collate import Collator
+from webgym_rl.data import build_samples, load_trajectories
+from webgym_rl.modeling import load_model, load_processor
+from webgym_rl.objectives import filtered_bc
+from webgym_rl.train import ResumeError, SettingsError, TrainSettings, train, train_command
+
+
+def _settings(model, data, out, **kw):
+    values = dict(model=str(model), data=[str(d) for d in data], out=str(out), objective="filtered_bc",
+                  learning_rate=2e-3, per_device_batch_size=2, gradient_accumulation_steps=2, max_steps=8,
+                  lr_scheduler="linear", warmup_steps=2, save_every=3, seed=3, cache_dir=str(out) + "-cache")
+    values.update(kw)
+    return TrainSettings(**values)
+
+
+def _batch(model_dir, data):
+    samples = build_samples(load_trajectories([data]), "filtered_bc")
+    batch = Collator(load_processor(model_dir))([samples[i] for i in range(len(samples))])
+    return batch.pop("labels"), batch.pop("advantages"), batch
+
+
+def _kept_loss(model_dir, data, model=None):
+    labels, _, inputs = _batch(model_dir, data)
+    model = model if model is not None else load_model(model_dir)
+    with torch.no_grad():
+        return filtered_bc(model(**inputs).logits, labels)[0].item()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One filtered_bc run of a tiny Qwen2-VL: 8 steps, batch 2, accumulation 2, checkpoints every 3."""
+    root = tmp_path_factory.mktemp("train")
+    model = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
+    data = standard_iteration(root / "iter-0")
+    settings = _settings(model, [data], root / "out")
+    return settings, train(settings), data, model
+
+
+def test_training_lowers_the_loss_on_the_kept_samples(run):
+    settings, result, data, base = run
+    assert result.steps == 8 and [e["step"] for e in result.log_history] == list(range(1, 9))
+    assert result.counts["trajectories_kept"] == 3 and result.counts["steps_kept"] == 6
+    before, after = _kept_loss(base, data), _kept_loss(result.checkpoint, data)
+    assert after < 0.8 * before
+    assert result.log_history[-1]["loss"] < result.log_history[0]["loss"]
+    assert sorted(p.name for p in settings.out_dir.glob("checkpoint-*")) == [
+        "checkpoint-000003", "checkpoint-000006", "checkpoint-000008"]
+    assert list((settings.out_dir / "logs").rglob("events.out.tfevents.*"))  # TensorBoard, offline
+
+
+def test_a_saved_checkpoint_reloads_to_identical_logits(run):
+    _, result, data, _ = run
+    for name in ("config.json", "model.safetensors", "processor_config.json", "tokenizer.json",
+                 "trainer_state.json", "training_state/optimizer.bin"):
+        assert (result.checkpoint / name).is_file(), name
+    _, _, inputs = _batch(result.checkpoint, data)
+    result.model.eval()
+    with torch.no_grad():
+        assert torch.equal(result.model(**inputs).logits, load_model(result.checkpoint)(**inputs).logits)
+
+
+def test_resume_gives_the_same_loss_curve_as_an_uninterrupted_run(run, tmp_path):
+    settings, result, data, model = run
+    # An interrupted run: only the step-3 checkpoint (mid-epoch, mid-warm-up) survived.
+    out = tmp_path / "out"
+    shutil.copytree(settings.out_dir / "checkpoint-000003", out / "checkpoint-000003")
+    resumed = train(_settings(model, [data], out, resume=True))
+    assert resumed.steps == 8
+    assert [e["step"] for e in resumed.log_history] == list(range(1, 9))
+    assert [e["loss"] for e in resumed.log_history] == pytest.approx(
+        [e["loss"] for e in result.log_history], rel=1e-6, abs=1e-7)
+    assert [e["lr"] for e in resumed.log_history] == pytest.approx([e["lr"] for e in result.log_history])
+    with pytest.raises(ResumeError, match="an exact resume needs the same objective"):
+        train(_settings(model, [data], out, resume=True, objective="reinforce"))
+    pairs = zip(result.model.named_parameters(), resumed.model.named_parameters(), strict=True)
+    for (name, a), (_, b) in pairs:
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
+def test_qwen3_vl_reinforce_with_lora_through_the_cli(tmp_path_factory, tmp_path):
+    model = tiny_checkpoint(tmp_path_factory, "qwen3_vl")
+    data = standard_iteration(tmp_path / "iter-0", tasks=2)
+    config = tmp_path / "train.yaml"
+    config.write_text(yaml.safe_dump({"model": str(model), "objective": "reinforce", "max_steps": 5,
+                                      "learning_rate": 0.5, "lora_rank": 4, "log_with": "none"}))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(train_command, [
+        "--config", str(config), "--data", str(data), "--out", str(out), "--lora", "--max-steps", "2",
+        "--gradient-checkpointing", "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    assert "reinforce: 4 trajectories read, 4 kept, 8 steps; trained 2 steps" in result.output
+    ckpt = out / "checkpoint-000002"
+    assert (ckpt / "adapter_config.json").is_file() and (ckpt / "processor_config.json").is_file()
+    from peft import PeftModel
+
+    base = load_model(model)
+    tuned = PeftModel.from_pretrained(load_model(model), ckpt)
+    labels, advantages, inputs = _batch(model, data)
+    with torch.no_grad():
+        assert not torch.allclose(base(**inputs).logits, tuned(**inputs).logits)
+
+
+def test_settings_come_from_yaml_then_flags(tmp_path, monkeypatch):
+    config = tmp_path / "c.yaml"
+    config.write_text("model: m\ndata: [a, b]\nout: o\nlearning-rate: 0.25\nmax_steps: 7\n")
+    settings = TrainSettings.from_sources(config, max_steps=3, lora=None, data=())
+    assert (settings.model, settings.data, settings.learning_rate) == ("m", ["a", "b"], 0.25)
+    assert settings.max_steps == 3
+    config.write_text("modle: m\n")
+    with pytest.raises(SettingsError, match="unknown setting 'modle'"):
+        TrainSettings.from_sources(config)
+    # --data takes several values after one flag, and the flag can repeat.
+    seen = {}
+
+    def fake_train(settings):
+        seen["s"] = settings
+        raise SettingsError("parsed only")
+
+    monkeypatch.setattr("webgym_rl.train.train", fake_train)
+    CliRunner().invoke(train_command, ["--data", "d1", "d2", "--model", "m", "--data", "d3", "--out", "o",
+                                       "--lora-target-modules", "q_proj", "v_proj"])
+    assert seen["s"].data == ["d1", "d2", "d3"] and seen["s"].lora_target_modules == ["q_proj", "v_proj"]
+    help_text = CliRunner().invoke(train_command, ["--help"]).output
+    assert "Example:" in help_text and "--recency-power" in help_text and "(a + 1) ** -power" in help_text
+
+
+@pytest.mark.parametrize("case", ["empty", "reward_free", "missing_column", "no_processor", "no_checkpoint"])
+def test_bad_input_stops_with_one_clear_message_before_training(case, tmp_path_factory, tmp_path):
+    model = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
+    data = tmp_path / "data"
+    args = []
+    if case == "empty":
+        write_shards(data, [])
+        expected = "the trajectory set is empty"
+    elif case == "reward_free":
+        write_shards(data, [episode(task_id="a", reward=None)])
+        expected = "reward-free"
+    elif case == "missing_column":
+        write_shards(data, [episode(task_id="a")], drop_columns=["steps"])
+        expected = "missing column 'steps'"
+    elif case == "no_processor":
+        write_shards(data, [episode(task_id="a")])
+        broken = tmp_path / "ckpt"
+        shutil.copytree(model, broken)
+        for name in ("processor_config.json", "preprocessor_config.json"):
+            (broken / name).unlink(missing_ok=True)
+        model = broken
+        expected = "has no preprocessor_config.json or processor_config.json"
+    else:
+        write_shards(data, [episode(task_id="a")])
+        args = ["--resume"]
+        expected = "no complete checkpoint"
+    out = tmp_path / "out"
+    result = CliRunner().invoke(train_command, ["--model", str(model), "--data", str(data), "--out", str(out),
+                                                "--cache-dir", str(tmp_path / "cache"), *args])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and expected in errors[0], result.output
+    assert "Traceback" not in result.output
+    assert not list(out.glob("checkpoint-*"))

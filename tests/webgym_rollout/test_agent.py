@@ -1,0 +1,181 @@
+"""Agent protocol: the context window, the stored/sent forms of messages, reading replies."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import pytest
+from PIL import Image
+
+from webgym_rollout.actions import ACTIONS, AgentAction, example_action, tool_schema
+from webgym_rollout.agent import (
+    AgentSettings,
+    Observation,
+    Round,
+    build_messages,
+    format_response,
+    image_data_url,
+    inline_images,
+    observation_images,
+    parse_response,
+    strip_think,
+    system_prompt,
+)
+from webgym_rollout.trajectory import expand_messages
+
+
+def png(color: str, size=(64, 48)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+COLORS = ["red", "green", "blue", "yellow", "purple", "orange", "white", "black"]
+
+
+def observation_with_history(n: int, **kwargs) -> Observation:
+    history = tuple(
+        Round(step=j, screenshot=png(COLORS[j]),
+              response=f"<think>secret reasoning {j}</think>Memory: m{j}\nAction: click\n"
+                       + AgentAction("left_click", coordinate=(10 * j, 20 * j)).to_tool_call(),
+              action=AgentAction("left_click", coordinate=(10 * j, 20 * j)),
+              url=f"http://127.0.0.1/p{j}", title=f"Page {j}", page_changed=j % 2 == 0)
+        for j in range(n))
+    return Observation(instruction="Find the cheapest flight", screenshot=png(COLORS[n]), step=n,
+                       url=f"http://127.0.0.1/p{n}", title=f"Page {n}", history=history, **kwargs)
+
+
+def image_steps(messages) -> list[int]:
+    return [part["step"] for m in messages if isinstance(m["content"], list)
+            for part in m["content"] if part.get("type") == "image"]
+
+
+def test_last_four_rounds_in_full_older_ones_as_summaries():
+    obs = observation_with_history(6)
+    messages = build_messages(obs)
+    assert messages[0] == {"role": "system", "content": system_prompt("memory")}
+    # Steps 2..5 in full with their screenshots, then the current screenshot (step 6).
+    assert image_steps(messages) == [2, 3, 4, 5, 6]
+    roles = [m["role"] for m in messages[1:]]
+    assert roles == ["user", "assistant"] * 4 + ["user"]
+    first_user = messages[1]["content"][0]["text"]
+    assert first_user.startswith("Task: Find the cheapest flight")
+    # Older steps 0 and 1: one line each with action, whether the page changed, and the title.
+    assert 'Step 0: left_click [0, 0]; page changed; title "Page 0"' in first_user
+    assert 'Step 1: left_click [10, 20]; page unchanged; title "Page 1"' in first_user
+    assert "Step 2:" not in first_user.split("Earlier steps:")[1].split("\n\n")[0]
+    # Replies in the history lose their <think> block.
+    assistant = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert all("secret reasoning" not in text and text.startswith("Memory: m") for text in assistant)
+    assert "Page 6" in messages[-1]["content"][0]["text"]
+
+
+def test_window_size_is_a_setting_and_short_histories_are_all_full():
+    obs = observation_with_history(6)
+    assert image_steps(build_messages(obs, AgentSettings(full_rounds=1))) == [5, 6]
+    assert image_steps(build_messages(obs, AgentSettings(full_rounds=0))) == [6]
+    first = build_messages(observation_with_history(0))
+    assert image_steps(first) == [0]
+    assert first[1]["content"][0]["text"].startswith("Task: Find the cheapest flight")
+    assert "Earlier steps" not in first[1]["content"][0]["text"]
+    with pytest.raises(ValueError, match="variant"):
+        AgentSettings(variant="chatty")
+
+
+def test_a_failed_action_and_a_parse_error_are_shown_to_the_policy():
+    history = (Round(step=0, screenshot=png("red"), response="gibberish", action=None,
+                     action_error="the reply has no <tool_call> block", title="T0"),)
+    obs = Observation(instruction="x", screenshot=png("blue"), step=1, history=history,
+                      last_action_error="the reply has no <tool_call> block")
+    messages = build_messages(obs, AgentSettings(full_rounds=0))
+    text = messages[-1]["content"][0]["text"]
+    assert "Step 0: no valid action; reply could not be parsed" in text
+    assert "The previous action did not work: the reply has no <tool_call> block" in text
+
+
+def test_stored_messages_use_placeholders_and_sent_messages_inline_data_urls():
+    obs = observation_with_history(5)
+    stored = build_messages(obs)
+    sent = inline_images(stored, observation_images(obs))
+    # The stored form is JSON-serialisable and untouched by inlining.
+    assert "data:" not in json.dumps(stored)
+    urls = [part["image_url"]["url"] for m in sent if isinstance(m["content"], list)
+            for part in m["content"] if part["type"] == "image_url"]
+    assert len(urls) == 5
+    decoded = [base64.b64decode(url.split(",", 1)[1]) for url in urls]
+    assert decoded == [png(COLORS[j]) for j in (1, 2, 3, 4, 5)]
+    assert all(url.startswith("data:image/png;base64,") for url in urls)
+    # trajectory.expand_messages restores the same images from the stored JSON.
+    expanded = expand_messages(json.dumps(stored), lambda j: f"image-{j}")
+    restored = [part["image"] for m in expanded if isinstance(m["content"], list)
+                for part in m["content"] if part.get("type") == "image"]
+    assert restored == [f"image-{j}" for j in (1, 2, 3, 4, 5)]
+
+
+def test_image_type_is_read_from_the_bytes():
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buffer, "JPEG")
+    assert image_data_url(buffer.getvalue()).startswith("data:image/jpeg;base64,")
+    with pytest.raises(ValueError, match="PNG"):
+        image_data_url(b"GIF89a....")
+
+
+@pytest.mark.parametrize("variant", ["memory", "vanilla"])
+@pytest.mark.parametrize("name", [spec.name for spec in ACTIONS])
+def test_formatted_replies_parse_back(variant, name):
+    action = example_action(name)
+    reply = format_response(action, variant=variant, memory="price $120 at UA",
+                            progress="searched", intention="finish")
+    parsed = parse_response(reply, variant)
+    assert parsed.action == action and parsed.error == ""
+    assert parsed.memory == ("price $120 at UA" if variant == "memory" else "")
+    assert parsed.progress == "searched" and parsed.intention == "finish"
+    assert ("Memory:" in reply) == (variant == "memory")
+
+
+def test_sections_span_lines_and_think_is_ignored():
+    reply = ("<think>I could <tool_call>{\"name\": \"computer_use\", "
+             "\"arguments\": {\"action\": \"go_back\"}}</tool_call></think>\n"
+             "**Memory:** flight UA 12, $120\nreturn leg not found yet\n"
+             "Progress: half done\nIntention: scroll\nAction: scroll down\n"
+             '<tool_call>{"name": "computer_use", "arguments": {"action": "scroll", "direction": "down"}}'
+             "</tool_call>")
+    parsed = parse_response(reply)
+    assert parsed.action == AgentAction("scroll", direction="down")
+    assert parsed.memory == "flight UA 12, $120\nreturn leg not found yet"
+    assert parsed.action_text == "scroll down"
+    assert strip_think("reasoning only</think>Action: x") == "Action: x"
+    assert strip_think("Action: x<think>unfinished") == "Action: x"
+
+
+@pytest.mark.parametrize("reply", [
+    "", "Memory: nothing", "<tool_call>{oops", "\x00\ufffd" * 50, "<think>",
+    '<tool_call>{"name": "computer_use", "arguments": {"action": "fly"}}</tool_call>'])
+def test_unparseable_replies_become_a_recorded_error_not_an_exception(reply):
+    parsed = parse_response(reply)
+    assert parsed.action is None
+    assert parsed.error
+
+
+def test_the_system_prompt_is_generated_from_the_action_definitions():
+    for variant in ("memory", "vanilla"):
+        prompt = system_prompt(variant)
+        embedded = prompt.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
+        assert json.loads(embedded) == tool_schema()
+        for spec in ACTIONS:
+            assert f"- {spec.name}(" in prompt
+        assert ("Memory:" in prompt) == (variant == "memory")
+
+
+def test_each_full_round_shows_the_error_of_the_action_before_it():
+    history = (Round(step=0, screenshot=png("red"), response="r0", action=AgentAction("go_back"),
+                     action_error="no page to go back to"),
+               Round(step=1, screenshot=png("green"), response="r1", action=AgentAction("go_back")))
+    obs = Observation(instruction="x", screenshot=png("blue"), step=2, history=history)
+    texts = [m["content"][0]["text"] for m in build_messages(obs) if m["role"] == "user"]
+    assert len(texts) == 3
+    assert "did not work" not in texts[0]
+    assert "The previous action did not work: no page to go back to" in texts[1]
+    assert "did not work" not in texts[2]

@@ -1,0 +1,243 @@
+"""Trajectory shards: atomic writes, manifest, crash-safe resume, load_dataset, card, push."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import datasets
+import pytest
+from click.testing import CliRunner
+
+import webgym_rollout.dataset as dataset_module
+from tests.webgym_rollout.test_agent import png
+from webgym_rollout.actions import AgentAction
+from webgym_rollout.dataset import (
+    DatasetExists,
+    InvalidEpisodeRow,
+    ManifestInvalid,
+    PushRefused,
+    TrajectoryWriter,
+    load_trajectories,
+    new_episode_row,
+    new_step_row,
+    push_command,
+    read_manifest,
+)
+from webgym_rollout.trajectory import trajectory_features
+
+TASK_ROW = {"task_id": "t0", "task_name": "Click the <b>OK</b> button", "website": "miniwob:click-button",
+            "start_url": "http://127.0.0.1/miniwob/click-button.html", "benchmark_name": "miniwob",
+            "difficulty": 1, "difficulty_level": "easy", "environment": "miniwob:click-button", "env_seed": 7,
+            "evaluator_reference": [{"id": "1", "description": "d", "facts": ["OK clicked"]}],
+            "source": {"importer": "x"}, "fact_group_ids": ["1"]}
+COLORS = ["red", "green", "blue", "yellow"]
+
+
+def make_episode(task_id: str, attempt: int = 0, *, n_steps: int = 2, reward: float = 1.0,
+                 split: str = "train", size=(160, 210)) -> dict:
+    steps = []
+    for j in range(n_steps):
+        action = AgentAction("left_click", coordinate=(250, 500)) if j % 2 == 0 else None
+        steps.append(new_step_row(
+            index=j, screenshot=png(COLORS[j % len(COLORS)], size), messages=json.dumps([{"role": "user"}]),
+            response="Memory: m\n" + (action.to_tool_call() if action else "???"),
+            action=action.to_json() if action else "", action_error="" if action else "no <tool_call>",
+            memory=f"memory {j}", url=f"http://127.0.0.1/{j}", title=f"Title {j}",
+            same_as_next=j == 1, latency={"policy_s": 0.1, "execute_s": 0.02, "screenshot_s": 0.03}))
+    return new_episode_row(
+        {**TASK_ROW, "task_id": task_id}, episode_id=f"{task_id}-a{attempt}", attempt=attempt, split=split,
+        policy_model="random", judge_model="programmatic", reward=reward, answer="done",
+        verdicts=[{"criterion": "environment", "passed": reward >= 1, "reason": "raw reward"}], steps=steps)
+
+
+def keys_of(ds) -> list[tuple[str, int]]:
+    return sorted(zip(ds["task_id"], ds["attempt"], strict=True))
+
+
+def test_written_folder_loads_with_load_dataset_and_screenshots_decode(tmp_path):
+    out = tmp_path / "run"
+    with TrajectoryWriter(out, max_shard_episodes=2) as writer:
+        for i in range(3):
+            writer.add(make_episode(f"t{i}", reward=float(i != 1)))
+        writer.add(make_episode("q0", split="test", n_steps=1))
+    manifest = read_manifest(out)
+    assert [s["path"] for s in manifest["shards"]] == [
+        "data/train-00000.parquet", "data/train-00001.parquet", "data/test-00000.parquet"]
+    assert sum(s["num_rows"] for s in manifest["shards"]) == 4
+
+    loaded = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache"))
+    assert set(loaded) == {"train", "test"}
+    train = loaded["train"]
+    assert train.features == trajectory_features()
+    assert sorted(train["episode_id"]) == ["t0-a0", "t1-a0", "t2-a0"]
+    step = train[0]["steps"][0]
+    assert step["screenshot"].size == (160, 210)
+    assert step["screenshot"].getpixel((5, 5)) == (255, 0, 0)
+    assert AgentAction.from_json(step["action"]).coordinate == (250, 500)
+    # Task fields come through; fields trajectories do not store are dropped.
+    assert train[0]["env_seed"] == 7 and train[0]["evaluator_reference"][0]["facts"] == ["OK clicked"]
+    assert load_trajectories(out, "test")["episode_id"] == ["q0-a0"]
+
+    card = (out / "README.md").read_text()
+    assert "configs:" in card
+    shards = "    - data/train-00000.parquet\n    - data/train-00001.parquet\n"
+    assert "- split: train\n    path:\n" + shards in card
+    assert "- split: test\n    path:\n    - data/test-00000.parquet\n" in card
+    assert "| episodes | 4 (test: 1, train: 3) |" in card
+    assert "| success rate (reward 1) | 75.0% |" in card
+    assert "| steps | 7 (mean 1.8 per episode) |" in card
+    assert "`random`" in card and "$" not in card.split("---", 2)[1]
+
+
+def test_a_crashed_run_resumes_with_every_episode_exactly_once(tmp_path):
+    out = tmp_path / "run"
+    wanted = [(f"t{i}", attempt) for i in range(6) for attempt in range(2)]  # 12 episodes
+    writer = TrajectoryWriter(out, max_shard_episodes=3)
+    for task_id, attempt in wanted[:6]:
+        writer.add(make_episode(task_id, attempt))  # two shards written
+    for task_id, attempt in wanted[6:8]:
+        writer.add(make_episode(task_id, attempt))  # buffered only: lost in the crash, must be redone
+    # The crash: a shard was renamed into place but its manifest update never happened, and a
+    # half-written temporary file is left behind. The writer object is simply abandoned.
+    listed_before = (out / "manifest.json").read_text()
+    writer.add(make_episode(*wanted[8]))  # completes shard 3 (episodes 6, 7, 8)
+    (out / "manifest.json").write_text(listed_before)
+    (out / "data" / ".tmp-train-00003.parquet").write_bytes(b"PAR1 half written")
+    del writer
+
+    with pytest.raises(DatasetExists, match="--resume"):
+        TrajectoryWriter(out)
+    with TrajectoryWriter(out, resume=True, max_shard_episodes=3) as resumed:
+        # The unlisted but complete shard is adopted, the temporary file removed.
+        assert not list((out / "data").glob(".tmp-*"))
+        assert resumed.done == set(wanted[:9])
+        todo = [key for key in wanted if not resumed.is_done(*key)]
+        assert todo == wanted[9:]
+        for task_id, attempt in todo:
+            resumed.add(make_episode(task_id, attempt))
+        with pytest.raises(InvalidEpisodeRow, match="already in the dataset"):
+            resumed.add(make_episode(*wanted[0]))
+    ds = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "cache"))
+    assert keys_of(ds) == sorted(wanted)
+    assert keys_of(load_trajectories(out)) == sorted(wanted)
+
+
+def test_an_unlisted_shard_that_repeats_listed_episodes_is_dropped(tmp_path):
+    out = tmp_path / "run"
+    with TrajectoryWriter(out, max_shard_episodes=2) as writer:
+        writer.add(make_episode("a"))
+        writer.add(make_episode("b"))
+    # A stray copy of a listed shard (same episodes) must not duplicate them.
+    shutil.copy(out / "data" / "train-00000.parquet", out / "data" / "train-00007.parquet")
+    with TrajectoryWriter(out, resume=True) as resumed:
+        assert not (out / "data" / "train-00007.parquet").exists()
+        resumed.add(make_episode("c"))
+    ds = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "cache"))
+    assert keys_of(ds) == [("a", 0), ("b", 0), ("c", 0)]
+
+
+def test_bad_rows_are_refused_with_the_episode_and_field(tmp_path):
+    writer = TrajectoryWriter(tmp_path / "run")
+    row = make_episode("t1")
+    del row["reward"]
+    with pytest.raises(InvalidEpisodeRow, match=r"t1-a0.*missing field\(s\) reward"):
+        writer.add(row)
+    with pytest.raises(InvalidEpisodeRow, match="unknown episode field"):
+        new_episode_row(rewards=1.0)
+    bad_step = make_episode("t2")
+    bad_step["steps"][1]["shot"] = b""
+    with pytest.raises(InvalidEpisodeRow, match="t2-a0, step 1"):
+        writer.add(bad_step)
+    with pytest.raises(InvalidEpisodeRow, match="episode_id"):
+        writer.add(make_episode("t3") | {"episode_id": ""})
+
+
+def test_a_broken_manifest_is_reported_by_name(tmp_path):
+    out = tmp_path / "run"
+    with TrajectoryWriter(out) as writer:
+        writer.add(make_episode("a"))
+    (out / "data" / "train-00000.parquet").unlink()
+    with pytest.raises(ManifestInvalid, match="lists data/train-00000.parquet, which is missing"):
+        read_manifest(out)
+    (out / "manifest.json").write_text("{")
+    with pytest.raises(ManifestInvalid, match="manifest.json cannot be read"):
+        TrajectoryWriter(out, resume=True)
+
+
+class FakeHfApi:
+    """Records the calls at the HfApi boundary (uploads cannot be tested against a local Hub)."""
+
+    calls: list = []
+
+    def __init__(self, token=None):
+        FakeHfApi.calls.append(("init", token))
+
+    def create_repo(self, repo_id, **kwargs):
+        FakeHfApi.calls.append(("create_repo", repo_id, kwargs))
+
+    def upload_folder(self, **kwargs):
+        folder = Path(kwargs["folder_path"])
+        # What would be uploaded: files matched by allow_patterns (exact paths here).
+        kwargs["files"] = sorted(p for p in kwargs["allow_patterns"] if (folder / p).is_file())
+        kwargs["card"] = (folder / "README.md").read_text()
+        FakeHfApi.calls.append(("upload_folder", kwargs))
+        return "https://hub.example/commit/1"
+
+
+def test_push_uploads_only_what_the_manifest_lists(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
+    FakeHfApi.calls = []
+    out = tmp_path / "run"
+    with TrajectoryWriter(out, max_shard_episodes=1) as writer:
+        writer.add(make_episode("a"))
+        writer.add(make_episode("b"))
+    (out / "data" / ".tmp-train-00009.parquet").write_bytes(b"junk")
+    result = CliRunner().invoke(push_command, [str(out), "org/trajs", "--private", "--token", "hf_x"])
+    assert result.exit_code == 0, result.output
+    assert "https://hub.example/commit/1" in result.output
+    names = [c[0] for c in FakeHfApi.calls]
+    assert names == ["init", "create_repo", "upload_folder"]
+    assert FakeHfApi.calls[0] == ("init", "hf_x")
+    assert FakeHfApi.calls[1][1] == "org/trajs"
+    assert FakeHfApi.calls[1][2] == {"repo_type": "dataset", "private": True, "exist_ok": True}
+    upload = FakeHfApi.calls[2][1]
+    assert upload["repo_type"] == "dataset" and upload["repo_id"] == "org/trajs"
+    assert upload["files"] == ["README.md", "data/train-00000.parquet", "data/train-00001.parquet",
+                               "manifest.json"]
+    assert 'load_dataset("org/trajs"' in upload["card"]
+
+
+def test_push_refuses_a_folder_that_is_not_a_finished_dataset(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
+    FakeHfApi.calls = []
+    result = CliRunner().invoke(push_command, [str(tmp_path), "org/x"])
+    assert result.exit_code != 0 and "manifest.json does not exist" in result.output
+    TrajectoryWriter(tmp_path / "empty").close()
+    with pytest.raises(PushRefused, match="no finished shards"):
+        dataset_module.push_trajectories(tmp_path / "empty", "org/x")
+    out = tmp_path / "run"
+    with TrajectoryWriter(out) as writer:
+        writer.add(make_episode("a"))
+    with open(out / "data" / "train-00000.parquet", "ab") as handle:
+        handle.write(b"tampered")
+    with pytest.raises(PushRefused, match="sha256"):
+        dataset_module.push_trajectories(out, "org/x")
+    assert FakeHfApi.calls == []
+
+
+def test_load_dataset_sees_episodes_added_by_a_resumed_run(tmp_path):
+    # datasets caches a folder under a hash of its `configs:` patterns; with a glob the second load
+    # would return the cached first version. The card lists the exact shards instead.
+    out, cache = tmp_path / "run", str(tmp_path / "cache")
+    with TrajectoryWriter(out) as writer:
+        writer.add(make_episode("a"))
+    assert datasets.load_dataset(str(out), split="train", cache_dir=cache)["task_id"] == ["a"]
+    with TrajectoryWriter(out, resume=True) as writer:
+        writer.add(make_episode("b"))
+    assert sorted(datasets.load_dataset(str(out), split="train", cache_dir=cache)["task_id"]) == ["a", "b"]

@@ -1,0 +1,364 @@
+"""Tests of `webgym_rollout.runner`: task loading, horizons, the two schedulers, session retries and
+resume after SIGKILL. Browsers, servers and datasets are real; the policies are the real random
+policy, wrapped where a test needs to see the order of calls or to slow one episode down."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from click.testing import CliRunner
+
+from webgym_data.schema import Task, TaskValidationError
+from webgym_rollout.runner import RunSettings, episode_id, horizon_for, load_tasks, run, run_command
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_tasks(path: Path, seeds, task: str = "click-button", attempts_prefix: str = "") -> Path:
+    with path.open("w", encoding="utf-8") as handle:
+        for seed in seeds:
+            handle.write(json.dumps({
+                "task_id": f"{attempts_prefix}{task}-{seed}", "task_name": f"MiniWoB {task}",
+                "website": f"miniwob:{task}", "benchmark_name": "miniwob",
+                "environment": f"miniwob:{task}", "env_seed": seed}) + "\n")
+    return path
+
+
+def _settings(tmp_path: Path, **overrides) -> RunSettings:
+    values = dict(tasks=tmp_path / "tasks.jsonl", servers=("http://127.0.0.1:1",), out=tmp_path / "out",
+                  viewport=(320, 240), progress=False)
+    values.update(overrides)
+    return RunSettings(**values)
+
+
+# ------------------------------------------------------------------------------ no browser needed
+
+def test_load_tasks_from_jsonl_and_task_folder(tmp_path):
+    import datasets
+
+    from webgym_data.schema import task_features
+
+    write_tasks(tmp_path / "tasks.jsonl", range(3))
+    tasks = load_tasks(tmp_path / "tasks.jsonl")
+    assert [t.task_id for t in tasks] == ["click-button-0", "click-button-1", "click-button-2"]
+    assert tasks[2].env_seed == 2 and tasks[0].environment == "miniwob:click-button"
+    assert len(load_tasks(tmp_path / "tasks.jsonl", limit=2)) == 2
+
+    # the layout `webgym-data build` writes: data/<split>-*.parquet
+    folder = tmp_path / "taskset"
+    (folder / "data").mkdir(parents=True)
+    for split, names in (("train", ["Find a red shoe", "Buy milk"]), ("test", ["Book a flight"])):
+        rows = [Task.from_row({"task_name": n, "website": "shop.example", "benchmark_name": "demo"}).to_row()
+                for n in names]
+        datasets.Dataset.from_list(rows, features=task_features()).to_parquet(
+            str(folder / "data" / f"{split}-00000.parquet"))
+    assert [t.task_name for t in load_tasks(folder)] == ["Find a red shoe", "Buy milk"]
+    assert [t.task_name for t in load_tasks(folder, split="test")] == ["Book a flight"]
+
+
+def test_bad_task_input_names_file_row_and_field(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task_name": "a", "website": "x.org"}\n{not json\n', encoding="utf-8")
+    with pytest.raises(TaskValidationError, match=r"bad\.jsonl, row 1: invalid JSON"):
+        load_tasks(bad)
+    bad.write_text('{"task_name": "a", "website": "x.org"}\n{"task_name": "", "website": "x.org"}\n')
+    with pytest.raises(TaskValidationError, match=r"bad\.jsonl, row 1, field 'task_name'"):
+        load_tasks(bad)
+    dup = write_tasks(tmp_path / "dup.jsonl", [1, 1])
+    with pytest.raises(TaskValidationError, match=r"row 1, field 'task_id': duplicate task_id"):
+        load_tasks(dup)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TaskValidationError, match="empty: holds no 'train' task shards"):
+        load_tasks(tmp_path / "empty")
+
+
+def test_horizon_per_split_and_difficulty(tmp_path):
+    def task(facts: int, environment: str = "web") -> Task:
+        facts_ = [f"fact {i}" for i in range(facts)]
+        groups = [{"id": "1", "description": "d", "facts": facts_}] if facts else []
+        return Task.from_row({"task_name": "t", "website": "a.org", "evaluator_reference": groups,
+                              "environment": environment})
+
+    train, test = _settings(tmp_path), _settings(tmp_path, split="test", miniwob_horizon=4)
+    assert [horizon_for(task(n), train) for n in (1, 5, 9)] == [10, 20, 30]
+    assert [horizon_for(task(n), test) for n in (2, 6, 7)] == [30, 50, 70]
+    assert horizon_for(task(0), train) == 10  # no rubric: easy
+    assert horizon_for(task(3, "miniwob:click-button"), test) == 4
+
+
+def test_settings_refuse_incomplete_endpoints(tmp_path):
+    with pytest.raises(ValueError, match="policy_base_url"):
+        _settings(tmp_path, policy="openai")
+    with pytest.raises(ValueError, match="judge_base_url"):
+        _settings(tmp_path, judge="rubric", judge_model="m")
+    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+        _settings(tmp_path, concurrency=0)
+    assert episode_id("t", 0, 0) == episode_id("t", 0, 0) != episode_id("t", 1, 0) != episode_id("t", 0, 1)
+
+
+def test_cli_help_and_clear_errors(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(run_command, ["--help"])
+    assert result.exit_code == 0 and "Example:" in result.output and "--resume" in result.output
+    write_tasks(tmp_path / "tasks.jsonl", range(2))
+    base = ["--tasks", str(tmp_path / "tasks.jsonl"), "--server", "http://127.0.0.1:1", "--out",
+            str(tmp_path / "out"), "--no-progress"]
+    result = runner.invoke(run_command, [*base, "--policy", "openai"])
+    assert result.exit_code == 2 and "--policy-base-url" in result.output
+    result = runner.invoke(run_command, base)  # MiniWoB tasks without a site server
+    assert result.exit_code == 1 and "--sites-url" in result.output
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "manifest.json").write_text('{"shards": []}')
+    result = runner.invoke(run_command, [*base, "--sites-url", "http://127.0.0.1:2"])
+    assert result.exit_code == 1 and "already holds a trajectory run" in result.output
+    assert "--resume" in result.output
+
+
+# --------------------------------------------------------------------------------- real browsers
+
+@pytest.fixture(scope="module")
+def sites_url():
+    from webgym_rollout.sites import SiteServer
+
+    with SiteServer() as sites:
+        yield sites.base_url
+
+
+def _start_server(chromium_path: str, **pool):
+    from webgym_rollout.browser import PoolSettings
+    from webgym_rollout.server import ServerSettings, running_server
+
+    settings = PoolSettings(executable_path=chromium_path, browsers=1, allow_hosts=("127.0.0.1",), **pool)
+    return running_server(ServerSettings(host="127.0.0.1", port=0, pool=settings))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def browser_url(chromium_path):
+    async with _start_server(chromium_path, contexts_per_browser=6) as (url, _):
+        yield url
+
+
+class ProbePolicy:
+    """The random policy, recording the order of calls; `slow` episodes wait and scroll each step."""
+
+    def __init__(self, slow: dict[str, float] | None = None, *, seed: int = 0):
+        from webgym_rollout.policy import RandomPolicy, RandomPolicySettings
+
+        self.inner = RandomPolicy(RandomPolicySettings(seed=seed))
+        self.model_id = "probe"
+        self.slow = slow or {}
+        self.calls: list[tuple[str, int]] = []
+
+    async def act(self, observation):
+        self.calls.append((observation.episode_id, observation.step))
+        delay = self.slow.get(observation.episode_id)
+        if delay is not None:
+            await asyncio.sleep(delay)
+            # no elements, no words: the random policy scrolls, so this episode runs to its horizon
+            observation = dataclasses.replace(observation, elements=(), instruction="")
+        return await self.inner.act(observation)
+
+
+def _rows(out: Path) -> list[dict]:
+    from webgym_rollout.dataset import load_trajectories
+
+    return list(load_trajectories(out))
+
+
+@pytest.mark.browser
+async def test_async_mode_has_no_barrier_and_sync_mode_is_lockstep(tmp_path, sites_url, browser_url):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", range(6))
+    ids = [episode_id(f"click-button-{s}", 0, 0) for s in range(6)]
+    results = {}
+    for mode in ("async", "sync"):
+        probe = ProbePolicy({ids[0]: 1.2})  # the first task's episode is slow and runs 4 steps
+        settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), out=tmp_path / mode, mode=mode,
+                             sites_url=sites_url, concurrency=3, batch_size=3, miniwob_horizon=4)
+        report = await run(settings, policy=probe, needs_elements=True)
+        assert report.episodes == 6 and not report.errors
+        rows = _rows(tmp_path / mode)
+        assert sorted(r["task_id"] for r in rows) == sorted(f"click-button-{s}" for s in range(6))
+        assert sum(r["num_steps"] for r in rows) == len(probe.calls) == report.steps
+        results[mode] = probe.calls
+    slow_last = max(i for i, (ep, _) in enumerate(results["async"]) if ep == ids[0])
+    later = [i for i, (ep, _) in enumerate(results["async"]) if ep in ids[3:]]
+    # async: tasks beyond the first three start (and finish) while the slow episode is still running
+    assert later and min(later) < slow_last
+    # sync: every call of the second batch comes after the whole first batch, steps in lockstep
+    calls = results["sync"]
+    order = [(ids.index(ep) // 3, step) for ep, step in calls]
+    assert order == sorted(order)
+    assert max(i for i, (ep, _) in enumerate(calls) if ep == ids[0]) < min(
+        i for i, (ep, _) in enumerate(calls) if ep in ids[3:])
+
+
+@pytest.mark.browser
+async def test_judging_runs_after_the_session_closes_and_overlaps_the_next_episode(tmp_path, sites_url,
+                                                                                    browser_url):
+    from webgym_rollout.client import BrowserClient
+    from webgym_rollout.judge import ProgrammaticJudge
+
+    events: list[tuple[str, str]] = []
+
+    class SlowJudge(ProgrammaticJudge):
+        """Judges in finishing order (concurrency 1: episode order), slowly, noting open sessions."""
+
+        count = 0
+
+        async def score(self, request):
+            number, self.count = str(self.count), self.count + 1
+            events.append(("judge", number))
+            async with BrowserClient(browser_url) as client:
+                (health,) = await client.health()
+            events.append(("sessions", str(health.active_sessions)))
+            await asyncio.sleep(1.0)
+            events.append(("judged", number))
+            return await super().score(request)
+
+    class RecordingProbe(ProbePolicy):
+        async def act(self, observation):
+            events.append(("act", observation.episode_id))
+            return await super().act(observation)
+
+    probe = RecordingProbe()
+    tasks = write_tasks(tmp_path / "tasks.jsonl", range(2))
+    settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), sites_url=sites_url, concurrency=1,
+                         miniwob_horizon=2)
+    report = await run(settings, policy=probe, judge=SlowJudge(), needs_elements=True)
+    assert report.episodes == 2
+    second = episode_id("click-button-1", 0, 0)
+    # the last episode had closed its session before it was judged (nothing else was running)
+    assert events[events.index(("judge", "1")) + 1] == ("sessions", "0")
+    # and the next episode played while the first one was being judged
+    start, end = events.index(("judge", "0")), events.index(("judged", "0"))
+    assert ("act", second) in events[start:end]
+
+
+@pytest.mark.browser
+async def test_lost_session_is_retried_on_a_fresh_one_then_recorded(tmp_path, sites_url, chromium_path):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [5])
+    target = episode_id("click-button-5", 0, 0)
+
+    class ExpiringPolicy(ProbePolicy):
+        """Thinks longer than the server's idle timeout on the first call of the first try."""
+
+        async def act(self, observation):
+            if not self.calls:
+                self.calls.append((observation.episode_id, observation.step))
+                await asyncio.sleep(4.0)
+                return await self.inner.act(observation)
+            return await super().act(observation)
+
+    async with _start_server(chromium_path, contexts_per_browser=2, idle_timeout_s=2.0) as (url, _):
+        for retries, out in ((1, tmp_path / "retried"), (0, tmp_path / "failed")):
+            policy = ExpiringPolicy()
+            settings = _settings(tmp_path, tasks=tasks, servers=(url,), out=out, sites_url=sites_url,
+                                 session_retries=retries, miniwob_horizon=3)
+            report = await run(settings, policy=policy, needs_elements=True)
+            (row,) = _rows(out)
+            assert row["episode_id"] == target
+            if retries:
+                assert report.session_retries == 1 and not report.errors
+                assert row["status"] in ("ok", "timeout")
+                # the failed try left nothing behind: steps restart at 0 and are contiguous
+                assert [s["index"] for s in row["steps"]] == list(range(row["num_steps"]))
+                assert policy.calls[0][1] == 0 and policy.calls[1][1] == 0
+            else:
+                assert report.errors == {"session_not_found": 1}
+                assert row["status"] == "error:session_not_found" and row["reward"] == 0.0
+                assert row["verdicts"] == []
+
+
+@pytest.mark.browser
+async def test_refused_start_url_is_recorded_without_retries(tmp_path, browser_url):
+    # 127.0.0.2 is loopback but not allowlisted: the URL guard refuses it before any packet is sent
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(
+        {"task_id": "refused", "task_name": "Open the page", "website": "http://127.0.0.2:9/"}) + "\n")
+    report = await run(_settings(tmp_path, servers=(browser_url,), session_retries=2))
+    (row,) = _rows(tmp_path / "out")
+    assert row["status"] == "error:navigation_refused" and row["num_steps"] == 0
+    assert report.errors == {"navigation_refused": 1} and report.session_retries == 0
+
+
+@pytest.mark.browser
+async def test_resume_after_sigkill_has_every_episode_exactly_once(tmp_path, sites_url, browser_url):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", range(10))
+    out = tmp_path / "out"
+    command = [sys.executable, "-c", "from webgym_rollout.cli import main; main()", "run",
+               "--tasks", str(tasks), "--server", browser_url, "--sites-url", sites_url, "--out", str(out),
+               "--attempts", "2", "--concurrency", "2", "--shard-episodes", "1", "--miniwob-horizon", "4",
+               "--viewport", "320x240", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    first = await asyncio.create_subprocess_exec(*command, env=env, stdout=asyncio.subprocess.PIPE,
+                                                 stderr=asyncio.subprocess.STDOUT)
+    manifest = out / "manifest.json"
+    listed = 0
+    try:
+        async with asyncio.timeout(120):
+            while listed < 1:
+                if first.returncode is not None:
+                    pytest.fail(f"the run ended before it was killed: {(await first.stdout.read()).decode()}")
+                await asyncio.sleep(0.05)
+                if manifest.exists():
+                    try:
+                        listed = sum(len(s["episodes"]) for s in json.loads(manifest.read_text())["shards"])
+                    except (json.JSONDecodeError, KeyError):
+                        continue  # never partial (atomic rename), but be safe
+    finally:
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+    assert first.returncode == -signal.SIGKILL
+    killed_at = sum(len(s["episodes"]) for s in json.loads(manifest.read_text())["shards"])
+    assert 1 <= killed_at < 20, "the kill must land mid-run"
+
+    second = await asyncio.create_subprocess_exec(*command, "--resume", env=env,
+                                                  stdout=asyncio.subprocess.PIPE,
+                                                  stderr=asyncio.subprocess.STDOUT)
+    output = (await second.communicate())[0].decode()
+    assert second.returncode == 0, output
+    skipped = int(re.search(r"\((\d+) already done\)", output).group(1))
+    assert killed_at <= skipped < 20  # a shard renamed just before the kill is adopted, not redone
+    rows = _rows(out)
+    keys = sorted((r["task_id"], r["attempt"]) for r in rows)
+    assert keys == sorted((f"click-button-{s}", a) for s in range(10) for a in range(2))
+    assert len({r["episode_id"] for r in rows}) == 20
+
+
+@pytest.mark.browser
+async def test_agent_mistakes_are_data_and_answer_ends_the_episode(tmp_path, sites_url, browser_url,
+                                                                   scripted_openai):
+    from webgym_rollout.actions import AgentAction
+    from webgym_rollout.agent import format_response
+
+    replies = [
+        "I am not sure.",  # no tool call: a parse error, a no-op step
+        format_response(AgentAction(name="navigate", url="http://127.0.0.2:9/")),  # refused by the guard
+        format_response(AgentAction(name="left_click", coordinate=(500, 500)), memory="clicked"),
+        format_response(AgentAction(name="answer", text="The page says hello"), memory="done"),
+    ]
+    llm = scripted_openai(replies, model="scripted")
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(
+        {"task_id": "form", "task_name": "Read the form page", "website": f"{sites_url}/sandbox/form.html",
+         "benchmark_name": "sandbox", "difficulty": 2}) + "\n")
+    report = await run(_settings(tmp_path, servers=(browser_url,), policy="openai",
+                                 policy_base_url=llm.base_url, policy_model="scripted"))
+    (row,) = _rows(tmp_path / "out")
+    assert row["status"] == "ok" and row["answer"] == "The page says hello"
+    assert row["num_steps"] == 4 == len(llm.requests) == report.steps
+    unparsed, refused, click, answer = row["steps"]
+    assert unparsed["action"] == "" and "no <tool_call>" in unparsed["action_error"]
+    assert json.loads(refused["action"])["action"] == "navigate" and "127.0.0.2" in refused["action_error"]
+    assert click["action_error"] == "" and click["memory"] == "clicked"
+    assert answer["memory"] == "done" and not answer["same_as_next"]
+    # the screenshots travelled inline to the policy, never as paths
+    assert all("data:image/png;base64," in json.dumps(r["messages"]) for r in llm.requests)
+    assert row["reward"] == 0.0 and report.parse_errors == 1  # the programmatic judge: no env reward

@@ -1,0 +1,263 @@
+"""The HTTP API end to end: MiniWoB through the server, token, bind check, metrics, idle expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import psutil
+import pytest
+import pytest_asyncio
+from click.testing import CliRunner
+
+from tests.conftest import free_port
+from webgym_rollout.browser import PoolSettings, process_tree_pss_mib
+from webgym_rollout.client import BrowserAction, BrowserClient
+from webgym_rollout.errors import NavigationRefused, ServerBusy, SessionNotFound, Unauthorized
+from webgym_rollout.server import ServerSettings, check_bind, running_server, serve_command
+from webgym_rollout.sites import SiteServer, miniwob_task_url
+
+
+@pytest.fixture(scope="module")
+def sites() -> Iterator[SiteServer]:
+    with SiteServer() as server:
+        yield server
+
+
+def _settings(chromium_path: str, **pool) -> ServerSettings:
+    base = dict(
+        executable_path=chromium_path,
+        browsers=2,
+        contexts_per_browser=4,
+        allow_hosts=("127.0.0.1",),
+        navigate_timeout_s=5.0,
+        action_timeout_s=5.0,
+    )
+    base.update(pool)
+    return ServerSettings(host="127.0.0.1", port=0, pool=PoolSettings(**base))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def server(chromium_path):
+    async with running_server(_settings(chromium_path)) as (url, pool):
+        yield url, pool
+
+
+def test_bind_check_refuses_public_address_without_token():
+    for host in ("0.0.0.0", "192.168.1.10", "::", "example.org"):
+        with pytest.raises(ValueError, match="--token"):
+            check_bind(host, None)
+        check_bind(host, "secret")
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        check_bind(host, None)
+
+
+def test_serve_command_refuses_public_bind_without_token():
+    result = CliRunner().invoke(
+        serve_command, ["--host", "0.0.0.0", "--port", "1"], env={"WEBGYM_BROWSER_TOKEN": ""}
+    )
+    assert result.exit_code != 0 and "--token" in result.output
+
+
+def test_serve_help_has_example():
+    result = CliRunner().invoke(serve_command, ["--help"])
+    assert result.exit_code == 0 and "Example:" in result.output
+
+
+async def _centre_of_button(session, text: str) -> tuple[float, float]:
+    info = await session.page_info(elements=True)
+    buttons = [e for e in info.elements if e.tag == "button" and e.text == text]
+    assert buttons, f"no button {text!r} in {info.elements}"
+    b = buttons[0]
+    return b.x + b.width / 2, b.y + b.height / 2
+
+
+@pytest.mark.browser
+async def test_miniwob_click_button_through_http(server, sites):
+    url, _ = server
+    task_url = miniwob_task_url(sites.base_url, "click-button")
+    async with BrowserClient(url) as client:
+        session = await client.create_session(task_url, environment="miniwob:click-button", seed=7)
+        assert session.environment == "miniwob:click-button"
+        state = await session.env_state()
+        assert state.utterance.startswith("Click on the") and not state.done
+        target = state.utterance.split('"')[1]
+        shot = await session.screenshot()
+        assert (shot.width, shot.height) == (160, 210)  # cropped to the task area
+        result = await session.execute(BrowserAction.click(*await _centre_of_button(session, target)))
+        assert result.ok
+        state = await session.env_state()
+        assert state.done and state.raw_reward == 1.0 and 0 < state.reward <= 1.0
+
+        again = await client.create_session(task_url, environment="miniwob:click-button", seed=7)
+        assert (await again.env_state()).utterance == f'Click on the "{target}" button.'
+        for s in (session, again):
+            await s.close()
+        await session.close()  # closing twice is fine
+
+
+@pytest.mark.browser
+async def test_wrong_click_gives_negative_raw_reward(server, sites):
+    url, _ = server
+    task_url = miniwob_task_url(sites.base_url, "click-button")
+    async with BrowserClient(url) as client:
+        for seed in range(20):  # find a seed whose page shows a wrong button to click
+            session = await client.create_session(task_url, environment="miniwob:click-button", seed=seed)
+            target = (await session.env_state()).utterance.split('"')[1]
+            info = await session.page_info(elements=True)
+            wrong = [e for e in info.elements if e.tag == "button" and e.text != target]
+            if wrong:
+                w = wrong[0]
+                await session.execute(BrowserAction.click(w.x + w.width / 2, w.y + w.height / 2))
+                state = await session.env_state()
+                await session.close()
+                assert state.done and state.raw_reward == -1.0
+                return
+            await session.close()
+    pytest.fail("no seed in 0..19 shows a wrong button")
+
+
+@pytest.mark.browser
+async def test_refusals_errors_and_metrics(server, sites):
+    url, _ = server
+    async with BrowserClient(url) as client:
+        for bad in ("file:///etc/passwd", "http://169.254.169.254/", "http://127.0.0.2:9/"):
+            with pytest.raises(NavigationRefused) as caught:
+                await client.create_session(bad)
+            assert caught.value.url == bad and bad in str(caught.value)
+        session = await client.create_session(f"{sites.base_url}/sandbox/form.html")
+        with pytest.raises(NavigationRefused):
+            await session.navigate("http://10.1.2.3/admin")
+        state = await session.navigate(f"{sites.base_url}/sandbox/next.html")
+        assert state.title == "Sandbox next" and state.error == ""
+        await session.close()
+        with pytest.raises(SessionNotFound):
+            await session.screenshot()
+        health = (await client.health())[0]
+        assert health.url == url and health.max_sessions == 8 and health.browsers == 2
+    async with httpx.AsyncClient() as http:
+        bad_action = await http.post(f"{url}/sessions/x/execute", json={"kind": "click", "x": 1})
+        assert bad_action.status_code == 422 and bad_action.json()["error"] == "invalid_request"
+        metrics = (await http.get(f"{url}/metrics")).text
+        info = (await http.get(f"{url}/info")).json()
+    assert 'webgym_queue_depth{op="screenshot"}' in metrics
+    assert 'webgym_op_latency_seconds{op="navigate",quantile="0.95"}' in metrics
+    assert 'webgym_errors_total{kind="navigation_refused"}' in metrics
+    assert 'webgym_errors_total{kind="session_not_found"}' in metrics
+    assert "webgym_active_sessions" in metrics and "webgym_browser_restarts_total" in metrics
+    assert info["allow_hosts"] == ["127.0.0.1"]
+
+
+@pytest.mark.browser
+async def test_token_required_on_every_request(chromium_path, sites):
+    settings = _settings(chromium_path, browsers=1)
+    settings.token = "s3cret"
+    async with running_server(settings) as (url, _):
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(f"{url}/health")).status_code == 401
+            assert (
+                await http.get(f"{url}/metrics", headers={"Authorization": "Bearer nope"})
+            ).status_code == 401
+        async with BrowserClient(url) as anonymous:
+            with pytest.raises(Unauthorized):
+                await anonymous.create_session(f"{sites.base_url}/sandbox/form.html")
+        async with BrowserClient(url, token="s3cret") as client:
+            session = await client.create_session(f"{sites.base_url}/sandbox/form.html")
+            assert (await session.page_info()).title == "Sandbox form"
+            await session.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+async def test_abandoned_sessions_expire_and_memory_returns(chromium_path, sites):
+    """200 sessions opened and never closed: idle expiry frees them; browsers recycle; memory settles."""
+    settings = _settings(
+        chromium_path, browsers=2, contexts_per_browser=12, idle_timeout_s=1.0, recycle_after_sessions=60
+    )
+    form = f"{sites.base_url}/sandbox/form.html"
+    async with running_server(settings) as (url, pool), BrowserClient(url, retries=0) as client:
+        warm = await client.create_session(form)
+        await warm.screenshot()
+        await warm.close()
+        baseline = sum(process_tree_pss_mib(pid) for pid in pool.browser_pids())
+
+        opened = 0
+
+        async def open_and_abandon() -> None:
+            nonlocal opened
+            while True:
+                try:
+                    session = await client.create_session(form)
+                    break
+                except ServerBusy:  # every slot taken by abandoned sessions: wait for expiry
+                    await asyncio.sleep(0.2)
+            await session.screenshot(format="jpeg")
+            opened += 1
+
+        queue = list(range(200))
+
+        async def worker() -> None:
+            while queue:
+                queue.pop()
+                await open_and_abandon()
+
+        await asyncio.gather(*(worker() for _ in range(6)))
+        assert opened == 200 and pool.sessions_created >= 201
+        for _ in range(100):
+            if pool.active_sessions == 0 and len(pool._browsers) == settings.pool.browsers:
+                break
+            await asyncio.sleep(0.1)
+        assert pool.active_sessions == 0 and pool.sessions_expired >= 200
+        assert pool.browser_restarts >= 2  # recycled after 60 sessions each
+        after = sum(process_tree_pss_mib(pid) for pid in pool.browser_pids())
+        print(f"browsers' PSS: {baseline:.0f} MiB before, {after:.0f} MiB after 200 abandoned sessions")
+        assert after < baseline + 150, f"PSS {after:.0f} MiB vs baseline {baseline:.0f} MiB"
+        assert (await client.health())[0].active_sessions == 0
+
+
+@pytest.mark.browser
+def test_serve_command_starts_and_shuts_down_its_browsers(tmp_path):
+    """The real ``webgym-rollout serve`` process: healthy, then SIGTERM closes every browser."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from webgym_rollout.cli import main; main()",
+            "serve",
+            "--port",
+            str(port),
+            "--browsers",
+            "1",
+            "--contexts-per-browser",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        for _ in range(300):
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1, trust_env=False)
+                if health.status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        assert health.json()["browsers"] == 1
+        browsers = [
+            p
+            for p in psutil.Process(proc.pid).children(recursive=True)
+            if "chromium" in p.name() or "headless" in p.name()
+        ]
+        assert browsers
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal: exit status 0 or -SIGTERM.
+        assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
+        assert b"Traceback" not in proc.stderr.read()
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in browsers)

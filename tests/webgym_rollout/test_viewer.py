@@ -1,0 +1,74 @@
+"""The HTML report renders in a real headless Chromium: episodes, steps, images, click marks, verdicts."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from tests.webgym_rollout.test_dataset import make_episode
+from webgym_rollout.dataset import TrajectoryWriter
+from webgym_rollout.viewer import render_report, view_command
+
+
+def write_run(out):
+    with TrajectoryWriter(out, max_shard_episodes=1) as writer:
+        writer.add(make_episode("t0", n_steps=3, reward=1.0, size=(200, 100)))
+        bad = make_episode("t1", n_steps=2, reward=0.0, size=(200, 100))
+        bad["task_name"] = "<script>window.hacked = true</script> find it"
+        bad["verdicts"] = [{"criterion": "answer_grounded", "passed": False,
+                            "reason": "claims $80, not shown"}]
+        writer.add(bad)
+
+
+@pytest.mark.browser
+async def test_the_report_renders_in_chromium(tmp_path, chromium, serve_folder):
+    out = tmp_path / "run"
+    write_run(out)
+    report = render_report(out)
+    assert report == out / "report.html"
+    base = serve_folder(out)
+    context = await chromium.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page = await context.new_page()
+        await page.goto(f"{base}/report.html")
+        await page.wait_for_load_state("load")
+        assert await page.locator("section.episode").count() == 2
+        assert await page.locator("section.episode").nth(0).locator(".step").count() == 3
+        assert await page.locator("section.episode").nth(1).locator(".step").count() == 2
+        # Every screenshot really loaded (decoded, with its pixel size).
+        sizes = await page.eval_on_selector_all(
+            "img", "imgs => imgs.map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
+        assert len(sizes) == 5 and all(s == [True, 200, 100] for s in sizes)
+        # The click point [250, 500] on the grid sits at 25% / 50% of the displayed screenshot.
+        shot = page.locator("section.episode").nth(0).locator(".step").nth(0).locator(".shot")
+        box = await shot.locator("img").bounding_box()
+        mark = await shot.locator(".click").bounding_box()
+        centre = (mark["x"] + mark["width"] / 2, mark["y"] + mark["height"] / 2)
+        assert abs(centre[0] - (box["x"] + 0.25 * box["width"])) <= 3
+        assert abs(centre[1] - (box["y"] + 0.5 * box["height"])) <= 3
+        # A step whose reply did not parse shows the error and no click mark.
+        second = page.locator("section.episode").nth(0).locator(".step").nth(1)
+        assert await second.locator(".click").count() == 0
+        assert "no <tool_call>" in await second.locator(".error").inner_text()
+        assert "memory 0" in await page.locator(".memory").first.inner_text()
+        # Verdicts, and text from the data shown as text, never run as script.
+        failed = page.locator("section.episode").nth(1).locator(".verdict.fail")
+        assert "claims $80, not shown" in await failed.inner_text()
+        assert await page.evaluate("window.hacked === undefined")
+        assert "<script>" in await page.locator("section.episode").nth(1).locator("h2").inner_text()
+        assert "50.0%" in await page.locator(".summary").inner_text()
+    finally:
+        await context.close()
+
+
+def test_view_command_writes_the_report_where_asked(tmp_path):
+    out = tmp_path / "run"
+    write_run(out)
+    target = tmp_path / "elsewhere" / "r.html"
+    result = CliRunner().invoke(view_command, [str(out), "--html", str(target), "--limit", "1"])
+    assert result.exit_code == 0, result.output
+    text = target.read_text()
+    assert text.count("class='episode'") == 1
+    assert len(list((tmp_path / "elsewhere" / "r_files").iterdir())) == 3
+    missing = CliRunner().invoke(view_command, [str(tmp_path)])
+    assert missing.exit_code != 0 and "manifest.json does not exist" in missing.output

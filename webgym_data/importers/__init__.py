@@ -1,0 +1,293 @@
+"""Seed importers: turn each seed task set (a local file or folder, or a Hub dataset) into `Task` rows.
+
+One module per seed, registered by name::
+
+    name             benchmark_name   default path in a seeds folder           Hub dataset id
+    insta_v3         insta-v3         insta_v3/ (*.parquet)                    data-for-agents/insta-150k-v3
+    pae_webvoyager   pae-webvoyager   pae_webvoyager/ (*.jsonl)                yifeizhou/pae-data
+    agentsynth_web   agentsynth-web   agentsynth_web/ (2 jsonl files)          sunblaze-ucb/AgentSynth
+    browsecomp       browsecomp       browsecomp/browse_comp_test_set.csv      -
+    travelplanner    travelplanner    travelplanner/ (*_queries.jsonl)         osunlp/TravelPlanner
+    mind2web_live    mind2web-live    mind2web_live/ (*.json)                  iMeanAI/Mind2Web-Live
+    online_mind2web  online-mind2web  online_mind2web/Online_Mind2Web.json     osunlp/Online-Mind2Web
+    deepshop         deepshop         deepshop/deepshop.jsonl                  DeepShop/DeepShop
+    mind2web2        mind2web-2       mind2web2/dev_set_tasks.jsonl (+ trees)  osunlp/Mind2Web-2
+    gaia_web         gaia-web         gaia_web/GAIA_web.jsonl                  -
+    webvoyager       webvoyager       (explicit path) WebVoyager_data.jsonl + reference_answer.json
+    generic          generic          (explicit path) JSONL/JSON/CSV/parquet with a column mapping
+    miniwob          miniwob          (explicit path) rows of MiniWoB++ task + seed(s)  -
+
+``import_seed(name, source)`` reads a local path, or, when `source` is not a local path and looks
+like ``org/name``, loads that Hub dataset with ``datasets.load_dataset`` (online only).
+
+Exceptions::
+
+    WebgymDataError
+     ├── TaskValidationError   a malformed row (names file, row and field)
+     ├── UnknownImporterError  lists the known importer names
+     ├── SeedNotFoundError     (also a FileNotFoundError) names the missing path
+     ├── HubImportError        a Hub dataset could not be loaded (offline, gated, missing)
+     └── MappingError          a generic-importer mapping names no task field
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import click
+
+from webgym_data.importers._base import ImportResult, SeedImporter, SeedNotFoundError
+from webgym_data.importers.agentsynth_web import AgentSynthWebImporter
+from webgym_data.importers.browsecomp import BrowseCompImporter
+from webgym_data.importers.deepshop import DeepShopImporter
+from webgym_data.importers.gaia_web import GaiaWebImporter
+from webgym_data.importers.generic import GenericImporter, MappingError
+from webgym_data.importers.insta_v3 import InstaV3Importer
+from webgym_data.importers.mind2web2 import Mind2Web2Importer
+from webgym_data.importers.mind2web_live import Mind2WebLiveImporter
+from webgym_data.importers.miniwob import MiniWobImporter
+from webgym_data.importers.online_mind2web import OnlineMind2WebImporter
+from webgym_data.importers.pae_webvoyager import PaeWebVoyagerImporter
+from webgym_data.importers.travelplanner import TravelPlannerImporter
+from webgym_data.importers.webvoyager import WebVoyagerImporter
+from webgym_data.schema import WebgymDataError
+
+__all__ = [
+    "SEED_IMPORTERS",
+    "HubImportError",
+    "ImportResult",
+    "ImportSettings",
+    "Importer",
+    "MappingError",
+    "SeedNotFoundError",
+    "UnknownImporterError",
+    "available_importers",
+    "discover_seeds",
+    "get_importer",
+    "import_command",
+    "import_seed",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Importer(Protocol):
+    """What every registered importer offers (see the table in the module docstring)."""
+
+    name: str
+    benchmark_name: str
+    hub_id: str | None
+    default_paths: tuple[str, ...]
+
+    def read(self, path: Path) -> ImportResult: ...
+
+
+class UnknownImporterError(WebgymDataError, KeyError):
+    """No importer is registered under that name."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class HubImportError(WebgymDataError):
+    """A Hub dataset id could not be loaded (offline, gated, missing, or not in the expected format)."""
+
+
+_REGISTRY: dict[str, SeedImporter] = {importer.name: importer for importer in (
+    InstaV3Importer(), PaeWebVoyagerImporter(), AgentSynthWebImporter(), BrowseCompImporter(),
+    TravelPlannerImporter(), Mind2WebLiveImporter(), OnlineMind2WebImporter(), DeepShopImporter(),
+    Mind2Web2Importer(), GaiaWebImporter(), WebVoyagerImporter(), GenericImporter(), MiniWobImporter(),
+)}
+
+SEED_IMPORTERS = ("insta_v3", "pae_webvoyager", "agentsynth_web", "browsecomp", "travelplanner",
+                  "mind2web_live", "online_mind2web", "deepshop", "mind2web2", "gaia_web")
+"""The ten WebGym seed task sets, in the order of the published statistics table."""
+
+# "org/name" (Hub repo id syntax), but not something that is plainly a data file path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+
+
+def available_importers() -> list[str]:
+    """The registered importer names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_importer(name: str) -> Importer:
+    """The importer registered as `name`; `UnknownImporterError` lists the known names."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownImporterError(
+            f"unknown importer {name!r}; known importers: {', '.join(available_importers())}") from None
+
+
+def discover_seeds(seeds_dir: Path) -> list[tuple[str, Path]]:
+    """``(importer name, path)`` for each seed importer whose default file or folder is in `seeds_dir`.
+
+    Covers the ten seed sets (`SEED_IMPORTERS`); a default folder counts only when it holds files the
+    importer reads (``seeds/insta_v3`` with only its SOURCE.txt is left out).
+    """
+    found = []
+    for name in SEED_IMPORTERS:
+        importer = _REGISTRY[name]
+        for relative in importer.default_paths:
+            path = Path(seeds_dir) / relative
+            if path.is_file():
+                found.append((name, path))
+                break
+            if path.is_dir():
+                try:
+                    importer.files_in(path)
+                except SeedNotFoundError:
+                    continue
+                found.append((name, path))
+                break
+    return found
+
+
+def _looks_like_hub_id(source: str) -> bool:
+    return bool(_HUB_ID.match(source)) and not source.lower().endswith(_DATA_SUFFIXES)
+
+
+def import_seed(name: str, source: str | Path, *, mapping: Mapping[str, str] | None = None,
+                benchmark_name: str | None = None, revision: str | None = None) -> ImportResult:
+    """Import seed `name` from a local file/folder or, when `source` is not a local path, a Hub id.
+
+    `mapping` and `benchmark_name` apply to the ``generic`` importer only; `revision` (a branch,
+    tag or commit) to a Hub id only.
+    """
+    importer = get_importer(name)
+    if mapping or benchmark_name:
+        if name != "generic":
+            raise MappingError(f"a column mapping or benchmark name applies to the 'generic' importer only, "
+                               f"not {name!r}")
+        importer = GenericImporter(mapping, benchmark_name=benchmark_name)
+    path = Path(source)
+    if path.exists() or isinstance(source, Path) or not _looks_like_hub_id(str(source)):
+        return importer.read(path)
+    return _import_from_hub(importer, str(source), revision=revision)
+
+
+def _import_from_hub(importer: SeedImporter, repo_id: str, *, revision: str | None) -> ImportResult:
+    import datasets
+
+    result = ImportResult()
+    seen: dict[str, str] = {}
+    for config in importer.hub_configs or (None,):
+        where = f"{repo_id}" + (f" (config {config})" if config else "")
+        try:
+            loaded = datasets.load_dataset(repo_id, config, revision=revision)
+        except Exception as exc:  # any failure of the Hub client is one typed error for the caller
+            raise HubImportError(
+                f"{repo_id}: not a local path, and loading it as a Hub dataset for importer "
+                f"'{importer.name}' failed: {type(exc).__name__}: {exc}") from exc
+        splits = loaded.items() if isinstance(loaded, Mapping) else [("train", loaded)]
+        for split, dataset in splits:
+            label = f"hf://datasets/{repo_id}/{config + '/' if config else ''}{split}"
+            logger.info("importing %d rows from %s", len(dataset), where)
+            importer.read_into(result, dataset, file=label, seen=seen)
+    return result
+
+
+@dataclass
+class ImportSettings:
+    """Settings of ``webgym-data import``."""
+
+    name: str
+    """Registered importer name (see ``available_importers()``)."""
+    source: str
+    """A local seed file or folder, or a Hub dataset id ``org/name``."""
+    out: Path
+    """The JSONL file to write, one task row per line (written whole or not at all)."""
+    mapping: dict[str, str] = field(default_factory=dict)
+    """For ``generic``: task field -> column name."""
+    benchmark_name: str | None = None
+    """For ``generic``: the `benchmark_name` written to every row (default ``generic``)."""
+    revision: str | None = None
+    """For a Hub id: the branch, tag or commit to load (default: the Hub's default branch)."""
+
+
+def _parse_mapping(pairs: tuple[str, ...]) -> dict[str, str]:
+    mapping = {}
+    for pair in pairs:
+        target, sep, column = pair.partition("=")
+        if not sep or not target.strip() or not column.strip():
+            raise click.ClickException(f"--map {pair!r}: expected FIELD=COLUMN, e.g. task_name=question")
+        mapping[target.strip()] = column.strip()
+    return mapping
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write beside the target, then rename: a failed import never leaves a half-written file.
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def run_import(settings: ImportSettings) -> ImportResult:
+    """Import one seed and write its task rows to `settings.out`."""
+    result = import_seed(settings.name, settings.source, mapping=settings.mapping or None,
+                         benchmark_name=settings.benchmark_name, revision=settings.revision)
+    _write_jsonl(settings.out, [task.to_row() for task in result.tasks])
+    return result
+
+
+@click.command("import", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("name")
+@click.argument("source")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="JSONL file to write (one task row per line).")
+@click.option("--map", "pairs", multiple=True, metavar="FIELD=COLUMN",
+              help="generic importer: read task FIELD from COLUMN (repeatable).")
+@click.option("--benchmark", "benchmark_name", default=None,
+              help="generic importer: benchmark_name for every row (default 'generic').")
+@click.option("--revision", default=None, help="Hub id only: branch, tag or commit to load.")
+def import_command(name: str, source: str, out: Path, pairs: tuple[str, ...],
+                   benchmark_name: str | None, revision: str | None) -> None:
+    """Import seed set NAME from SOURCE (a file, a folder, or a Hub id org/name) to task rows.
+
+    Rows are validated (an error names the file, row and field) and written as JSONL. Importers:
+    insta_v3, pae_webvoyager, agentsynth_web, browsecomp, travelplanner, mind2web_live,
+    online_mind2web, deepshop, mind2web2, gaia_web, webvoyager, generic.
+
+    \b
+    Example:
+      webgym-data import online_mind2web ../shared/seeds/online_mind2web --out out/om2w.jsonl
+      webgym-data import mind2web_live ../shared/seeds/mind2web_live --out out/m2wl.jsonl
+      webgym-data import generic my_tasks.csv --out out/mine.jsonl \\
+          --map task_name=question --map website=url --benchmark my-set
+      webgym-data import mind2web_live iMeanAI/Mind2Web-Live --revision main --out out/m2wl.jsonl
+    """
+    from rich.console import Console
+
+    settings = ImportSettings(name=name, source=source, out=out, mapping=_parse_mapping(pairs),
+                              benchmark_name=benchmark_name, revision=revision)
+    console = Console(stderr=True)
+    try:
+        with console.status(f"importing {name} from {source}"):
+            result = run_import(settings)
+    except WebgymDataError as exc:
+        raise click.ClickException(" ".join(str(exc).split())) from exc
+    click.echo(f"{name}: {len(result.tasks)} tasks, {len(result.skipped)} skipped, "
+               f"{result.unresolved_websites} unresolved websites -> {out}")
+    for reason in result.skipped[:10]:
+        click.echo(f"  skipped: {reason}")
+    if len(result.skipped) > 10:
+        click.echo(f"  ... and {len(result.skipped) - 10} more skipped")

@@ -1,0 +1,95 @@
+"""Any JSONL/JSON/CSV/parquet file of tasks, with a column mapping.
+
+``GenericImporter({"task_name": "question", "website": "url"})`` reads the task fields from those
+columns; a field without a mapping is read from the column of its own name when there is one, so
+files already in the task format (for example a published WebGym split) need no mapping. A
+`task_id` column is kept as is; other columns go to ``source.metadata``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from webgym_data.importers._base import SeedImporter, optional_text, require_text
+from webgym_data.schema import Task, TaskValidationError, WebgymDataError, make_task_id
+
+__all__ = ["TARGET_FIELDS", "GenericImporter", "MappingError"]
+
+TARGET_FIELDS = ("task_name", "website", "start_url", "task_id", "benchmark_name", "definite_answer",
+                 "evaluator_reference", "domain", "subdomain", "difficulty")
+"""Task fields a column can be mapped to."""
+
+_OURS = {"difficulty_level", "fact_group_ids", "parent_task_id", "instruction_source", "environment",
+         "env_seed", "source"}
+
+
+class MappingError(WebgymDataError, ValueError):
+    """A column mapping names a task field that does not exist (or is malformed)."""
+
+
+class GenericImporter(SeedImporter):
+    name = "generic"
+    benchmark_name = "generic"
+    hub_id = None
+    default_paths = ()
+    folder_files = ("*.jsonl", "*.json", "*.csv", "*.parquet")
+
+    def __init__(self, mapping: Mapping[str, str] | None = None, *,
+                 benchmark_name: str | None = None) -> None:
+        mapping = dict(mapping or {})
+        unknown = sorted(set(mapping) - set(TARGET_FIELDS))
+        if unknown:
+            raise MappingError(f"cannot map to {', '.join(unknown)}; "
+                               f"task fields are: {', '.join(TARGET_FIELDS)}")
+        self.mapping = mapping
+        if benchmark_name:
+            self.benchmark_name = benchmark_name  # type: ignore[misc]  # per instance on purpose
+
+    def convert(self, record: Mapping[str, Any], *, file: str, row: int) -> Task:
+        columns = {target: self.mapping.get(target, target) for target in TARGET_FIELDS}
+        for target, column in self.mapping.items():
+            if column not in record and target in ("task_name", "website"):
+                raise TaskValidationError(f"mapped to task field '{target}' but missing from the row",
+                                          file=file, row=row, field=column)
+        fields: dict[str, Any] = {}
+        for target in ("start_url", "definite_answer", "domain", "subdomain"):
+            fields[target] = optional_text(record, columns[target])
+        reference = record.get(columns["evaluator_reference"])
+        if reference not in (None, ""):
+            fields["evaluator_reference"] = reference
+        difficulty = record.get(columns["difficulty"])
+        if isinstance(difficulty, str) and difficulty.strip():
+            if not difficulty.strip().isdigit():
+                raise TaskValidationError(f"must be a non-negative integer, got {difficulty!r}",
+                                          file=file, row=row, field=columns["difficulty"])
+            difficulty = int(difficulty)
+        if isinstance(difficulty, float) and difficulty.is_integer():
+            difficulty = int(difficulty)
+        if difficulty not in (None, ""):
+            fields["difficulty"] = difficulty
+        used = {columns[t] for t in TARGET_FIELDS}
+        metadata = {k: v for k, v in record.items()
+                    if k not in used and k not in _OURS and not k.startswith("_")}
+        benchmark = optional_text(record, columns["benchmark_name"])
+        try:
+            task = self.make_task(
+                file=file, row=row,
+                task_name=require_text(record, columns["task_name"], file=file, row=row),
+                website=require_text(record, columns["website"], file=file, row=row),
+                website_field=columns["website"], metadata=metadata, **fields,
+            )
+        except TaskValidationError as exc:
+            # Name the column the user knows, not the task field it was mapped to.
+            if exc.field in columns and columns[exc.field] != exc.field:
+                raise TaskValidationError(exc.reason, file=file, row=row, field=columns[exc.field]) from None
+            raise
+        changes = {}
+        if benchmark:
+            changes["benchmark_name"] = benchmark
+            changes["task_id"] = make_task_id(benchmark, task.website, task.task_name)
+        task_id = optional_text(record, columns["task_id"])
+        if task_id:
+            changes["task_id"] = task_id  # a given id is kept as is
+        return dataclasses.replace(task, **changes) if changes else task

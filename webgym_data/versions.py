@@ -1,0 +1,206 @@
+"""Versions of a built task set: what changed between two builds, and publishing one to the Hub.
+
+``webgym-data diff OLD NEW`` compares two built folders by task id: added, removed, and changed
+tasks (any field differs, or the task moved between splits), with how many changed per field.
+``webgym-data push FOLDER REPO_ID`` uploads a build with `huggingface_hub.HfApi` (create the
+dataset repo, optionally a branch, upload the folder, optionally tag the commit).
+
+Exceptions::
+
+    WebgymDataError
+     ├── NotATaskSetError   (from webgym_data.stats) a folder that is not a build
+     └── PushError          the Hub refused or could not be reached (names the repo and the step)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from webgym_data.schema import WebgymDataError
+from webgym_data.stats import NotATaskSetError, data_files
+
+__all__ = ["PushError", "TaskSetDiff", "diff_command", "diff_task_sets", "push_command", "push_task_set"]
+
+MANIFEST = "manifest.json"
+
+
+class PushError(WebgymDataError):
+    """Publishing to the Hub failed."""
+
+
+@dataclass
+class TaskSetDiff:
+    """Differences between two builds, by task id."""
+
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    """Ids present in both whose row (any field but the `source` provenance) or split differs."""
+    unchanged: int = 0
+    changed_fields: dict[str, int] = field(default_factory=dict)
+    """How many changed tasks differ in each field (``split`` for a move between splits)."""
+
+    def summary(self) -> dict[str, Any]:
+        return {"added": len(self.added), "removed": len(self.removed), "changed": len(self.changed),
+                "unchanged": self.unchanged, "changed_fields": self.changed_fields}
+
+
+def _read_all(folder: Path):
+    import polars as pl
+
+    frames = []
+    for split, files in data_files(folder).items():
+        for path in files:
+            try:
+                frame = pl.read_parquet(path)
+            except Exception as exc:  # polars raises several kinds; name the file either way
+                raise NotATaskSetError(f"{path}: cannot read as a task parquet file: {exc}") from exc
+            frames.append(frame.with_columns(pl.lit(split).alias("split")))
+    frame = pl.concat(frames, how="vertical_relaxed")
+    if "task_id" not in frame.columns:
+        raise NotATaskSetError(f"{folder}: the data files have no task_id column")
+    return frame
+
+
+def diff_task_sets(old: Path, new: Path) -> TaskSetDiff:
+    """Compare two built folders by task id."""
+    import polars as pl
+
+    before, after = _read_all(old), _read_all(new)
+    # `source` is provenance (which file and row a task was read from): moving a seed file is not
+    # a change of the task.
+    columns = [c for c in before.columns if c in after.columns and c not in ("task_id", "source")]
+    # Row fingerprints, computed in one process so the hash function is the same for both sides.
+    before = before.select("task_id", pl.struct(columns).hash(seed=0).alias("_hash"), *columns)
+    after = after.select("task_id", pl.struct(columns).hash(seed=0).alias("_hash"), *columns)
+    old_ids, new_ids = set(before["task_id"].to_list()), set(after["task_id"].to_list())
+    result = TaskSetDiff(added=sorted(new_ids - old_ids), removed=sorted(old_ids - new_ids))
+    joined = before.join(after, on="task_id", how="inner", suffix="_new")
+    differs = joined.filter(pl.col("_hash") != pl.col("_hash_new"))
+    result.changed = sorted(differs["task_id"].to_list())
+    result.unchanged = joined.height - differs.height
+    for column in columns:
+        count = differs.filter(pl.col(column).ne_missing(pl.col(f"{column}_new"))).height
+        if count:
+            result.changed_fields[column] = count
+    return result
+
+
+@click.command("diff")
+@click.argument("old", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--limit", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Task ids to list per kind of change.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full diff (every id) as JSON.")
+def diff_command(old: Path, new: Path, limit: int, as_json: bool) -> None:
+    """Report the tasks added, removed or changed between two builds OLD and NEW.
+
+    \b
+    Example:
+      webgym-data diff out/tasks-v1 out/tasks-v2
+      webgym-data diff out/tasks-v1 out/tasks-v2 --json > changes.json
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    try:
+        result = diff_task_sets(old, new)
+    except WebgymDataError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({**result.summary(), "added_ids": result.added, "removed_ids": result.removed,
+                               "changed_ids": result.changed}, indent=2))
+        return
+    console = Console()
+    table = Table(title=f"{old} -> {new}", title_justify="left")
+    table.add_column("change")
+    table.add_column("tasks", justify="right")
+    table.add_column(f"ids (first {limit})")
+    for name, ids in (("added", result.added), ("removed", result.removed), ("changed", result.changed)):
+        table.add_row(name, f"{len(ids):,}", " ".join(ids[:limit]) + (" ..." if len(ids) > limit else ""))
+    table.add_row("unchanged", f"{result.unchanged:,}", "")
+    console.print(table)
+    if result.changed_fields:
+        console.print("changed fields: " + ", ".join(f"{k} {v:,}" for k, v in
+                                                     sorted(result.changed_fields.items())))
+
+
+# ------------------------------------------------------------------------------------- push
+
+def _check_build(folder: Path) -> dict[str, Any]:
+    data_files(folder)
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file() or not (folder / "README.md").is_file():
+        raise NotATaskSetError(f"{folder}: not a webgym-data build (needs {MANIFEST} and README.md)")
+    try:
+        return json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise NotATaskSetError(f"{manifest_path}: not valid JSON: {exc}") from None
+
+
+def push_task_set(folder: Path, repo_id: str, *, revision: str | None = None, tag: str | None = None,
+                  private: bool = False, token: str | None = None, api=None) -> str:
+    """Upload a built folder to the dataset repo `repo_id`; returns the commit URL.
+
+    `revision` names a branch (created from main when missing); `tag` tags the uploaded commit.
+    """
+    from huggingface_hub import HfApi
+
+    folder = Path(folder)
+    manifest = _check_build(folder)
+    api = api or HfApi(token=token)
+    version = manifest.get("dataset_version", "?")
+    content = str(manifest.get("content_hash", ""))
+    step = "create_repo"
+    try:
+        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        if revision and revision != "main":
+            step = "create_branch"
+            api.create_branch(repo_id, repo_type="dataset", branch=revision, exist_ok=True)
+        step = "upload_folder"
+        commit = api.upload_folder(
+            repo_id=repo_id, repo_type="dataset", folder_path=str(folder), revision=revision,
+            allow_patterns=["README.md", MANIFEST, "data/*.parquet"],
+            commit_message=f"webgym-data tasks v{version} ({content[:19]})",
+        )
+        if tag:
+            step = "create_tag"
+            api.create_tag(repo_id, repo_type="dataset", tag=tag, revision=revision or "main",
+                           tag_message=f"webgym-data tasks v{version} ({content})")
+    except Exception as exc:  # the Hub client raises many kinds (HTTP, offline, network): one line
+        reason = " ".join(str(exc).split())[:300]
+        raise PushError(f"push of {folder} to {repo_id} failed at {step}: "
+                        f"{type(exc).__name__}: {reason}") from exc
+    return str(getattr(commit, "commit_url", commit))
+
+
+@click.command("push")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.argument("repo_id")
+@click.option("--revision", default=None, help="Branch to push to (created when missing) [default: main].")
+@click.option("--tag", default=None, help="Tag the pushed commit, e.g. v1.0.")
+@click.option("--private", is_flag=True, help="Create the repo as private.")
+@click.option("--token-env", default="HF_TOKEN", show_default=True,
+              help="Environment variable holding the Hub token (else the saved login is used).")
+def push_command(folder: Path, repo_id: str, revision: str | None, tag: str | None, private: bool,
+                 token_env: str) -> None:
+    """Publish a built task set FOLDER to the Hugging Face Hub dataset repo REPO_ID.
+
+    \b
+    Example:
+      webgym-data push out/tasks my-org/webgym-tasks --tag v1.0
+      webgym-data push out/tasks my-org/webgym-tasks --revision dev --private
+    """
+    import os
+
+    try:
+        url = push_task_set(folder, repo_id, revision=revision, tag=tag, private=private,
+                            token=os.environ.get(token_env) or None)
+    except WebgymDataError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"pushed {folder} to {repo_id}: {url}")

@@ -1,0 +1,58 @@
+"""Training objectives, one function each: ``(logits, labels, advantages) -> (loss, metrics)``.
+
+- `filtered_bc`: behaviour cloning on the kept (successful) steps: the mean negative
+  log-likelihood of the response tokens, averaged over all response tokens of the batch.
+  Which steps are kept, and how often each is sampled, is decided in `webgym_rl.data`.
+- `reinforce`: REINFORCE with a per-task baseline: each sample's mean response-token
+  log-likelihood times its advantage, negated (a negative advantage pushes the response down).
+
+``labels`` are the collator's: ``-100`` everywhere but the response tokens; ``logits[:, t]``
+predicts ``labels[:, t + 1]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["OBJECTIVES", "filtered_bc", "reinforce", "response_logprobs"]
+
+# Detached scalar tensors: the trainer turns them into numbers only when it logs (no sync per step).
+Metrics = dict[str, torch.Tensor]
+
+
+def response_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probabilities of the labelled tokens and their mask, both ``(B, L - 1)``."""
+    targets = labels[:, 1:]
+    mask = targets != -100
+    logits = logits[:, :-1].float()
+    safe_targets = targets.masked_fill(~mask, 0)
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1)
+    return logp * mask, mask
+
+
+def filtered_bc(logits: torch.Tensor, labels: torch.Tensor,
+                advantages: torch.Tensor | None = None) -> tuple[torch.Tensor, Metrics]:
+    """Mean negative log-likelihood of the response tokens (advantages are ignored)."""
+    logp, mask = response_logprobs(logits, labels)
+    tokens = mask.sum()
+    loss = -logp.sum() / tokens.clamp(min=1)
+    return loss, {"nll": loss.detach(), "tokens": tokens.detach().float()}
+
+
+def reinforce(logits: torch.Tensor, labels: torch.Tensor,
+              advantages: torch.Tensor) -> tuple[torch.Tensor, Metrics]:
+    """``-mean_b(advantage_b * mean_t log p(response_b,t))``."""
+    logp, mask = response_logprobs(logits, labels)
+    per_sample = logp.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+    advantages = advantages.to(per_sample.dtype)
+    loss = -(advantages * per_sample).mean()
+    return loss, {"nll": -per_sample.detach().mean(), "advantage_mean": advantages.detach().mean(),
+                  "tokens": mask.sum().float()}
+
+
+OBJECTIVES: dict[str, Callable[..., tuple[torch.Tensor, Metrics]]] = {
+    "filtered_bc": filtered_bc,
+    "reinforce": reinforce,
+}

@@ -1,0 +1,567 @@
+"""``webgym-rl train``: fine-tune a Qwen-VL policy on trajectory shards with a visible Accelerate loop.
+
+Reading order: `TrainSettings` (every knob, a docstring each), `train` (checks the inputs, then one
+``accelerator.prepare(...)`` and a plain loop), `train_command` (the CLI). Distribution (DDP, FSDP,
+DeepSpeed) and mixed precision come from ``accelerate launch`` / the Accelerate config, never from
+this module.
+
+Checkpoints go to ``OUT/checkpoint-NNNNNN/``: the model (or LoRA adapter) and the processor in
+Hugging Face format, ``training_state/`` (optimizer, scheduler, RNG and model state, written by
+``accelerator.save_state``) and ``trainer_state.json`` (step, data position, counts, sources, loss
+history; written last, so its presence marks a complete checkpoint). The sample order of an epoch
+is a pure function of (seed, epoch), so ``--resume`` replays exactly the batches an uninterrupted
+run would have seen.
+
+Exceptions::
+
+    TrainingError (RuntimeError)
+     ├── SettingsError        a bad setting (names the field or the YAML key)
+     └── ResumeError          --resume without a complete checkpoint in OUT
+    (and, from the modules it uses: webgym_rl.data.TrainingDataError, webgym_rl.collate.CollationError,
+     webgym_rl.modeling.ModelingError; the CLI turns each into one clear message)
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import logging
+import math
+import os
+import time
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["ResumeError", "SettingsError", "TrainResult", "TrainSettings", "TrainingError", "train",
+           "train_command"]
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.json"
+CHECKPOINT_PREFIX = "checkpoint-"
+
+
+class TrainingError(RuntimeError):
+    """Base of the trainer's own errors."""
+
+
+class SettingsError(TrainingError):
+    """A setting that is missing, unknown or out of range."""
+
+
+class ResumeError(TrainingError):
+    """``--resume`` found no complete checkpoint to continue from."""
+
+
+@dataclass
+class TrainSettings:
+    """Everything `train` needs. Filled from defaults, then a YAML file, then CLI flags."""
+
+    model: str = ""
+    """Starting checkpoint: a local folder or a Hub model id (any Qwen2-VL / Qwen2.5-VL / Qwen3-VL)."""
+    model_revision: str | None = None
+    """Hub revision of --model (branch, tag or commit); "main" when --model is a Hub id."""
+    data: list[str] = field(default_factory=list)
+    """Trajectory sources: rollout folders or Hub dataset ids (id or id@revision)."""
+    objective: str = "filtered_bc"
+    """Training objective: filtered_bc or reinforce."""
+    out: str = ""
+    """Output folder: checkpoints and TensorBoard logs."""
+    resume: bool = False
+    """Continue from the newest complete checkpoint in --out (same data order and optimizer state)."""
+    last_k_iterations: int = 4
+    """Train on the last K rollout iterations present in the data (0 = all)."""
+    recency_power: float = 1.0
+    """filtered_bc sampling weight of an iteration of age a (0 = newest): (a + 1) ** -power."""
+    success_threshold: float = 1.0
+    """filtered_bc keeps episodes whose reward is at least this."""
+    normalize_advantage: bool = False
+    """reinforce: divide each advantage by the std of its task's rewards."""
+    advantage_clip: float = 5.0
+    """reinforce: clip advantages to [-clip, clip]."""
+    drop_same_as_next: bool = True
+    """Drop steps whose screenshot equals the next one (no-op actions)."""
+    lora: bool = False
+    """Train a LoRA adapter (peft) instead of all weights."""
+    lora_rank: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (scale = alpha / rank)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA path."""
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Module names LoRA wraps (the language model's attention projections by default)."""
+    learning_rate: float = 1e-5
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    lr_scheduler: str = "constant"
+    """Learning-rate schedule after warm-up: constant, linear or cosine."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warm-up."""
+    per_device_batch_size: int = 1
+    """Samples per forward pass on each process."""
+    gradient_accumulation_steps: int = 1
+    """Forward passes per optimizer step."""
+    max_steps: int = 0
+    """Optimizer steps to train for (0 = use --epochs)."""
+    epochs: float = 1.0
+    """Passes over the samples when --max-steps is 0."""
+    max_grad_norm: float = 1.0
+    """Clip the gradient norm to this (0 = no clipping)."""
+    model_dtype: str = "float32"
+    """Dtype the weights are loaded and updated in: float32 (mixed precision keeps fp32 master
+    weights) or bfloat16 (half the memory; pure-bf16 updates)."""
+    mixed_precision: str = "auto"
+    """no, bf16 or fp16; auto = what accelerate launch says, else bf16 where the GPU supports it."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, more compute)."""
+    min_pixels: int | None = None
+    """Smallest image area after resizing (default: the checkpoint's processor setting)."""
+    max_pixels: int | None = None
+    """Largest image area after resizing (default: the checkpoint's processor setting)."""
+    save_every: int = 0
+    """Write a checkpoint every N optimizer steps (0 = only at the end)."""
+    log_every: int = 10
+    """Send metrics (means over the last N steps) to the trackers every N optimizer steps."""
+    log_with: str = "tensorboard"
+    """Accelerate tracker: tensorboard (offline, under OUT/logs), wandb, ... or none."""
+    seed: int = 0
+    """Seed for the data order and the RNGs."""
+    cache_dir: str | None = None
+    """datasets cache folder for the trajectory shards (default: the HF cache)."""
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out)
+
+    def validate(self) -> None:
+        from webgym_rl.data import OBJECTIVE_NAMES
+
+        for name in ("model", "out"):
+            if not getattr(self, name):
+                raise SettingsError(f"--{name.replace('_', '-')} is required")
+        if not self.data:
+            raise SettingsError("--data is required (one or more trajectory folders or Hub dataset ids)")
+        if self.objective not in OBJECTIVE_NAMES:
+            raise SettingsError(f"objective '{self.objective}' is unknown; "
+                                f"choose {' or '.join(OBJECTIVE_NAMES)}")
+        if self.lr_scheduler not in ("constant", "linear", "cosine"):
+            raise SettingsError(f"lr_scheduler '{self.lr_scheduler}' is unknown; "
+                                "choose constant, linear or cosine")
+        if self.model_dtype not in ("float32", "bfloat16"):
+            raise SettingsError(f"model_dtype '{self.model_dtype}' is unknown; choose float32 or bfloat16")
+        if self.mixed_precision not in ("auto", "no", "bf16", "fp16"):
+            raise SettingsError(f"mixed_precision '{self.mixed_precision}' is unknown; "
+                                "choose auto, no, bf16 or fp16")
+        for name in ("per_device_batch_size", "gradient_accumulation_steps", "log_every"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_steps < 0 or self.epochs <= 0 and self.max_steps == 0:
+            raise SettingsError("train for max_steps > 0 or epochs > 0")
+
+    @classmethod
+    def from_sources(cls, yaml_path: str | Path | None = None, **overrides: Any) -> TrainSettings:
+        """Defaults, then the YAML file's keys (field names), then `overrides` that are not None."""
+        values: dict[str, Any] = {}
+        known = {f.name for f in fields(cls)}
+        if yaml_path:
+            import yaml
+
+            try:
+                loaded = yaml.safe_load(Path(yaml_path).read_text()) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise SettingsError(f"cannot read config {yaml_path}: {exc}") from exc
+            if not isinstance(loaded, dict):
+                raise SettingsError(f"{yaml_path}: expected a mapping of setting: value")
+            for key, value in loaded.items():
+                name = str(key).replace("-", "_")
+                if name not in known:
+                    raise SettingsError(f"{yaml_path}: unknown setting '{key}' "
+                                        f"(known: {', '.join(sorted(known))})")
+                values[name] = value
+        for name, value in overrides.items():
+            if value is None or (isinstance(value, tuple | list) and not value):
+                continue
+            values[name] = list(value) if isinstance(value, tuple) else value
+        settings = cls(**values)
+        if isinstance(settings.data, str):
+            settings.data = [settings.data]
+        settings.data = [str(d) for d in settings.data]
+        return settings
+
+
+@dataclass
+class TrainResult:
+    """What a finished run produced."""
+
+    checkpoint: Path
+    """The final checkpoint folder."""
+    steps: int
+    """Optimizer steps done (in total, across resumes)."""
+    log_history: list[dict[str, float]]
+    """One entry per optimizer step: step, loss, lr, grad_norm."""
+    counts: dict[str, Any]
+    """`SampleCounts` of the objective, as a dict."""
+    samples_seen: int
+    """Samples this process trained on in this invocation."""
+    loop_seconds: float
+    """Wall time of the training loop in this invocation (without setup and the final save)."""
+    loop_cpu_seconds: float
+    """CPU time of this process (all threads) in the loop: steadier than wall time on a busy machine."""
+    model: Any = None
+    """The trained (unwrapped) model of this process."""
+
+
+class _EpochOrder:
+    """Sample indices of one epoch, a pure function of (seed, epoch): resuming replays it exactly.
+
+    With unequal weights, draws with replacement in proportion to them (recency weighting); else a
+    permutation. Not named ``set_epoch`` on purpose: Accelerate's loaders would reset the epoch."""
+
+    def __init__(self, weights: list[float], seed: int):
+        import torch
+
+        self.weights = torch.tensor(weights, dtype=torch.float64)
+        self.uniform = bool(torch.all(self.weights == self.weights[0]))
+        self.seed = seed
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.weights)
+
+    def __iter__(self):
+        import torch
+
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        if self.uniform:
+            order = torch.randperm(len(self.weights), generator=generator)
+        else:
+            order = torch.multinomial(self.weights, len(self.weights), replacement=True, generator=generator)
+        return iter(order.tolist())
+
+
+def _checkpoints(out: Path) -> list[Path]:
+    found = [p for p in out.glob(f"{CHECKPOINT_PREFIX}*") if (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
+
+
+def _mixed_precision(setting: str) -> str | None:
+    if setting != "auto":
+        return setting
+    if os.environ.get("ACCELERATE_MIXED_PRECISION"):
+        return None  # accelerate launch / the Accelerate config decides
+    import torch
+
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+
+
+def _tracker_config(settings: TrainSettings) -> dict[str, Any]:
+    return {k: (v if isinstance(v, int | float | str | bool) else json.dumps(v))
+            for k, v in asdict(settings).items()}
+
+
+def _save_checkpoint(accelerator, model, processor, settings: TrainSettings, state: dict[str, Any]) -> Path:
+    ckpt = settings.out_dir / f"{CHECKPOINT_PREFIX}{state['step']:06d}"
+    accelerator.save_state(str(ckpt / "training_state"))
+    state_dict = accelerator.get_state_dict(model)
+    accelerator.unwrap_model(model).save_pretrained(
+        ckpt, is_main_process=accelerator.is_main_process, save_function=accelerator.save,
+        state_dict=state_dict)
+    if accelerator.is_main_process:
+        processor.save_pretrained(ckpt)
+        # Written last: a folder with this file is a complete checkpoint.
+        (ckpt / STATE_FILE).write_text(json.dumps(state, indent=1))
+    accelerator.wait_for_everyone()
+    log.info("saved checkpoint %s", ckpt)
+    return ckpt
+
+
+def train(settings: TrainSettings) -> TrainResult:
+    """Check inputs, then train. Every bad input stops here, before the first step."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+    from tqdm.auto import tqdm
+    from transformers import get_scheduler
+
+    from webgym_rl.collate import Collator
+    from webgym_rl.data import build_samples, describe_sources, load_trajectories
+    from webgym_rl.modeling import load_model, load_processor
+    from webgym_rl.objectives import OBJECTIVES
+
+    settings.validate()
+    out = settings.out_dir
+    resume_from = None
+    if settings.resume:
+        complete = _checkpoints(out)
+        if not complete:
+            raise ResumeError(f"--resume: no complete checkpoint "
+                              f"({CHECKPOINT_PREFIX}N/{STATE_FILE}) in {out}")
+        resume_from = complete[-1]
+    revision = settings.model_revision
+    if revision is None and not Path(settings.model).exists():
+        revision = "main"
+
+    # 1. Accelerate owns devices, processes and precision (creating it trains nothing).
+    accelerator = Accelerator(
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        mixed_precision=_mixed_precision(settings.mixed_precision),
+        log_with=None if settings.log_with == "none" else settings.log_with,
+        project_dir=str(out), rng_types=[],
+    )
+
+    # 2. Inputs, all checked before any model is built. The main process fills the datasets
+    # cache first; the others then read it instead of racing to write it.
+    with accelerator.main_process_first():
+        sources = load_trajectories(settings.data, cache_dir=settings.cache_dir)
+    samples = build_samples(
+        sources, settings.objective, last_k_iterations=settings.last_k_iterations,
+        recency_power=settings.recency_power, success_threshold=settings.success_threshold,
+        normalize_advantage=settings.normalize_advantage, advantage_clip=settings.advantage_clip,
+        drop_same_as_next=settings.drop_same_as_next)
+    if resume_from is not None:
+        saved = json.loads((resume_from / STATE_FILE).read_text())
+        now = {"objective": settings.objective, "data": describe_sources(sources)}
+        for key, value in now.items():
+            if saved.get(key) != value:
+                raise ResumeError(f"--resume: {resume_from} was trained with {key} {saved.get(key)!r}, this "
+                                  f"run has {value!r}; an exact resume needs the same {key} (to start a new "
+                                  f"run from that checkpoint, pass it as --model)")
+    processor = load_processor(settings.model, revision=revision, min_pixels=settings.min_pixels,
+                               max_pixels=settings.max_pixels)
+    collator = Collator(processor)
+    collator([samples[0]])  # a sample the processor rejects stops the run now, not at step 1000
+
+    set_seed(settings.seed)
+    if accelerator.is_main_process:
+        log.info("%s", samples.counts.summary())
+    model = load_model(settings.model, revision=revision, dtype=getattr(torch, settings.model_dtype))
+    model.train()
+    if settings.gradient_checkpointing:
+        model.config.use_cache = False
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if settings.lora:
+        from peft import LoraConfig, get_peft_model
+
+        if settings.gradient_checkpointing:
+            model.enable_input_require_grads()
+        model = get_peft_model(model, LoraConfig(
+            r=settings.lora_rank, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
+            target_modules=list(settings.lora_target_modules)))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                  lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    order = _EpochOrder(samples.weights, settings.seed)
+    loader = torch.utils.data.DataLoader(samples, batch_size=settings.per_device_batch_size, sampler=order,
+                                         collate_fn=collator)
+    # Per-process batches after sharding, known before prepare() so the schedule can be sized.
+    batches_per_epoch = math.ceil(len(loader) / accelerator.num_processes)
+    steps_per_epoch = max(1, math.ceil(batches_per_epoch / settings.gradient_accumulation_steps))
+    total_steps = settings.max_steps or math.ceil(settings.epochs * steps_per_epoch)
+    # Accelerate steps a prepared scheduler once per process per optimizer step.
+    scheduler = get_scheduler(settings.lr_scheduler, optimizer,
+                              num_warmup_steps=settings.warmup_steps * accelerator.num_processes,
+                              num_training_steps=total_steps * accelerator.num_processes)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    objective = OBJECTIVES[settings.objective]
+
+    state: dict[str, Any] = {
+        "step": 0, "epoch": 0, "batches_in_epoch": 0, "log_history": [],
+        "base_model": settings.model, "base_model_revision": revision, "objective": settings.objective,
+        "data": describe_sources(sources), "counts": samples.counts.as_dict(),
+        "num_processes": accelerator.num_processes, "settings": asdict(settings),
+    }
+    if resume_from is not None:
+        saved = json.loads((resume_from / STATE_FILE).read_text())
+        if saved.get("num_processes") != accelerator.num_processes:
+            # The saved data position counts per-process batches: it means nothing on another layout.
+            raise ResumeError(f"--resume: {resume_from} was written by {saved.get('num_processes')} "
+                              f"processes, this run has {accelerator.num_processes}")
+        accelerator.load_state(str(resume_from / "training_state"))
+        for key in ("step", "epoch", "batches_in_epoch", "log_history"):
+            state[key] = saved[key]
+        state["resumed_from"] = str(resume_from)
+        if accelerator.is_main_process:
+            log.info("resuming from %s at step %d (epoch %d, batch %d)", resume_from, state["step"],
+                     state["epoch"], state["batches_in_epoch"])
+    if accelerator.is_main_process and settings.log_with != "none":
+        out.mkdir(parents=True, exist_ok=True)
+    accelerator.init_trackers("logs", config=_tracker_config(settings))
+
+    # 3. The loop.
+    progress = tqdm(total=total_steps, initial=state["step"], desc=f"train {settings.objective}",
+                    disable=not accelerator.is_local_main_process)
+    samples_seen, window_loss, window_batches, window_metrics = 0, 0.0, 0, {}
+    # Per-step figures stay tensors until a log step: no device sync (.item()) on every step.
+    pending: list[tuple[int, int, Any, float, Any, dict[str, Any]]] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        entries = []
+        for step, _epoch, loss_t, lr, norm_t, _extra in pending:
+            entries.append({"step": step, "loss": float(loss_t), "lr": lr,
+                            "grad_norm": float(norm_t) if norm_t is not None else float("nan")})
+        state["log_history"].extend(entries)
+        means = {f"train/{k}": float(sum(e[5][k] for e in pending)) / len(pending) for k in pending[-1][5]}
+        accelerator.log({"train/loss": sum(e["loss"] for e in entries) / len(entries),
+                         "train/lr": entries[-1]["lr"],
+                         "train/grad_norm": sum(e["grad_norm"] for e in entries) / len(entries),
+                         "train/epoch": pending[-1][1], **means}, step=entries[-1]["step"])
+        progress.update(len(entries))
+        progress.set_postfix(loss=f"{entries[-1]['loss']:.4f}")
+        pending.clear()
+
+    started, started_cpu = time.perf_counter(), time.process_time()
+    while state["step"] < total_steps:
+        if state["batches_in_epoch"] >= len(loader):
+            state["epoch"], state["batches_in_epoch"] = state["epoch"] + 1, 0
+        order.epoch = state["epoch"]
+        epoch_loader = (accelerator.skip_first_batches(loader, state["batches_in_epoch"])
+                        if state["batches_in_epoch"] else loader)
+        for batch in epoch_loader:
+            labels, advantages = batch.pop("labels"), batch.pop("advantages")
+            with accelerator.accumulate(model):
+                logits = model(**batch).logits
+                loss, metrics = objective(logits, labels, advantages)
+                accelerator.backward(loss)
+                grad_norm = None
+                if accelerator.sync_gradients and settings.max_grad_norm > 0:
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+            state["batches_in_epoch"] += 1
+            samples_seen += labels.shape[0]
+            window_loss += loss.detach().float()
+            window_batches += 1
+            for key, value in metrics.items():
+                window_metrics[key] = window_metrics.get(key, 0.0) + value
+            if not accelerator.sync_gradients:
+                continue
+            state["step"] += 1
+            mean_loss = accelerator.reduce(window_loss / window_batches, reduction="mean")
+            pending.append((state["step"], state["epoch"], mean_loss, scheduler.get_last_lr()[0], grad_norm,
+                            {k: v / window_batches for k, v in window_metrics.items()}))
+            window_loss, window_batches, window_metrics = 0.0, 0, {}
+            if state["step"] % settings.log_every == 0:
+                flush()
+            if settings.save_every and state["step"] % settings.save_every == 0 \
+                    and state["step"] < total_steps:
+                flush()
+                _save_checkpoint(accelerator, model, processor, settings, state)
+            if state["step"] >= total_steps:
+                break
+    flush()
+    loop_seconds, loop_cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
+    progress.close()
+    final = _save_checkpoint(accelerator, model, processor, settings, state)
+    accelerator.end_training()
+    return TrainResult(checkpoint=final, steps=state["step"], log_history=state["log_history"],
+                       counts=state["counts"], samples_seen=samples_seen, loop_seconds=loop_seconds,
+                       loop_cpu_seconds=loop_cpu_seconds,
+                       model=accelerator.unwrap_model(model))
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI: one option per settings field, its help taken from the field's docstring.
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, following in zip(body, body[1:], strict=False):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
+            docs[node.target.id] = str(following.value.value)
+    return docs
+
+
+class _ManyValues(click.Option):
+    """A repeatable option that also takes several values after one flag: ``--data A B --data C``."""
+
+    def add_to_parser(self, parser, ctx) -> None:
+        super().add_to_parser(parser, ctx)
+        # click has no public "nargs='+'" for options; wrap the parser's handler for our flags.
+        # If click's internals ever move, the option still works in its repeat-the-flag form.
+        for name in self.opts:
+            table = getattr(parser, "_long_opt" if name.startswith("--") else "_short_opt", {})
+            handler = table.get(name)
+            if handler is None or not hasattr(handler, "process"):
+                continue
+            original = handler.process
+
+            def process(value, state, original=original):
+                original(value, state)
+                while state.rargs and not state.rargs[0].startswith("-"):
+                    original(state.rargs.pop(0), state)
+
+            handler.process = process
+
+
+def _options(command):
+    docs = _field_docs(TrainSettings)
+    hints = typing.get_type_hints(TrainSettings)
+    for item in reversed(fields(TrainSettings)):
+        flag = "--" + item.name.replace("_", "-")
+        kind = hints[item.name]
+        args = typing.get_args(kind)
+        if isinstance(kind, types.UnionType):  # X | None
+            kind = next(a for a in args if a is not type(None))
+        help_text = docs.get(item.name, "")
+        if kind is bool:
+            option = click.option(f"{flag}/--no-{flag[2:]}", default=None, help=help_text)
+        elif typing.get_origin(kind) is list:
+            option = click.option(flag, cls=_ManyValues, multiple=True, metavar="VALUE [VALUE ...]",
+                                  help=help_text)
+        elif item.name == "objective":
+            option = click.option(flag, type=click.Choice(["filtered_bc", "reinforce"]), default=None,
+                                  help=help_text)
+        else:
+            option = click.option(flag, type=kind, default=None, help=help_text)
+        command = option(command)
+    return command
+
+
+@click.command("train", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="YAML file of settings (keys = the option names with underscores); flags override it.")
+@_options
+def train_command(config: str | None, **flags: Any) -> None:
+    """Fine-tune a Qwen-VL policy on trajectory shards (filtered_bc or reinforce).
+
+    Reads every kept step of the trajectories as (prompt the policy saw, response it gave), trains
+    with Accelerate and writes Hugging Face checkpoints to OUT/checkpoint-NNNNNN. Run it under
+    `accelerate launch` for several GPUs (DDP/FSDP/DeepSpeed from the Accelerate config).
+
+    \b
+    Example:
+      webgym-rl tiny-model out/tiny-qwen2vl
+      webgym-rl train --model out/tiny-qwen2vl --objective filtered_bc \\
+          --data out/trajectories/iter-0000 out/trajectories/iter-0001 \\
+          --out out/checkpoints/run1 --max-steps 20
+      accelerate launch "$(which webgym-rl)" train --config train.yaml --lora --resume
+    """
+    from webgym_rl.collate import CollationError
+    from webgym_rl.data import TrainingDataError
+    from webgym_rl.modeling import ModelingError
+
+    try:
+        settings = TrainSettings.from_sources(config, **flags)
+        result = train(settings)
+    except (TrainingError, TrainingDataError, CollationError, ModelingError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    counts = result.counts
+    click.echo(f"{counts['objective']}: {counts['trajectories_read']} trajectories read, "
+               f"{counts['trajectories_kept']} kept, {counts['steps_kept']} steps; "
+               f"trained {result.steps} steps; checkpoint {result.checkpoint}")

@@ -1,0 +1,541 @@
+"""Trajectory datasets on disk: parquet shards written atomically, a manifest, a card, a push.
+
+Layout of an output folder::
+
+    OUT/
+      manifest.json                 the finished shards and the episodes each holds
+      README.md                     dataset card (cards/trajectories_card.md) with a ``configs:`` block
+      data/train-00000.parquet      episodes, one row each (webgym_rollout.trajectory.trajectory_features)
+      data/test-00000.parquet       (one file family per task split present)
+
+`TrajectoryWriter` buffers episode rows and writes a shard when the buffer is full: first to a
+hidden temporary file, then renamed into place, then the manifest is rewritten (also tmp + rename).
+An episode counts as done only once its shard is listed in the manifest. Reopening the folder with
+``resume=True`` removes temporary files, adopts a complete shard that a crash left unlisted (or
+removes it when it overlaps listed episodes), and reports the done ``(task_id, attempt)`` pairs so
+the runner skips them: every episode ends up in the folder exactly once.
+
+``load_dataset(OUT)`` reads the folder through the card's ``configs:`` block; `load_trajectories`
+reads exactly the shards of the manifest. ``webgym-rollout push OUT REPO_ID`` uploads it.
+
+Exceptions::
+
+    RolloutError
+     └── TrajectoryDatasetError
+          ├── DatasetExists        the folder already holds a run and resume was not asked for
+          ├── ManifestInvalid      manifest.json is unreadable or names a missing shard (names the file)
+          ├── InvalidEpisodeRow    a row lacks a field, has an unknown one, or repeats an episode
+          └── PushRefused          the folder is not a finished dataset (no manifest/shards)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import string
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from webgym_rollout.errors import RolloutError
+from webgym_rollout.trajectory import TRAJECTORY_SCHEMA_VERSION, trajectory_features
+
+__all__ = [
+    "DatasetExists",
+    "InvalidEpisodeRow",
+    "ManifestInvalid",
+    "PushRefused",
+    "TrajectoryDatasetError",
+    "TrajectoryWriter",
+    "load_trajectories",
+    "new_episode_row",
+    "new_step_row",
+    "push_command",
+    "push_trajectories",
+    "read_manifest",
+    "write_card",
+]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+CARD_TEMPLATE = Path(__file__).resolve().parents[1] / "cards" / "trajectories_card.md"
+_SHARD_NAME = re.compile(r"^(?P<split>[a-z][a-z0-9_]*)-(?P<index>\d{5})\.parquet$")
+_TMP_PREFIX = ".tmp-"
+
+
+class TrajectoryDatasetError(RolloutError):
+    """Base of the trajectory dataset errors."""
+
+    kind = "trajectory_dataset_error"
+
+
+class DatasetExists(TrajectoryDatasetError):
+    """The output folder already holds a run; resume it or choose another folder."""
+
+    kind = "dataset_exists"
+
+
+class ManifestInvalid(TrajectoryDatasetError):
+    """manifest.json cannot be read, or lists a shard that is missing."""
+
+    kind = "manifest_invalid"
+
+
+class InvalidEpisodeRow(TrajectoryDatasetError, ValueError):
+    """An episode row does not match the trajectory features, or repeats a finished episode."""
+
+    kind = "invalid_episode_row"
+
+
+class PushRefused(TrajectoryDatasetError):
+    """The folder is not a finished trajectory dataset."""
+
+    kind = "push_refused"
+
+
+# ---------------------------------------------------------------------------------------------- rows
+
+_STEP_DEFAULTS: dict[str, Any] = {
+    "index": 0, "screenshot": None, "screenshot_sha256": "", "messages": "[]", "response": "", "action": "",
+    "action_error": "", "memory": "", "url": "", "title": "", "same_as_next": False,
+    "latency": {"policy_s": 0.0, "execute_s": 0.0, "screenshot_s": 0.0},
+}
+_EPISODE_DEFAULTS: dict[str, Any] = {
+    "episode_id": "", "iteration": 0, "attempt": 0, "split": "train", "task_id": "", "task_name": "",
+    "website": "", "start_url": "", "benchmark_name": "", "domain": "", "subdomain": "", "difficulty": 0,
+    "difficulty_level": "", "evaluator_reference": [], "definite_answer": "", "parent_task_id": "",
+    "environment": "web", "env_seed": 0, "policy_model": "", "judge_model": "", "reward": 0.0,
+    "status": "ok", "answer": "", "verdicts": [], "num_steps": 0, "started_at": 0.0, "duration_s": 0.0,
+    "judge_s": 0.0, "steps": [],
+}
+
+
+def new_step_row(**fields: Any) -> dict[str, Any]:
+    """A step row with defaults for every field not given (unknown field names raise)."""
+    unknown = set(fields) - set(_STEP_DEFAULTS)
+    if unknown:
+        raise InvalidEpisodeRow(f"unknown step field(s): {', '.join(sorted(unknown))}")
+    row = json.loads(json.dumps({k: v for k, v in _STEP_DEFAULTS.items() if k != "screenshot"}))
+    row["screenshot"] = None
+    row.update(fields)
+    if isinstance(fields.get("screenshot"), bytes) and "screenshot_sha256" not in fields:
+        row["screenshot_sha256"] = hashlib.sha256(fields["screenshot"]).hexdigest()
+    return row
+
+
+def new_episode_row(task: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    """An episode row: defaults, then the trajectory fields of `task` (a task row), then `fields`.
+
+    Task fields that trajectories do not store (``source``, ``fact_group_ids``...) are ignored;
+    unknown names in `fields` raise `InvalidEpisodeRow`. ``num_steps`` defaults to ``len(steps)``.
+    """
+    unknown = set(fields) - set(_EPISODE_DEFAULTS)
+    if unknown:
+        raise InvalidEpisodeRow(f"unknown episode field(s): {', '.join(sorted(unknown))}")
+    row = json.loads(json.dumps(_EPISODE_DEFAULTS))
+    for name, value in (task or {}).items():
+        if name in row and name not in ("steps", "verdicts"):
+            row[name] = value
+    row.update(fields)
+    if "num_steps" not in fields:
+        row["num_steps"] = len(row["steps"])
+    return row
+
+
+def _check_row(row: Mapping[str, Any], expected: Iterable[str]) -> None:
+    episode = row.get("episode_id") or "(no episode_id)"
+    missing = set(expected) - set(row)
+    extra = set(row) - set(expected)
+    if missing or extra:
+        parts = ([f"missing field(s) {', '.join(sorted(missing))}"] if missing else []) + (
+            [f"unknown field(s) {', '.join(sorted(extra))}"] if extra else [])
+        raise InvalidEpisodeRow(f"episode {episode}: {'; '.join(parts)}")
+    for name in ("episode_id", "task_id"):
+        if not isinstance(row[name], str) or not row[name]:
+            raise InvalidEpisodeRow(f"episode {episode}: field '{name}' must be a non-empty string")
+    for index, step in enumerate(row["steps"] or []):
+        missing = set(_STEP_DEFAULTS) - set(step)
+        extra = set(step) - set(_STEP_DEFAULTS)
+        if missing or extra:
+            raise InvalidEpisodeRow(f"episode {episode}, step {index}: missing {sorted(missing)}, "
+                                    f"unknown {sorted(extra)}")
+
+
+# ------------------------------------------------------------------------------------------ manifest
+
+def read_manifest(out_dir: str | Path) -> dict[str, Any]:
+    """The manifest of a trajectory folder (raises `ManifestInvalid`, naming the file)."""
+    path = Path(out_dir) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ManifestInvalid(f"{path} does not exist: not a trajectory dataset folder") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ManifestInvalid(f"{path} cannot be read: {exc}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
+        raise ManifestInvalid(f"{path} has no 'shards' list")
+    for shard in manifest["shards"]:
+        if not isinstance(shard, dict) or not isinstance(shard.get("path"), str):
+            raise ManifestInvalid(f"{path}: a shard entry has no 'path'")
+        if not (Path(out_dir) / shard["path"]).is_file():
+            raise ManifestInvalid(f"{path} lists {shard['path']}, which is missing")
+    return manifest
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _shard_keys(path: Path) -> list[list[Any]]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=["task_id", "attempt", "episode_id"])
+    return [[r["task_id"], int(r["attempt"]), r["episode_id"]] for r in table.to_pylist()]
+
+
+# -------------------------------------------------------------------------------------------- writer
+
+class TrajectoryWriter:
+    """Writes episode rows to parquet shards with a manifest; resumable. Thread-safe.
+
+    ``with TrajectoryWriter(out, resume=True) as writer:`` skip ``writer.is_done(task_id, attempt)``
+    pairs, ``writer.add(row)`` each finished episode; leaving the block flushes the last shard and
+    writes the card.
+    """
+
+    def __init__(self, out_dir: str | Path, *, resume: bool = False, max_shard_episodes: int = 64,
+                 max_shard_bytes: int = 256 << 20, run_info: Mapping[str, Any] | None = None) -> None:
+        if max_shard_episodes < 1:
+            raise ValueError(f"max_shard_episodes must be >= 1, got {max_shard_episodes}")
+        self.out_dir = Path(out_dir)
+        self.max_shard_episodes, self.max_shard_bytes = max_shard_episodes, max_shard_bytes
+        self._features = trajectory_features()
+        self._lock = threading.Lock()
+        self._buffer: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._buffered_bytes: dict[str, int] = defaultdict(int)
+        self._buffered_keys: set[tuple[str, int]] = set()
+        data = self.out_dir / "data"
+        if (self.out_dir / MANIFEST).exists():
+            if not resume:
+                raise DatasetExists(f"{self.out_dir} already holds a trajectory run; pass --resume to "
+                                    "continue it or choose another --out folder")
+            self._manifest = read_manifest(self.out_dir)
+            self._recover()
+        else:
+            if data.is_dir() and any(data.glob("*.parquet")) and not resume:
+                raise DatasetExists(f"{data} holds parquet files but no manifest; pass --resume to "
+                                    "recover them or choose another --out folder")
+            data.mkdir(parents=True, exist_ok=True)
+            now = time.time()
+            self._manifest = {"format": "webgym-trajectories", "schema_version": TRAJECTORY_SCHEMA_VERSION,
+                              "created_at": now, "updated_at": now, "run": dict(run_info or {}), "shards": []}
+            if resume:
+                self._recover()
+            self._save_manifest()
+        if run_info:
+            self._manifest.setdefault("run", {}).update(run_info)
+
+    # -- state
+    @property
+    def done(self) -> set[tuple[str, int]]:
+        """``(task_id, attempt)`` of every episode in a listed shard."""
+        return {(key[0], int(key[1])) for shard in self._manifest["shards"] for key in shard["episodes"]}
+
+    def is_done(self, task_id: str, attempt: int) -> bool:
+        with self._lock:
+            key = (task_id, int(attempt))
+            return key in self._buffered_keys or key in self._done_cache()
+
+    def _done_cache(self) -> set[tuple[str, int]]:
+        cached = getattr(self, "_done_set", None)
+        if cached is None or cached[0] != len(self._manifest["shards"]):
+            cached = (len(self._manifest["shards"]), self.done)
+            self._done_set = cached
+        return cached[1]
+
+    # -- writing
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Buffer one finished episode; writes a shard when the buffer is full."""
+        _check_row(row, self._features)
+        key = (row["task_id"], int(row["attempt"]))
+        with self._lock:
+            if key in self._buffered_keys or key in self._done_cache():
+                raise InvalidEpisodeRow(f"episode {row['episode_id']}: task {key[0]} attempt {key[1]} "
+                                        "is already in the dataset")
+            split = _split_name(row.get("split"))
+            self._buffer[split].append(dict(row))
+            self._buffered_keys.add(key)
+            self._buffered_bytes[split] += sum(len(_image_bytes(s.get("screenshot"))) for s in row["steps"])
+            if (len(self._buffer[split]) >= self.max_shard_episodes
+                    or self._buffered_bytes[split] >= self.max_shard_bytes):
+                self._flush_split(split)
+
+    def flush(self) -> list[Path]:
+        """Write every buffered episode now (one shard per split); returns the shard paths."""
+        with self._lock:
+            return [path for split in list(self._buffer) if (path := self._flush_split(split))]
+
+    def close(self, *, card: bool = True) -> None:
+        """Flush, then write the dataset card."""
+        self.flush()
+        if card:
+            write_card(self.out_dir)
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type, *exc_info: Any) -> None:
+        # On an error the buffered episodes are still complete; keep them (they are not redone).
+        self.close(card=exc_type is None)
+
+    def _next_index(self, split: str) -> int:
+        used = [int(m["index"]) for p in (self.out_dir / "data").iterdir()
+                if (m := _SHARD_NAME.match(p.name)) and m["split"] == split]
+        return max(used, default=-1) + 1
+
+    def _flush_split(self, split: str) -> Path | None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = self._buffer.pop(split, [])
+        self._buffered_bytes.pop(split, None)
+        if not rows:
+            return None
+        encoded = [self._features.encode_example(row) for row in rows]
+        table = pa.Table.from_pylist(encoded, schema=self._features.arrow_schema)
+        path = self.out_dir / "data" / f"{split}-{self._next_index(split):05d}.parquet"
+        tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+        keys = [[row["task_id"], int(row["attempt"]), row["episode_id"]] for row in rows]
+        self._manifest["shards"].append({"path": f"data/{path.name}", "split": split, "num_rows": len(rows),
+                                         "sha256": _sha256_file(path), "episodes": keys})
+        self._save_manifest()
+        for key in keys:
+            self._buffered_keys.discard((key[0], key[1]))
+        logger.info("wrote %s (%d episodes)", path, len(rows))
+        return path
+
+    def _save_manifest(self) -> None:
+        self._manifest["updated_at"] = time.time()
+        _write_atomic(self.out_dir / MANIFEST,
+                      json.dumps(self._manifest, indent=1, ensure_ascii=False).encode("utf-8"))
+
+    def _recover(self) -> None:
+        """Clean up after a crash: drop temporary files, adopt or drop unlisted shards."""
+        data = self.out_dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        for leftover in [*data.glob(f"{_TMP_PREFIX}*"), *self.out_dir.glob(f"{_TMP_PREFIX}*")]:
+            logger.warning("resume: removing the unfinished file %s", leftover)
+            leftover.unlink()
+        listed = {shard["path"] for shard in self._manifest["shards"]}
+        done = self.done
+        for path in sorted(data.glob("*.parquet")):
+            relative = f"data/{path.name}"
+            match = _SHARD_NAME.match(path.name)
+            if relative in listed or match is None:
+                continue
+            try:
+                keys = _shard_keys(path)
+            except Exception as exc:  # any unreadable file is removed; its episodes are redone
+                logger.warning("resume: removing the unreadable shard %s (%s)", path, exc)
+                path.unlink()
+                continue
+            pairs = {(k[0], k[1]) for k in keys}
+            if pairs & done or len(pairs) != len(keys):
+                logger.warning("resume: removing %s: it repeats finished episodes", path)
+                path.unlink()
+                continue
+            # The rename happened, so the shard is complete; only the manifest update was lost.
+            logger.warning("resume: adopting the unlisted complete shard %s (%d episodes)", path, len(keys))
+            self._manifest["shards"].append({"path": relative, "split": match["split"], "num_rows": len(keys),
+                                             "sha256": _sha256_file(path), "episodes": keys})
+            done |= pairs
+        self._save_manifest()
+
+
+def _split_name(split: Any) -> str:
+    name = re.sub(r"[^a-z0-9_]", "_", str(split or "train").lower())
+    return name if name[:1].isalpha() else f"s_{name}"
+
+
+def _image_bytes(value: Any) -> bytes:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, Mapping) and isinstance(value.get("bytes"), (bytes, bytearray)):
+        return bytes(value["bytes"])
+    return b""
+
+
+# ------------------------------------------------------------------------------------------- reading
+
+def load_trajectories(out_dir: str | Path, split: str | None = None):
+    """The episodes of the shards listed in the manifest as a `datasets.Dataset` (all splits, or one)."""
+    import datasets
+
+    manifest = read_manifest(out_dir)
+    files = [str(Path(out_dir) / s["path"]) for s in manifest["shards"]
+             if split is None or s["split"] == split]
+    if not files:
+        return datasets.Dataset.from_list([], features=trajectory_features())
+    return datasets.Dataset.from_parquet(files, features=trajectory_features(), keep_in_memory=False)
+
+
+def _summary_columns(out_dir: Path, manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    rows = []
+    columns = ["split", "reward", "status", "num_steps", "benchmark_name", "difficulty_level",
+               "policy_model", "judge_model"]
+    for shard in manifest["shards"]:
+        rows.extend(pq.read_table(out_dir / shard["path"], columns=columns).to_pylist())
+    return rows
+
+
+def _size_category(n: int) -> str:
+    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                         (1_000_000, "100K<n<1M")):
+        if n < limit:
+            return label
+    return "1M<n<10M"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
+    if not rows:
+        return "(none)"
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _grouped(rows: list[dict[str, Any]], key: str) -> list[tuple[Any, ...]]:
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[row[key] or "(none)"].append(row)
+    return [(name, len(g), f"{sum((r['reward'] or 0) >= 1 for r in g) / len(g):.1%}",
+             f"{sum(r['num_steps'] or 0 for r in g) / len(g):.1f}") for name, g in sorted(groups.items())]
+
+
+def _names(rows: list[dict[str, Any]], key: str) -> str:
+    return ", ".join(f"`{m}`" for m in sorted({r[key] for r in rows if r[key]})) or "(none)"
+
+
+def write_card(out_dir: str | Path, *, repo_id: str | None = None) -> Path:
+    """Render README.md from `cards/trajectories_card.md` with figures measured from the shards."""
+    out_dir = Path(out_dir)
+    manifest = read_manifest(out_dir)
+    rows = _summary_columns(out_dir, manifest)
+    splits = sorted({s["split"] for s in manifest["shards"]}) or ["train"]
+    counts = Counter(r["split"] for r in rows)
+    n = len(rows)
+    steps = sum(r["num_steps"] or 0 for r in rows)
+    configs = ["- config_name: default", "  data_files:"]
+    for split in splits:
+        # Exact shard paths, not a glob: only what the manifest vouches for is read, and the list
+        # changes when shards are added (datasets' cache key hashes the patterns, not the files, so
+        # with a glob `load_dataset(OUT)` would return a stale cached copy after a resume).
+        paths = [s["path"] for s in manifest["shards"] if s["split"] == split]
+        paths = paths or [f"data/{split}-*.parquet"]
+        configs += [f"  - split: {split}", "    path:", *(f"    - {p}" for p in paths)]
+    values = {
+        "pretty_name": f"WebGym trajectories ({repo_id.split('/')[-1]})" if repo_id
+        else "WebGym trajectories",
+        "size_category": _size_category(n),
+        "configs_yaml": "\n".join(configs),
+        "written_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "schema_version": manifest.get("schema_version", TRAJECTORY_SCHEMA_VERSION),
+        "n_episodes": n,
+        "splits_line": ", ".join(f"{s}: {counts.get(s, 0)}" for s in splits),
+        "n_steps": steps,
+        "mean_steps": f"{steps / n:.1f}" if n else "0",
+        "success_rate": f"{sum((r['reward'] or 0) >= 1 for r in rows) / n:.1%}" if n else "n/a",
+        "policy_models": _names(rows, "policy_model"),
+        "judge_models": _names(rows, "judge_model"),
+        "n_shards": len(manifest["shards"]),
+        "repo_hint": repo_id or str(out_dir),
+        "first_split": splits[0],
+        "status_table": _table(("status", "episodes"), sorted(Counter(r["status"] for r in rows).items())),
+        "benchmark_table": _table(("benchmark", "episodes", "success", "mean steps"),
+                                  _grouped(rows, "benchmark_name")),
+        "difficulty_table": _table(("difficulty", "episodes", "success", "mean steps"),
+                                   _grouped(rows, "difficulty_level")),
+    }
+    text = string.Template(CARD_TEMPLATE.read_text(encoding="utf-8")).substitute(values)
+    path = out_dir / "README.md"
+    _write_atomic(path, text.encode("utf-8"))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- push
+
+def push_trajectories(out_dir: str | Path, repo_id: str, *, private: bool = False,
+                      revision: str | None = None, token: str | None = None,
+                      commit_message: str | None = None) -> str:
+    """Upload the card, the manifest and the listed shards to a Hub dataset repo; returns the commit URL."""
+    from huggingface_hub import HfApi
+
+    out_dir = Path(out_dir)
+    manifest = read_manifest(out_dir)
+    if not manifest["shards"]:
+        raise PushRefused(f"{out_dir} has no finished shards to push")
+    for shard in manifest["shards"]:
+        if shard.get("sha256") and _sha256_file(out_dir / shard["path"]) != shard["sha256"]:
+            raise PushRefused(f"{out_dir / shard['path']} does not match its sha256 in {MANIFEST}")
+    write_card(out_dir, repo_id=repo_id)
+    api = HfApi(token=token)
+    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    # Only what the manifest vouches for: no temporary files, no shard a crash left unlisted.
+    allow = ["README.md", MANIFEST, *(shard["path"] for shard in manifest["shards"])]
+    n = sum(shard["num_rows"] for shard in manifest["shards"])
+    commit = api.upload_folder(folder_path=str(out_dir), repo_id=repo_id, repo_type="dataset",
+                               revision=revision, allow_patterns=allow,
+                               commit_message=commit_message or f"Add {n} WebGym trajectories")
+    return str(getattr(commit, "commit_url", commit))
+
+
+@click.command("push")
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("repo_id")
+@click.option("--private", is_flag=True, help="Create the repo as private.")
+@click.option("--revision", default=None, help="Branch to push to (default: main).")
+@click.option("--token", default=None, envvar="HF_TOKEN", help="Hub token (default: HF_TOKEN / login).")
+@click.option("--message", default=None, help="Commit message.")
+def push_command(out: Path, repo_id: str, private: bool, revision: str | None, token: str | None,
+                 message: str | None) -> None:
+    """Publish the trajectory dataset in OUT to the Hub dataset repo REPO_ID.
+
+    Uploads README.md (the card, re-rendered with REPO_ID), manifest.json and the shards the
+    manifest lists.
+
+    \b
+    Example:
+      webgym-rollout push out/trajectories/iter-0000 my-org/webgym-trajectories --private
+    """
+    try:
+        url = push_trajectories(out, repo_id, private=private, revision=revision, token=token,
+                                commit_message=message)
+    except TrajectoryDatasetError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"pushed {out} to {repo_id}: {url}")
