@@ -28,17 +28,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-CHROMIUM_PATH = os.environ.get("WEBGYM_CHROMIUM", "/usr/lib/chromium/chromium-headless-shell")
-# Flags for a sandboxed, offline machine: no background requests that would leave 127.0.0.1.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from webgym_rollout.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM
+
+CHROMIUM_PATH = os.environ.get("WEBGYM_CHROMIUM", DEFAULT_CHROMIUM)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SEEDS_DIR = Path(os.environ.get("WEBGYM_SEEDS", REPO_ROOT.parent / "shared" / "seeds"))
 
@@ -125,7 +117,8 @@ async def chromium(chromium_path: str):
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+        browser = await playwright.chromium.launch(executable_path=chromium_path,
+                                                  args=list(CHROMIUM_ARGS))
         try:
             yield browser
         finally:

@@ -658,19 +658,6 @@ def _task_source(settings: LoopSettings, source: str, split: str, label: str) ->
     return target
 
 
-def _is_loopback_url(url: str) -> bool:
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _needs_sites(tasks: Path, split: str) -> bool:
     from webgym_rollout.runner import load_tasks
 
@@ -680,11 +667,14 @@ def _needs_sites(tasks: Path, split: str) -> bool:
 def _rollout(settings: LoopSettings, services: LoopServices, *, iteration: int, tasks: Path, split: str,
              out: Path, checkpoint: str | None, limit: int | None, seed: int) -> dict[str, Any]:
     """One rollout into `out` (resumed if it exists) with `checkpoint` (None: the random policy)."""
+    from urllib.parse import urlsplit
+
+    from webgym_rollout.guard import is_loopback_host
     from webgym_rollout.runner import RunSettings, run
 
     sites_url = None
     if _needs_sites(tasks, split):
-        remote = [url for url in settings.servers if not _is_loopback_url(url)]
+        remote = [url for url in settings.servers if not is_loopback_host(urlsplit(url).hostname or "")]
         if remote and not settings.sites_url:
             # The browser opens the page, on its own machine: a site server here is out of its reach.
             raise LoopSettingsError(

@@ -834,7 +834,12 @@ class BrowserPool:
         """After an input event: if it started a navigation, wait for its DOMContentLoaded (no sleep)."""
         page = session.page
         if session.document_requests == requests_before:
-            return
+            # Under load the renderer's navigation request can trail the input call's reply: one
+            # round trip through the renderer lets it arrive before we decide nothing navigates.
+            with contextlib.suppress(PlaywrightError):
+                await page.evaluate("0")
+            if session.document_requests == requests_before:
+                return
         budget = self.settings.action_timeout_s * 0.8
         deadline = time.monotonic() + budget
         stops_before = session.stops

@@ -106,14 +106,16 @@ class PushRefused(TrajectoryDatasetError):
 
 _STEP_DEFAULTS: dict[str, Any] = {
     "index": 0, "screenshot": None, "screenshot_sha256": "", "messages": "[]", "response": "", "action": "",
-    "action_error": "", "memory": "", "url": "", "title": "", "same_as_next": False,
+    "action_error": "", "memory": "", "url": "", "title": "", "same_as_next": False, "finish_reason": "",
+    "usage": {"prompt_tokens": 0, "completion_tokens": 0},
     "latency": {"policy_s": 0.0, "execute_s": 0.0, "screenshot_s": 0.0},
 }
 _EPISODE_DEFAULTS: dict[str, Any] = {
     "episode_id": "", "iteration": 0, "attempt": 0, "split": "train", "task_id": "", "task_name": "",
     "website": "", "start_url": "", "benchmark_name": "", "domain": "", "subdomain": "", "difficulty": 0,
     "difficulty_level": "", "evaluator_reference": [], "definite_answer": "", "parent_task_id": "",
-    "environment": "web", "env_seed": 0, "policy_model": "", "judge_model": "", "reward": 0.0,
+    "environment": "web", "env_seed": 0, "instruction": "", "policy_model": "", "judge_model": "",
+    "reward": 0.0,
     "status": "ok", "answer": "", "verdicts": [], "num_steps": 0, "started_at": 0.0, "duration_s": 0.0,
     "judge_s": 0.0, "steps": [],
 }

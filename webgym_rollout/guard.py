@@ -28,11 +28,25 @@ from urllib.parse import urlsplit
 
 from webgym_rollout.errors import NavigationRefused, SiteBlocked
 
-__all__ = ["BlockEntry", "SiteBlocklist", "UrlGuard", "site_of"]
+__all__ = ["BlockEntry", "SiteBlocklist", "UrlGuard", "is_loopback_host", "site_of"]
 
 _INTERNAL_URLS = frozenset({"about:blank"})
 # Suffixes that name the local machine or a private network, never a public website.
 _LOCAL_SUFFIXES = (".localhost", ".local", ".internal", ".localdomain", ".home.arpa", ".lan")
+
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` (a name or an IP literal, IPv6 possibly in brackets) is this machine only.
+
+    Servers use it to decide whether binding `host` needs a token; clients to tell local URLs."""
+    host = host.strip().strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

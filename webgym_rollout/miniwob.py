@@ -29,7 +29,7 @@ _STATE = """() => ({
     done: Boolean(WOB_DONE_GLOBAL),
     reward: Number(WOB_REWARD_GLOBAL),
     raw_reward: Number(WOB_RAW_REWARD_GLOBAL),
-    reason: WOB_REWARD_REASON === null ? "" : String(WOB_REWARD_REASON),
+    reason: WOB_REWARD_REASON == null ? "" : String(WOB_REWARD_REASON),
 })"""
 
 

@@ -45,7 +45,6 @@ import binascii
 import contextlib
 import functools
 import io
-import ipaddress
 import logging
 import math
 import random
@@ -65,6 +64,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from webgym_rollout.errors import PolicyError
+from webgym_rollout.guard import is_loopback_host
 
 __all__ = [
     "BadChatRequest",
@@ -577,18 +577,9 @@ def create_app(settings: PolicyServerSettings):
     return app
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _check_bind(settings: PolicyServerSettings) -> None:
     """Refuse to expose the model beyond this machine without a token."""
-    if not _is_loopback(settings.host) and not settings.token:
+    if not is_loopback_host(settings.host) and not settings.token:
         raise PolicyServerError(f"binding {settings.host} exposes the policy beyond this machine; "
                                 "pass --token (clients then send Authorization: Bearer <token>)")
 

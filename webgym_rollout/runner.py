@@ -273,6 +273,9 @@ class _Step:
     execute_s: float = 0.0
     screenshot_s: float = 0.0
     same_as_next: bool = False
+    finish_reason: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     def row(self) -> dict[str, Any]:
         return {
@@ -287,6 +290,8 @@ class _Step:
             "url": self.url,
             "title": self.title,
             "same_as_next": self.same_as_next,
+            "finish_reason": self.finish_reason,
+            "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens},
             "latency": {"policy_s": self.policy_s, "execute_s": self.execute_s,
                         "screenshot_s": self.screenshot_s},
         }
@@ -402,7 +407,9 @@ class _Episode:
                      messages=output.messages_json, response=output.response,
                      action=action.to_json() if action is not None else "",
                      action_error=parsed.error, memory=parsed.memory, url=self._url, title=self._title,
-                     policy_s=float(output.latency_s), screenshot_s=self._shot_s)
+                     policy_s=float(output.latency_s), screenshot_s=self._shot_s,
+                     finish_reason=output.finish_reason, prompt_tokens=output.prompt_tokens,
+                     completion_tokens=output.completion_tokens)
         self.steps.append(step)
         self.ctx.stats.steps += 1
         ended = ""
@@ -549,6 +556,7 @@ def _row(ep: _Episode, settings: RunSettings, policy_model: str, judge_model: st
         "difficulty_level", "evaluator_reference", "definite_answer", "parent_task_id", "environment",
         "env_seed")}
     row.update({
+        "instruction": ep.instruction,
         "episode_id": ep.job.episode_id,
         "iteration": settings.iteration,
         "attempt": ep.job.attempt,
@@ -610,6 +618,8 @@ class _Finisher:
                     ep.status = f"error:{exc.kind}"
                 else:
                     reward, verdicts = float(result.reward), result.verdict_rows()
+                    if result.error_kind:  # the judge could not decide: not a failure of the agent
+                        ep.status = f"error:{result.error_kind}"
                 judge_s = time.perf_counter() - began
             row = _row(ep, self.settings, self.policy_model, judge_model, reward, verdicts, judge_s)
             async with self._write_lock:  # shards are written one at a time, off the event loop

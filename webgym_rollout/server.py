@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import secrets
 import time
@@ -51,6 +50,7 @@ from webgym_rollout.client import (
     SessionCreated,
 )
 from webgym_rollout.errors import BrowserError
+from webgym_rollout.guard import is_loopback_host
 
 __all__ = ["ServerSettings", "check_bind", "create_app", "running_server", "serve_command"]
 
@@ -73,13 +73,7 @@ class ServerSettings:
 
 def check_bind(host: str, token: str | None) -> None:
     """Refuse (ValueError) to bind a non-loopback address without a token."""
-    if token:
-        return
-    try:
-        loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if not loopback:
+    if not token and not is_loopback_host(host):
         raise ValueError(
             f"refusing to bind {host} without --token: anyone who reaches it could drive "
             "the browsers. Pass --token SECRET (clients send it as a bearer token) or bind 127.0.0.1"

@@ -25,9 +25,11 @@ __all__ = [
     "trajectory_features",
 ]
 
-TRAJECTORY_SCHEMA_VERSION = "1.0"
+TRAJECTORY_SCHEMA_VERSION = "1.1"
 
-# `error:<kind>` statuses carry the error kind after the colon, e.g. "error:browser_crashed".
+# ``ok``: ended by an answer or by the environment; ``timeout``: the horizon was reached without one;
+# ``blocked``: the site was refused or on the blocklist; ``error:<kind>`` carries the kind of the
+# infrastructure failure (browser, policy or judge), e.g. "error:browser_crashed".
 EPISODE_STATUSES = ("ok", "blocked", "timeout", "error:<kind>")
 
 
@@ -47,6 +49,11 @@ def trajectory_features():
         "url": Value("string"),
         "title": Value("string"),
         "same_as_next": Value("bool"),
+        "finish_reason": Value("string"),
+        "usage": {
+            "prompt_tokens": Value("int32"),
+            "completion_tokens": Value("int32"),
+        },
         "latency": {
             "policy_s": Value("float32"),
             "execute_s": Value("float32"),
@@ -77,6 +84,9 @@ def trajectory_features():
         "parent_task_id": Value("string"),
         "environment": Value("string"),
         "env_seed": Value("int64"),
+        # the instruction the agent was given: `task_name`, or the environment's own sentence
+        # (MiniWoB's utterance, where `task_name` is only the row's name)
+        "instruction": Value("string"),
         # episode outcome
         "policy_model": Value("string"),
         "judge_model": Value("string"),

@@ -88,3 +88,10 @@ async def test_chromium_fixture_really_renders(chromium, serve_folder, tmp_path)
         await context.close()
     assert before[:8] == b"\x89PNG\r\n\x1a\n"
     assert hashlib.sha256(before).digest() != hashlib.sha256(after).digest()
+
+
+def test_readme_cli_reference_is_current():
+    """README's CLI reference is generated from --help; regenerate it with scripts/cli_reference.py."""
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "cli_reference.py"), "--check"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, "README.md is out of date: run scripts/cli_reference.py" + result.stderr

@@ -79,6 +79,8 @@ def episode(
             "url": f"http://127.0.0.1/{task_id}/{i}",
             "title": task_id,
             "same_as_next": bool(same_as_next[i]),
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10},
             "latency": {"policy_s": 0.1, "execute_s": 0.05, "screenshot_s": 0.02},
         })
     return {
@@ -100,6 +102,7 @@ def episode(
         "parent_task_id": "",
         "environment": "web",
         "env_seed": 0,
+        "instruction": f"do {task_id}",
         "policy_model": "tiny",
         "judge_model": "rule",
         "reward": reward,

@@ -25,6 +25,7 @@ from webgym_rollout.errors import (
     BrowserCrashed,
     NavigationRefused,
     OperationTimeout,
+    ServerBusy,
     SessionNotFound,
     SiteBlocked,
 )
@@ -381,5 +382,14 @@ async def test_browser_over_memory_bound_is_replaced(chromium_path, sites):
                 break
             await asyncio.sleep(0.1)
         assert pool.browser_restarts >= 1 and first.browser_pid not in pool.browser_pids()
-        again = await pool.create(CreateSessionRequest(start_url=f"{sites.base_url}/sandbox/form.html"))
+        # A bound no browser can stay under recycles every replacement too: lift it, so that the
+        # replacement keeps serving (otherwise create may find every browser draining).
+        pool.settings.max_browser_mib = 100_000.0
+        page = f"{sites.base_url}/sandbox/form.html"
+        for _ in range(50):  # a replacement drained before the bound was lifted is itself replaced
+            try:
+                again = await pool.create(CreateSessionRequest(start_url=page))
+                break
+            except ServerBusy:
+                await asyncio.sleep(0.1)
         assert again.browser_pid != first.browser_pid and again.title == "Sandbox form"

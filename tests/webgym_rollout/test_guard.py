@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from webgym_rollout.errors import NavigationRefused, SiteBlocked
-from webgym_rollout.guard import SiteBlocklist, UrlGuard, site_of
+from webgym_rollout.guard import SiteBlocklist, UrlGuard, is_loopback_host, site_of
 
 REFUSED = [
     "file:///etc/passwd",
@@ -123,3 +123,10 @@ def test_blocklist_success_resets_and_manual_block():
     blocklist.check("https://b.example/x")
     with pytest.raises(ValueError):
         SiteBlocklist(threshold=0)
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.0.0.2", True), ("localhost", True), ("::1", True), ("[::1]", True),
+    ("0.0.0.0", False), ("10.0.0.1", False), ("example.org", False), ("", False)])
+def test_is_loopback_host(host, loopback):
+    assert is_loopback_host(host) is loopback

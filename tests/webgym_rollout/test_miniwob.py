@@ -30,6 +30,7 @@ async def test_seeded_episode_state_and_rewards(chromium):
                 await miniwob.start_episode(page, seed, max_time_s=30, timeout_s=10)
                 state = await miniwob.read_state(page)
                 assert state["done"] is False and state["reward"] == 0
+                assert state["reason"] == ""  # no reason yet (not the text "undefined")
                 utterances.append(state["utterance"])
             assert utterances[0] == utterances[1]  # same seed, same task
             assert len(set(utterances[1:])) > 1  # other seeds, other tasks

@@ -92,6 +92,8 @@ async def test_random_policy_on_click_button(tmp_path, sites_url, browser_url):
     for row in ds:
         _check_steps(row)
         assert row["policy_model"] == "random" and row["judge_model"] == "programmatic"
+        # the agent was given the page's own sentence, not the row's name
+        assert row["instruction"].startswith("Click on the") and row["instruction"] != row["task_name"]
         assert row["status"] in ("ok", "timeout")
         assert 1 <= row["num_steps"] <= 5
         (verdict,) = row["verdicts"]
@@ -140,5 +142,8 @@ async def test_openai_policy_with_tiny_model(tmp_path, sites_url, browser_url, t
         for step in row["steps"]:
             sent = json.loads(step["messages"])
             assert sent[-1]["content"][-1] == {"type": "image", "step": step["index"]}
+            # token usage as the policy server reported it (the screenshot alone is many tokens)
+            assert step["usage"]["prompt_tokens"] > 50 and step["usage"]["completion_tokens"] > 0
+            assert step["finish_reason"] in ("stop", "length")
     parse_errors = sum(1 for row in ds for s in row["steps"] if not s["action"])
     assert parse_errors == report.parse_errors

@@ -244,6 +244,24 @@ async def test_judging_runs_after_the_session_closes_and_overlaps_the_next_episo
 
 
 @pytest.mark.browser
+async def test_an_undecided_judge_marks_the_episode_as_an_error(tmp_path, sites_url, browser_url):
+    from webgym_rollout.judge import JudgeResult, ProgrammaticJudge
+
+    class UndecidedJudge(ProgrammaticJudge):
+        async def score(self, request):
+            return JudgeResult(reward=0.0, verdicts=(), judge_model="undecided",
+                               error="judge_reply_invalid: no verdict line")
+
+    tasks = write_tasks(tmp_path / "tasks.jsonl", range(1))
+    settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), sites_url=sites_url, concurrency=1,
+                         miniwob_horizon=1)
+    await run(settings, policy=ProbePolicy(), judge=UndecidedJudge(), needs_elements=True)
+    (row,) = _rows(settings.out)
+    # not a failure of the agent (reward 0, status ok): the trainer must not learn from it
+    assert row["status"] == "error:judge_reply_invalid" and row["reward"] == 0.0
+
+
+@pytest.mark.browser
 async def test_lost_session_is_retried_on_a_fresh_one_then_recorded(tmp_path, sites_url, chromium_path):
     tasks = write_tasks(tmp_path / "tasks.jsonl", [5])
     target = episode_id("click-button-5", 0, 0)
