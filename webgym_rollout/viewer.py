@@ -124,7 +124,8 @@ def render_report(out_dir: str | Path, html_path: str | Path | None = None, *,
         verdicts = "".join(
             f"<li class='verdict {'pass' if v.get('passed') else 'fail'}'><b>{_e(v.get('criterion'))}</b>: "
             f"{_e(v.get('reason'))}</li>" for v in episode.get("verdicts") or [])
-        meta = [("task", episode.get("task_name")), ("task id", episode.get("task_id")),
+        meta = [("task", episode.get("task_name")), ("instruction", episode.get("instruction") or "(task)"),
+                ("task id", episode.get("task_id")),
                 ("start", episode.get("start_url")), ("status", episode.get("status")),
                 ("reward", episode.get("reward")), ("steps", episode.get("num_steps")),
                 ("answer", episode.get("answer") or "(none)"), ("policy", episode.get("policy_model")),

@@ -57,6 +57,9 @@ async def test_the_report_renders_in_chromium(tmp_path, chromium, serve_folder):
         assert await page.evaluate("window.hacked === undefined")
         assert "<script>" in await page.locator("section.episode").nth(1).locator("h2").inner_text()
         assert "50.0%" in await page.locator(".summary").inner_text()
+        # No separate instruction recorded: the report says the agent was given the task's text.
+        table = page.locator("section.episode").nth(0).locator("table")
+        assert "instruction\t(task)" in await table.inner_text()
     finally:
         await context.close()
 
