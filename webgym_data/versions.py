@@ -143,16 +143,29 @@ def _check_build(folder: Path) -> dict[str, Any]:
         raise NotATaskSetError(f"{manifest_path}: not valid JSON: {exc}") from None
 
 
+# Seed sets whose owners ask that questions or answers never appear as plain text online: BrowseComp
+# (its canary) and GAIA (answers not to be reshared in crawlable form). Such a build goes to a
+# private repo only.
+RESTRICTED_SEEDS = {"browsecomp": "BrowseComp's canary asks that its data never appear as plain text online",
+                    "gaia-web": "GAIA asks that its answers not be reshared in crawlable form"}
+
+
 def push_task_set(folder: Path, repo_id: str, *, revision: str | None = None, tag: str | None = None,
                   private: bool = False, token: str | None = None, api=None) -> str:
     """Upload a built folder to the dataset repo `repo_id`; returns the commit URL.
 
     `revision` names a branch (created from main when missing); `tag` tags the uploaded commit.
+    A build holding a seed set of `RESTRICTED_SEEDS` is pushed only with ``private=True``.
     """
     from huggingface_hub import HfApi
 
     folder = Path(folder)
     manifest = _check_build(folder)
+    restricted = sorted(set(manifest.get("stats", {}).get("seeds", {})) & set(RESTRICTED_SEEDS))
+    if restricted and not private:
+        reasons = "; ".join(f"{name}: {RESTRICTED_SEEDS[name]}" for name in restricted)
+        raise PushError(f"{folder} holds {', '.join(restricted)} tasks ({reasons}): push it with --private, "
+                        "or build without those seeds for a public repo")
     api = api or HfApi(token=token)
     version = manifest.get("dataset_version", "?")
     content = str(manifest.get("content_hash", ""))

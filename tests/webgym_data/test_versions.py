@@ -192,3 +192,15 @@ def test_published_layout_loads_through_a_local_hub(tmp_path, local_hub):
     local_ids = sorted(i for p in (folder / "data").glob("*.parquet")
                        for i in pq.read_table(p)["task_id"].to_pylist())
     assert loaded["ids"] == local_ids
+
+
+def test_push_of_restricted_seeds_needs_a_private_repo(tmp_path, monkeypatch):
+    gaia_rows = [dict(r, benchmark_name="gaia-web") for r in rows(4)]
+    folder = build_folder(tmp_path, "tasks", gaia_rows, test_size=1)
+    hub = RecordingHub(monkeypatch)
+    result = CliRunner().invoke(push_command, [str(folder), "me/tasks"])
+    assert result.exit_code == 1 and "gaia-web" in result.output and "--private" in result.output
+    assert hub.calls == []  # refused before any Hub call
+    result = CliRunner().invoke(push_command, [str(folder), "me/tasks", "--private"])
+    assert result.exit_code == 0, result.output
+    assert hub.calls[0][1]["private"] is True
