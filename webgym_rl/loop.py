@@ -63,14 +63,14 @@ import socket
 import subprocess
 import threading
 import time
-import types
-import typing
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
+
+from webgym.clitools import settings_options, settings_values
 
 __all__ = [
     "LoopError",
@@ -288,29 +288,7 @@ class LoopSettings:
     @classmethod
     def from_sources(cls, yaml_path: str | Path | None = None, **overrides: Any) -> LoopSettings:
         """Defaults, then the YAML file's keys (field names), then `overrides` that are not None."""
-        values: dict[str, Any] = {}
-        known = {f.name for f in fields(cls)}
-        if yaml_path:
-            import yaml
-
-            try:
-                loaded = yaml.safe_load(Path(yaml_path).read_text(encoding="utf-8")) or {}
-            except (OSError, yaml.YAMLError) as exc:
-                raise LoopSettingsError(f"cannot read config {yaml_path}: {exc}") from exc
-            if not isinstance(loaded, dict):
-                raise LoopSettingsError(f"{yaml_path}: expected a mapping of setting: value")
-            for key, value in loaded.items():
-                name = str(key).replace("-", "_")
-                if name not in known:
-                    raise LoopSettingsError(f"{yaml_path}: unknown setting '{key}' "
-                                            f"(known: {', '.join(sorted(known))})")
-                values[name] = value
-        for name, value in overrides.items():
-            if name not in known:
-                raise LoopSettingsError(f"unknown setting '{name}'")
-            if value is None or (isinstance(value, tuple | list) and not value):
-                continue
-            values[name] = list(value) if isinstance(value, tuple) else value
+        values = settings_values(cls, yaml_path, overrides, error=LoopSettingsError)
         settings = cls(**values)
         if isinstance(settings.servers, str):
             settings.servers = [settings.servers]
@@ -898,36 +876,6 @@ def run_loop(settings: LoopSettings, *, services: LoopServices | None = None,
 
 # ------------------------------------------------------------------------------------------- CLI
 
-def _field_docs() -> dict[str, str]:
-    import ast
-    import inspect
-
-    body = ast.parse(inspect.getsource(LoopSettings)).body[0].body  # type: ignore[attr-defined]
-    return {node.target.id: " ".join(str(following.value.value).split())
-            for node, following in zip(body, body[1:], strict=False)
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-            and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)}
-
-
-def _options(command):
-    docs = _field_docs()
-    hints = typing.get_type_hints(LoopSettings)
-    for item in reversed(fields(LoopSettings)):
-        flag = "--" + item.name.replace("_", "-")
-        kind = hints[item.name]
-        if isinstance(kind, types.UnionType):  # X | None
-            kind = next(a for a in typing.get_args(kind) if a is not type(None))
-        help_text = docs.get(item.name, "")
-        if kind is bool:
-            option = click.option(f"{flag}/--no-{flag[2:]}", default=None, help=help_text)
-        elif typing.get_origin(kind) is list:
-            option = click.option(flag, multiple=True, help=help_text)
-        else:
-            option = click.option(flag, type=kind, default=None, help=help_text)
-        command = option(command)
-    return command
-
-
 def _echo_event(kind: str, detail: dict[str, Any]) -> None:
     if kind == "phase_started":
         click.echo(f"[loop] iteration {detail['iteration']}: {detail['phase']} ...", err=True)
@@ -954,7 +902,7 @@ def _echo_event(kind: str, detail: dict[str, Any]) -> None:
 @click.command("loop", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None,
               help="YAML file of loop settings (keys = option names with underscores); flags override it.")
-@_options
+@settings_options(LoopSettings)
 def loop_command(config: str | None, **flags: Any) -> None:
     """Run the online RL loop: roll out, train, evaluate, repeat; resumable.
 

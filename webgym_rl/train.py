@@ -23,20 +23,18 @@ Exceptions::
 
 from __future__ import annotations
 
-import ast
-import inspect
 import json
 import logging
 import math
 import os
 import time
-import types
-import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
+
+from webgym.clitools import settings_options, settings_values
 
 __all__ = ["ResumeError", "SettingsError", "TrainResult", "TrainSettings", "TrainingError", "train",
            "train_command"]
@@ -169,27 +167,7 @@ class TrainSettings:
     @classmethod
     def from_sources(cls, yaml_path: str | Path | None = None, **overrides: Any) -> TrainSettings:
         """Defaults, then the YAML file's keys (field names), then `overrides` that are not None."""
-        values: dict[str, Any] = {}
-        known = {f.name for f in fields(cls)}
-        if yaml_path:
-            import yaml
-
-            try:
-                loaded = yaml.safe_load(Path(yaml_path).read_text()) or {}
-            except (OSError, yaml.YAMLError) as exc:
-                raise SettingsError(f"cannot read config {yaml_path}: {exc}") from exc
-            if not isinstance(loaded, dict):
-                raise SettingsError(f"{yaml_path}: expected a mapping of setting: value")
-            for key, value in loaded.items():
-                name = str(key).replace("-", "_")
-                if name not in known:
-                    raise SettingsError(f"{yaml_path}: unknown setting '{key}' "
-                                        f"(known: {', '.join(sorted(known))})")
-                values[name] = value
-        for name, value in overrides.items():
-            if value is None or (isinstance(value, tuple | list) and not value):
-                continue
-            values[name] = list(value) if isinstance(value, tuple) else value
+        values = settings_values(cls, yaml_path, overrides, error=SettingsError)
         settings = cls(**values)
         if isinstance(settings.data, str):
             settings.data = [settings.data]
@@ -476,67 +454,10 @@ def train(settings: TrainSettings) -> TrainResult:
 # CLI: one option per settings field, its help taken from the field's docstring.
 
 
-def _field_docs(cls: type) -> dict[str, str]:
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for node, following in zip(body, body[1:], strict=False):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
-            docs[node.target.id] = str(following.value.value)
-    return docs
-
-
-class _ManyValues(click.Option):
-    """A repeatable option that also takes several values after one flag: ``--data A B --data C``."""
-
-    def add_to_parser(self, parser, ctx) -> None:
-        super().add_to_parser(parser, ctx)
-        # click has no public "nargs='+'" for options; wrap the parser's handler for our flags.
-        # If click's internals ever move, the option still works in its repeat-the-flag form.
-        for name in self.opts:
-            table = getattr(parser, "_long_opt" if name.startswith("--") else "_short_opt", {})
-            handler = table.get(name)
-            if handler is None or not hasattr(handler, "process"):
-                continue
-            original = handler.process
-
-            def process(value, state, original=original):
-                original(value, state)
-                while state.rargs and not state.rargs[0].startswith("-"):
-                    original(state.rargs.pop(0), state)
-
-            handler.process = process
-
-
-def _options(command):
-    docs = _field_docs(TrainSettings)
-    hints = typing.get_type_hints(TrainSettings)
-    for item in reversed(fields(TrainSettings)):
-        flag = "--" + item.name.replace("_", "-")
-        kind = hints[item.name]
-        args = typing.get_args(kind)
-        if isinstance(kind, types.UnionType):  # X | None
-            kind = next(a for a in args if a is not type(None))
-        help_text = docs.get(item.name, "")
-        if kind is bool:
-            option = click.option(f"{flag}/--no-{flag[2:]}", default=None, help=help_text)
-        elif typing.get_origin(kind) is list:
-            option = click.option(flag, cls=_ManyValues, multiple=True, metavar="VALUE [VALUE ...]",
-                                  help=help_text)
-        elif item.name == "objective":
-            option = click.option(flag, type=click.Choice(["filtered_bc", "reinforce"]), default=None,
-                                  help=help_text)
-        else:
-            option = click.option(flag, type=kind, default=None, help=help_text)
-        command = option(command)
-    return command
-
-
 @click.command("train", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None,
               help="YAML file of settings (keys = the option names with underscores); flags override it.")
-@_options
+@settings_options(TrainSettings, choices={"objective": ("filtered_bc", "reinforce")})
 def train_command(config: str | None, **flags: Any) -> None:
     """Fine-tune a Qwen-VL policy on trajectory shards (filtered_bc or reinforce).
 
