@@ -10,8 +10,9 @@
         state = await session.env_state()
         await session.close()
 
-One pooled ``httpx.AsyncClient`` serves every session. New sessions go to the least-loaded healthy
-server. Transient failures (`ServerBusy`, `ServerUnavailable`) are retried with backoff: always when
+One keep-alive HTTP/1.1 connection pool (a small one of its own: httpx cost more client CPU per call
+than the browser's work for a click) serves every session. New sessions go to the least-loaded
+healthy server. Transient failures (`ServerBusy`, `ServerUnavailable`) are retried with backoff: always when
 the request cannot have run (connection refused, queue full), and for read-only operations
 (screenshot, page_info, env_state) also when the connection broke mid-request. Errors are the typed
 tree of `webgym_rollout.errors`, rebuilt from the server's ``{"error": kind, "message": ...}`` body.
@@ -20,13 +21,17 @@ tree of `webgym_rollout.errors`, rebuilt from the server's ``{"error": kind, "me
 from __future__ import annotations
 
 import asyncio
-import base64
+import contextlib
+import json
 import logging
+import socket
+import ssl
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-import httpx
 from pydantic import BaseModel, Field, model_validator
 
 from webgym_rollout.errors import (
@@ -53,11 +58,14 @@ __all__ = [
     "PageInfo",
     "PageInfoRequest",
     "PageState",
+    "SCREENSHOT_MEDIA_TYPE",
     "Screenshot",
     "ScreenshotRequest",
     "ScreenshotResponse",
     "ServerHealth",
     "SessionCreated",
+    "decode_screenshot",
+    "encode_screenshot",
 ]
 
 log = logging.getLogger(__name__)
@@ -235,6 +243,29 @@ class Screenshot(BaseModel):
     marks: list[Element] = []
 
 
+SCREENSHOT_MEDIA_TYPE = "application/vnd.webgym.screenshot"
+"""Screenshot wire format: ``X-Webgym-Meta-Length: K``, then a body of K bytes of JSON metadata
+(`Screenshot` without `data`) followed by the image bytes. No base64, no JSON string of the image:
+both cost CPU on every step. A request with ``Accept: application/json`` gets `ScreenshotResponse`."""
+_META_HEADER = "x-webgym-meta-length"
+
+
+def encode_screenshot(shot: Screenshot) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a screenshot reply (`SCREENSHOT_MEDIA_TYPE`)."""
+    meta = shot.model_dump_json(exclude={"data"}).encode()
+    return meta + shot.data, {_META_HEADER: str(len(meta))}
+
+
+def decode_screenshot(headers: dict[str, str], body: bytes) -> Screenshot:
+    """Inverse of `encode_screenshot`; `headers` has lower-case names."""
+    try:
+        size = int(headers[_META_HEADER])
+        meta = json.loads(body[:size])
+    except (KeyError, ValueError) as exc:
+        raise BrowserError(f"malformed screenshot reply (no valid {_META_HEADER} header): {exc}") from exc
+    return Screenshot(data=body[size:], **meta)
+
+
 class ExecuteResult(BaseModel):
     ok: bool
     error: str = ""
@@ -288,7 +319,178 @@ class ErrorBody(BaseModel):
 # ---------------------------------------------------------------------------------- the client
 
 
-def _raise_for(response: httpx.Response) -> None:
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class _TransportError(Exception):
+    """The connection failed; `may_have_run` when the request may have reached the server."""
+
+    def __init__(self, message: str, *, may_have_run: bool):
+        super().__init__(message)
+        self.may_have_run = may_have_run
+
+
+@dataclass
+class _Response:
+    method: str
+    url: str
+    status_code: int
+    headers: dict[str, str]
+    content: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+@dataclass(eq=False)
+class _Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    idle_since: float = 0.0
+
+    def usable(self, now: float, expiry_s: float) -> bool:
+        # A connection the server closed shows EOF once the loop has seen its FIN.
+        return (
+            now - self.idle_since < expiry_s
+            and not self.reader.at_eof()
+            and not self.writer.transport.is_closing()
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class _HttpPool:
+    """A small HTTP/1.1 keep-alive pool for the client's JSON calls.
+
+    httpx cost ~2.5 ms of client CPU per call here (request/cookie objects, anyio layers, an
+    is-readable probe of every idle connection per request); at 8 sessions that alone was a tenth of
+    a step. This pool does one write and a buffered read per call. Idle connections expire before
+    uvicorn's 5 s keep-alive timeout so the server does not close one we are about to reuse.
+    """
+
+    def __init__(self, headers: dict[str, str], *, timeout_s: float, connect_timeout_s: float):
+        self.headers = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        self.timeout_s, self.connect_timeout_s = timeout_s, connect_timeout_s
+        self.idle_expiry_s, self.max_idle = 4.0, 128
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._closed = False
+
+    @staticmethod
+    def _origin(url: str) -> tuple[tuple[str, str, int], str]:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ServerUnavailable(f"{url}: not an http(s) URL")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        return (parts.scheme, parts.hostname, port), target
+
+    async def _connect(self, origin: tuple[str, str, int]) -> _Connection:
+        scheme, host, port = origin
+        ssl_context = ssl.create_default_context() if scheme == "https" else None
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                reader, writer = await asyncio.open_connection(host, port, ssl=ssl_context, limit=2**20)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raise ServerUnavailable(f"{scheme}://{host}:{port} is unreachable: {exc!r}") from exc
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _Connection(reader, writer)
+
+    def _take_idle(self, origin: tuple[str, str, int]) -> _Connection | None:
+        idle = self._idle.get(origin)
+        now = time.monotonic()
+        while idle:
+            connection = idle.pop()
+            if connection.usable(now, self.idle_expiry_s):
+                return connection
+            connection.close()
+        return None
+
+    async def request(self, method: str, url: str, body: bytes | None = None) -> _Response:
+        if self._closed:
+            raise ServerUnavailable("the BrowserClient is closed")
+        origin, target = self._origin(url)
+        connection = self._take_idle(origin) or await self._connect(origin)
+        host = origin[1] if ":" not in origin[1] else f"[{origin[1]}]"
+        head = f"{method} {target} HTTP/1.1\r\nHost: {host}:{origin[2]}\r\n{self.headers}"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        elif method in ("POST", "PUT"):
+            head += "Content-Length: 0\r\n"
+        data = (head + "\r\n").encode("latin-1") + (body or b"")
+        done = False
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response, keep_alive = await self._exchange(connection, method, url, data)
+            done = keep_alive
+            return response
+        except TimeoutError as exc:
+            raise OperationTimeout(f"{method} {url}: no answer within {self.timeout_s} s") from exc
+        finally:
+            if done and not self._closed and len(self._idle.get(origin, ())) < self.max_idle:
+                connection.idle_since = time.monotonic()
+                self._idle.setdefault(origin, []).append(connection)
+            else:
+                connection.close()
+
+    async def _exchange(
+        self, connection: _Connection, method: str, url: str, data: bytes
+    ) -> tuple[_Response, bool]:
+        reader = connection.reader
+        try:
+            connection.writer.write(data)
+            await connection.writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            version, _, rest = lines[0].partition(" ")
+            status = int(rest[:3])
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                if line:
+                    name, _, value = line.partition(":")
+                    headers[name.strip().lower()] = value.strip()
+            keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+            if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+                content = b""
+            elif "chunked" in headers.get("transfer-encoding", "").lower():
+                chunks = []
+                while True:
+                    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                    if size == 0:
+                        while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                            pass  # trailers
+                        break
+                    chunks.append(await reader.readexactly(size))
+                    await reader.readexactly(2)
+                content = b"".join(chunks)
+            elif "content-length" in headers:
+                content = await reader.readexactly(int(headers["content-length"]))
+            else:
+                content, keep_alive = await reader.read(), False
+        except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            raise _TransportError(f"{method} {url}: connection broke: {exc!r}", may_have_run=True) from exc
+        except ValueError as exc:  # a malformed status line, size or length
+            raise _TransportError(
+                f"{method} {url}: malformed HTTP response: {exc}", may_have_run=True
+            ) from exc
+        return _Response(method, url, status, headers, content), keep_alive
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for connections in self._idle.values():
+            for connection in connections:
+                connection.close()
+        self._idle.clear()
+
+
+def _raise_for(response: _Response) -> None:
     if response.status_code < 400:
         return
     try:
@@ -299,7 +501,7 @@ def _raise_for(response: httpx.Response) -> None:
         raise Unauthorized(body.message if body else f"{response.url}: 401 Unauthorized (wrong or no token)")
     if body is None:
         cls = ServerUnavailable if response.status_code >= 500 else BrowserError
-        raise cls(f"{response.request.method} {response.url}: HTTP {response.status_code}")
+        raise cls(f"{response.method} {response.url}: HTTP {response.status_code}")
     cls = error_for_kind(body.error)
     if body.error == "navigation_refused":
         raise cls(body.message, url=body.url)
@@ -318,13 +520,11 @@ class BrowserClient:
         if not self.urls:
             raise ValueError("BrowserClient needs at least one server URL")
         self.timeout_s, self.retries = timeout_s, retries
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
-            trust_env=False,  # never route loopback servers through a proxy from the environment
-        )
+        headers = {"Accept": "*/*", "User-Agent": "webgym-browser-client"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        # Plain connections only: a loopback server is never reached through a proxy.
+        self._http = _HttpPool(headers, timeout_s=timeout_s, connect_timeout_s=min(10.0, timeout_s))
         # Sessions this client placed on each server since its last health reading.
         self._health: dict[str, tuple[float, ServerHealth]] = {}
 
@@ -339,23 +539,18 @@ class BrowserClient:
 
     async def _call(
         self, base: str, method: str, path: str, *, json: Any = None, idempotent: bool = False
-    ) -> httpx.Response:
+    ) -> _Response:
         """One API call with retries on transient errors; raises the typed error tree."""
         delay = 0.1
+        body = None if json is None else _dumps(json)
         for attempt in range(self.retries + 1):
             may_have_run = False
             try:
                 try:
-                    response = await self._http.request(method, base + path, json=json)
-                except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                    raise ServerUnavailable(f"{base} is unreachable: {exc!r}") from exc
-                except httpx.TimeoutException as exc:
-                    raise OperationTimeout(
-                        f"{method} {base}{path}: no answer within {self.timeout_s} s"
-                    ) from exc
-                except httpx.TransportError as exc:
-                    may_have_run = True
-                    raise ServerUnavailable(f"{method} {base}{path}: connection broke: {exc!r}") from exc
+                    response = await self._http.request(method, base + path, body)
+                except _TransportError as exc:
+                    may_have_run = exc.may_have_run
+                    raise ServerUnavailable(str(exc)) from exc
                 may_have_run = response.status_code >= 500
                 _raise_for(response)
                 return response
@@ -462,17 +657,14 @@ class BrowserSession:
         marks: bool = False,
     ) -> Screenshot:
         body = ScreenshotRequest(format=format, quality=quality, scale=scale, marks=marks)
-        wire = ScreenshotResponse.model_validate(
-            await self._post("screenshot", body.model_dump(), idempotent=True)
+        response = await self._client._call(
+            self.server_url,
+            "POST",
+            f"/sessions/{self.session_id}/screenshot",
+            json=body.model_dump(),
+            idempotent=True,
         )
-        return Screenshot(
-            data=base64.b64decode(wire.data_b64),
-            sha256=wire.sha256,
-            width=wire.width,
-            height=wire.height,
-            format=wire.format,
-            marks=wire.marks,
-        )
+        return decode_screenshot(response.headers, response.content)
 
     async def execute(self, action: BrowserAction) -> ExecuteResult:
         return ExecuteResult.model_validate(await self._post("execute", action.model_dump(exclude_none=True)))

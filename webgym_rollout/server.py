@@ -4,7 +4,9 @@ Routes (JSON bodies are the pydantic models of `webgym_rollout.client`)::
 
     POST   /sessions                       CreateSessionRequest -> SessionCreated
     POST   /sessions/{id}/navigate         NavigateRequest      -> PageState
-    POST   /sessions/{id}/screenshot       ScreenshotRequest    -> ScreenshotResponse
+    POST   /sessions/{id}/screenshot       ScreenshotRequest    -> image + metadata (SCREENSHOT_MEDIA_TYPE;
+                                                                   ScreenshotResponse JSON if
+                                                                   Accept: application/json)
     POST   /sessions/{id}/execute          BrowserAction        -> ExecuteResult
     POST   /sessions/{id}/page_info        PageInfoRequest      -> PageInfo
     POST   /sessions/{id}/env_state                             -> EnvState
@@ -19,6 +21,7 @@ binds 127.0.0.1 by default; any other address needs ``--token``, and then every 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import secrets
@@ -35,6 +38,7 @@ from pydantic import BaseModel
 from webgym_rollout import __version__
 from webgym_rollout.browser import BrowserPool, PoolSettings
 from webgym_rollout.client import (
+    SCREENSHOT_MEDIA_TYPE,
     BrowserAction,
     CreateSessionRequest,
     EnvState,
@@ -48,6 +52,7 @@ from webgym_rollout.client import (
     ScreenshotResponse,
     ServerHealth,
     SessionCreated,
+    encode_screenshot,
 )
 from webgym_rollout.errors import BrowserError
 from webgym_rollout.guard import is_loopback_host
@@ -159,8 +164,16 @@ def create_app(settings: ServerSettings) -> FastAPI:
         return await pool.navigate(session_id, body.url)
 
     @app.post("/sessions/{session_id}/screenshot", response_model=ScreenshotResponse)
-    async def screenshot(session_id: str, body: ScreenshotRequest) -> Response:
-        return _json(await pool.screenshot(session_id, body))
+    async def screenshot(session_id: str, body: ScreenshotRequest, request: Request) -> Response:
+        shot = await pool.screenshot(session_id, body)
+        if "application/json" in request.headers.get("accept", ""):
+            wire = ScreenshotResponse(
+                data_b64=base64.b64encode(shot.data).decode("ascii"),
+                **shot.model_dump(exclude={"data"}),
+            )
+            return _json(wire)
+        content, headers = encode_screenshot(shot)
+        return Response(content, media_type=SCREENSHOT_MEDIA_TYPE, headers=headers)
 
     @app.post("/sessions/{session_id}/execute", response_model=ExecuteResult)
     async def execute(session_id: str, body: BrowserAction) -> Response:

@@ -234,14 +234,13 @@ async def test_screenshot_hash_formats_scale_and_marks(pool, sites):
     assert changed.sha256 != first.sha256
 
     jpeg = await pool.screenshot(sid, ScreenshotRequest(format="jpeg", quality=50))
-    import base64
     import io
 
     from PIL import Image
 
-    assert base64.b64decode(jpeg.data_b64)[:3] == b"\xff\xd8\xff"
+    assert jpeg.data[:3] == b"\xff\xd8\xff"
     small = await pool.screenshot(sid, ScreenshotRequest(scale=0.5))
-    image = Image.open(io.BytesIO(base64.b64decode(small.data_b64)))
+    image = Image.open(io.BytesIO(small.data))
     assert image.size == (400, 300) == (small.width, small.height)
     marked = await pool.screenshot(sid, ScreenshotRequest(marks=True))
     assert {"input", "button", "select", "a"} <= {m.tag for m in marked.marks}

@@ -87,3 +87,80 @@ async def test_sessions_spread_over_servers_and_skip_dead_ones(chromium_path):
             await fifth.close()
             with pytest.raises(SessionNotFound):
                 await fifth.page_info()
+
+
+class _RawHttp:
+    """A real HTTP/1.1 server on 127.0.0.1 that answers with scripted raw bytes, one reply per
+    connection or several (keep-alive), and records how many connections it saw."""
+
+    def __init__(self, replies: list[bytes], *, close_after_each: bool):
+        self.replies, self.close_after_each = list(replies), close_after_each
+        self.connections = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while self.replies:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(self.replies.pop(0))
+                await writer.drain()
+                if self.close_after_each:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+
+
+_HEALTH = b'{"active_sessions": 1, "max_sessions": 4, "browsers": 1}'
+
+
+def _reply(body: bytes, status: str = "200 OK", extra: bytes = b"") -> bytes:
+    head = f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return head.encode() + extra + b"\r\n" + body
+
+
+async def test_client_reconnects_when_the_server_closed_a_kept_connection():
+    # The server closes each connection after one reply without saying so: the client must notice
+    # the closed idle connection and open a new one instead of failing the next call.
+    raw = _RawHttp([_reply(_HEALTH)] * 3, close_after_each=True)
+    async with raw as url, BrowserClient(url, retries=0) as client:
+        for _ in range(3):
+            (health,) = await client.health()
+            await asyncio.sleep(0.05)  # let the loop see the server's FIN
+            assert health.active_sessions == 1 and health.max_sessions == 4
+    assert raw.connections == 3
+
+
+async def test_client_reuses_connections_and_reads_chunked_replies():
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"".join(f"{len(part):x}\r\n".encode() + part + b"\r\n" for part in (_HEALTH[:10], _HEALTH[10:]))
+        + b"0\r\n\r\n"
+    )
+    raw = _RawHttp([_reply(_HEALTH), chunked, _reply(_HEALTH)], close_after_each=False)
+    async with raw as url, BrowserClient(url, retries=0) as client:
+        for _ in range(3):
+            assert (await client.health())[0].browsers == 1
+    assert raw.connections == 1
+
+
+async def test_client_turns_foreign_and_broken_replies_into_typed_errors():
+    proxy_error = _reply(b"<html>bad gateway</html>", "502 Bad Gateway")
+    busy = _reply(b'{"error": "server_busy", "message": "the create queue is full"}', "429 Too Many")
+    truncated = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}"
+    for reply, error in (
+        (proxy_error, ServerUnavailable),
+        (busy, ServerBusy),
+        (truncated, ServerUnavailable),
+    ):
+        raw = _RawHttp([reply], close_after_each=True)
+        async with raw as url, BrowserClient(url, retries=0) as client:
+            with pytest.raises(error):
+                await client._call(url, "POST", "/sessions", json={"start_url": "http://127.0.0.1:1/"})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import signal
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from click.testing import CliRunner
 
 from tests.conftest import free_port
 from webgym_rollout.browser import PoolSettings, process_tree_pss_mib
-from webgym_rollout.client import BrowserAction, BrowserClient
+from webgym_rollout.client import BrowserAction, BrowserClient, ScreenshotResponse
 from webgym_rollout.errors import NavigationRefused, ServerBusy, SessionNotFound, Unauthorized
 from webgym_rollout.server import ServerSettings, check_bind, running_server, serve_command
 from webgym_rollout.sites import SiteServer, miniwob_task_url
@@ -151,6 +153,27 @@ async def test_refusals_errors_and_metrics(server, sites):
     assert 'webgym_errors_total{kind="session_not_found"}' in metrics
     assert "webgym_active_sessions" in metrics and "webgym_browser_restarts_total" in metrics
     assert info["allow_hosts"] == ["127.0.0.1"]
+
+
+@pytest.mark.browser
+async def test_screenshot_wire_formats_carry_the_same_image(server, sites):
+    url, _ = server
+    async with BrowserClient(url) as client:
+        session = await client.create_session(f"{sites.base_url}/sandbox/form.html")
+        shot = await session.screenshot(marks=True)
+        assert shot.data[:8] == b"\x89PNG\r\n\x1a\n" and hashlib.sha256(shot.data).hexdigest() == shot.sha256
+        assert any(mark.text == "Greet" for mark in shot.marks)
+        # A client that asks for JSON (curl, other languages) gets the same image base64-encoded.
+        async with httpx.AsyncClient(trust_env=False) as http:
+            reply = await http.post(
+                f"{url}/sessions/{session.session_id}/screenshot",
+                json={"marks": True},
+                headers={"Accept": "application/json"},
+            )
+        wire = ScreenshotResponse.model_validate(reply.json())
+        assert wire.sha256 == shot.sha256 and base64.b64decode(wire.data_b64) == shot.data
+        assert wire.marks == shot.marks and (wire.width, wire.height) == (shot.width, shot.height)
+        await session.close()
 
 
 @pytest.mark.browser
