@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,10 +25,11 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from common import free_port, tree_cpu_s  # noqa: E402  (benchmarks/common.py)
 
 from webgym_rollout.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM, process_tree_pss_mib  # noqa: E402
 from webgym_rollout.client import BrowserAction, BrowserClient  # noqa: E402
@@ -37,29 +37,6 @@ from webgym_rollout.sites import SiteServer, miniwob_task_url  # noqa: E402
 
 CHROMIUM = os.environ.get("WEBGYM_CHROMIUM", DEFAULT_CHROMIUM)
 MINIWOB_CLIP = {"x": 0, "y": 0, "width": 160, "height": 210}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _cpu_s(root_pid: int) -> float:
-    """CPU seconds (user + system) used so far by a process and all its descendants."""
-    total = 0.0
-    try:
-        root = psutil.Process(root_pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    for proc in procs:
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            continue
-    return total
 
 
 def _serve_cmd() -> list[str]:
@@ -112,10 +89,10 @@ async def run_server(
                 await session.execute(BrowserAction.click(*click))
 
         await asyncio.gather(*(loop(s, 1) for s in sessions))  # warm-up
-        total, server, start = _cpu_s(os.getpid()), _cpu_s(server_pid), time.perf_counter()
+        total, server, start = tree_cpu_s(os.getpid()), tree_cpu_s(server_pid), time.perf_counter()
         await asyncio.gather(*(loop(s, steps) for s in sessions))
         elapsed = time.perf_counter() - start
-        total, server = _cpu_s(os.getpid()) - total, _cpu_s(server_pid) - server
+        total, server = tree_cpu_s(os.getpid()) - total, tree_cpu_s(server_pid) - server
         await asyncio.gather(*(s.close() for s in sessions))
     return n * steps / elapsed, 1000 * total / (n * steps), 1000 * server / (n * steps)
 
@@ -155,9 +132,9 @@ async def run_direct(
                 await page.mouse.click(*click)
 
         await asyncio.gather(*(loop(p, 1) for p in pages))
-        cpu, start = _cpu_s(os.getpid()), time.perf_counter()
+        cpu, start = tree_cpu_s(os.getpid()), time.perf_counter()
         await asyncio.gather(*(loop(p, steps) for p in pages))
-        elapsed, cpu = time.perf_counter() - start, _cpu_s(os.getpid()) - cpu
+        elapsed, cpu = time.perf_counter() - start, tree_cpu_s(os.getpid()) - cpu
         return n * steps / elapsed, 1000 * cpu / (n * steps)
     finally:
         for browser in launched:
@@ -194,7 +171,7 @@ async def main() -> None:
     with SiteServer() as sites:
         local = f"{sites.base_url}/sandbox/form.html"
         click_button = miniwob_task_url(sites.base_url, "click-button")
-        port = _free_port()
+        port = free_port()
         proc, startup_s = start_server(port, args.browsers, contexts)
         url = f"http://127.0.0.1:{port}"
         try:

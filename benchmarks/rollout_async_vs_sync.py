@@ -38,7 +38,6 @@ import math
 import random
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from common import free_port, tree_cpu_s  # noqa: E402  (benchmarks/common.py)
 
 from webgym_rollout.actions import GRID_SIZE, AgentAction  # noqa: E402
 from webgym_rollout.agent import format_response  # noqa: E402
@@ -154,12 +155,6 @@ class LatencyPolicyServer:
         self._http.server_close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_browser_server(port: int, browsers: int, contexts: int) -> subprocess.Popen:
     script = shutil.which("webgym-rollout", path=str(Path(sys.executable).parent))
     command = [script] if script else [sys.executable, "-c", "from webgym_rollout.cli import main; main()"]
@@ -234,22 +229,10 @@ def _breakdown(out: Path, wall_s: float) -> dict:
             "in_flight": total / wall_s if wall_s else 0.0}
 
 
-def _cpu_s(pid: int | None = None) -> float:
-    """CPU seconds used so far by this process (pid None) or by process `pid` and its children."""
-    import psutil
-
-    if pid is None:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
-    total = 0.0
-    root = psutil.Process(pid)
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            pass
-    return total
+def _own_cpu_s() -> float:
+    """CPU seconds used so far by this process (the runner and the in-process policy stand-in)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_pid: int, sites_url: str,
@@ -262,9 +245,9 @@ async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_p
     policy = _TimedPolicy(OpenAIPolicy(OpenAIPolicySettings(base_url=policy_url, model="random-latency",
                                                             max_concurrency=concurrency)))
     began_wall, began = time.time(), time.monotonic()
-    cpu_runner, cpu_server = _cpu_s(), _cpu_s(server_pid)
+    cpu_runner, cpu_server = _own_cpu_s(), tree_cpu_s(server_pid)
     report = await run(settings, policy=policy, needs_elements=False)
-    cpu_runner, cpu_server = _cpu_s() - cpu_runner, _cpu_s(server_pid) - cpu_server
+    cpu_runner, cpu_server = _own_cpu_s() - cpu_runner, tree_cpu_s(server_pid) - cpu_server
     # Steady state: from the start until the last episode began (every slot busy; no drain tail).
     last_start = max(_column(work / name, "started_at"), default=began_wall) - began_wall
     steady = sum(1 for t in policy.done_at if t - began <= last_start) / last_start if last_start > 0 else 0.0
@@ -289,7 +272,7 @@ async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_p
 async def main_async(args: argparse.Namespace) -> None:
     kinds = [k.strip() for k in args.tasks.split(",") if k.strip()]
     args.capacity_concurrency = args.capacity_concurrency or args.concurrency
-    port = _free_port()
+    port = free_port()
     contexts = math.ceil(max(args.concurrency, args.capacity_concurrency) / args.browsers)
     server = start_browser_server(port, args.browsers, contexts)
     server_url = f"http://127.0.0.1:{port}"
