@@ -23,8 +23,13 @@ session to last row); "steady state" counts only until the last episode started,
 drain at the end of a short run, which a long run amortises. Per phase it also prints where an
 episode's time went per step and the CPU seconds per step of the runner and of the browser server.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_async_vs_sync.py [--episodes 48]
-        [--concurrency 24] [--policy-concurrency 16] [--horizon 8] [--latency-median 1 --latency-p95 5]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_async_vs_sync.py [--episodes 480]
+        [--concurrency 40] [--policy-concurrency 32] [--horizon 8] [--latency-median 1 --latency-p95 5]
+
+A finite run ends with a drain: after the last episode starts, fewer and fewer episodes remain
+and the policy idles. It lasts about as long as the slowest remaining episodes (~30 s here with
+heavy-tailed latencies), whatever the run's length, so short runs understate the asynchronous
+mode; the default of 480 episodes keeps the drain to about a sixth of the async phase.
 """
 
 from __future__ import annotations
@@ -251,7 +256,9 @@ async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_p
     # Steady state: from the start until the last episode began (every slot busy; no drain tail).
     last_start = max(_column(work / name, "started_at"), default=began_wall) - began_wall
     steady = sum(1 for t in policy.done_at if t - began <= last_start) / last_start if last_start > 0 else 0.0
+    drain_steps = sum(1 for t in policy.done_at if t - began > last_start)
     result = {**_breakdown(work / name, report.elapsed_s), "steady_steps_per_s": steady,
+              "drain_s": report.elapsed_s - last_start, "drain_steps": drain_steps,
               "cpu_runner_s": cpu_runner, "cpu_browser_server_s": cpu_server,
               "phase": name, "mode": mode, "episodes": report.episodes, "steps": report.steps,
               "wall_s": report.elapsed_s, "steps_per_s": report.steps_per_s, "errors": report.errors,
@@ -260,9 +267,14 @@ async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_p
     print(f"  {name:<9} {mode:<5} {report.episodes:>4} episodes {report.steps:>5} steps "
           f"{report.elapsed_s:>7.1f} s  {report.steps_per_s:>6.2f} steps/s  "
           f"reward-1 {report.successes}{errors}", flush=True)
+    if report.episodes > concurrency:
+        steady_text = (f"steady state (until the last episode started) {steady:.2f} steps/s; "
+                       f"drain after it {result['drain_s']:.1f} s, {drain_steps} steps")
+    else:
+        steady_text = "every episode started at once (no steady state)"
     print(f"  {'':<15} per step: policy {result['policy_s']:.2f} s, browser {result['browser_s']:.2f} s, "
           f"other {result['other_s']:.2f} s; episodes in flight on average {result['in_flight']:.1f}; "
-          f"steady state (until the last episode started) {steady:.2f} steps/s", flush=True)
+          f"{steady_text}", flush=True)
     print(f"  {'':<15} CPU: runner + policy stand-in {cpu_runner:.1f} s, browser server + Chromium "
           f"{cpu_server:.1f} s ({1000 * (cpu_runner + cpu_server) / max(1, report.steps):.0f} ms per step)",
           flush=True)
@@ -338,11 +350,12 @@ async def main_async(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=48, help="Episodes per mode (default 48).")
-    parser.add_argument("--concurrency", type=int, default=24,
-                        help="Episodes in flight: async concurrency and sync batch size (default 24).")
-    parser.add_argument("--policy-concurrency", type=int, default=16,
-                        help="Requests the policy server serves at once (default 16).")
+    parser.add_argument("--episodes", type=int, default=480,
+                        help="Episodes per mode (default 480: about 20 min; 48 gives a quick look).")
+    parser.add_argument("--concurrency", type=int, default=40,
+                        help="Episodes in flight: async concurrency and sync batch size (default 40).")
+    parser.add_argument("--policy-concurrency", type=int, default=32,
+                        help="Requests the policy server serves at once (default 32).")
     parser.add_argument("--horizon", type=int, default=8, help="Most steps per episode (default 8).")
     parser.add_argument("--latency-median", type=float, default=1.0, help="Median latency, s (default 1).")
     parser.add_argument("--latency-p95", type=float, default=5.0, help="p95 latency, s (default 5).")
