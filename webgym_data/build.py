@@ -41,6 +41,7 @@ from typing import Any
 
 import click
 
+from webgym import CARDS_DIR
 from webgym_data import __version__
 from webgym_data.decompose import DecomposeSettings, decompose_tasks
 from webgym_data.schema import SCHEMA_VERSION, Task, WebgymDataError, difficulty_level, task_features
@@ -57,7 +58,7 @@ __all__ = ["BuildError", "BuildReport", "BuildSettings", "build", "build_command
 
 logger = logging.getLogger(__name__)
 
-CARD_TEMPLATE = Path(__file__).resolve().parents[1] / "cards" / "tasks_card.md"
+CARD_TEMPLATE = CARDS_DIR / "tasks_card.md"
 MANIFEST = "manifest.json"
 _KINDS = ("seeds", "subtasks")
 _ROW_GROUP_ROWS = 10_000  # small row groups: readers can stream a shard without loading it whole

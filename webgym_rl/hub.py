@@ -22,11 +22,13 @@ from typing import Any
 
 import click
 
+from webgym import CARDS_DIR
+
 __all__ = ["PushError", "PushSettings", "push_checkpoint", "push_command", "render_model_card"]
 
 log = logging.getLogger(__name__)
 
-MODEL_CARD = Path(__file__).resolve().parents[1] / "cards" / "model_card.md"
+MODEL_CARD = CARDS_DIR / "model_card.md"
 STATE_FILE = "trainer_state.json"
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 

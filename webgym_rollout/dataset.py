@@ -45,6 +45,7 @@ from typing import Any
 
 import click
 
+from webgym import CARDS_DIR
 from webgym_rollout.errors import RolloutError
 from webgym_rollout.trajectory import TRAJECTORY_SCHEMA_VERSION, trajectory_features
 
@@ -67,7 +68,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-CARD_TEMPLATE = Path(__file__).resolve().parents[1] / "cards" / "trajectories_card.md"
+CARD_TEMPLATE = CARDS_DIR / "trajectories_card.md"
 _SHARD_NAME = re.compile(r"^(?P<split>[a-z][a-z0-9_]*)-(?P<index>\d{5})\.parquet$")
 _TMP_PREFIX = ".tmp-"
 

@@ -95,3 +95,39 @@ def test_readme_cli_reference_is_current():
     result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "cli_reference.py"), "--check"],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, "README.md is out of date: run scripts/cli_reference.py" + result.stderr
+
+
+def test_a_built_wheel_carries_the_card_templates(tmp_path):
+    """`webgym-data build`, `webgym-rollout run` and `webgym-rl push` render cards from templates;
+    an installed wheel must hold them (they live in top-level cards/, linked from webgym/cards)."""
+    import shutil
+    import zipfile
+
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "setup.cfg"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    for folder in ("cards", *PACKAGES):
+        shutil.copytree(REPO_ROOT / folder, source / folder, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+         "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    (wheel,) = (tmp_path / "dist").glob("webgym-*.whl")
+    templates = sorted((REPO_ROOT / "cards").glob("*_card.md"))
+    assert {p.name for p in templates} == {"tasks_card.md", "trajectories_card.md", "model_card.md"}
+    with zipfile.ZipFile(wheel) as archive:
+        for template in templates:
+            assert archive.read(f"webgym/cards/{template.name}") == template.read_bytes()
+
+
+def test_card_templates_are_found_through_the_package():
+    from webgym import CARDS_DIR
+    from webgym_data.build import CARD_TEMPLATE as TASKS_CARD
+    from webgym_rl.hub import MODEL_CARD
+    from webgym_rollout.dataset import CARD_TEMPLATE as TRAJECTORIES_CARD
+
+    for template in (TASKS_CARD, TRAJECTORIES_CARD, MODEL_CARD):
+        assert template.parent == CARDS_DIR
+        assert template.read_bytes() == (REPO_ROOT / "cards" / template.name).read_bytes()
