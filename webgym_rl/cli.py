@@ -13,6 +13,7 @@ COMMANDS = {
               "Fine-tune a Qwen-VL policy on trajectory shards (filtered_bc or reinforce)."),
     "push": ("webgym_rl.hub:push_command", "Upload a checkpoint and its model card to the Hub."),
     "loop": ("webgym_rl.loop:loop_command", "Run the online loop: roll out, train, evaluate, repeat."),
+    "merge": ("webgym_rl.modeling:merge_command", "Merge a LoRA adapter checkpoint into its base model."),
     "tiny-model": ("webgym_rl.modeling:tiny_model_command",
                    "Write a tiny random Qwen-VL checkpoint (tests, demo, CPU runs)."),
 }

@@ -86,7 +86,9 @@ def render_model_card(settings: PushSettings, state: dict[str, Any] | None = Non
     state = state if state is not None else _read_state(settings.checkpoint)
     train = state.get("settings", {})
     base = settings.base_model or state.get("base_model", "")
-    lora = bool(train.get("lora"))
+    # A LoRA run's checkpoint is the adapter itself, unless it was merged (`webgym-rl merge`, the loop).
+    trained_lora = bool(train.get("lora"))
+    lora = trained_lora and (Path(settings.checkpoint) / "adapter_config.json").is_file()
     data = state.get("data", [])
     hub_datasets = [d["id"] for d in data if _looks_like_hub_id(d["id"])]
     front = ["license: other", "pipeline_tag: image-text-to-text",
@@ -116,7 +118,8 @@ def render_model_card(settings: PushSettings, state: dict[str, Any] | None = Non
         "repo_id": settings.repo_id,
         "base_model_line": base_line,
         "objective": state.get("objective", ""),
-        "training_kind": (f"LoRA rank {train.get('lora_rank')}, alpha {train.get('lora_alpha')}" if lora
+        "training_kind": (f"LoRA rank {train.get('lora_rank')}, alpha {train.get('lora_alpha')}"
+                          + ("" if lora else ", merged into the weights") if trained_lora
                           else "full fine-tuning"),
         "results_table": results,
         "data_table": "\n".join(f"| `{d['id']}` | `{d['version']}` | {d['rows']} |" for d in data),

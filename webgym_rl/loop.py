@@ -701,6 +701,7 @@ def _publish_checkpoint(source: Path, target: Path) -> None:
 
 def _train(settings: LoopSettings, iteration: int, model: str) -> dict[str, Any]:
     from webgym_rl.data import NoTrainingDataError
+    from webgym_rl.modeling import merge_adapter
     from webgym_rl.train import CHECKPOINT_PREFIX, TrainSettings, train
     from webgym_rl.train import STATE_FILE as TRAINER_STATE
 
@@ -718,9 +719,6 @@ def _train(settings: LoopSettings, iteration: int, model: str) -> dict[str, Any]
         settings.train_config, **overrides, model=model, data=data, out=str(train_dir), resume=resume,
         seed=settings.seed * 1000 + iteration,
         model_revision=settings.model_revision if model == settings.model else None)
-    if train_settings.lora:
-        raise LoopSettingsError(f"{settings.train_config}: lora is not supported by the loop yet (the next "
-                                "iteration would need the adapter merged into the model)")
     try:
         if settings.train_launcher:
             checkpoint, trainer_state = _train_launched(settings, train_settings)
@@ -734,7 +732,11 @@ def _train(settings: LoopSettings, iteration: int, model: str) -> dict[str, Any]
         log.warning("iteration %d: nothing to train on (%s); keeping %s", iteration, exc, model)
         return {"skipped": " ".join(str(exc).split()), "checkpoint": model, "data": data}
     target = settings.iteration_dir(iteration) / "checkpoint"
-    _publish_checkpoint(checkpoint, target)
+    if train_settings.lora:
+        # The policy server, vLLM and the next iteration's trainer all load ordinary checkpoints.
+        merge_adapter(checkpoint, target, base=model, revision=train_settings.model_revision)
+    else:
+        _publish_checkpoint(checkpoint, target)
     losses = [entry["loss"] for entry in trainer_state.get("log_history", [])]
     return {"checkpoint": str(target), "trainer_checkpoint": str(checkpoint), "steps": trainer_state["step"],
             "counts": trainer_state.get("counts", {}), "data": data,

@@ -80,6 +80,22 @@ def test_push_can_include_the_training_state(checkpoint, monkeypatch):
     assert "No evaluation figures" in hub.commits[0]["files"]["README.md"].decode()
 
 
+def test_card_tells_an_adapter_from_a_merged_lora_checkpoint(checkpoint, tmp_path):
+    from webgym_rl.hub import PushSettings, render_model_card
+
+    lora = tmp_path / "lora"
+    shutil.copytree(checkpoint, lora)
+    state = json.loads((lora / "trainer_state.json").read_text())
+    state["settings"].update(lora=True, lora_rank=4, lora_alpha=8)
+    (lora / "trainer_state.json").write_text(json.dumps(state))
+    merged = render_model_card(PushSettings(checkpoint=lora, repo_id="o/m"))  # model weights, no adapter
+    assert "library_name: transformers" in merged
+    assert "LoRA rank 4, alpha 8, merged into the weights" in merged
+    (lora / "adapter_config.json").write_text("{}")
+    adapter = render_model_card(PushSettings(checkpoint=lora, repo_id="o/m"))
+    assert "library_name: peft" in adapter and "merged" not in adapter and "a LoRA adapter on" in adapter
+
+
 def test_push_refuses_an_incomplete_checkpoint_or_a_bad_rate(checkpoint, monkeypatch, tmp_path):
     hub = RecordingHub(monkeypatch)
     broken = tmp_path / "ckpt"

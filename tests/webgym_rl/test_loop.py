@@ -287,3 +287,35 @@ def test_miniwob_on_remote_browser_servers_needs_their_own_site_server(tmp_path)
     assert isinstance(caught.value.__cause__, LoopSettingsError)
     state = json.loads((tmp_path / "loop" / "loop_state.json").read_text())
     assert state["iterations"]["0"] == {} and state["last_error"]["phase"] == "rollout"
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_lora_training_is_merged_before_the_next_rollout(tmp_path, tiny_qwen2_vl):
+    import torch
+
+    from webgym_rl.modeling import load_model
+
+    config = tmp_path / "train.yaml"
+    config.write_text("lora: true\nlora_rank: 4\nlora_alpha: 8\n")
+    settings = _settings(tmp_path, tiny_qwen2_vl, iterations=2, eval_every=0, train_config=str(config),
+                         learning_rate=0.05)
+    result = run_loop(settings)
+    out = Path(settings.out)
+    first = out / "iter-0000" / "checkpoint"
+    names = {p.name for p in first.iterdir()}
+    assert "model.safetensors" in names and "adapter_config.json" not in names
+    trained = sorted((out / "iter-0000" / "train").glob("checkpoint-*"))
+    assert trained and all((p / "adapter_config.json").is_file() for p in trained)  # trainer: adapters
+    # The merged weights are the trained ones: the adapted projections moved, the rest did not.
+    base, tuned = load_model(tiny_qwen2_vl).state_dict(), load_model(first).state_dict()
+    assert base.keys() == tuned.keys()
+    changed = {name for name in base if not torch.equal(base[name], tuned[name])}
+    assert changed and all(name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"))
+                           for name in changed), sorted(changed)
+    # Iteration 1 rolled out with the merged checkpoint and trained a new adapter on top of it.
+    assert result.iterations[1]["rollout"]["checkpoint"] == str(first)
+    trainer_state = json.loads((out / "iter-0001" / "checkpoint" / "trainer_state.json").read_text())
+    assert trainer_state["base_model"] == str(first) and trainer_state["settings"]["lora"] is True
+    assert result.checkpoint == str(out / "iter-0001" / "checkpoint")
+    load_model(result.checkpoint)
