@@ -304,10 +304,9 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base: str | P
 
     `base` defaults to the base model the adapter names (``base_model_name_or_path``); give it when
     that path has moved. The other files of `adapter_dir` (processor, ``trainer_state.json``) are
-    copied along, so the result is a complete checkpoint. `out_dir` is replaced atomically: it holds
-    either the previous content or the whole merged checkpoint. Returns `out_dir`.
+    copied along, so the result is a complete checkpoint. `out_dir` is replaced by renames, so it
+    never holds a partly written checkpoint. Returns `out_dir`.
     """
-    import torch
     from peft import PeftModel
     from peft.utils import get_peft_model_state_dict, load_peft_weights
 
@@ -331,7 +330,7 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base: str | P
     # peft only warns about adapter weights it found no module for; a merge without them would be a
     # silently different model.
     loaded = get_peft_model_state_dict(adapted)
-    unused = sorted(k for k, v in saved.items() if k not in loaded or not torch.equal(loaded[k].cpu(), v))
+    unused = sorted(k for k, v in saved.items() if k not in loaded or loaded[k].shape != v.shape)
     if unused:
         raise CheckpointError(f"cannot apply the adapter {adapter_dir} to {base}: {len(unused)} of its "
                               f"{len(saved)} weights match no module of the base model (first: {unused[0]})")
@@ -344,12 +343,14 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base: str | P
             if path.name in _ADAPTER_ONLY or path.is_dir():
                 continue
             shutil.copy2(path, tmp / path.name)
+        previous = tmp.with_name(tmp.name + "-previous")
         if out_dir.exists():
-            shutil.rmtree(out_dir)
+            os.replace(out_dir, previous)
         os.replace(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    shutil.rmtree(previous, ignore_errors=True)
     logger.info("merged adapter %s into %s -> %s", adapter_dir, base, out_dir)
     return out_dir
 
