@@ -292,10 +292,9 @@ def load_model(path_or_repo: str | Path, *, revision: str | None = None, dtype=N
 # LoRA adapters
 
 ADAPTER_CONFIG = "adapter_config.json"
-# What a merged checkpoint does not carry over from the adapter folder: the adapter itself, the
-# optimizer state (it belongs to the adapter's parameters) and peft's own README.
-_ADAPTER_ONLY = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", "README.md",
-                 "training_state")
+# Files a merged checkpoint does not carry over from the adapter folder: the adapter itself and
+# peft's own README. Folders (the optimizer state of the adapter's parameters) are left out too.
+_ADAPTER_ONLY = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", "README.md")
 
 
 def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base: str | Path | None = None,

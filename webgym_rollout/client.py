@@ -323,12 +323,9 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-class _TransportError(Exception):
-    """The connection failed; `may_have_run` when the request may have reached the server."""
-
-    def __init__(self, message: str, *, may_have_run: bool):
-        super().__init__(message)
-        self.may_have_run = may_have_run
+class _ConnectionBroke(Exception):
+    """The connection failed after the request was written: it may have reached the server.
+    (Failing to connect is `ServerUnavailable` at once: that request cannot have run.)"""
 
 
 @dataclass
@@ -475,11 +472,9 @@ class _HttpPool:
             else:
                 content, keep_alive = await reader.read(), False
         except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-            raise _TransportError(f"{method} {url}: connection broke: {exc!r}", may_have_run=True) from exc
+            raise _ConnectionBroke(f"{method} {url}: connection broke: {exc!r}") from exc
         except ValueError as exc:  # a malformed status line, size or length
-            raise _TransportError(
-                f"{method} {url}: malformed HTTP response: {exc}", may_have_run=True
-            ) from exc
+            raise _ConnectionBroke(f"{method} {url}: malformed HTTP response: {exc}") from exc
         return _Response(method, url, status, headers, content), keep_alive
 
     async def aclose(self) -> None:
@@ -548,8 +543,8 @@ class BrowserClient:
             try:
                 try:
                     response = await self._http.request(method, base + path, body)
-                except _TransportError as exc:
-                    may_have_run = exc.may_have_run
+                except _ConnectionBroke as exc:
+                    may_have_run = True
                     raise ServerUnavailable(str(exc)) from exc
                 may_have_run = response.status_code >= 500
                 _raise_for(response)
