@@ -139,6 +139,7 @@ _SELECT_SCRIPT = """([x, y, value]) => {
   el.dispatchEvent(new Event('change', {bubbles: true}));
   return '';
 }"""
+_CAPTURE_ATTEMPTS = 3
 _NEXT_FRAME = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 
 
@@ -219,13 +220,13 @@ class _Session:
     document_requests: int = 0
     """Main-frame navigations the renderer requested (link clicks, form submits, script)."""
     commits: int = 0
+    """Main-frame navigations committed."""
     stops: int = 0
+    """Main-frame loads that stopped (finished, or a navigation cancelled without commit)."""
     loading: bool = False
     """A main-frame load started since the current action began and has not stopped."""
     title: str | None = None
     """The page title as last read (None: read it again)."""
-    """Main-frame loads that stopped (finished, or a navigation cancelled without commit)."""
-    """Main-frame navigations committed."""
     committed: asyncio.Event = field(default_factory=asyncio.Event)
     refused: list[tuple[str, str]] = field(default_factory=list)
     """(url, reason) of document requests the guard refused since the last operation began."""
@@ -278,6 +279,7 @@ class BrowserPool:
         self.browser_restarts = 0
         self.sessions_created = 0
         self.sessions_expired = 0
+        self.capture_retries = 0
         self.started_at = time.monotonic()
         self._playwright: Playwright | None = None
         self._browsers: list[_Browser] = []
@@ -435,6 +437,7 @@ class BrowserPool:
             errors=self.errors,
             sessions_created=self.sessions_created,
             sessions_expired=self.sessions_expired,
+            capture_retries=self.capture_retries,
             blocked_sites=len(self.blocklist.entries()),
         )
 
@@ -796,13 +799,29 @@ class BrowserPool:
     async def _screenshot(self, session: _Session, request: ScreenshotRequest) -> Screenshot:
         page = session.page
         clip = miniwob.MINIWOB_CLIP if session.env.kind == "miniwob" else None
-        raw = await page.screenshot(
-            type=request.format,
-            clip=clip,
-            scale="css",
-            quality=request.quality if request.format == "jpeg" else None,
-            timeout=self.settings.action_timeout_s * 1000,
-        )
+        for attempt in range(_CAPTURE_ATTEMPTS):
+            try:
+                raw = await page.screenshot(
+                    type=request.format,
+                    clip=clip,
+                    scale="css",
+                    quality=request.quality if request.format == "jpeg" else None,
+                    timeout=self.settings.action_timeout_s * 1000,
+                )
+                break
+            except PlaywrightTimeout:
+                raise
+            except PlaywrightError as exc:
+                # Under CPU load Chromium's compositor sometimes hands back no frame ("Unable to
+                # capture screenshot") for a live page. A capture changes nothing, so it is safe
+                # to ask again after the page has painted; a dead page is left to `_op`.
+                if attempt + 1 == _CAPTURE_ATTEMPTS or session.crashed or page.is_closed():
+                    raise
+                log.info(
+                    "screenshot of session %s failed (%s); retrying", session.id, str(exc).splitlines()[0]
+                )
+                self.capture_retries += 1
+                await page.evaluate(_NEXT_FRAME)
         width, height = (clip["width"], clip["height"]) if clip else session.viewport
         marks: list[Element] = []
         if request.marks:

@@ -67,6 +67,7 @@ def render_prometheus(
     errors: Counter,
     sessions_created: int,
     sessions_expired: int,
+    capture_retries: int,
     blocked_sites: int,
 ) -> str:
     """The server's metrics in the Prometheus text format."""
@@ -117,6 +118,12 @@ def render_prometheus(
     )
     metric("sessions_created_total", "counter", "Sessions created.", [("", sessions_created)])
     metric("sessions_expired_total", "counter", "Sessions closed after being idle.", [("", sessions_expired)])
+    metric(
+        "screenshot_retries_total",
+        "counter",
+        "Screenshots Chromium failed to capture on a live page and that were taken again.",
+        [("", capture_retries)],
+    )
     metric("blocked_sites", "gauge", "Sites currently on the failure blocklist.", [("", blocked_sites)])
     metric(
         "errors_total",

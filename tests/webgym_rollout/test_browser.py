@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import psutil
 import pytest
 import pytest_asyncio
+from playwright.async_api import Error as PlaywrightError
 
 from webgym_rollout.browser import BrowserPool, PoolSettings
 from webgym_rollout.client import (
@@ -23,6 +24,7 @@ from webgym_rollout.client import (
 )
 from webgym_rollout.errors import (
     BrowserCrashed,
+    BrowserError,
     NavigationRefused,
     OperationTimeout,
     ServerBusy,
@@ -245,6 +247,35 @@ async def test_screenshot_hash_formats_scale_and_marks(pool, sites):
     marked = await pool.screenshot(sid, ScreenshotRequest(marks=True))
     assert {"input", "button", "select", "a"} <= {m.tag for m in marked.marks}
     assert marked.sha256 != changed.sha256
+    await pool.close_session(sid)
+
+
+async def test_a_failed_capture_of_a_live_page_is_taken_again(pool, sites):
+    """Chromium under load sometimes returns no frame for a live page; the pool asks again."""
+    sid = (
+        await pool.create(CreateSessionRequest(start_url=f"{sites.base_url}/sandbox/form.html"))
+    ).session_id
+    page = pool._sessions[sid].page
+    capture = page.screenshot
+    failures = {"left": 1}
+
+    async def flaky_capture(**kwargs):  # Chromium's own failure, injected at Playwright's boundary
+        if failures["left"]:
+            failures["left"] -= 1
+            raise PlaywrightError("Protocol error (Page.captureScreenshot): Unable to capture screenshot")
+        return await capture(**kwargs)
+
+    page.screenshot = flaky_capture
+    shot = await pool.screenshot(sid, ScreenshotRequest())
+    assert shot.data[:8] == b"\x89PNG\r\n\x1a\n" and pool.capture_retries == 1
+    assert "webgym_screenshot_retries_total 1" in pool.metrics_text()
+
+    failures["left"] = 10  # a page that never captures: the error reaches the client, the session stays
+    with pytest.raises(BrowserError, match="Unable to capture screenshot"):
+        await pool.screenshot(sid, ScreenshotRequest())
+    assert pool.capture_retries == 3
+    failures["left"] = 0
+    assert (await pool.screenshot(sid, ScreenshotRequest())).sha256 == shot.sha256
     await pool.close_session(sid)
 
 
