@@ -232,6 +232,11 @@ class _Session:
     """(url, reason) of document requests the guard refused since the last operation began."""
     tasks: set[asyncio.Task] = field(default_factory=set)
 
+    @property
+    def dead(self) -> bool:
+        """The page crashed or closed, or its browser died: nothing more can run on it."""
+        return self.crashed or self.slot.dead or self.page.is_closed()
+
 
 def process_tree_pss_mib(pid: int) -> float:
     """PSS of a process and all its descendants, in MiB (reads /proc/<pid>/smaps_rollup)."""
@@ -711,7 +716,7 @@ class BrowserPool:
             error.session_closed = not alive
             raise error from exc
         except PlaywrightError as exc:
-            if session.crashed or session.slot.dead or session.page.is_closed():
+            if session.dead:
                 await self._end_session(session, reuse=False)
                 raise BrowserCrashed(
                     f"the page or browser of session {session.id} died during {kind}: "
@@ -722,7 +727,7 @@ class BrowserPool:
             session.last_used = time.monotonic()
 
     async def _responsive(self, session: _Session) -> bool:
-        if session.crashed or session.slot.dead or session.page.is_closed():
+        if session.dead:
             return False
         try:
             await asyncio.wait_for(session.page.evaluate("1"), 1.0)
@@ -767,7 +772,7 @@ class BrowserPool:
             message = str(exc).splitlines()[0]
             if session.refused:
                 raise self._refusal(session, url) from exc
-            if session.crashed or session.slot.dead or page.is_closed():
+            if session.dead:
                 raise
             self.blocklist.record_failure(url, message)
             return PageState(url=page.url, title=await _title(page), error=message)
@@ -815,7 +820,7 @@ class BrowserPool:
                 # Under CPU load Chromium's compositor sometimes hands back no frame ("Unable to
                 # capture screenshot") for a live page. A capture changes nothing, so it is safe
                 # to ask again after the page has painted; a dead page is left to `_op`.
-                if attempt + 1 == _CAPTURE_ATTEMPTS or session.crashed or page.is_closed():
+                if attempt + 1 == _CAPTURE_ATTEMPTS or session.dead:
                     raise
                 log.info(
                     "screenshot of session %s failed (%s); retrying", session.id, str(exc).splitlines()[0]
@@ -919,7 +924,7 @@ class BrowserPool:
         except PlaywrightTimeout:
             raise
         except PlaywrightError as exc:
-            if session.crashed or session.slot.dead or page.is_closed():
+            if session.dead:
                 raise
             message = str(exc).splitlines()[0]
             if "Unknown key" in message or action.kind in ("key", "type"):
