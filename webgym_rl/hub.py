@@ -87,12 +87,16 @@ def render_model_card(settings: PushSettings, state: dict[str, Any] | None = Non
     train = state.get("settings", {})
     base = settings.base_model or state.get("base_model", "")
     # A LoRA run's checkpoint is the adapter itself, unless it was merged (`webgym-rl merge`, the loop).
-    trained_lora = bool(train.get("lora"))
-    lora = trained_lora and (Path(settings.checkpoint) / "adapter_config.json").is_file()
+    is_adapter = bool(train.get("lora")) and (Path(settings.checkpoint) / "adapter_config.json").is_file()
+    if train.get("lora"):
+        training_kind = f"LoRA rank {train.get('lora_rank')}, alpha {train.get('lora_alpha')}"
+        training_kind += "" if is_adapter else ", merged into the weights"
+    else:
+        training_kind = "full fine-tuning"
     data = state.get("data", [])
     hub_datasets = [d["id"] for d in data if _looks_like_hub_id(d["id"])]
     front = ["license: other", "pipeline_tag: image-text-to-text",
-             f"library_name: {'peft' if lora else 'transformers'}",
+             f"library_name: {'peft' if is_adapter else 'transformers'}",
              "tags:", "- web-agents", "- webgym", f"- {state.get('objective', '')}"]
     if _looks_like_hub_id(base):
         front.append(f"base_model: {base}")
@@ -118,9 +122,7 @@ def render_model_card(settings: PushSettings, state: dict[str, Any] | None = Non
         "repo_id": settings.repo_id,
         "base_model_line": base_line,
         "objective": state.get("objective", ""),
-        "training_kind": (f"LoRA rank {train.get('lora_rank')}, alpha {train.get('lora_alpha')}"
-                          + ("" if lora else ", merged into the weights") if trained_lora
-                          else "full fine-tuning"),
+        "training_kind": training_kind,
         "results_table": results,
         "data_table": "\n".join(f"| `{d['id']}` | `{d['version']}` | {d['rows']} |" for d in data),
         "counts_line": counts_line,
@@ -131,7 +133,7 @@ def render_model_card(settings: PushSettings, state: dict[str, Any] | None = Non
         "lr_scheduler": str(train.get("lr_scheduler")),
         "warmup_steps": str(train.get("warmup_steps")),
         "last_k": str(train.get("last_k_iterations")),
-        "adapter_note": f" (a LoRA adapter on `{base}`)" if lora else "",
+        "adapter_note": f" (a LoRA adapter on `{base}`)" if is_adapter else "",
     }
     return string.Template(MODEL_CARD.read_text(encoding="utf-8")).substitute(values)
 
