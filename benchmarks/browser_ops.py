@@ -31,12 +31,18 @@ sys.path.insert(0, str(REPO))
 
 from common import free_port, tree_cpu_s  # noqa: E402  (benchmarks/common.py)
 
-from webgym_rollout.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM, process_tree_pss_mib  # noqa: E402
-from webgym_rollout.client import BrowserAction, BrowserClient  # noqa: E402
-from webgym_rollout.sites import SiteServer, miniwob_task_url  # noqa: E402
+from webgym_rollout.browser.client import BrowserClient  # noqa: E402
+from webgym_rollout.browser.processes import (  # noqa: E402
+    CHROMIUM_ARGS,
+    DEFAULT_CHROMIUM,
+    process_tree_pss_mib,
+)
+from webgym_rollout.browser.protocol import BrowserAction  # noqa: E402
+from webgym_rollout.miniwob import MINIWOB_CLIP  # noqa: E402
+from webgym_rollout.miniwob import task_url as miniwob_task_url  # noqa: E402
+from webgym_rollout.sites import SiteServer  # noqa: E402
 
 CHROMIUM = os.environ.get("WEBGYM_CHROMIUM", DEFAULT_CHROMIUM)
-MINIWOB_CLIP = {"x": 0, "y": 0, "width": 160, "height": 210}
 
 
 def _serve_cmd() -> list[str]:
@@ -53,7 +59,7 @@ def start_server(port: int, browsers: int, contexts: int) -> tuple[subprocess.Po
         "serve",
         "--port",
         str(port),
-        "--allow-host",
+        "--allow-hosts",
         "127.0.0.1",
         "--browsers",
         str(browsers),

@@ -58,11 +58,14 @@ sys.path.insert(0, str(REPO))
 
 from common import free_port, tree_cpu_s  # noqa: E402  (benchmarks/common.py)
 
+from webgym_core.endpoint import Endpoint  # noqa: E402
 from webgym_rollout.actions import GRID_SIZE, AgentAction  # noqa: E402
 from webgym_rollout.agent import format_response  # noqa: E402
-from webgym_rollout.policy import OpenAIPolicy, OpenAIPolicySettings  # noqa: E402
-from webgym_rollout.runner import RunSettings, run  # noqa: E402
+from webgym_rollout.env import EnvSettings  # noqa: E402
+from webgym_rollout.policy import OpenAIPolicy, PolicySettings, RandomPolicySettings  # noqa: E402
+from webgym_rollout.runner import RolloutSettings, RunSettings, run  # noqa: E402
 from webgym_rollout.sites import SiteServer  # noqa: E402
+from webgym_rollout.trajectory import read_episodes  # noqa: E402
 
 DEFAULT_TASKS = ("click-button", "click-link", "click-dialog", "click-tab", "click-checkboxes",
                  "click-option", "focus-text", "click-test-2")
@@ -163,8 +166,8 @@ class LatencyPolicyServer:
 def start_browser_server(port: int, browsers: int, contexts: int) -> subprocess.Popen:
     script = shutil.which("webgym-rollout", path=str(Path(sys.executable).parent))
     command = [script] if script else [sys.executable, "-c", "from webgym_rollout.cli import main; main()"]
-    command += ["serve", "--port", str(port), "--allow-host", "127.0.0.1", "--browsers", str(browsers),
-                "--contexts-per-browser", str(contexts), "--idle-timeout", "60",
+    command += ["serve", "--port", str(port), "--allow-hosts", "127.0.0.1", "--browsers", str(browsers),
+                "--contexts-per-browser", str(contexts), "--idle-timeout-s", "60",
                 "--concurrency", f"create={max(4, contexts)}", "--concurrency", "screenshot=8"]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     with httpx.Client(trust_env=False) as client:
@@ -211,20 +214,15 @@ class _TimedPolicy:
 
 
 def _column(out: Path, name: str) -> list:
-    import pyarrow.parquet as pq
-
-    files = sorted((out / "data").glob("*.parquet"))
-    return [v for f in files for v in pq.read_table(f, columns=[name])[name].to_pylist()]
+    return [v for batch in read_episodes(out).batches(columns=[name]) for v in batch.column(name).to_pylist()]
 
 
 def _breakdown(out: Path, wall_s: float) -> dict:
     """Where an episode's time went, per step, from the rows written (policy = waiting for the
     policy server, queueing included; browser = execute + screenshot; other = session start,
     env_state, bookkeeping), and the mean number of episodes in flight."""
-    import pyarrow.parquet as pq
-
-    rows = [r for f in sorted((out / "data").glob("*.parquet"))
-            for r in pq.read_table(f, columns=["duration_s", "steps"]).to_pylist()]
+    batches = read_episodes(out).batches(columns=["duration_s", "steps"])
+    rows = [r for batch in batches for r in batch.to_pylist()]
     steps = [s for r in rows for s in r["steps"]]
     n = max(1, len(steps))
     policy = sum(s["latency"]["policy_s"] for s in steps) / n
@@ -242,16 +240,17 @@ def _own_cpu_s() -> float:
 
 async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_pid: int, sites_url: str,
                 policy_url: str, mode: str, concurrency: int, horizon: int, seed: int) -> dict:
-    settings = RunSettings(tasks=tasks, servers=(server_url,), out=work / name, sites_url=sites_url,
-                           policy="openai", policy_base_url=policy_url, policy_model="random-latency",
-                           judge="programmatic", concurrency=concurrency, batch_size=concurrency, mode=mode,
-                           miniwob_horizon=horizon, viewport=(320, 240), seed=seed, progress=False,
-                           shard_episodes=1_000)
-    policy = _TimedPolicy(OpenAIPolicy(OpenAIPolicySettings(base_url=policy_url, model="random-latency",
-                                                            max_concurrency=concurrency)))
+    endpoint = Endpoint(base_url=policy_url, model="random-latency", max_concurrency=concurrency)
+    settings = RunSettings(
+        tasks=tasks, servers=(server_url,), out=work / name, progress=False,
+        rollout=RolloutSettings(concurrency=concurrency, batch_size=concurrency, mode=mode,
+                                shard_episodes=1_000),
+        env=EnvSettings(viewport="320x240", sites_url=sites_url, miniwob_horizon=horizon),
+        policy=PolicySettings(kind="openai", endpoint=endpoint, random=RandomPolicySettings(seed=seed)))
+    policy = _TimedPolicy(OpenAIPolicy(endpoint))
     began_wall, began = time.time(), time.monotonic()
     cpu_runner, cpu_server = _own_cpu_s(), tree_cpu_s(server_pid)
-    report = await run(settings, policy=policy, needs_elements=False)
+    report = await run(settings, policy=policy)
     cpu_runner, cpu_server = _own_cpu_s() - cpu_runner, tree_cpu_s(server_pid) - cpu_server
     # Steady state: from the start until the last episode began (every slot busy; no drain tail).
     last_start = max(_column(work / name, "started_at"), default=began_wall) - began_wall

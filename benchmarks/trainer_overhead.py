@@ -39,9 +39,9 @@ def bare_loop(model_dir: Path, samples, *, steps: int, batch_size: int, lr: floa
     import torch
 
     from webgym_rl.collate import Collator
-    from webgym_rl.modeling import load_model, load_processor
     from webgym_rl.objectives import filtered_bc
     from webgym_rl.train import _EpochOrder
+    from webgym_rollout.modeling import load_model, load_processor
 
     torch.manual_seed(seed)
     model = load_model(model_dir, dtype=torch.float32).train()
@@ -69,12 +69,12 @@ def bare_loop(model_dir: Path, samples, *, steps: int, batch_size: int, lr: floa
 def trainer_loop(model_dir: Path, data: Path, out: Path, *, steps: int, batch_size: int, lr: float,
                  seed: int) -> tuple[float, float]:
     """(wall, CPU) samples/s of the real training code path."""
-    from webgym_rl.train import TrainSettings, train
+    from webgym_rl.train import TrainingSettings, TrainSettings, train
 
-    result = train(TrainSettings(model=str(model_dir), data=[str(data)], out=str(out),
-                                 objective="filtered_bc", max_steps=steps, per_device_batch_size=batch_size,
-                                 learning_rate=lr, max_grad_norm=MAX_GRAD_NORM, seed=seed,
-                                 cache_dir=str(out.parent / "datasets-cache")))
+    training = TrainingSettings(objective="filtered_bc", max_steps=steps, per_device_batch_size=batch_size,
+                                learning_rate=lr, max_grad_norm=MAX_GRAD_NORM)
+    result = train(TrainSettings(model=str(model_dir), data=[str(data)], out=str(out), seed=seed,
+                                 cache_dir=str(out.parent / "datasets-cache"), training=training))
     return result.samples_seen / result.loop_seconds, result.samples_seen / result.loop_cpu_seconds
 
 
@@ -88,8 +88,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     from tests.webgym_rl.synthetic import standard_iteration
-    from webgym_rl.data import build_samples, load_trajectories
-    from webgym_rl.modeling import build_tiny_model
+    from webgym_rl.samples import build_samples, load_trajectories
+    from webgym_rl.tiny import build_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from webgym_rollout.browser import CHROMIUM_ARGS, DEFAULT_CHROMIUM
+from webgym_rollout.browser.pool import CHROMIUM_ARGS, DEFAULT_CHROMIUM
 
 CHROMIUM_PATH = os.environ.get("WEBGYM_CHROMIUM", DEFAULT_CHROMIUM)
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -138,3 +138,18 @@ def scripted_openai():
 # Session-scoped tiny Qwen-VL checkpoints (built once per session, read-only).
 from tests.local_hub import local_hub  # noqa: E402,F401  (olah, offline Hub on 127.0.0.1)
 from tests.models import tiny_qwen2_vl, tiny_qwen3_vl  # noqa: E402,F401
+
+
+@pytest.fixture(scope="session")
+def sites():
+    """The local site server (MiniWoB++ and sandbox pages) on 127.0.0.1, for the whole session."""
+    from webgym_rollout.sites import SiteServer
+
+    with SiteServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def sites_url(sites) -> str:
+    """The site server's base URL."""
+    return sites.base_url

@@ -3,7 +3,7 @@
 `tiny_model_dir(family)` builds (on first use) and returns the folder of a tiny random checkpoint
 of that family under one session-wide temporary folder. The fixtures `tiny_qwen2_vl` and
 `tiny_qwen3_vl` wrap it. Tests must treat these folders as read-only: copy one (or
-`build_tiny_model` into `tmp_path`) before changing anything.
+`webgym_rl.tiny.build_tiny_model` into `tmp_path`) before changing anything.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _session_root() -> Path:
 
 def tiny_model_dir(family: str = "qwen2_vl", seed: int = 0) -> Path:
     """The folder of a tiny random `family` checkpoint with `seed`, built on first use."""
-    from webgym_rl.modeling import build_tiny_model
+    from webgym_rl.tiny import build_tiny_model
 
     with _lock:
         key = (family, seed)

@@ -10,7 +10,9 @@ goes through the real `openai` client and a real socket; only the model behind i
 
 A reply is a string (the assistant message) or a dict with any of ``content`` (str), ``status``
 (an HTTP error status to answer with instead), ``delay_s`` (sleep before answering),
-``finish_reason`` (default "stop") and ``usage`` (``prompt_tokens``, ``completion_tokens``).
+``finish_reason`` (default "stop"), ``usage`` (``prompt_tokens``, ``completion_tokens``), ``model``
+(the model name the reply carries; default: the one requested) and ``logprobs`` (a list of
+per-token log-probabilities, sent as OpenAI ``choices[0].logprobs.content``).
 `replies` may also be a callable ``request_body -> reply``. Once a list runs out, its last reply
 repeats.
 """
@@ -83,16 +85,21 @@ class ScriptedOpenAI:
         content = reply.get("content", "")
         usage = reply.get("usage") or {"prompt_tokens": 10, "completion_tokens": max(1, len(content.split()))}
         usage = {**usage, "total_tokens": usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": content},
+            "finish_reason": reply.get("finish_reason", "stop"),
+        }
+        if reply.get("logprobs") is not None:
+            choice["logprobs"] = {"content": [{"token": f"t{i}", "logprob": value, "bytes": None,
+                                               "top_logprobs": []}
+                                              for i, value in enumerate(reply["logprobs"])]}
         return {
             "id": f"chatcmpl-{self._served}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": body.get("model") or self.model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": reply.get("finish_reason", "stop"),
-            }],
+            "model": reply.get("model") or body.get("model") or self.model,
+            "choices": [choice],
             "usage": usage,
         }
 

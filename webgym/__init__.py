@@ -1,12 +1,8 @@
-"""webgym: the umbrella of the toolkit: the end-to-end demo (`webgym demo`) and shared CLI plumbing.
+"""webgym: the umbrella of the toolkit: the end-to-end demo (``webgym demo``).
 
-The three working packages are `webgym_data`, `webgym_rollout` and `webgym_rl`.
+The working packages are `webgym_core` (settings, endpoints, files, card templates), `webgym_data`
+(tasks), `webgym_rollout` (browsers, environment, policies, judges, trajectories) and `webgym_rl`
+(training and the online loop); they depend one way, in that order, and `webgym` sits on top.
 """
 
-from pathlib import Path
-
-__version__ = "0.1.0"
-
-# The card templates. `webgym/cards` links to the top-level `cards/` folder, so an installed wheel
-# carries them too (a path relative to the repository root would not exist there).
-CARDS_DIR = Path(__file__).resolve().parent / "cards"
+__version__ = "0.2.0"

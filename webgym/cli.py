@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
-from webgym.clitools import LazyGroup
+from webgym_core.cli import LazyGroup, setup_logging
 
 COMMANDS = {
     "demo": ("webgym.demo:demo_command",
@@ -23,5 +21,4 @@ def main(verbose: int) -> None:
     Example:
       webgym demo --out out/demo
     """
-    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
-                        format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(verbose)

@@ -6,7 +6,7 @@ Stages (each announced on the terminal as it starts)::
                  rows, through the real `webgym_data.build` path (offline: template subtask
                  instructions, rule taxonomy)                                   -> OUT/tasks
     2 servers    MiniWoB site server, browser server (Chromium), CPU policy server with a tiny random
-                 Qwen2-VL (`webgym_rl.modeling.build_tiny_model`)               -> OUT/models/tiny-qwen2vl
+                 Qwen2-VL (`webgym_rl.tiny.build_tiny_model`)                   -> OUT/models/tiny-qwen2vl
     3 rollout    the MiniWoB train tasks with the `random` bootstrap policy
     4 dataset    the trajectory dataset of that rollout            -> OUT/loop/iter-0000/trajectories
     5 train      filtered_bc on the successful episodes            -> OUT/loop/iter-0000/checkpoint
@@ -213,19 +213,22 @@ def run_demo(settings: DemoSettings) -> DemoResult:
                     f"tasks x {len(preset.seeds)} seeds")
     from webgym_data.build import BuildSettings, build
     from webgym_data.importers import miniwob
+    from webgym_data.split import SplitSettings
 
     spec = miniwob.write_miniwob_spec(out / "inputs" / "miniwob_tasks.jsonl", preset.miniwob_tasks,
                                       preset.seeds)
     tasks_dir = out / "tasks"
     report = build(BuildSettings(
         out=tasks_dir, importers=(("generic", str(SAMPLE_TASKS)), ("miniwob", str(spec))),
-        test_size=preset.test_size, seed=settings.seed, show_progress=settings.progress))
+        split=SplitSettings(test_size=preset.test_size, seed=settings.seed), progress=settings.progress))
+    from webgym_rollout.tasks import task_kind
+
     every = [*report.train, *report.test]
     task_counts = {"train": len(report.train), "test": len(report.test),
-                   "sample_web": sum(1 for t in every if t.environment == "web" and not t.parent_task_id),
+                   "sample_web": sum(1 for t in every if task_kind(t).name == "web" and not t.parent_task_id),
                    "subtasks": sum(1 for t in every if t.parent_task_id),
-                   "miniwob": sum(1 for t in every if t.environment.startswith("miniwob:")),
-                   "miniwob_train": sum(1 for t in report.train if t.environment.startswith("miniwob:"))}
+                   "miniwob": sum(1 for t in every if task_kind(t).name == "miniwob"),
+                   "miniwob_train": sum(1 for t in report.train if task_kind(t).name == "miniwob")}
     stages.note(f"{task_counts['train']} train + {task_counts['test']} test tasks -> {tasks_dir}")
     if not task_counts["miniwob_train"]:
         raise DemoError(f"the build put no MiniWoB task in the train split of {tasks_dir}; "
@@ -233,18 +236,27 @@ def run_demo(settings: DemoSettings) -> DemoResult:
 
     # 2. Servers: sites and browsers, and the policy server with a tiny random model.
     stages.stage(2, "Starting the MiniWoB site server, the browser server and the CPU policy server")
-    from webgym_rl.loop import LoopServices, LoopSettings, run_loop
-    from webgym_rl.modeling import build_tiny_model
+    from webgym_core.endpoint import Endpoint
+    from webgym_rl.loop import LoopServices, LoopSettings, PolicyEndpointSettings, run_loop
+    from webgym_rl.samples import Objective
+    from webgym_rl.tiny import build_tiny_model
+    from webgym_rl.train import TrainingSettings
+    from webgym_rollout.browser.pool import PoolSettings
+    from webgym_rollout.env import EnvSettings
+    from webgym_rollout.runner import RolloutSettings
 
     model_dir = build_tiny_model(out / "models" / "tiny-qwen2vl", seed=settings.seed)
     loop_settings = LoopSettings(
         tasks=str(tasks_dir), model=str(model_dir), out=str(out / "loop"), iterations=1, split="train",
-        only_environment="miniwob", concurrency=settings.concurrency, miniwob_horizon=preset.horizon,
-        viewport="320x240", bootstrap_policy="random", contexts_per_browser=max(1, settings.concurrency),
-        policy_model="tiny-qwen2vl", policy_max_new_tokens=preset.max_new_tokens, objective="filtered_bc",
-        learning_rate=settings.learning_rate, epochs=preset.epochs, per_device_batch_size=2, log_with="none",
-        eval_every=1, eval_split="train", seed=settings.seed, progress=settings.progress)
-    loop_settings.validate()
+        only_environment="miniwob", bootstrap_policy="random", eval_every=1, eval_split="train",
+        seed=settings.seed, progress=settings.progress,
+        rollout=RolloutSettings(concurrency=settings.concurrency),
+        env=EnvSettings(viewport="320x240", miniwob_horizon=preset.horizon),
+        pool=PoolSettings(browsers=1, contexts_per_browser=max(1, settings.concurrency)),
+        policy=PolicyEndpointSettings(endpoint=Endpoint(model="tiny-qwen2vl"),
+                                      max_new_tokens=preset.max_new_tokens),
+        training=TrainingSettings(objective=Objective.FILTERED_BC, learning_rate=settings.learning_rate,
+                                  epochs=preset.epochs, per_device_batch_size=2, log_with="none"))
 
     def on_event(kind: str, detail: dict[str, Any]) -> None:
         phase = detail.get("phase")
@@ -346,12 +358,12 @@ def demo_command(out: Path, size: str, seed: int, concurrency: int, quiet: bool)
       python -c "import datasets; print(datasets.load_dataset('out/demo/tasks'))"
     """
     from webgym_data.schema import WebgymDataError
-    from webgym_rl.loop import LoopError
+    from webgym_rl.errors import WebgymRLError
 
     try:
         result = run_demo(DemoSettings(out=out, size=size, seed=seed, concurrency=concurrency,  # type: ignore[arg-type]
                                        progress=not quiet))
-    except (DemoError, LoopError, WebgymDataError) as exc:
+    except (DemoError, WebgymRLError, WebgymDataError) as exc:
         raise click.ClickException(str(exc)) from exc
     if quiet:
         summary = result.summary

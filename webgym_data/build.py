@@ -5,11 +5,18 @@ write. The folder is written next to its destination under a temporary name and 
 place at the end, so a failed build never leaves a half folder::
 
     OUT/
-      data/{train,test}-seeds-NNNNN-of-NNNNN.parquet     seed tasks
-      data/{train,test}-subtasks-NNNNN-of-NNNNN.parquet  decomposed subtasks (when there are any)
+      data/{train,test}-seeds-<build id>-NNNNN-of-NNNNN.parquet     seed tasks
+      data/{train,test}-subtasks-<build id>-NNNNN-of-NNNNN.parquet  decomposed subtasks (if any)
       README.md        dataset card (cards/tasks_card.md) with the measured statistics and the
-                       `configs:` block: `default` (all tasks) and `seeds` (no subtasks)
-      manifest.json    versions, content hash, input file hashes, settings, counts
+                       `configs:` block listing those files: `default` (all tasks) and `seeds`
+      manifest.json    build id, versions, content hash, input file hashes, settings, counts, files
+
+The build id is the start of the content hash (a hash of every shard's bytes), so shard names
+differ whenever the rows do. That is what makes a plain ``datasets.load_dataset(folder)`` safe:
+`datasets` caches a local folder under the folder's name and the card's file list, so a later
+build with other rows in a folder of the same name, with the same file names, would be answered
+from the earlier build's cache. Builds made before the build id (``train-seeds-00000-of-00001.parquet``)
+still read everywhere (`webgym_data.loading`).
 
 ``--extend EXISTING`` keeps every task of an earlier build as it is (same ids, same split), adds
 the new seed tasks, and puts a new task on a site that is already split into that site's split.
@@ -17,7 +24,9 @@ the new seed tasks, and puts a new task on a site that is already split into tha
 Exceptions::
 
     WebgymDataError
-     └── BuildError   (no seeds, a destination that is not an earlier build, an unreadable EXISTING)
+     └── BuildError   (bad settings, no seeds, a destination that is not an earlier build, a folder
+                       that cannot be written; also a ValueError)
+    and those of the steps: importers, split, decompose, llm, loading (an unreadable EXISTING).
 """
 
 from __future__ import annotations
@@ -41,9 +50,14 @@ from typing import Any
 
 import click
 
-from webgym import CARDS_DIR
+from webgym_core.cards import CARDS_DIR
+from webgym_core.errors import SettingsError
+from webgym_core.files import sha256_file, write_atomic
+from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
 from webgym_data import __version__
 from webgym_data.decompose import DecomposeSettings, decompose_tasks
+from webgym_data.llm import LLMSettings
+from webgym_data.loading import MANIFEST, read_task_set
 from webgym_data.schema import SCHEMA_VERSION, Task, WebgymDataError, difficulty_level, task_features
 from webgym_data.split import (
     DedupeSettings,
@@ -53,18 +67,19 @@ from webgym_data.split import (
     split_tasks,
 )
 
-__all__ = ["BuildError", "BuildReport", "BuildSettings", "build", "build_command", "read_task_set",
-           "render_card"]
+__all__ = ["BuildError", "BuildReport", "BuildSettings", "build", "build_command", "render_card",
+           "shard_name"]
 
 logger = logging.getLogger(__name__)
 
 CARD_TEMPLATE = CARDS_DIR / "tasks_card.md"
-MANIFEST = "manifest.json"
 _KINDS = ("seeds", "subtasks")
 _ROW_GROUP_ROWS = 10_000  # small row groups: readers can stream a shard without loading it whole
+BUILD_ID_CHARS = 12
+"""Hex digits of the content hash that name a build's shards."""
 
 
-class BuildError(WebgymDataError):
+class BuildError(WebgymDataError, ValueError):
     """The build cannot run as asked."""
 
 
@@ -72,40 +87,37 @@ class BuildError(WebgymDataError):
 class BuildSettings:
     """Everything one build depends on (recorded in ``manifest.json``, except secrets)."""
 
-    out: Path
-    """Folder to write; replaced atomically if it holds an earlier build."""
-    seeds_dir: Path | None = None
+    out: Path | None = None
+    """Folder to write (required); replaced atomically if it holds an earlier build."""
+    seeds: Path | None = None
     """Folder of seed sets; every registered importer whose default path exists there is used."""
-    importers: tuple[tuple[str, str], ...] = ()
-    """Extra ``(importer name, file, folder or Hub id)`` sources."""
-    llm_base_url: str | None = None
-    """OpenAI-compatible endpoint for rubrics, subtask instructions and taxonomy; None = offline."""
-    llm_model: str | None = None
-    """Model name at `llm_base_url`."""
-    llm_cache_dir: Path | None = None
-    """LLM reply cache; None uses $XDG_CACHE_HOME/webgym/llm."""
-    llm_max_retries: int = 3
-    """Retries per LLM request (errors, invalid replies) before giving up."""
-    test_size: int = 1167
-    """Target number of test tasks."""
-    seed: int = 0
-    """Seed of the split."""
-    max_subtasks: int = 8
-    """Most decomposed subtasks per task (0: no decomposition)."""
-    large_threshold: int = 3
-    """Facts that make a fact group large (each subtask holds a large group)."""
-    near_threshold: float = 0.9
-    """Token-set Jaccard at which two instructions on one site are duplicates."""
+    importers: tuple[tuple[str, str], ...] = field(default=(), metadata={"cli": False})
+    """Extra ``(importer name, file, folder or Hub id)`` sources (``--importer NAME=PATH``)."""
     extend: Path | None = None
     """An earlier build to extend: its tasks, ids and site split are kept."""
+    llm: LLMSettings = field(default_factory=LLMSettings)
+    """OpenAI-compatible LLM for rubrics, subtask instructions and taxonomy; no URL = offline."""
+    dedupe: DedupeSettings = flat(DedupeSettings)
+    """Duplicate instructions (``--near-threshold``)."""
+    decompose: DecomposeSettings = flat(DecomposeSettings)
+    """Subtasks from rubrics (``--large-threshold``, ``--max-subtasks``)."""
+    split: SplitSettings = flat(SplitSettings)
+    """The out-of-distribution test split (``--test-size``, ``--seed``, ...)."""
     shard_rows: int = 250_000
     """Most rows per parquet file."""
-    show_progress: bool = True
+    progress: bool = True
     """Show rich progress bars on stderr."""
+
+    def __post_init__(self) -> None:
+        if self.out is None or not str(self.out).strip():
+            raise BuildError("out: required: the folder to write, e.g. out/tasks")
+        if self.shard_rows < 1:
+            raise BuildError(f"shard_rows: must be >= 1, got {self.shard_rows}")
 
     @property
     def offline(self) -> bool:
-        return not self.llm_base_url
+        """No LLM endpoint: template instructions, rule taxonomy, no new rubrics."""
+        return not self.llm.configured
 
 
 @dataclass
@@ -118,39 +130,9 @@ class BuildReport:
     test: list[Task] = field(default_factory=list, repr=False)
 
 
-# ------------------------------------------------------------------------------------- reading
-
-def read_task_set(folder: Path) -> tuple[list[Task], list[Task], dict[str, Any]]:
-    """``(train, test, manifest)`` of a built folder (raises `BuildError` naming the file)."""
-    import pyarrow.parquet as pq
-
-    folder = Path(folder)
-    manifest_path = folder / MANIFEST
-    if not manifest_path.is_file():
-        raise BuildError(f"{folder}: not a webgym-data build (no {MANIFEST})")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BuildError(f"{manifest_path}: unreadable: {exc}") from None
-    splits: dict[str, list[Task]] = {}
-    for split in ("train", "test"):
-        tasks: list[Task] = []
-        for path in sorted((folder / "data").glob(f"{split}-*.parquet")):
-            try:
-                rows = pq.read_table(path).to_pylist()
-            except Exception as exc:  # pyarrow raises many kinds; name the file either way
-                raise BuildError(f"{path}: unreadable parquet: {exc}") from None
-            tasks.extend(Task.from_row(row, file=str(path), row_index=i) for i, row in enumerate(rows))
-        splits[split] = tasks
-    return splits["train"], splits["test"], manifest
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def shard_name(split: str, kind: str, build_id: str, index: int, count: int) -> str:
+    """The file name of one shard: ``train-seeds-<build id>-00000-of-00001.parquet``."""
+    return f"{split}-{kind}-{build_id}-{index:05d}-of-{count:05d}.parquet"
 
 
 # ------------------------------------------------------------------------------------- writing
@@ -211,14 +193,15 @@ def _arrow_table(tasks: Sequence[Task], schema):
 
 
 def _write_split(tasks: Sequence[Task], data_dir: Path, split: str, shard_rows: int,
-                 advance: Callable[[int], None]) -> list[str]:
-    """Write one split as ``<split>-<kind>-i-of-n.parquet`` files; returns their names."""
+                 advance: Callable[[int], None]) -> list[tuple[str, str, int, int, Path]]:
+    """Write one split's shards under temporary names (the build id is not known yet: it hashes
+    them all); returns ``(split, kind, index, count, path)`` for each."""
     import pyarrow.parquet as pq
 
     # The arrow schema of the `datasets` features carries them in its metadata, so `load_dataset`
     # restores the declared features (what `Dataset.to_parquet` writes, without its tqdm bars).
     schema = task_features().arrow_schema
-    names = []
+    written = []
     for kind in _KINDS:
         part = [t for t in tasks if bool(t.parent_task_id) == (kind == "subtasks")]
         # An empty split gets no file (an empty parquet file breaks `load_dataset`); the card's
@@ -228,12 +211,28 @@ def _write_split(tasks: Sequence[Task], data_dir: Path, split: str, shard_rows: 
         n_shards = max(1, -(-len(part) // shard_rows))
         for shard in range(n_shards):
             chunk = part[shard * shard_rows:(shard + 1) * shard_rows]
-            table = _arrow_table(chunk, schema)
-            name = f"{split}-{kind}-{shard:05d}-of-{n_shards:05d}.parquet"
-            pq.write_table(table, data_dir / name, row_group_size=_ROW_GROUP_ROWS)
-            names.append(name)
+            path = data_dir / f".unnamed-{split}-{kind}-{shard:05d}.parquet"
+            pq.write_table(_arrow_table(chunk, schema), path, row_group_size=_ROW_GROUP_ROWS)
+            written.append((split, kind, shard, n_shards, path))
             advance(len(chunk))
-    return names
+    return written
+
+
+def _name_shards(written: Sequence[tuple[str, str, int, int, Path]]) -> tuple[str, str, dict[str, str]]:
+    """Hash the shards, name them after the build id; returns (build id, content hash, files)."""
+    digests = [(split, kind, index, count, path, "sha256:" + sha256_file(path))
+               for split, kind, index, count, path in written]
+    # The content hash covers each shard's place and bytes, not its name (which holds the hash).
+    lines = sorted(f"{split}-{kind}-{index:05d}-of-{count:05d} {digest}"
+                   for split, kind, index, count, _, digest in digests)
+    content = "sha256:" + hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    build_id = content.removeprefix("sha256:")[:BUILD_ID_CHARS]
+    files = {}
+    for split, kind, index, count, path, digest in digests:
+        name = shard_name(split, kind, build_id, index, count)
+        os.replace(path, path.with_name(name))
+        files[f"data/{name}"] = digest
+    return build_id, content, dict(sorted(files.items()))
 
 
 def _size_category(n: int) -> str:
@@ -242,6 +241,20 @@ def _size_category(n: int) -> str:
         if n < limit:
             return label
     return "10M<n<100M"
+
+
+def _configs_block(files: dict[str, str]) -> str:
+    """The card's `configs:` YAML: every shard listed by name (never a pattern), per split, for the
+    ``default`` config (all tasks) and ``seeds`` (no subtasks). Empty splits are left out."""
+    lines = ["configs:"]
+    for config, kinds in (("default", _KINDS), ("seeds", ("seeds",))):
+        lines += [f"- config_name: {config}", "  data_files:"]
+        for split in ("train", "test"):
+            paths = [path for path in files
+                     if any(Path(path).name.startswith(f"{split}-{kind}-") for kind in kinds)]
+            if paths:
+                lines += [f"  - split: {split}", "    path:"] + [f"    - {path}" for path in paths]
+    return "\n".join(lines)
 
 
 def render_card(manifest: dict[str, Any], *, template: Path = CARD_TEMPLATE) -> str:
@@ -258,7 +271,7 @@ def render_card(manifest: dict[str, Any], *, template: Path = CARD_TEMPLATE) -> 
                         if i["unresolved_websites"] else "")
                      for i in manifest["inputs"]) or " no new seeds"
     if counts["rubrics"]["llm"]:
-        rubric_line = (f"{counts['rubrics']['generated']:,} generated by `{settings['llm_model']}`, "
+        rubric_line = (f"{counts['rubrics']['generated']:,} generated by `{settings['llm']['model']}`, "
                        f"{counts['rubrics']['failed']:,} tasks dropped after invalid replies.")
     else:
         rubric_line = (f"no LLM was used; {counts['rubrics']['missing']:,} seed tasks have no rubric "
@@ -266,20 +279,15 @@ def render_card(manifest: dict[str, Any], *, template: Path = CARD_TEMPLATE) -> 
     sources = counts["decompose"]["instruction_sources"]
     instruction_line = ", ".join(f"{n:,} {k}" for k, n in sorted(sources.items())) or "none"
     taxonomy_line = "LLM with rule-based fallback" if counts["rubrics"]["llm"] else "rule-based"
-    splits = [split for split in ("train", "test") if stats["splits"][split]]
-    configs = ["configs:"]
-    for name, kind in (("default", ""), ("seeds", "seeds-")):
-        configs += [f"- config_name: {name}", "  data_files:"]
-        for split in splits:
-            configs += [f"  - split: {split}", f"    path: data/{split}-{kind}*.parquet"]
     values = {
-        "configs": "\n".join(configs),
+        "configs": _configs_block(manifest["files"]),
         "size_category": _size_category(stats["splits"]["train"] + stats["splits"]["test"]),
         "builder": manifest["builder"],
         "n_inputs": str(len(manifest["inputs"])),
         "dataset_version": str(manifest["dataset_version"]),
         "schema_version": manifest["schema_version"],
         "content_hash": manifest["content_hash"],
+        "build_id": manifest["build_id"],
         "built_at": manifest["built_at"],
         "n_train": f"{stats['splits']['train']:,}",
         "n_test": f"{stats['splits']['test']:,}",
@@ -377,20 +385,17 @@ class _Steps:
 def _llm_client(settings: BuildSettings):
     if settings.offline:
         return None
-    if not settings.llm_model:
-        raise BuildError("--llm-base-url needs --llm-model")
-    from webgym_data.llm import LLMClient, LLMSettings
+    from webgym_data.llm import LLMClient
 
-    cache_dir = settings.llm_cache_dir or (
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "webgym" / "llm")
-    return LLMClient(LLMSettings(base_url=settings.llm_base_url, model=settings.llm_model,
-                                 cache_dir=cache_dir, max_retries=settings.llm_max_retries))
+    return LLMClient(settings.llm)
 
 
 def _settings_record(settings: BuildSettings) -> dict[str, Any]:
-    record = asdict(settings)
-    record.pop("show_progress")
-    return json.loads(json.dumps(record, default=str))
+    """The settings as the manifest records them: no display switch, no secret."""
+    record = settings_to_dict(settings)
+    record.pop("progress", None)
+    record["llm"].pop("api_key", None)
+    return record
 
 
 def build(settings: BuildSettings) -> BuildReport:
@@ -398,11 +403,7 @@ def build(settings: BuildSettings) -> BuildReport:
     from webgym_data.importers import discover_seeds, import_seed
     from webgym_data.taxonomy import assign_taxonomy
 
-    decompose_settings = DecomposeSettings(large_threshold=settings.large_threshold,
-                                           max_subtasks=settings.max_subtasks)
-    split_settings = SplitSettings(test_size=settings.test_size, seed=settings.seed)
-    dedupe_settings = DedupeSettings(near_threshold=settings.near_threshold)
-
+    out = Path(settings.out)  # type: ignore[arg-type]  # checked by BuildSettings
     client = _llm_client(settings)
     existing_train: list[Task] = []
     existing_test: list[Task] = []
@@ -411,10 +412,10 @@ def build(settings: BuildSettings) -> BuildReport:
         existing_train, existing_test, previous = read_task_set(settings.extend)
 
     sources: list[tuple[str, str]] = []
-    if settings.seeds_dir is not None:
-        if not Path(settings.seeds_dir).is_dir():
-            raise BuildError(f"seed folder {settings.seeds_dir} does not exist")
-        sources.extend((name, str(path)) for name, path in discover_seeds(Path(settings.seeds_dir)))
+    if settings.seeds is not None:
+        if not Path(settings.seeds).is_dir():
+            raise BuildError(f"seed folder {settings.seeds} does not exist")
+        sources.extend((name, str(path)) for name, path in discover_seeds(Path(settings.seeds)))
     sources.extend(settings.importers)
     if not sources:
         raise BuildError("no seed sets to import: give --seeds DIR with known seed files, "
@@ -422,7 +423,7 @@ def build(settings: BuildSettings) -> BuildReport:
 
     counts: dict[str, Any] = {}
     inputs: list[dict[str, Any]] = []
-    with _Steps(settings.show_progress) as steps:
+    with _Steps(settings.progress) as steps:
         # -- import
         tasks: list[Task] = []
         with steps.step("import", total=len(sources)) as advance:
@@ -432,9 +433,9 @@ def build(settings: BuildSettings) -> BuildReport:
                 for path in result.files:
                     path = Path(path)
                     shown = str(path)
-                    if settings.seeds_dir is not None and path.is_relative_to(Path(settings.seeds_dir)):
-                        shown = str(path.relative_to(Path(settings.seeds_dir)))
-                    files[shown] = "sha256:" + _sha256(path) if path.is_file() else ""
+                    if settings.seeds is not None and path.is_relative_to(Path(settings.seeds)):
+                        shown = str(path.relative_to(Path(settings.seeds)))
+                    files[shown] = "sha256:" + sha256_file(path) if path.is_file() else ""
                 inputs.append({"importer": name, "source": str(source), "files": files,
                                "tasks": len(result.tasks), "skipped": len(result.skipped),
                                "unresolved_websites": result.unresolved_websites})
@@ -457,18 +458,18 @@ def build(settings: BuildSettings) -> BuildReport:
 
         # -- dedupe
         with steps.step("dedupe"):
-            report = dedupe(unique, dedupe_settings, existing=[*existing_train, *existing_test])
+            report = dedupe(unique, settings.dedupe, existing=[*existing_train, *existing_test])
         tasks = report.tasks
         counts["dedupe"] = {"exact": report.exact, "near": report.near, "kept": len(tasks)}
 
-        # -- rubrics
-        missing = sum(1 for t in tasks if not t.evaluator_reference and t.environment == "web")
+        # -- rubrics, for the tasks that have none (every other task carries its own)
+        missing = sum(1 for t in tasks if t.needs_rubric)
         counts["rubrics"] = {"llm": client is not None, "missing": missing, "generated": 0, "failed": 0}
         if client is not None and missing:
             from webgym_data.rubrics import generate_rubrics
 
             with steps.paused():
-                rubric_report = generate_rubrics(tasks, client, progress=settings.show_progress)
+                rubric_report = generate_rubrics(tasks, client, progress=settings.progress)
             tasks = rubric_report.tasks
             counts["rubrics"].update(generated=rubric_report.generated, failed=len(rubric_report.failed),
                                      missing=missing - rubric_report.generated - len(rubric_report.failed),
@@ -482,17 +483,17 @@ def build(settings: BuildSettings) -> BuildReport:
                 tasks = list(assign_taxonomy(tasks))
         else:
             with steps.paused():
-                tasks = list(assign_taxonomy(tasks, client, progress=settings.show_progress))
+                tasks = list(assign_taxonomy(tasks, client, progress=settings.progress))
         counts["taxonomy"] = dict(Counter(t.domain or "(none)" for t in tasks))
 
         # -- decompose
         if client is None:
             with steps.step("decompose", total=len(tasks)) as advance:
-                decomposed = decompose_tasks(tasks, decompose_settings, progress=advance)
+                decomposed = decompose_tasks(tasks, settings.decompose, progress=advance)
         else:
             with steps.paused():
-                decomposed = decompose_tasks(tasks, decompose_settings, client,
-                                             llm_progress=settings.show_progress)
+                decomposed = decompose_tasks(tasks, settings.decompose, client,
+                                             llm_progress=settings.progress)
         counts["decompose"] = {
             "parents": decomposed.parents, "subtasks": len(decomposed.subtasks),
             "llm_fallbacks": len(decomposed.llm_fallbacks),
@@ -506,46 +507,57 @@ def build(settings: BuildSettings) -> BuildReport:
             fixed = site_assignment(existing_train, existing_test) if previous is not None else None
             # When extending, the test target counts what test already holds; new tasks on sites
             # already in test go there and count too.
-            target = max(0, split_settings.test_size - len(existing_test))
-            split = split_tasks([*tasks, *subtasks], replace(split_settings, test_size=target), fixed=fixed)
+            target = max(0, settings.split.test_size - len(existing_test))
+            split = split_tasks([*tasks, *subtasks], replace(settings.split, test_size=target), fixed=fixed)
         train = [*existing_train, *split.train]
         test = [*existing_test, *split.test]
         if not train and not test:
             raise BuildError("the seeds gave no tasks to write (see the import and dedupe counts with -v)")
 
         # -- write
-        with _staging(Path(settings.out)) as tmp:
-            data_dir = tmp / "data"
-            data_dir.mkdir()
-            written: list[str] = []
-            with steps.step("write", total=len(train) + len(test)) as advance:
-                for name, part in (("train", train), ("test", test)):
-                    written.extend(_write_split(part, data_dir, name, settings.shard_rows, advance))
-            file_hashes = {f"data/{name}": "sha256:" + _sha256(data_dir / name) for name in sorted(written)}
-            content = hashlib.sha256("\n".join(f"{k} {v}" for k, v in file_hashes.items()).encode())
-            with steps.step("stats"):
-                from webgym_data.stats import compute_stats, read_columns
+        try:
+            with _staging(out) as tmp:
+                manifest = _write(tmp, settings, steps, train, test,
+                                  inputs=inputs, counts=counts, previous=previous)
+        except OSError as exc:
+            raise BuildError(f"cannot write {out}: {exc}") from None
+    return BuildReport(out=out, manifest=manifest, train=train, test=test)
 
-                stats = compute_stats(read_columns(tmp))
-            manifest = {
-                "schema_version": SCHEMA_VERSION,
-                "builder": f"webgym_data {__version__}",
-                "dataset_version": (int(previous.get("dataset_version", 0)) + 1) if previous else 1,
-                "content_hash": "sha256:" + content.hexdigest(),
-                "built_at": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
-                "extends": None if previous is None else {
-                    "path": str(settings.extend), "dataset_version": previous.get("dataset_version"),
-                    "content_hash": previous.get("content_hash")},
-                "inputs": inputs,
-                "settings": _settings_record(settings),
-                "counts": counts,
-                "stats": stats,
-                "files": file_hashes,
-            }
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n",
-                                        encoding="utf-8")
-            (tmp / "README.md").write_text(render_card(manifest), encoding="utf-8")
-    return BuildReport(out=Path(settings.out), manifest=manifest, train=train, test=test)
+
+def _write(tmp: Path, settings: BuildSettings, steps: _Steps, train: list[Task], test: list[Task], *,
+           inputs: list[dict[str, Any]], counts: dict[str, Any], previous: dict[str, Any] | None,
+           ) -> dict[str, Any]:
+    """Write the shards, the manifest and the card into the staging folder `tmp`."""
+    data_dir = tmp / "data"
+    data_dir.mkdir()
+    written = []
+    with steps.step("write", total=len(train) + len(test)) as advance:
+        for name, part in (("train", train), ("test", test)):
+            written.extend(_write_split(part, data_dir, name, settings.shard_rows, advance))
+        build_id, content_hash, files = _name_shards(written)
+    with steps.step("stats"):
+        from webgym_data.stats import compute_stats, read_columns
+
+        stats = compute_stats(read_columns(tmp))
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "builder": f"webgym_data {__version__}",
+        "build_id": build_id,
+        "dataset_version": (int(previous.get("dataset_version", 0)) + 1) if previous else 1,
+        "content_hash": content_hash,
+        "built_at": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+        "extends": None if previous is None else {
+            "path": str(settings.extend), "dataset_version": previous.get("dataset_version"),
+            "content_hash": previous.get("content_hash")},
+        "inputs": inputs,
+        "settings": _settings_record(settings),
+        "counts": counts,
+        "stats": stats,
+        "files": files,
+    }
+    write_atomic(tmp / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(tmp / "README.md", render_card(manifest))
+    return manifest
 
 
 # ------------------------------------------------------------------------------------- CLI
@@ -561,35 +573,15 @@ def _parse_importer(ctx, param, values: tuple[str, ...]) -> tuple[tuple[str, str
 
 
 @click.command("build")
-@click.option("--seeds", "seeds_dir", type=click.Path(path_type=Path), default=None,
-              help="Folder of seed sets (every known importer whose files are there is used).")
-@click.option("--importer", "importers", multiple=True, callback=_parse_importer, metavar="NAME=PATH",
-              help="Import PATH (file, folder or Hub id) with importer NAME; repeatable.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Folder to write.")
-@click.option("--llm-base-url", default=None, help="OpenAI-compatible endpoint (rubrics, instructions, "
-              "taxonomy). Without it the build is offline: template instructions, rule taxonomy.")
-@click.option("--llm-model", default=None, help="Model name at --llm-base-url.")
-@click.option("--llm-cache", "llm_cache_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="LLM reply cache [default: $XDG_CACHE_HOME/webgym/llm].")
-@click.option("--llm-retries", "llm_max_retries", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Retries per LLM request for errors and invalid replies.")
-@click.option("--test-size", type=click.IntRange(min=0), default=1167, show_default=True,
-              help="Target number of test tasks (never more than a fifth of all tasks).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the test-site draw.")
-@click.option("--max-subtasks", type=click.IntRange(min=0), default=8, show_default=True,
-              help="Most decomposed subtasks per task (0 turns decomposition off).")
-@click.option("--large-threshold", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Facts that make a fact group large.")
-@click.option("--near-threshold", type=click.FloatRange(min=0, max=1, min_open=True), default=0.9,
-              show_default=True, help="Token-set Jaccard at which instructions on one site are duplicates.")
-@click.option("--extend", type=click.Path(path_type=Path), default=None,
-              help="An earlier build to extend: its task ids and site split are kept.")
-@click.option("--no-progress", is_flag=True, help="Hide the progress bars.")
-def build_command(seeds_dir: Path | None, importers: tuple[tuple[str, str], ...], out: Path,
-                  llm_base_url: str | None, llm_model: str | None, llm_cache_dir: Path | None,
-                  llm_max_retries: int, test_size: int, seed: int, max_subtasks: int, large_threshold: int,
-                  near_threshold: float, extend: Path | None, no_progress: bool) -> None:
+@settings_options(BuildSettings)
+@click.option("--importer", "importer_specs", multiple=True, callback=_parse_importer, metavar="NAME=PATH",
+              help="Import PATH (file, folder or Hub id) with importer NAME; repeatable (YAML key: "
+                   "importers, a list of [NAME, PATH]).")
+def build_command(config: str | None, importer_specs: tuple[tuple[str, str], ...], **flags: Any) -> None:
     """Import seed sets, add rubrics, decompose, split by site; write a Hub-ready folder.
+
+    Without --llm-base-url the build is offline: no new rubrics, template subtask instructions,
+    rule-based taxonomy.
 
     \b
     Example:
@@ -597,16 +589,12 @@ def build_command(seeds_dir: Path | None, importers: tuple[tuple[str, str], ...]
       webgym-data build --seeds ../shared/seeds --out out/tasks \\
           --llm-base-url http://127.0.0.1:8000/v1 --llm-model Qwen/Qwen3-8B
       webgym-data build --importer generic=new_tasks.jsonl --extend out/tasks --out out/tasks-v2
+      webgym-data build --config build.yaml --test-size 500
     """
-    settings = BuildSettings(
-        out=out, seeds_dir=seeds_dir, importers=importers, llm_base_url=llm_base_url, llm_model=llm_model,
-        llm_cache_dir=llm_cache_dir, llm_max_retries=llm_max_retries, test_size=test_size, seed=seed,
-        max_subtasks=max_subtasks,
-        large_threshold=large_threshold, near_threshold=near_threshold, extend=extend,
-        show_progress=not no_progress)
     try:
+        settings = load_settings(BuildSettings, config, flags, importers=importer_specs)
         report = build(settings)
-    except WebgymDataError as exc:
+    except (SettingsError, WebgymDataError) as exc:
         raise click.ClickException(str(exc)) from None
     stats = report.manifest["stats"]
     click.echo(f"wrote {report.out}: {stats['splits']['train']:,} train + {stats['splits']['test']:,} test "

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
-from webgym.clitools import LazyGroup
+from webgym_core.cli import LazyGroup, setup_logging
 
 COMMANDS = {
     "build": ("webgym_data.build:build_command",
@@ -32,5 +30,4 @@ def main(verbose: int) -> None:
       webgym-data stats out/tasks
       python -c "import datasets; print(datasets.load_dataset('out/tasks'))"
     """
-    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
-                        format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(verbose)

@@ -69,9 +69,9 @@ class DecomposeSettings:
 
     def __post_init__(self) -> None:
         if self.large_threshold < 1:
-            raise DecomposeError(f"large_threshold must be >= 1, got {self.large_threshold}")
+            raise DecomposeError(f"large_threshold: must be >= 1, got {self.large_threshold}")
         if self.max_subtasks < 0:
-            raise DecomposeError(f"max_subtasks must be >= 0, got {self.max_subtasks}")
+            raise DecomposeError(f"max_subtasks: must be >= 0, got {self.max_subtasks}")
 
 
 @dataclass

@@ -1,10 +1,12 @@
 """One small client for every LLM call of the data pipeline (rubrics, taxonomy, decomposition).
 
 It talks to any OpenAI-compatible endpoint (vLLM, a hosted API, the scripted test server) through
-the `openai` package, asks for JSON-schema structured output, validates every reply with a callback,
-and caches valid replies on disk so that a rerun sends no request at all::
+`webgym_core.endpoint.ChatClient`, the toolkit's one retry client, asks for JSON-schema structured
+output, validates every reply with a callback, and caches valid replies on disk so that a rerun
+sends no request at all::
 
-    client = LLMClient(LLMSettings(base_url="http://127.0.0.1:8000/v1", model="qwen", cache_dir=path))
+    client = LLMClient(LLMSettings(endpoint=Endpoint(base_url="http://127.0.0.1:8000/v1", model="qwen"),
+                                   cache_dir=path))
     groups = await client.complete_json(purpose="rubric", prompt_version="rubric-v1",
                                         messages=[...], schema={...}, validate=parse_groups,
                                         cache_key=(task.task_name, task.website))
@@ -13,20 +15,25 @@ and caches valid replies on disk so that a rerun sends no request at all::
 Many calls: ``await gather_all([...], label="rubrics", progress=True)`` (results in order; the first
 error cancels the rest and is raised alone); from synchronous code ``run_sync(coroutine, client)``.
 
-Retries (exponential backoff, up to ``max_retries`` after the first attempt): transport errors,
-HTTP 5xx and 429, and replies that are not JSON, are cut off, or fail `validate`. Other HTTP errors
-(bad key, unknown model) are not retried.
+Retries, up to ``endpoint.max_retries`` after the first attempt: the `ChatClient` retries
+connection errors, timeouts, HTTP 5xx and 429 (exponential backoff with jitter) and not other
+HTTP errors (bad key, unknown model); this client then asks again, as often, when a reply is not
+JSON, is cut off, or fails `validate`.
 
 Exceptions::
 
     WebgymDataError
-     └── LLMError
-          ├── LLMUnavailable       endpoint unreachable, or still 5xx/429 after the retries (names the URL)
-          ├── LLMRequestRejected   the endpoint refused the request: 4xx other than 429 (names URL, status)
-          └── LLMReplyInvalid      the replies stayed malformed or invalid after the retries
+     ├── LLMError
+     │    ├── LLMUnavailable       endpoint unreachable, or still 5xx/429 after the retries (names the URL)
+     │    │    └── LLMTimeout      no answer within the timeout, through every retry
+     │    ├── LLMRequestRejected   the endpoint refused the request: 4xx other than 429 (names the URL)
+     │    ├── LLMReplyInvalid      the replies stayed malformed or invalid after the retries
+     │    └── LLMSettingsError     settings that cannot work (a URL without a model; also a ValueError)
+     └── EventLoopError            a synchronous entry point called inside a running event loop
+                                   (also a RuntimeError)
 
-The client can be used from any event loop: the `AsyncOpenAI` client and the concurrency semaphore
-are made for the running loop on first use (both are bound to the loop they were created in).
+The client can be used from any event loop: the `ChatClient` makes its HTTP client and its
+concurrency bound for the running loop on first use.
 """
 
 from __future__ import annotations
@@ -36,23 +43,28 @@ import hashlib
 import json
 import logging
 import os
-import random
-import tempfile
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors
+from webgym_core.files import write_atomic
+from webgym_core.settings import flat
 from webgym_data.schema import WebgymDataError
 
 __all__ = [
+    "EventLoopError",
     "LLMClient",
     "LLMError",
     "LLMReplyInvalid",
     "LLMRequestRejected",
     "LLMSettings",
+    "LLMSettingsError",
+    "LLMTimeout",
     "LLMUnavailable",
     "Usage",
+    "default_cache_dir",
     "gather_all",
     "run_sync",
 ]
@@ -72,17 +84,19 @@ class LLMError(WebgymDataError):
 class LLMUnavailable(LLMError):
     """The endpoint could not be reached, or kept failing (5xx, 429) after every retry."""
 
-    def __init__(self, base_url: str, reason: str) -> None:
-        self.base_url, self.reason = base_url, reason
-        super().__init__(f"LLM endpoint {base_url} is unavailable: {reason}")
+    def __init__(self, message: str) -> None:
+        super().__init__(f"LLM endpoint {message}")
+
+
+class LLMTimeout(LLMUnavailable):
+    """The endpoint did not answer within ``endpoint.timeout_s``, through every retry."""
 
 
 class LLMRequestRejected(LLMError):
     """The endpoint refused the request (4xx other than 429: bad API key, unknown model, ...)."""
 
-    def __init__(self, base_url: str, status: int, reason: str) -> None:
-        self.base_url, self.status, self.reason = base_url, status, reason
-        super().__init__(f"LLM endpoint {base_url} rejected the request (HTTP {status}): {reason}")
+    def __init__(self, message: str) -> None:
+        super().__init__(f"LLM endpoint {message}")
 
 
 class LLMReplyInvalid(LLMError):
@@ -94,56 +108,64 @@ class LLMReplyInvalid(LLMError):
         super().__init__(f"{purpose} reply still invalid after {attempts} attempt(s) for [{what}]: {reason}")
 
 
+class LLMSettingsError(LLMError, ValueError):
+    """LLM settings that cannot work; the message names the setting first."""
+
+
+class EventLoopError(WebgymDataError, RuntimeError):
+    """A synchronous entry point was called from inside a running event loop (await its async twin)."""
+
+
+_ERRORS = EndpointErrors(unavailable=LLMUnavailable, timeout=LLMTimeout, rejected=LLMRequestRejected)
+
+
 class _InvalidReply(Exception):
-    """Internal: one reply could not be used (retried)."""
+    """Internal: one reply could not be used (asked again)."""
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/webgym/llm`` (``~/.cache/webgym/llm`` when XDG_CACHE_HOME is unset)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "webgym" / "llm"
 
 
 @dataclass
 class LLMSettings:
-    """How to reach the model and how hard to try."""
+    """The data pipeline's LLM: where it is served (an `Endpoint`) and how its replies are asked for,
+    cached and priced. With no ``base_url`` there is no LLM (the build runs offline)."""
 
-    base_url: str
-    """OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8000/v1``."""
-    model: str
-    """Model name sent with each request; part of the cache key."""
-    api_key: str | None = None
-    """API key; None falls back to the OPENAI_API_KEY environment variable, then to "EMPTY"."""
-    max_concurrency: int = 8
-    """Most requests in flight at once."""
-    max_retries: int = 3
-    """Retries after the first attempt, for transport errors, 5xx/429 and invalid replies."""
-    timeout_s: float = 60.0
-    """Timeout of one HTTP request, in seconds."""
+    endpoint: Endpoint = flat(Endpoint)
+    cache: bool = True
+    """Cache valid replies on disk, so that a rerun sends no request for them."""
     cache_dir: Path | None = None
-    """Folder of cached replies (one JSON file per key); None disables the cache."""
+    """Folder of cached replies (one JSON file per request); unset: $XDG_CACHE_HOME/webgym/llm."""
     temperature: float = 0.0
     """Sampling temperature sent with each request."""
     max_tokens: int | None = None
-    """Cap on completion tokens per request; None leaves it to the server."""
+    """Cap on completion tokens per request; unset leaves it to the server."""
     price_per_1k_input: float = 0.0
     """Price of 1,000 prompt tokens, for the cost summary (any currency)."""
     price_per_1k_output: float = 0.0
     """Price of 1,000 completion tokens, for the cost summary."""
-    backoff_s: float = 1.0
-    """First retry delay in seconds; doubles with each retry (with a little jitter)."""
-    max_backoff_s: float = 30.0
-    """Longest single retry delay, in seconds."""
 
     def __post_init__(self) -> None:
-        if not self.base_url or not str(self.base_url).strip():
-            raise ValueError("LLMSettings.base_url must be a URL, e.g. http://127.0.0.1:8000/v1")
-        if not self.model:
-            raise ValueError("LLMSettings.model must name a model")
-        if self.max_concurrency < 1:
-            raise ValueError(f"LLMSettings.max_concurrency must be >= 1, got {self.max_concurrency}")
-        if self.max_retries < 0:
-            raise ValueError(f"LLMSettings.max_retries must be >= 0, got {self.max_retries}")
+        if self.endpoint.base_url and not self.endpoint.model:
+            raise LLMSettingsError(f"model: required with base_url {self.endpoint.base_url}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise LLMSettingsError(f"max_tokens: must be >= 1, got {self.max_tokens}")
         if self.cache_dir is not None:
             self.cache_dir = Path(self.cache_dir)
 
     @property
-    def resolved_api_key(self) -> str:
-        return self.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    def configured(self) -> bool:
+        """An endpoint is set (URL and model): the pipeline may ask the LLM."""
+        return self.endpoint.configured
+
+    @property
+    def resolved_cache_dir(self) -> Path | None:
+        """The reply cache folder, or None when caching is off."""
+        if not self.cache:
+            return None
+        return self.cache_dir or default_cache_dir()
 
 
 @dataclass
@@ -179,11 +201,23 @@ class LLMClient:
     """JSON-only chat completions with validation, retries, a concurrency bound and a disk cache."""
 
     def __init__(self, settings: LLMSettings) -> None:
+        if not settings.configured:
+            raise LLMSettingsError("base_url: the LLM client needs an endpoint URL and a model, "
+                                   "e.g. http://127.0.0.1:8000/v1")
         self.settings = settings
-        self.usage = Usage()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._openai = None
-        self._semaphore: asyncio.Semaphore | None = None
+        self.chat = ChatClient(settings.endpoint, errors=_ERRORS)
+        self._cache_hits = 0
+        self._reply_retries = 0
+
+    @property
+    def usage(self) -> Usage:
+        """A snapshot of what this client has spent (requests and tokens as the `ChatClient` counted)."""
+        chat = self.chat.usage
+        return Usage(requests=chat.requests, cache_hits=self._cache_hits,
+                     retries=chat.retries + self._reply_retries, prompt_tokens=chat.prompt_tokens,
+                     completion_tokens=chat.completion_tokens,
+                     cost=(chat.prompt_tokens * self.settings.price_per_1k_input
+                           + chat.completion_tokens * self.settings.price_per_1k_output) / 1000)
 
     # -- public -------------------------------------------------------------------------------
     async def complete_json(self, *, purpose: str, prompt_version: str, messages: list[dict],
@@ -202,103 +236,48 @@ class LLMClient:
                 # A stale entry (the validator got stricter): ask again and overwrite it.
                 logger.info("cached %s reply %s no longer validates (%s); asking again", purpose, key, exc)
             else:
-                self.usage.cache_hits += 1
+                self._cache_hits += 1
                 return result
 
-        settings = self.settings
-        attempts = settings.max_retries + 1
-        last_reason = ""
-        for attempt in range(attempts):
-            if attempt:
-                self.usage.retries += 1
-                delay = min(settings.max_backoff_s, settings.backoff_s * 2 ** (attempt - 1))
-                await asyncio.sleep(delay * (1 + random.random() / 4))
-            try:
-                reply = await self._request(purpose, messages, schema)
-                result = self._parse(reply, validate)
-            except _Transient as exc:
-                last_reason = str(exc)
-                logger.debug("%s attempt %d/%d: %s", purpose, attempt + 1, attempts, exc)
-                if attempt == attempts - 1:
-                    raise LLMUnavailable(settings.base_url, last_reason) from None
-                continue
-            except _InvalidReply as exc:
-                last_reason = str(exc)
-                logger.debug("%s attempt %d/%d: invalid reply: %s", purpose, attempt + 1, attempts, exc)
-                if attempt == attempts - 1:
-                    raise LLMReplyInvalid(purpose, cache_key, attempts, last_reason) from None
-                continue
-            parsed, value = result
-            self._cache_write(key, cache_key, purpose, prompt_version, parsed)
-            return value
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def cache_file_key(self, cache_key: Sequence[str], *, purpose: str, prompt_version: str) -> str:
-        """The sha256 naming the cache file of one call."""
-        material = json.dumps([list(map(str, cache_key)), self.settings.model, purpose, prompt_version],
-                              ensure_ascii=False, separators=(",", ":"))
-        return hashlib.sha256(material.encode("utf-8")).hexdigest()
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections (the client makes new ones if used again)."""
-        if self._openai is not None:
-            openai_client, self._openai = self._openai, None
-            try:
-                await openai_client.close()
-            except RuntimeError:
-                pass  # made in a loop that is closed now: its sockets are gone with it
-        self._loop = None
-        self._semaphore = None
-
-    # -- internals ----------------------------------------------------------------------------
-    def _for_running_loop(self):
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop or self._openai is None:
-            from openai import AsyncOpenAI
-
-            # max_retries=0: this class does the retrying, so `usage.requests` counts every request.
-            self._openai = AsyncOpenAI(base_url=self.settings.base_url,
-                                       api_key=self.settings.resolved_api_key,
-                                       timeout=self.settings.timeout_s, max_retries=0)
-            self._semaphore = asyncio.Semaphore(self.settings.max_concurrency)
-            self._loop = loop
-        return self._openai, self._semaphore
-
-    async def _request(self, purpose: str, messages: list[dict], schema: dict):
-        import openai
-
-        client, semaphore = self._for_running_loop()
-        kwargs: dict[str, Any] = {
-            "model": self.settings.model,
+        request: dict[str, Any] = {
             "messages": messages,
             "temperature": self.settings.temperature,
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": purpose, "schema": schema, "strict": True}},
         }
         if self.settings.max_tokens is not None:
-            kwargs["max_tokens"] = self.settings.max_tokens
-        async with semaphore:
-            self.usage.requests += 1
+            request["max_tokens"] = self.settings.max_tokens
+        attempts = self.settings.endpoint.max_retries + 1
+        for attempt in range(attempts):
+            if attempt:
+                self._reply_retries += 1
+            # Transport failures are retried inside and raised as LLMUnavailable / LLMRequestRejected.
+            reply = await self.chat.complete(**request)
             try:
-                reply = await client.chat.completions.create(**kwargs)
-            except openai.APITimeoutError:
-                raise _Transient(f"no reply within {self.settings.timeout_s:g} s") from None
-            except openai.APIConnectionError as exc:
-                # The transport's own error (e.g. "[Errno 111] Connection refused") says the most.
-                raise _Transient(f"cannot connect ({exc.__cause__ or exc})") from None
-            except openai.APIStatusError as exc:
-                if exc.status_code == 429 or exc.status_code >= 500:
-                    raise _Transient(f"HTTP {exc.status_code}: {_error_text(exc)}") from None
-                raise LLMRequestRejected(self.settings.base_url, exc.status_code, _error_text(exc)) from None
-        usage = getattr(reply, "usage", None)
-        if usage is not None:
-            prompt, completion = int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
-            self.usage.prompt_tokens += prompt
-            self.usage.completion_tokens += completion
-            self.usage.cost += (prompt * self.settings.price_per_1k_input
-                                + completion * self.settings.price_per_1k_output) / 1000
-        return reply
+                parsed, value = self._parse(reply, validate)
+            except _InvalidReply as exc:
+                logger.debug("%s attempt %d/%d: invalid reply: %s", purpose, attempt + 1, attempts, exc)
+                if attempt == attempts - 1:
+                    raise LLMReplyInvalid(purpose, cache_key, attempts, str(exc)) from None
+                continue
+            self._cache_write(key, cache_key, purpose, prompt_version, parsed)
+            return value
+        raise AssertionError("unreachable")  # pragma: no cover
 
+    def cache_file_key(self, cache_key: Sequence[str], *, purpose: str, prompt_version: str) -> str:
+        """The sha256 naming the cache file of one call."""
+        material = json.dumps([list(map(str, cache_key)), self.settings.endpoint.model, purpose,
+                               prompt_version], ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections (the client makes new ones if used again)."""
+        try:
+            await self.chat.close()
+        except RuntimeError:
+            pass  # made in a loop that is closed now: its sockets are gone with it
+
+    # -- internals ----------------------------------------------------------------------------
     @staticmethod
     def _parse(reply, validate: Callable[[Any], T]) -> tuple[Any, T]:
         choices = getattr(reply, "choices", None) or []
@@ -321,9 +300,10 @@ class LLMClient:
             raise _InvalidReply(f"the reply failed validation: {exc}") from None
 
     def _cache_path(self, key: str) -> Path | None:
-        if self.settings.cache_dir is None:
+        folder = self.settings.resolved_cache_dir
+        if folder is None:
             return None
-        return self.settings.cache_dir / key[:2] / f"{key}.json"
+        return folder / key[:2] / f"{key}.json"
 
     def _cache_read(self, key: str) -> Any | None:
         path = self._cache_path(key)
@@ -340,31 +320,14 @@ class LLMClient:
         path = self._cache_path(key)
         if path is None:
             return
-        entry = {"key": list(map(str, cache_key)), "model": self.settings.model, "purpose": purpose,
+        entry = {"key": list(map(str, cache_key)), "model": self.settings.endpoint.model, "purpose": purpose,
                  "prompt_version": prompt_version, "reply": parsed}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write then rename: a crash never leaves a half-written entry that a rerun would trust.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(entry, handle, ensure_ascii=False)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-
-class _Transient(Exception):
-    """Internal: a transport error, 5xx or 429 (retried, then LLMUnavailable)."""
-
-
-def _error_text(exc) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        body = body["error"]
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
-    return str(getattr(exc, "message", "") or exc)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Written whole or not at all: a crash never leaves a half entry that a rerun would trust.
+            write_atomic(path, json.dumps(entry, ensure_ascii=False))
+        except OSError as exc:
+            raise LLMError(f"cannot write the LLM reply cache {path}: {exc}") from None
 
 
 def _strip_code_fence(text: str) -> str:
@@ -411,7 +374,7 @@ def run_sync(coroutine: Coroutine[Any, Any, T], client: LLMClient,
         pass
     else:
         coroutine.close()
-        raise RuntimeError(f"called from a running event loop: use 'await {async_name}(...)' there")
+        raise EventLoopError(f"called from a running event loop: use 'await {async_name}(...)' there")
 
     async def main() -> T:
         try:

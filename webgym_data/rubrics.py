@@ -6,38 +6,47 @@ concurrently through one `LLMClient` (cached on disk, so a rerun costs nothing).
 validated; a task whose replies stay invalid is reported in `RubricReport.failed` and left out of
 `RubricReport.tasks`, never kept half-done.
 
+Which tasks are asked for is decided by the task alone (`Task.needs_rubric`: it has no fact
+groups); a task judged another way, such as a MiniWoB++ row, carries its rubric from its importer.
+
+``webgym-data rubrics SOURCE --out FILE`` does this for a task file or folder (read by
+`webgym_data.loading.load_tasks`) and writes JSONL.
+
 Errors: the `webgym_data.llm` tree (`LLMUnavailable` and `LLMRequestRejected` stop the whole run:
-they are infrastructure failures; `LLMReplyInvalid` only fails its task).
+they are infrastructure failures; `LLMReplyInvalid` only fails its task); `RubricError` (from
+`webgym_data.schema`, a ValueError) from `parse_rubric`; `RubricsError` (a ValueError) for settings
+that cannot work; those of `webgym_data.loading` for SOURCE.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from webgym_core.errors import SettingsError
+from webgym_core.settings import load_settings, settings_options
 from webgym_data.llm import LLMClient, LLMReplyInvalid, LLMSettings, Usage, gather_all, run_sync
-from webgym_data.schema import FactGroup, Task, TaskValidationError, WebgymDataError
+from webgym_data.loading import load_tasks, write_tasks
+from webgym_data.schema import FactGroup, RubricError, Task, WebgymDataError
 
 __all__ = [
     "MAX_FACTS_PER_GROUP",
     "MAX_GROUPS",
     "RUBRIC_PROMPT_VERSION",
     "RubricReport",
+    "RubricsError",
+    "RubricsSettings",
     "agenerate_rubrics",
     "generate_rubrics",
     "parse_rubric",
-    "read_tasks",
     "rubric_messages",
     "rubrics_command",
-    "write_tasks",
+    "run_rubrics",
 ]
 
 logger = logging.getLogger(__name__)
@@ -108,50 +117,46 @@ def rubric_messages(task: Task) -> list[dict]:
 
 
 def parse_rubric(reply: Any) -> tuple[FactGroup, ...]:
-    """Validate a rubric reply and return its fact groups; ValueError says what is wrong."""
+    """Validate a rubric reply and return its fact groups; `RubricError` (a ValueError) says what is wrong."""
     if isinstance(reply, dict):
         if "fact_groups" not in reply:
-            raise ValueError("missing 'fact_groups'")
+            raise RubricError("missing 'fact_groups'")
         reply = reply["fact_groups"]
     if not isinstance(reply, list):
-        raise ValueError(f"'fact_groups' must be a list, got {type(reply).__name__}")
+        raise RubricError(f"'fact_groups' must be a list, got {type(reply).__name__}")
     if not reply:
-        raise ValueError("'fact_groups' is empty")
+        raise RubricError("'fact_groups' is empty")
     if len(reply) > MAX_GROUPS:
-        raise ValueError(f"{len(reply)} fact groups (at most {MAX_GROUPS})")
+        raise RubricError(f"{len(reply)} fact groups (at most {MAX_GROUPS})")
     groups: list[FactGroup] = []
     for position, item in enumerate(reply):
         if not isinstance(item, dict):
-            raise ValueError(f"group {position} is not an object")
+            raise RubricError(f"group {position} is not an object")
         group_id = item.get("id")
         if isinstance(group_id, int) and not isinstance(group_id, bool):
             group_id = str(group_id)
         if not isinstance(group_id, str) or not group_id.strip():
-            raise ValueError(f"group {position}: 'id' must be a non-empty string")
+            raise RubricError(f"group {position}: 'id' must be a non-empty string")
         description = item.get("description")
         if not isinstance(description, str) or not description.strip():
-            raise ValueError(f"group {position}: 'description' must be a non-empty string")
+            raise RubricError(f"group {position}: 'description' must be a non-empty string")
         facts = item.get("facts")
         if not isinstance(facts, list) or not facts:
-            raise ValueError(f"group {position}: 'facts' must be a non-empty list")
+            raise RubricError(f"group {position}: 'facts' must be a non-empty list")
         if len(facts) > MAX_FACTS_PER_GROUP:
-            raise ValueError(f"group {position}: {len(facts)} facts (at most {MAX_FACTS_PER_GROUP})")
+            raise RubricError(f"group {position}: {len(facts)} facts (at most {MAX_FACTS_PER_GROUP})")
         for index, fact in enumerate(facts):
             if not isinstance(fact, str) or not fact.strip():
-                raise ValueError(f"group {position}: fact {index} must be a non-empty string")
+                raise RubricError(f"group {position}: fact {index} must be a non-empty string")
             if len(fact) > MAX_FACT_CHARS:
-                raise ValueError(f"group {position}: fact {index} is longer than {MAX_FACT_CHARS} characters")
+                raise RubricError(f"group {position}: fact {index} is longer than {MAX_FACT_CHARS} "
+                                  "characters")
         groups.append(FactGroup(id=group_id.strip(), description=" ".join(description.split()),
                                 facts=tuple(" ".join(f.split()) for f in facts)))
     ids = [g.id for g in groups]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"fact group ids are not unique: {ids}")
+        raise RubricError(f"fact group ids are not unique: {ids}")
     return tuple(groups)
-
-
-def _needs_rubric(task: Task) -> bool:
-    # MiniWoB-style tasks are scored by their page, not by a rubric.
-    return not task.evaluator_reference and task.environment == "web"
 
 
 async def agenerate_rubrics(tasks: Iterable[Task], client: LLMClient, *,
@@ -159,7 +164,7 @@ async def agenerate_rubrics(tasks: Iterable[Task], client: LLMClient, *,
     """Async `generate_rubrics`."""
     tasks = list(tasks)
     before = client.usage.copy()
-    todo = [i for i, task in enumerate(tasks) if _needs_rubric(task)]
+    todo = [i for i, task in enumerate(tasks) if task.needs_rubric]
     results: dict[int, tuple[FactGroup, ...] | str] = {}
     # Tasks with the same text on the same site share one request (and one cache entry).
     by_key: dict[tuple[str, str], list[int]] = {}
@@ -206,104 +211,65 @@ def generate_rubrics(tasks: Iterable[Task], client: LLMClient, *, progress: bool
 
 
 # -- CLI -------------------------------------------------------------------------------------------
-def read_tasks(path: Path) -> list[Task]:
-    """Tasks from a JSONL file of task rows or from a built dataset folder (all its splits)."""
-    path = Path(path)
-    if not path.exists():
-        raise WebgymDataError(f"{path}: no such file or folder")
-    tasks: list[Task] = []
-    if path.is_dir():
-        import datasets
-
-        try:
-            dataset = datasets.load_dataset(str(path))
-        except Exception as exc:  # datasets raises many unrelated types for a folder it cannot read
-            raise WebgymDataError(f"{path}: not a built task dataset ({type(exc).__name__}: {exc})") from None
-        for split, rows in dataset.items():
-            for index, row in enumerate(rows):
-                tasks.append(Task.from_row(row, file=f"{path} [{split}]", row_index=index))
-        return tasks
-    with path.open(encoding="utf-8") as handle:
-        for index, line in enumerate(handle):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskValidationError(f"not JSON ({exc.msg})", file=str(path), row=index) from None
-            tasks.append(Task.from_row(row, file=str(path), row_index=index))
-    return tasks
+class RubricsError(WebgymDataError, ValueError):
+    """``webgym-data rubrics`` cannot run as asked (a missing source, output or endpoint)."""
 
 
-def write_tasks(tasks: Sequence[Task], path: Path) -> None:
-    """Write task rows as JSONL, atomically (a temp file renamed into place)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for task in tasks:
-                handle.write(json.dumps(task.to_row(), ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+@dataclass(frozen=True)
+class RubricsSettings:
+    """Settings of ``webgym-data rubrics``."""
+
+    source: Path | None = field(default=None, metadata={"cli": False})
+    """Task file or folder to read (the SOURCE argument)."""
+    out: Path | None = None
+    """JSONL file to write the tasks to (required; failed tasks are left out)."""
+    split: str | None = None
+    """Split of a task-set folder to read; unset reads every split."""
+    llm: LLMSettings = field(default_factory=LLMSettings)
+    """The OpenAI-compatible LLM that writes the rubrics (base URL and model required)."""
+    progress: bool = True
+    """Show a progress bar on stderr."""
+
+    def __post_init__(self) -> None:
+        if self.source is None:
+            raise RubricsError("source: required: a task file or folder")
+        if self.out is None:
+            raise RubricsError("out: required: the JSONL file to write")
+        if not self.llm.configured:
+            raise RubricsError("llm.base_url: required (with llm.model), e.g. http://127.0.0.1:8000/v1")
 
 
-def _default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "webgym" / "llm"
+def run_rubrics(settings: RubricsSettings) -> tuple[list[Task], RubricReport]:
+    """Read the tasks of `settings.source`, generate the missing rubrics, write `settings.out`;
+    returns the tasks read and the report."""
+    tasks = load_tasks(settings.source, split=settings.split)  # type: ignore[arg-type]
+    report = generate_rubrics(tasks, LLMClient(settings.llm), progress=settings.progress)
+    write_tasks(report.tasks, settings.out)  # type: ignore[arg-type]
+    return tasks, report
 
 
 @click.command("rubrics")
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="JSONL file to write the tasks to (failed tasks are left out).")
-@click.option("--base-url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1.")
-@click.option("--model", required=True, help="Model name at that endpoint.")
-@click.option("--api-key-env", default=None,
-              help="Environment variable holding the API key [default: OPENAI_API_KEY, else 'EMPTY'].")
-@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Most requests in flight.")
-@click.option("--max-retries", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Retries per task for errors and invalid replies.")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Reply cache folder [default: $XDG_CACHE_HOME/webgym/llm].")
-@click.option("--price-in", type=float, default=0.0, show_default=True, help="Price per 1k prompt tokens.")
-@click.option("--price-out", type=float, default=0.0, show_default=True,
-              help="Price per 1k completion tokens.")
-@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
-def rubrics_command(source: Path, out: Path, base_url: str, model: str, api_key_env: str | None,
-                    concurrency: int, max_retries: int, cache_dir: Path | None, price_in: float,
-                    price_out: float, no_progress: bool) -> None:
+@settings_options(RubricsSettings)
+def rubrics_command(source: Path, config: str | None, **flags: Any) -> None:
     """Generate fact-group rubrics for the tasks in SOURCE that have none.
 
-    SOURCE is a JSONL file of task rows (e.g. from `webgym-data import`) or a built dataset folder.
-    Replies are cached, so a rerun with the same cache folder sends no requests.
+    SOURCE is a JSONL or parquet file of task rows (e.g. from `webgym-data import`) or a task-set
+    folder. Replies are cached, so a rerun with the same cache folder sends no requests.
 
     \b
     Example:
       vllm serve Qwen/Qwen3-8B --port 8000 &
       webgym-data rubrics tasks.jsonl --out tasks.rubrics.jsonl \\
-          --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-8B --concurrency 32
+          --llm-base-url http://127.0.0.1:8000/v1 --llm-model Qwen/Qwen3-8B --llm-max-concurrency 32
     """
-    api_key = None
-    if api_key_env:
-        api_key = os.environ.get(api_key_env)
-        if not api_key:
-            raise click.UsageError(f"--api-key-env {api_key_env}: that environment variable is not set")
     try:
-        tasks = read_tasks(source)
-        settings = LLMSettings(base_url=base_url, model=model, api_key=api_key,
-                               max_concurrency=concurrency, max_retries=max_retries,
-                               cache_dir=cache_dir or _default_cache_dir(),
-                               price_per_1k_input=price_in, price_per_1k_output=price_out)
-        report = generate_rubrics(tasks, LLMClient(settings), progress=not no_progress)
-    except (WebgymDataError, ValueError) as exc:
+        settings = load_settings(RubricsSettings, config, flags, source=str(source))
+        tasks, report = run_rubrics(settings)
+    except (SettingsError, WebgymDataError) as exc:
         raise click.ClickException(str(exc)) from None
-    write_tasks(report.tasks, out)
     click.echo(f"{len(tasks)} tasks read, {report.generated} rubrics generated, "
-               f"{len(report.failed)} failed; wrote {len(report.tasks)} tasks to {out}")
+               f"{len(report.failed)} failed; wrote {len(report.tasks)} tasks to {settings.out}")
     click.echo(f"usage: {report.usage.summary()}")
     for task_id, reason in report.failed:
         click.echo(f"failed {task_id}: {reason}", err=True)

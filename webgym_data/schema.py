@@ -6,8 +6,13 @@ unchanged; the other fields are ours and all have defaults.
 
 Exceptions::
 
-    WebgymDataError
-     └── TaskValidationError   (names the source file, row number and field)
+    WebgymDataError                 the root of every error webgym_data raises
+     ├── TaskValidationError        task input that cannot be used (names the file, row and field; a
+     │    │                         ValueError)
+     │    └── TaskSourceError       (webgym_data.loading) the file or folder itself cannot be read
+     │         └── NotATaskSetError (webgym_data.loading) a folder that is not a built task set
+     └── RubricError                a malformed rubric value (a ValueError; `Task.from_row` reports it
+                                    as a TaskValidationError naming the field)
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "DIFFICULTY_LEVELS",
     "FactGroup",
+    "RubricError",
     "Task",
     "TaskSource",
     "TaskValidationError",
@@ -44,7 +50,7 @@ class WebgymDataError(Exception):
 
 
 class TaskValidationError(WebgymDataError, ValueError):
-    """A task row is malformed. Says where: source file, row number (0-based) and field."""
+    """Task input cannot be used. Says where: source file, row number (0-based) and field."""
 
     def __init__(self, message: str, *, file: str | None = None, row: int | None = None,
                  field: str | None = None) -> None:
@@ -57,6 +63,10 @@ class TaskValidationError(WebgymDataError, ValueError):
         if field is not None:
             where.append(f"field '{field}'")
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+class RubricError(WebgymDataError, ValueError):
+    """A rubric (a list of fact groups) is malformed; the message says which item and why."""
 
 
 def difficulty_level(difficulty: int) -> str:
@@ -149,6 +159,13 @@ class Task:
     @property
     def difficulty_level(self) -> str:
         return difficulty_level(self.difficulty)
+
+    @property
+    def needs_rubric(self) -> bool:
+        """The task has no fact groups yet, so an LLM must write its rubric. Every task that is
+        judged another way carries its rubric from its importer (a MiniWoB++ row: the one fact
+        "the environment reports success"), so this never looks at the task's kind."""
+        return not self.evaluator_reference
 
     @property
     def fact_group_ids(self) -> list[str]:
@@ -244,7 +261,7 @@ def normalise_evaluator_reference(value: Any) -> tuple[FactGroup, ...]:
     Accepted: ``None``/empty (no rubric); a list of ``{id, description, facts}`` groups; a JSON
     string of such a list; a plain string (one group with that one fact); a list of strings (one
     group per string, the string being its one fact); a list of ``{description, difficulty}``
-    (one group per item, the description being its one fact). Raises ValueError otherwise.
+    (one group per item, the description being its one fact). Raises `RubricError` (a ValueError) otherwise.
     """
     if value is None or value == "" or value == []:
         return ()
@@ -259,38 +276,38 @@ def normalise_evaluator_reference(value: Any) -> tuple[FactGroup, ...]:
     if isinstance(value, Mapping):
         value = [value]
     if not isinstance(value, Iterable):
-        raise ValueError(f"must be a list of fact groups, got {type(value).__name__}")
+        raise RubricError(f"must be a list of fact groups, got {type(value).__name__}")
     groups: list[FactGroup] = []
     for position, item in enumerate(value):
         default_id = str(position + 1)
         if isinstance(item, str):
             if not item.strip():
-                raise ValueError(f"item {position} is an empty string")
+                raise RubricError(f"item {position} is an empty string")
             groups.append(FactGroup(id=default_id, description=item.strip(), facts=(item.strip(),)))
             continue
         if not isinstance(item, Mapping):
-            raise ValueError(f"item {position} must be an object or a string, got {type(item).__name__}")
+            raise RubricError(f"item {position} must be an object or a string, got {type(item).__name__}")
         description = item.get("description") or ""
         if not isinstance(description, str):
-            raise ValueError(f"item {position}: 'description' must be a string")
+            raise RubricError(f"item {position}: 'description' must be a string")
         facts = item.get("facts")
         if facts is None:
             if not description.strip():
-                raise ValueError(f"item {position} has neither 'facts' nor 'description'")
+                raise RubricError(f"item {position} has neither 'facts' nor 'description'")
             facts = [description]
         if isinstance(facts, str):
             facts = [facts]
         if not isinstance(facts, (list, tuple)) or not all(isinstance(f, str) for f in facts):
-            raise ValueError(f"item {position}: 'facts' must be a list of strings")
+            raise RubricError(f"item {position}: 'facts' must be a list of strings")
         facts = [f.strip() for f in facts if f.strip()]
         if not facts:
-            raise ValueError(f"item {position}: 'facts' is empty")
+            raise RubricError(f"item {position}: 'facts' is empty")
         group_id = item.get("id")
         groups.append(FactGroup(id=default_id if group_id in (None, "") else str(group_id),
                                 description=description.strip(), facts=tuple(facts)))
     ids = [g.id for g in groups]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"fact group ids are not unique: {ids}")
+        raise RubricError(f"fact group ids are not unique: {ids}")
     return tuple(groups)
 
 

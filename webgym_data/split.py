@@ -139,7 +139,7 @@ class DedupeSettings:
 
     def __post_init__(self) -> None:
         if not 0 < self.near_threshold <= 1:
-            raise SplitError(f"near_threshold must be in (0, 1], got {self.near_threshold}")
+            raise SplitError(f"near_threshold: must be in (0, 1], got {self.near_threshold}")
 
 
 @dataclass
@@ -271,11 +271,11 @@ class SplitSettings:
 
     def __post_init__(self) -> None:
         if self.test_size < 0:
-            raise SplitError(f"test_size must be >= 0, got {self.test_size}")
+            raise SplitError(f"test_size: must be >= 0, got {self.test_size}")
         if not 0 <= self.max_test_fraction <= 1:
-            raise SplitError(f"max_test_fraction must be in [0, 1], got {self.max_test_fraction}")
+            raise SplitError(f"max_test_fraction: must be in [0, 1], got {self.max_test_fraction}")
         if not 0 < self.max_site_fraction <= 1:
-            raise SplitError(f"max_site_fraction must be in (0, 1], got {self.max_site_fraction}")
+            raise SplitError(f"max_site_fraction: must be in (0, 1], got {self.max_site_fraction}")
 
 
 @dataclass

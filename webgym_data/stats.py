@@ -4,10 +4,8 @@ The same figures go into the dataset card and ``manifest.json`` at build time an
 ``webgym-data stats FOLDER`` from the parquet files of a built folder, so what the card says is
 always measured.
 
-Exceptions::
-
-    WebgymDataError
-     └── NotATaskSetError   (the folder has no data/{train,test}-*.parquet files)
+Exceptions: those of `webgym_data.loading`, chiefly ``NotATaskSetError`` (no such folder, no
+task shards, or a shard that is not a task parquet file).
 """
 
 from __future__ import annotations
@@ -18,12 +16,12 @@ from typing import Any
 
 import click
 
+from webgym_data.loading import SPLITS, NotATaskSetError, task_shards
 from webgym_data.schema import DIFFICULTY_LEVELS, WebgymDataError
 
 __all__ = [
     "NO_FACTS",
     "NotATaskSetError",
-    "data_files",
     "compute_stats",
     "markdown_tables",
     "read_columns",
@@ -31,26 +29,9 @@ __all__ = [
     "stats_tables",
 ]
 
-SPLITS = ("train", "test")
 _COLUMNS = ("task_id", "benchmark_name", "domain", "difficulty", "difficulty_level", "website",
             "parent_task_id")
 NO_FACTS = "(no rubric)"
-
-
-class NotATaskSetError(WebgymDataError, FileNotFoundError):
-    """A folder is not a built task set."""
-
-
-def data_files(folder: Path) -> dict[str, list[Path]]:
-    """``split -> parquet files`` of a built folder (``data/<split>-*.parquet``)."""
-    if not Path(folder).is_dir():
-        raise NotATaskSetError(f"{folder}: no such folder")
-    data = Path(folder) / "data"
-    files = {split: sorted(data.glob(f"{split}-*.parquet")) for split in SPLITS}
-    if not any(files.values()):
-        raise NotATaskSetError(f"{folder}: not a built task set (no data/train-*.parquet or "
-                               "data/test-*.parquet)")
-    return files
 
 
 def read_columns(folder: Path, columns: Iterable[str] = _COLUMNS):
@@ -59,12 +40,12 @@ def read_columns(folder: Path, columns: Iterable[str] = _COLUMNS):
     import polars as pl
 
     frames = []
-    for split, files in data_files(folder).items():
+    for split, files in task_shards(folder).items():
         for path in files:
             try:
                 frame = pl.read_parquet(path, columns=columns)
             except Exception as exc:  # polars raises several kinds; name the file either way
-                raise NotATaskSetError(f"{path}: cannot read as a task parquet file: {exc}") from exc
+                raise NotATaskSetError(f"cannot read as a task parquet file: {exc}", file=str(path)) from exc
             frames.append(frame.with_columns(pl.lit(split).alias("split")))
     return pl.concat(frames, how="vertical") if frames else pl.DataFrame(
         {c: [] for c in (*columns, "split")}, schema={c: pl.String for c in (*columns, "split")})

@@ -5,10 +5,13 @@ tasks (any field differs, or the task moved between splits), with how many chang
 ``webgym-data push FOLDER REPO_ID`` uploads a build with `huggingface_hub.HfApi` (create the
 dataset repo, optionally a branch, upload the folder, optionally tag the commit).
 
+A push replaces the dataset's files: shards of an earlier build (other names, see
+`webgym_data.build`) are deleted in the same commit, so the repo holds exactly this build.
+
 Exceptions::
 
     WebgymDataError
-     ├── NotATaskSetError   (from webgym_data.stats) a folder that is not a build
+     ├── NotATaskSetError   (from webgym_data.loading) a folder that is not a build
      └── PushError          the Hub refused or could not be reached (names the repo and the step)
 """
 
@@ -21,12 +24,10 @@ from typing import Any
 
 import click
 
+from webgym_data.loading import MANIFEST, NotATaskSetError, read_manifest, task_shards
 from webgym_data.schema import WebgymDataError
-from webgym_data.stats import NotATaskSetError, data_files
 
 __all__ = ["PushError", "TaskSetDiff", "diff_command", "diff_task_sets", "push_command", "push_task_set"]
-
-MANIFEST = "manifest.json"
 
 
 class PushError(WebgymDataError):
@@ -54,12 +55,12 @@ def _read_all(folder: Path):
     import polars as pl
 
     frames = []
-    for split, files in data_files(folder).items():
+    for split, files in task_shards(folder).items():
         for path in files:
             try:
                 frame = pl.read_parquet(path)
             except Exception as exc:  # polars raises several kinds; name the file either way
-                raise NotATaskSetError(f"{path}: cannot read as a task parquet file: {exc}") from exc
+                raise NotATaskSetError(f"cannot read as a task parquet file: {exc}", file=str(path)) from exc
             frames.append(frame.with_columns(pl.lit(split).alias("split")))
     frame = pl.concat(frames, how="vertical_relaxed")
     if "task_id" not in frame.columns:
@@ -132,15 +133,13 @@ def diff_command(old: Path, new: Path, limit: int, as_json: bool) -> None:
 
 # ------------------------------------------------------------------------------------- push
 
-def _check_build(folder: Path) -> dict[str, Any]:
-    data_files(folder)
-    manifest_path = folder / MANIFEST
-    if not manifest_path.is_file() or not (folder / "README.md").is_file():
+def _check_build(folder: Path) -> tuple[dict[str, Any], list[str]]:
+    """The manifest of a build and its shard files (relative paths); raises NotATaskSetError."""
+    shards = task_shards(folder)
+    manifest = read_manifest(folder)
+    if manifest is None or not (folder / "README.md").is_file():
         raise NotATaskSetError(f"{folder}: not a webgym-data build (needs {MANIFEST} and README.md)")
-    try:
-        return json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise NotATaskSetError(f"{manifest_path}: not valid JSON: {exc}") from None
+    return manifest, [path.relative_to(folder).as_posix() for files in shards.values() for path in files]
 
 
 # Seed sets whose owners ask that questions or answers never appear as plain text online: BrowseComp
@@ -160,7 +159,7 @@ def push_task_set(folder: Path, repo_id: str, *, revision: str | None = None, ta
     from huggingface_hub import HfApi
 
     folder = Path(folder)
-    manifest = _check_build(folder)
+    manifest, shard_files = _check_build(folder)
     restricted = sorted(set(manifest.get("stats", {}).get("seeds", {})) & set(RESTRICTED_SEEDS))
     if restricted and not private:
         reasons = "; ".join(f"{name}: {RESTRICTED_SEEDS[name]}" for name in restricted)
@@ -178,7 +177,9 @@ def push_task_set(folder: Path, repo_id: str, *, revision: str | None = None, ta
         step = "upload_folder"
         commit = api.upload_folder(
             repo_id=repo_id, repo_type="dataset", folder_path=str(folder), revision=revision,
-            allow_patterns=["README.md", MANIFEST, "data/*.parquet"],
+            allow_patterns=["README.md", MANIFEST, *shard_files],
+            # An earlier build's shards have other names: remove them in the same commit.
+            delete_patterns=["data/*.parquet"],
             commit_message=f"webgym-data tasks v{version} ({content[:19]})",
         )
         if tag:

@@ -1,3 +1,67 @@
-"""webgym_rl: an Accelerate-based RL trainer for VLM web agents on trajectory datasets."""
+"""webgym_rl: an Accelerate-based RL trainer for VLM web agents, and the online loop.
 
-__version__ = "0.1.0"
+The core API, in the order training meets it::
+
+    trajectories (webgym_rollout.read_episodes) -> load_trajectories -> build_samples(sets, Objective)
+        -> StepSamples -> train(TrainSettings) with the loss OBJECTIVES[objective]
+    run_loop(LoopSettings): roll out -> train -> evaluate -> push, resumable
+
+Every name below is imported on first use, so ``import webgym_rl`` does not import torch.
+`webgym_rl.errors` draws the exception tree (root: `WebgymRLError`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.2.0"
+
+_EXPORTS = {
+    "OBJECTIVES": "webgym_rl.objectives",
+    "LoopSettings": "webgym_rl.loop",
+    "Objective": "webgym_rl.samples",
+    "SampleSelection": "webgym_rl.samples",
+    "StepSamples": "webgym_rl.samples",
+    "TrainSettings": "webgym_rl.train",
+    "TrainingSettings": "webgym_rl.train",
+    "WebgymRLError": "webgym_rl.errors",
+    "build_samples": "webgym_rl.samples",
+    "load_trajectories": "webgym_rl.samples",
+    "run_loop": "webgym_rl.loop",
+    "train": "webgym_rl.train",
+}
+
+__all__ = [
+    "OBJECTIVES",
+    "LoopSettings",
+    "Objective",
+    "SampleSelection",
+    "StepSamples",
+    "TrainSettings",
+    "TrainingSettings",
+    "WebgymRLError",
+    "build_samples",
+    "load_trajectories",
+    "run_loop",
+    "train",
+]
+
+if TYPE_CHECKING:
+    from webgym_rl.errors import WebgymRLError
+    from webgym_rl.loop import LoopSettings, run_loop
+    from webgym_rl.objectives import OBJECTIVES
+    from webgym_rl.samples import Objective, SampleSelection, StepSamples, build_samples, load_trajectories
+    from webgym_rl.train import TrainingSettings, TrainSettings, train
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'webgym_rl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
-from webgym.clitools import LazyGroup
+from webgym_core.cli import LazyGroup, setup_logging
 
 COMMANDS = {
     "train": ("webgym_rl.train:train_command",
-              "Fine-tune a Qwen-VL policy on trajectory shards (filtered_bc or reinforce)."),
+              "Fine-tune a Qwen-VL policy on trajectory datasets (filtered_bc or reinforce)."),
     "push": ("webgym_rl.hub:push_command", "Upload a checkpoint and its model card to the Hub."),
     "loop": ("webgym_rl.loop:loop_command", "Run the online loop: roll out, train, evaluate, repeat."),
-    "merge": ("webgym_rl.modeling:merge_command", "Merge a LoRA adapter checkpoint into its base model."),
-    "tiny-model": ("webgym_rl.modeling:tiny_model_command",
+    "merge": ("webgym_rl.merge:merge_command", "Merge a LoRA adapter checkpoint into its base model."),
+    "tiny-model": ("webgym_rl.tiny:tiny_model_command",
                    "Write a tiny random Qwen-VL checkpoint (tests, demo, CPU runs)."),
 }
 
@@ -30,5 +28,4 @@ def main(verbose: int) -> None:
       webgym-rl train --model out/tiny-qwen2vl --data out/trajectories/iter-0000 \\
           --objective filtered_bc --out out/checkpoints/iter-0000
     """
-    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
-                        format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(verbose)

@@ -6,10 +6,10 @@ the target is the raw response followed by the end-of-turn token (``<|im_end|>``
 the model learns to stop. Tokenising prompt and prompt + target separately must agree on the
 prompt: we check it token by token, because a BPE merge across the boundary would silently shift
 the labels. Images go through the processor's image processor, which resizes each one to an area
-within its ``min_pixels`` / ``max_pixels`` (set them with `webgym_rl.modeling.load_processor`).
+within its ``min_pixels`` / ``max_pixels`` (set them with `webgym_rollout.modeling.load_processor`).
 Each sample is encoded on its own and the batch is right-padded to its longest sample.
 
-Exceptions::
+Exceptions (`webgym_rl.errors`)::
 
     CollationError (ValueError)       a sample that cannot be encoded (names episode and step)
      └── PromptPrefixError            the tokenised prompt is not a prefix of prompt + response
@@ -22,21 +22,14 @@ from typing import Any
 
 import torch
 
-from webgym_rl.data import Sample
+from webgym_rl.errors import CollationError, PromptPrefixError
+from webgym_rl.samples import Sample
 
 __all__ = ["IGNORE_INDEX", "CollationError", "Collator", "PromptPrefixError"]
 
 IGNORE_INDEX = -100
 # Keys the processor returns per image (concatenated across the batch) rather than per token.
 _PER_IMAGE_KEYS = ("pixel_values", "image_grid_thw")
-
-
-class CollationError(ValueError):
-    """A sample that cannot be turned into model inputs."""
-
-
-class PromptPrefixError(CollationError):
-    """The prompt tokenised alone is not a prefix of the prompt + response tokens."""
 
 
 def _images(messages: Sequence[dict[str, Any]]) -> list[Any]:

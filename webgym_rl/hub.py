@@ -6,7 +6,7 @@ the success rates measured by an evaluation, passed as ``--success-rate NAME=RAT
 one commit: the model (or LoRA adapter), the processor, ``trainer_state.json`` and ``README.md``;
 the optimizer state under ``training_state/`` stays local unless ``--include-training-state``.
 
-Exceptions::
+Exceptions (`webgym_rl.errors`)::
 
     PushError (ValueError)      a folder that is not a complete checkpoint, a bad success rate
 """
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
-from webgym import CARDS_DIR
+from webgym_core.cards import CARDS_DIR, render_card
+from webgym_rl.errors import PushError
 
 __all__ = ["PushError", "PushSettings", "push_checkpoint", "push_command", "render_model_card"]
 
@@ -31,10 +31,6 @@ log = logging.getLogger(__name__)
 MODEL_CARD = CARDS_DIR / "model_card.md"
 STATE_FILE = "trainer_state.json"
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
-
-
-class PushError(ValueError):
-    """The checkpoint or the push settings are unusable; the message says which file or value."""
 
 
 @dataclass
@@ -135,7 +131,7 @@ def render_model_card(settings: PushSettings, state: dict[str, Any] | None = Non
         "last_k": str(train.get("last_k_iterations")),
         "adapter_note": f" (a LoRA adapter on `{base}`)" if is_adapter else "",
     }
-    return string.Template(MODEL_CARD.read_text(encoding="utf-8")).substitute(values)
+    return render_card(MODEL_CARD.name, values)
 
 
 def push_checkpoint(settings: PushSettings, api: Any = None) -> Any:

@@ -2,9 +2,11 @@
 
 - `filtered_bc`: behaviour cloning on the kept (successful) steps: the mean negative
   log-likelihood of the response tokens, averaged over all response tokens of the batch.
-  Which steps are kept, and how often each is sampled, is decided in `webgym_rl.data`.
+  Which steps are kept, and how often each is sampled, is decided in `webgym_rl.samples`.
 - `reinforce`: REINFORCE with a per-task baseline: each sample's mean response-token
   log-likelihood times its advantage, negated (a negative advantage pushes the response down).
+
+`OBJECTIVES` maps each `webgym_rl.samples.Objective` to the function of the same name.
 
 ``labels`` are the collator's: ``-100`` everywhere but the response tokens; ``logits[:, t]``
 predicts ``labels[:, t + 1]``.
@@ -15,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
+from webgym_rl.samples import Objective
 
 __all__ = ["OBJECTIVES", "filtered_bc", "reinforce", "response_logprobs"]
 
@@ -52,7 +56,6 @@ def reinforce(logits: torch.Tensor, labels: torch.Tensor,
                   "tokens": mask.sum().float()}
 
 
-OBJECTIVES: dict[str, Callable[..., tuple[torch.Tensor, Metrics]]] = {
-    "filtered_bc": filtered_bc,
-    "reinforce": reinforce,
-}
+# Each objective's loss is the function named after it: a new `Objective` without one fails here.
+OBJECTIVES: dict[Objective, Callable[..., tuple[torch.Tensor, Metrics]]] = {
+    objective: globals()[objective.value] for objective in Objective}

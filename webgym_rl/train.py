@@ -1,24 +1,27 @@
-"""``webgym-rl train``: fine-tune a Qwen-VL policy on trajectory shards with a visible Accelerate loop.
+"""``webgym-rl train``: fine-tune a Qwen-VL policy on trajectory datasets with a visible Accelerate loop.
 
-Reading order: `TrainSettings` (every knob, a docstring each), `train` (checks the inputs, then one
-``accelerator.prepare(...)`` and a plain loop), `train_command` (the CLI). Distribution (DDP, FSDP,
-DeepSpeed) and mixed precision come from ``accelerate launch`` / the Accelerate config, never from
-this module.
+Reading order: `TrainingSettings` (how to train: objective, sample selection, LoRA, optimizer,
+schedule, batch, precision, logging; a docstring each), `TrainSettings` (what to train: the model,
+the data and the output folder, plus one `TrainingSettings`; the loop holds the same
+`TrainingSettings`), `train` (checks the inputs, then one ``accelerator.prepare(...)`` and a plain
+loop), `train_command` (the CLI, its flags made from the settings by `webgym_core.settings`).
+Distribution (DDP, FSDP, DeepSpeed) and mixed precision come from ``accelerate launch`` / the
+Accelerate config, never from this module.
 
 Checkpoints go to ``OUT/checkpoint-NNNNNN/``: the model (or LoRA adapter) and the processor in
 Hugging Face format, ``training_state/`` (optimizer, scheduler, RNG and model state, written by
 ``accelerator.save_state``) and ``trainer_state.json`` (step, data position, counts, sources, loss
-history; written last, so its presence marks a complete checkpoint). The sample order of an epoch
-is a pure function of (seed, epoch), so ``--resume`` replays exactly the batches an uninterrupted
-run would have seen.
+history, the settings; written last, so its presence marks a complete checkpoint). The sample order
+of an epoch is a pure function of (seed, epoch), so ``--resume`` replays exactly the batches an
+uninterrupted run would have seen.
 
-Exceptions::
+Exceptions (`webgym_rl.errors`)::
 
     TrainingError (RuntimeError)
-     ├── SettingsError        a bad setting (names the field or the YAML key)
-     └── ResumeError          --resume without a complete checkpoint in OUT
-    (and, from the modules it uses: webgym_rl.data.TrainingDataError, webgym_rl.collate.CollationError,
-     webgym_rl.modeling.ModelingError; the CLI turns each into one clear message)
+     ├── TrainSettingsError   a bad setting (names the field; a ValueError too)
+     └── ResumeError          --resume without a complete checkpoint in OUT, or one of another run
+    (and, from the steps it runs: TrainingDataError, CollationError, and
+     webgym_rollout.modeling.ModelingError; the CLI turns each into one clear message)
 """
 
 from __future__ import annotations
@@ -28,63 +31,46 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import click
 
-from webgym.clitools import settings_options, settings_values
+from webgym_core.errors import SettingsError
+from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+from webgym_rl.errors import ResumeError, TrainingError, TrainSettingsError, WebgymRLError
+from webgym_rl.samples import Objective, SampleSelection
 
-__all__ = ["ResumeError", "SettingsError", "TrainResult", "TrainSettings", "TrainingError", "train",
-           "train_command"]
+__all__ = ["ResumeError", "TrainResult", "TrainSettings", "TrainSettingsError", "TrainingError",
+           "TrainingSettings", "complete_checkpoints", "train", "train_command"]
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_PREFIX = "checkpoint-"
 
-
-class TrainingError(RuntimeError):
-    """Base of the trainer's own errors."""
-
-
-class SettingsError(TrainingError):
-    """A setting that is missing, unknown or out of range."""
+Scheduler = Literal["constant", "linear", "cosine"]
+ModelDtype = Literal["float32", "bfloat16"]
+MixedPrecision = Literal["auto", "no", "bf16", "fp16"]
 
 
-class ResumeError(TrainingError):
-    """``--resume`` found no complete checkpoint to continue from."""
+def _check_choice(name: str, value: Any, allowed: Any) -> None:
+    """Refuse a value outside `allowed` (a Literal or an Enum), naming the field."""
+    allowed = [m.value for m in allowed] if isinstance(allowed, type) else list(get_args(allowed))
+    if value not in allowed:
+        raise TrainSettingsError(f"{name}: {value!r} is unknown; choose one of "
+                                 f"{', '.join(repr(a) for a in allowed)}")
 
 
-@dataclass
-class TrainSettings:
-    """Everything `train` needs. Filled from defaults, then a YAML file, then CLI flags."""
+@dataclass(frozen=True)
+class TrainingSettings:
+    """How to train: the objective, which samples, LoRA, the optimizer, the schedule, the batch,
+    precision and logging. `TrainSettings` holds one; so does the loop's `LoopSettings`."""
 
-    model: str = ""
-    """Starting checkpoint: a local folder or a Hub model id (any Qwen2-VL / Qwen2.5-VL / Qwen3-VL)."""
-    model_revision: str | None = None
-    """Hub revision of --model (branch, tag or commit); "main" when --model is a Hub id."""
-    data: list[str] = field(default_factory=list)
-    """Trajectory sources: rollout folders or Hub dataset ids (id or id@revision)."""
-    objective: str = "filtered_bc"
-    """Training objective: filtered_bc or reinforce."""
-    out: str = ""
-    """Output folder: checkpoints and TensorBoard logs."""
-    resume: bool = False
-    """Continue from the newest complete checkpoint in --out (same data order and optimizer state)."""
-    last_k_iterations: int = 4
-    """Train on the last K rollout iterations present in the data (0 = all)."""
-    recency_power: float = 1.0
-    """filtered_bc sampling weight of an iteration of age a (0 = newest): (a + 1) ** -power."""
-    success_threshold: float = 1.0
-    """filtered_bc keeps episodes whose reward is at least this."""
-    normalize_advantage: bool = False
-    """reinforce: divide each advantage by the std of its task's rewards."""
-    advantage_clip: float = 5.0
-    """reinforce: clip advantages to [-clip, clip]."""
-    drop_same_as_next: bool = True
-    """Drop steps whose screenshot equals the next one (no-op actions)."""
+    objective: Objective = Objective.FILTERED_BC
+    """Training objective: which samples are kept and which loss trains on them."""
+    samples: SampleSelection = flat(SampleSelection)
     lora: bool = False
     """Train a LoRA adapter (peft) instead of all weights."""
     lora_rank: int = 16
@@ -99,7 +85,7 @@ class TrainSettings:
     """Peak learning rate of AdamW."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
-    lr_scheduler: str = "constant"
+    lr_scheduler: Scheduler = "constant"
     """Learning-rate schedule after warm-up: constant, linear or cosine."""
     warmup_steps: int = 0
     """Optimizer steps of linear warm-up."""
@@ -113,10 +99,10 @@ class TrainSettings:
     """Passes over the samples when --max-steps is 0."""
     max_grad_norm: float = 1.0
     """Clip the gradient norm to this (0 = no clipping)."""
-    model_dtype: str = "float32"
+    model_dtype: ModelDtype = "float32"
     """Dtype the weights are loaded and updated in: float32 (mixed precision keeps fp32 master
     weights) or bfloat16 (half the memory; pure-bf16 updates)."""
-    mixed_precision: str = "auto"
+    mixed_precision: MixedPrecision = "auto"
     """no, bf16 or fp16; auto = what accelerate launch says, else bf16 where the GPU supports it."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more compute)."""
@@ -130,49 +116,56 @@ class TrainSettings:
     """Send metrics (means over the last N steps) to the trackers every N optimizer steps."""
     log_with: str = "tensorboard"
     """Accelerate tracker: tensorboard (offline, under OUT/logs), wandb, ... or none."""
+
+    def __post_init__(self) -> None:
+        _check_choice("objective", self.objective, Objective)
+        _check_choice("lr_scheduler", self.lr_scheduler, Scheduler)
+        _check_choice("model_dtype", self.model_dtype, ModelDtype)
+        _check_choice("mixed_precision", self.mixed_precision, MixedPrecision)
+        for name in ("per_device_batch_size", "gradient_accumulation_steps", "log_every", "lora_rank"):
+            if getattr(self, name) < 1:
+                raise TrainSettingsError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "save_every", "max_steps", "max_grad_norm", "weight_decay"):
+            if getattr(self, name) < 0:
+                raise TrainSettingsError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if not self.learning_rate > 0:
+            raise TrainSettingsError(f"learning_rate: must be > 0, got {self.learning_rate}")
+        if self.max_steps == 0 and not self.epochs > 0:
+            raise TrainSettingsError(f"epochs: must be > 0 when max_steps is 0, got {self.epochs}")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """What `train` trains (model, data, output) and how (`training`). Filled from defaults, then
+    a YAML file, then CLI flags (`webgym_core.settings.load_settings`)."""
+
+    model: str = ""
+    """Starting checkpoint: a local folder or a Hub model id (any Qwen2-VL / Qwen2.5-VL / Qwen3-VL)."""
+    model_revision: str | None = None
+    """Hub revision of --model (branch, tag or commit); "main" when --model is a Hub id."""
+    data: list[str] = field(default_factory=list)
+    """Trajectory sources: rollout folders or Hub dataset ids (id or id@revision)."""
+    out: str = ""
+    """Output folder: checkpoints and TensorBoard logs."""
+    resume: bool = False
+    """Continue from the newest complete checkpoint in --out (same data order and optimizer state)."""
     seed: int = 0
     """Seed for the data order and the RNGs."""
     cache_dir: str | None = None
     """datasets cache folder for the trajectory shards (default: the HF cache)."""
+    training: TrainingSettings = flat(TrainingSettings)
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise TrainSettingsError("model: is required (a checkpoint folder or Hub model id)")
+        if not self.out:
+            raise TrainSettingsError("out: is required (the folder checkpoints go to)")
+        if not self.data:
+            raise TrainSettingsError("data: is required (one or more trajectory folders or Hub dataset ids)")
 
     @property
     def out_dir(self) -> Path:
         return Path(self.out)
-
-    def validate(self) -> None:
-        from webgym_rl.data import OBJECTIVE_NAMES
-
-        for name in ("model", "out"):
-            if not getattr(self, name):
-                raise SettingsError(f"--{name.replace('_', '-')} is required")
-        if not self.data:
-            raise SettingsError("--data is required (one or more trajectory folders or Hub dataset ids)")
-        if self.objective not in OBJECTIVE_NAMES:
-            raise SettingsError(f"objective '{self.objective}' is unknown; "
-                                f"choose {' or '.join(OBJECTIVE_NAMES)}")
-        if self.lr_scheduler not in ("constant", "linear", "cosine"):
-            raise SettingsError(f"lr_scheduler '{self.lr_scheduler}' is unknown; "
-                                "choose constant, linear or cosine")
-        if self.model_dtype not in ("float32", "bfloat16"):
-            raise SettingsError(f"model_dtype '{self.model_dtype}' is unknown; choose float32 or bfloat16")
-        if self.mixed_precision not in ("auto", "no", "bf16", "fp16"):
-            raise SettingsError(f"mixed_precision '{self.mixed_precision}' is unknown; "
-                                "choose auto, no, bf16 or fp16")
-        for name in ("per_device_batch_size", "gradient_accumulation_steps", "log_every"):
-            if getattr(self, name) < 1:
-                raise SettingsError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_steps < 0 or self.epochs <= 0 and self.max_steps == 0:
-            raise SettingsError("train for max_steps > 0 or epochs > 0")
-
-    @classmethod
-    def from_sources(cls, yaml_path: str | Path | None = None, **overrides: Any) -> TrainSettings:
-        """Defaults, then the YAML file's keys (field names), then `overrides` that are not None."""
-        values = settings_values(cls, yaml_path, overrides, error=SettingsError)
-        settings = cls(**values)
-        if isinstance(settings.data, str):
-            settings.data = [settings.data]
-        settings.data = [str(d) for d in settings.data]
-        return settings
 
 
 @dataclass
@@ -225,8 +218,9 @@ class _EpochOrder:
         return iter(order.tolist())
 
 
-def _checkpoints(out: Path) -> list[Path]:
-    found = [p for p in out.glob(f"{CHECKPOINT_PREFIX}*") if (p / STATE_FILE).is_file()]
+def complete_checkpoints(out: str | Path) -> list[Path]:
+    """The complete checkpoints in trainer output folder `out` (those with their state file), oldest first."""
+    found = [p for p in Path(out).glob(f"{CHECKPOINT_PREFIX}*") if (p / STATE_FILE).is_file()]
     return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
 
 
@@ -242,7 +236,7 @@ def _mixed_precision(setting: str) -> str | None:
 
 def _tracker_config(settings: TrainSettings) -> dict[str, Any]:
     return {k: (v if isinstance(v, int | float | str | bool) else json.dumps(v))
-            for k, v in asdict(settings).items()}
+            for k, v in settings_to_dict(settings).items()}
 
 
 def _save_checkpoint(accelerator, model, processor, settings: TrainSettings, state: dict[str, Any]) -> Path:
@@ -270,15 +264,15 @@ def train(settings: TrainSettings) -> TrainResult:
     from transformers import get_scheduler
 
     from webgym_rl.collate import Collator
-    from webgym_rl.data import build_samples, describe_sources, load_trajectories
-    from webgym_rl.modeling import load_model, load_processor
     from webgym_rl.objectives import OBJECTIVES
+    from webgym_rl.samples import build_samples, describe_sources, load_trajectories
+    from webgym_rollout.modeling import load_model, load_processor
 
-    settings.validate()
+    t = settings.training
     out = settings.out_dir
     resume_from = None
     if settings.resume:
-        complete = _checkpoints(out)
+        complete = complete_checkpoints(out)
         if not complete:
             raise ResumeError(f"--resume: no complete checkpoint "
                               f"({CHECKPOINT_PREFIX}N/{STATE_FILE}) in {out}")
@@ -289,9 +283,9 @@ def train(settings: TrainSettings) -> TrainResult:
 
     # 1. Accelerate owns devices, processes and precision (creating it trains nothing).
     accelerator = Accelerator(
-        gradient_accumulation_steps=settings.gradient_accumulation_steps,
-        mixed_precision=_mixed_precision(settings.mixed_precision),
-        log_with=None if settings.log_with == "none" else settings.log_with,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        mixed_precision=_mixed_precision(t.mixed_precision),
+        log_with=None if t.log_with == "none" else t.log_with,
         project_dir=str(out), rng_types=[],
     )
 
@@ -299,64 +293,61 @@ def train(settings: TrainSettings) -> TrainResult:
     # cache first; the others then read it instead of racing to write it.
     with accelerator.main_process_first():
         sources = load_trajectories(settings.data, cache_dir=settings.cache_dir)
-    samples = build_samples(
-        sources, settings.objective, last_k_iterations=settings.last_k_iterations,
-        recency_power=settings.recency_power, success_threshold=settings.success_threshold,
-        normalize_advantage=settings.normalize_advantage, advantage_clip=settings.advantage_clip,
-        drop_same_as_next=settings.drop_same_as_next)
+    samples = build_samples(sources, t.objective, t.samples)
+    objective_name = Objective(t.objective).value
     if resume_from is not None:
         saved = json.loads((resume_from / STATE_FILE).read_text())
-        now = {"objective": settings.objective, "data": describe_sources(sources)}
+        now = {"objective": objective_name, "data": describe_sources(sources)}
         for key, value in now.items():
             if saved.get(key) != value:
                 raise ResumeError(f"--resume: {resume_from} was trained with {key} {saved.get(key)!r}, this "
                                   f"run has {value!r}; an exact resume needs the same {key} (to start a new "
                                   f"run from that checkpoint, pass it as --model)")
-    processor = load_processor(settings.model, revision=revision, min_pixels=settings.min_pixels,
-                               max_pixels=settings.max_pixels)
+    processor = load_processor(settings.model, revision=revision, min_pixels=t.min_pixels,
+                               max_pixels=t.max_pixels)
     collator = Collator(processor)
     collator([samples[0]])  # a sample the processor rejects stops the run now, not at step 1000
 
     set_seed(settings.seed)
     if accelerator.is_main_process:
         log.info("%s", samples.counts.summary())
-    model = load_model(settings.model, revision=revision, dtype=getattr(torch, settings.model_dtype))
+    model = load_model(settings.model, revision=revision, dtype=getattr(torch, t.model_dtype))
     model.train()
-    if settings.gradient_checkpointing:
+    if t.gradient_checkpointing:
         model.config.use_cache = False
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if settings.lora:
+    if t.lora:
         from peft import LoraConfig, get_peft_model
 
-        if settings.gradient_checkpointing:
+        if t.gradient_checkpointing:
             model.enable_input_require_grads()
         model = get_peft_model(model, LoraConfig(
-            r=settings.lora_rank, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
-            target_modules=list(settings.lora_target_modules)))
+            r=t.lora_rank, lora_alpha=t.lora_alpha, lora_dropout=t.lora_dropout,
+            target_modules=list(t.lora_target_modules)))
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                  lr=settings.learning_rate, weight_decay=settings.weight_decay)
+                                  lr=t.learning_rate, weight_decay=t.weight_decay)
     order = _EpochOrder(samples.weights, settings.seed)
-    loader = torch.utils.data.DataLoader(samples, batch_size=settings.per_device_batch_size, sampler=order,
+    loader = torch.utils.data.DataLoader(samples, batch_size=t.per_device_batch_size, sampler=order,
                                          collate_fn=collator)
     # Per-process batches after sharding, known before prepare() so the schedule can be sized.
     batches_per_epoch = math.ceil(len(loader) / accelerator.num_processes)
-    steps_per_epoch = max(1, math.ceil(batches_per_epoch / settings.gradient_accumulation_steps))
-    total_steps = settings.max_steps or math.ceil(settings.epochs * steps_per_epoch)
+    steps_per_epoch = max(1, math.ceil(batches_per_epoch / t.gradient_accumulation_steps))
+    total_steps = t.max_steps or math.ceil(t.epochs * steps_per_epoch)
     # Accelerate steps a prepared scheduler once per process per optimizer step.
-    scheduler = get_scheduler(settings.lr_scheduler, optimizer,
-                              num_warmup_steps=settings.warmup_steps * accelerator.num_processes,
+    scheduler = get_scheduler(t.lr_scheduler, optimizer,
+                              num_warmup_steps=t.warmup_steps * accelerator.num_processes,
                               num_training_steps=total_steps * accelerator.num_processes)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    objective = OBJECTIVES[settings.objective]
+    objective = OBJECTIVES[Objective(t.objective)]
 
     state: dict[str, Any] = {
         "step": 0, "epoch": 0, "batches_in_epoch": 0, "log_history": [],
-        "base_model": settings.model, "base_model_revision": revision, "objective": settings.objective,
+        "base_model": settings.model, "base_model_revision": revision, "objective": objective_name,
         "data": describe_sources(sources), "counts": samples.counts.as_dict(),
-        "num_processes": accelerator.num_processes, "settings": asdict(settings),
+        "num_processes": accelerator.num_processes, "settings": settings_to_dict(settings),
     }
     if resume_from is not None:
         saved = json.loads((resume_from / STATE_FILE).read_text())
@@ -371,12 +362,12 @@ def train(settings: TrainSettings) -> TrainResult:
         if accelerator.is_main_process:
             log.info("resuming from %s at step %d (epoch %d, batch %d)", resume_from, state["step"],
                      state["epoch"], state["batches_in_epoch"])
-    if accelerator.is_main_process and settings.log_with != "none":
+    if accelerator.is_main_process and t.log_with != "none":
         out.mkdir(parents=True, exist_ok=True)
     accelerator.init_trackers("logs", config=_tracker_config(settings))
 
     # 3. The loop.
-    progress = tqdm(total=total_steps, initial=state["step"], desc=f"train {settings.objective}",
+    progress = tqdm(total=total_steps, initial=state["step"], desc=f"train {objective_name}",
                     disable=not accelerator.is_local_main_process)
     samples_seen, window_loss, window_batches, window_metrics = 0, 0.0, 0, {}
     # Per-step figures stay tensors until a log step: no device sync (.item()) on every step.
@@ -413,8 +404,8 @@ def train(settings: TrainSettings) -> TrainResult:
                 loss, metrics = objective(logits, labels, advantages)
                 accelerator.backward(loss)
                 grad_norm = None
-                if accelerator.sync_gradients and settings.max_grad_norm > 0:
-                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+                if accelerator.sync_gradients and t.max_grad_norm > 0:
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), t.max_grad_norm)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
@@ -431,9 +422,9 @@ def train(settings: TrainSettings) -> TrainResult:
             pending.append((state["step"], state["epoch"], mean_loss, scheduler.get_last_lr()[0], grad_norm,
                             {k: v / window_batches for k, v in window_metrics.items()}))
             window_loss, window_batches, window_metrics = 0.0, 0, {}
-            if state["step"] % settings.log_every == 0:
+            if state["step"] % t.log_every == 0:
                 flush()
-            if settings.save_every and state["step"] % settings.save_every == 0 \
+            if t.save_every and state["step"] % t.save_every == 0 \
                     and state["step"] < total_steps:
                 flush()
                 _save_checkpoint(accelerator, model, processor, settings, state)
@@ -451,15 +442,13 @@ def train(settings: TrainSettings) -> TrainResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# CLI: one option per settings field, its help taken from the field's docstring.
+# CLI: one option per setting, its help taken from the field's docstring (webgym_core.settings).
 
 
 @click.command("train", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="YAML file of settings (keys = the option names with underscores); flags override it.")
-@settings_options(TrainSettings, choices={"objective": ("filtered_bc", "reinforce")})
+@settings_options(TrainSettings)
 def train_command(config: str | None, **flags: Any) -> None:
-    """Fine-tune a Qwen-VL policy on trajectory shards (filtered_bc or reinforce).
+    """Fine-tune a Qwen-VL policy on trajectory datasets (filtered_bc or reinforce).
 
     Reads every kept step of the trajectories as (prompt the policy saw, response it gave), trains
     with Accelerate and writes Hugging Face checkpoints to OUT/checkpoint-NNNNNN. Run it under
@@ -473,14 +462,12 @@ def train_command(config: str | None, **flags: Any) -> None:
           --out out/checkpoints/run1 --max-steps 20
       accelerate launch "$(which webgym-rl)" train --config train.yaml --lora --resume
     """
-    from webgym_rl.collate import CollationError
-    from webgym_rl.data import TrainingDataError
-    from webgym_rl.modeling import ModelingError
+    from webgym_rollout.modeling import ModelingError
 
     try:
-        settings = TrainSettings.from_sources(config, **flags)
+        settings = load_settings(TrainSettings, config, flags)
         result = train(settings)
-    except (TrainingError, TrainingDataError, CollationError, ModelingError) as exc:
+    except (SettingsError, WebgymRLError, ModelingError) as exc:
         raise click.ClickException(str(exc)) from exc
     counts = result.counts
     click.echo(f"{counts['objective']}: {counts['trajectories_read']} trajectories read, "

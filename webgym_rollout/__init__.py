@@ -1,3 +1,38 @@
-"""webgym_rollout: real Chromium browsers behind an HTTP server, a rollout runner and judges."""
+"""webgym_rollout: real Chromium browsers behind an HTTP server, the environment, policies, judges,
+the rollout runner and the trajectory contract.
 
-__version__ = "0.1.0"
+The core API, in the order an episode meets it::
+
+    task (webgym_data.schema.Task) -> WebEnv.reset / step / close (over a BrowserClient session)
+        -> Policy.act (RandomPolicy, OpenAIPolicy) -> Step ... -> Episode -> Judge.score
+        -> TrajectoryWriter / read_episodes
+
+The runner (`webgym_rollout.runner.run`, ``webgym-rollout run``) schedules many `WebEnv` episodes;
+`webgym_rollout.errors` draws the exception tree (root: `RolloutError`).
+"""
+
+from webgym_rollout.browser.client import BrowserClient, BrowserSession
+from webgym_rollout.env import EnvSettings, StepResult, WebEnv
+from webgym_rollout.errors import RolloutError
+from webgym_rollout.judge import ProgrammaticJudge, RubricJudge
+from webgym_rollout.policy import OpenAIPolicy, RandomPolicy
+from webgym_rollout.trajectory import Episode, EpisodeStatus, Step, read_episodes
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "BrowserClient",
+    "BrowserSession",
+    "EnvSettings",
+    "Episode",
+    "EpisodeStatus",
+    "OpenAIPolicy",
+    "ProgrammaticJudge",
+    "RandomPolicy",
+    "RolloutError",
+    "RubricJudge",
+    "Step",
+    "StepResult",
+    "WebEnv",
+    "read_episodes",
+]

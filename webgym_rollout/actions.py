@@ -92,6 +92,9 @@ _PRESS_ENTER = Param("press_enter", "boolean", "press Enter after typing (submit
 _DIRECTION = Param("direction", "string", "which way to scroll", "down", enum=("up", "down"))
 _TIME = Param("time", "number", f"seconds to wait (at most {MAX_WAIT_S:g})", DEFAULT_WAIT_S)
 _URL = Param("url", "string", "the address to open, with http:// or https://", "https://example.com/")
+_KEYS = Param("keys", "string", "the key to press, or a combination joined by '+' (Enter, Escape, Tab, "
+              "PageDown, Control+a)", "Enter")
+_OPTION = Param("option", "string", "the visible text of the option to choose", "Blue")
 _ANSWER_TEXT = Param("text", "string",
                      "the final answer: every fact the task asks for, as found on the pages",
                      "The cheapest flight costs $120.")
@@ -100,6 +103,9 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("left_click", "Click the left mouse button at a point of the screenshot.", (_COORDINATE,)),
     ActionSpec("type", "Type text into the focused field (click the field first).", (_TYPE_TEXT,),
                (_PRESS_ENTER,)),
+    ActionSpec("key", "Press a key or a key combination.", (_KEYS,)),
+    ActionSpec("select", "Choose an option of the drop-down list at a point of the screenshot.",
+               (_COORDINATE, _OPTION)),
     ActionSpec("scroll", "Scroll the page (or the area at coordinate) up or down by most of a screen.",
                (_DIRECTION,), (_SCROLL_AT,)),
     ActionSpec("wait", "Wait for the page to finish loading or changing.", (), (_TIME,)),
@@ -136,6 +142,8 @@ class AgentAction:
     direction: str = ""
     time: float | None = None
     url: str = ""
+    keys: str = ""
+    option: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -185,6 +193,11 @@ class AgentAction:
             return f"scroll {self.direction}"
         if self.name == "navigate":
             return f"navigate {self.url}"
+        if self.name == "key":
+            return f"key {self.keys}"
+        if self.name == "select" and self.coordinate:
+            option = json.dumps(self.option, ensure_ascii=False)
+            return f"select [{self.coordinate[0]}, {self.coordinate[1]}] {option}"
         if self.name == "wait":
             return f"wait {self.time if self.time is not None else DEFAULT_WAIT_S:g}s"
         return self.name
@@ -200,6 +213,11 @@ class AgentAction:
             return {"kind": "click", "x": x, "y": y}
         if self.name == "type":
             return {"kind": "type", "text": self.text, "press_enter": self.press_enter}
+        if self.name == "key":
+            return {"kind": "key", "key": self.keys}
+        if self.name == "select":
+            x, y = grid_to_pixels(self.coordinate, viewport)  # type: ignore[arg-type]
+            return {"kind": "select", "x": x, "y": y, "value": self.option}
         if self.name == "scroll":
             action: dict[str, Any] = {"kind": "scroll", "direction": self.direction,
                                       "amount": max(1, round(viewport[1] * SCROLL_FRACTION))}

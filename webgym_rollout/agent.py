@@ -30,9 +30,10 @@ import base64
 import copy
 import json
 import re
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from webgym_rollout.actions import (
     GRID_SIZE,
@@ -60,7 +61,8 @@ __all__ = [
     "system_prompt",
 ]
 
-VARIANTS = ("memory", "vanilla")
+Variant = Literal["memory", "vanilla"]
+VARIANTS: tuple[str, ...] = typing.get_args(Variant)
 _SECTIONS = {"memory": ("Memory", "Progress", "Intention", "Action"),
              "vanilla": ("Progress", "Intention", "Action")}
 
@@ -69,8 +71,8 @@ _SECTIONS = {"memory": ("Memory", "Progress", "Intention", "Action"),
 class AgentSettings:
     """How the agent's context is built and its replies read."""
 
-    variant: str = "memory"
-    """``memory`` (the reply carries a Memory section the model rewrites each step) or ``vanilla``."""
+    variant: Variant = "memory"
+    """memory (the reply carries a Memory section the model rewrites each step) or vanilla."""
     full_rounds: int = 4
     """How many earlier steps are shown in full (screenshot + reply); older ones become summaries."""
     summary_chars: int = 80
@@ -78,10 +80,9 @@ class AgentSettings:
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
-            raise ValueError(
-                f"AgentSettings.variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
+            raise ValueError(f"variant: must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
         if self.full_rounds < 0:
-            raise ValueError(f"AgentSettings.full_rounds must be >= 0, got {self.full_rounds}")
+            raise ValueError(f"full_rounds: must be >= 0, got {self.full_rounds}")
 
 
 @dataclass(frozen=True)

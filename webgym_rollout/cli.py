@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
-from webgym.clitools import LazyGroup
+from webgym_core.cli import LazyGroup, setup_logging
 
 COMMANDS = {
-    "serve": ("webgym_rollout.server:serve_command",
+    "serve": ("webgym_rollout.browser.server:serve_command",
               "Run the browser environment server (Chromium pool over HTTP)."),
     "serve-sites": ("webgym_rollout.sites:serve_sites_command",
                     "Serve the local MiniWoB++ and sandbox sites on 127.0.0.1."),
@@ -35,5 +33,4 @@ def main(verbose: int) -> None:
           --policy random --out out/trajectories/iter-0000
       webgym-rollout view out/trajectories/iter-0000
     """
-    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
-                        format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(verbose)

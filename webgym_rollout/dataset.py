@@ -3,213 +3,95 @@
 Layout of an output folder::
 
     OUT/
-      manifest.json                 the finished shards and the episodes each holds
-      README.md                     dataset card (cards/trajectories_card.md) with a ``configs:`` block
-      data/train-00000.parquet      episodes, one row each (webgym_rollout.trajectory.trajectory_features)
-      data/test-00000.parquet       (one file family per task split present)
+      manifest.json                     the finished shards and the episodes each holds
+      README.md                         dataset card (cards/trajectories_card.md), ``configs:`` block
+      data/train-<run>-00000.parquet    episodes, one row each (`webgym_rollout.trajectory`)
+      data/test-<run>-00000.parquet     (one file family per task split present)
 
-`TrajectoryWriter` buffers episode rows and writes a shard when the buffer is full: first to a
-hidden temporary file, then renamed into place, then the manifest is rewritten (also tmp + rename).
-An episode counts as done only once its shard is listed in the manifest. Reopening the folder with
+``<run>`` is an id the writer draws when it creates the folder (kept in the manifest, reused on
+resume): shard names unique to the run mean that ``datasets.load_dataset(OUT)`` of a second run in a
+folder of the same name never returns the first run's cached rows.
+
+`TrajectoryWriter` buffers `Episode`s and writes a shard when the buffer is full: first to a hidden
+temporary file, then renamed into place, then the manifest is rewritten (also tmp + rename). An
+episode counts as done only once its shard is listed in the manifest. Reopening the folder with
 ``resume=True`` removes temporary files, adopts a complete shard that a crash left unlisted (or
 removes it when it overlaps listed episodes), and reports the done ``(task_id, attempt)`` pairs so
 the runner skips them: every episode ends up in the folder exactly once.
 
-``load_dataset(OUT)`` reads the folder through the card's ``configs:`` block; `load_trajectories`
-reads exactly the shards of the manifest. ``webgym-rollout push OUT REPO_ID`` uploads it.
+Read a folder with `webgym_rollout.trajectory.read_episodes` (exactly the shards of the manifest)
+or ``datasets.load_dataset(OUT)`` (through the card). ``webgym-rollout push OUT REPO_ID`` uploads it.
 
 Exceptions::
 
     RolloutError
-     └── TrajectoryDatasetError
-          ├── DatasetExists        the folder already holds a run and resume was not asked for
-          ├── ManifestInvalid      manifest.json is unreadable or names a missing shard (names the file)
-          ├── InvalidEpisodeRow    a row lacks a field, has an unknown one, or repeats an episode
-          └── PushRefused          the folder is not a finished dataset (no manifest/shards)
+     └── TrajectoryError            (webgym_rollout.trajectory) a broken manifest or row
+          ├── DatasetExists         the folder already holds a run and resume was not asked for
+          ├── EpisodeRepeated       an episode that is already in the dataset
+          └── PushRefused           the folder is not a finished dataset (no shards, a changed shard)
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
 import re
-import string
+import secrets
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
-from webgym import CARDS_DIR
-from webgym_rollout.errors import RolloutError
-from webgym_rollout.trajectory import TRAJECTORY_SCHEMA_VERSION, trajectory_features
+from webgym_core.cards import render_card
+from webgym_core.files import TMP_PREFIX, sha256_file, write_atomic, write_json_atomic
+from webgym_rollout.trajectory import (
+    MANIFEST,
+    TRAJECTORY_SCHEMA_VERSION,
+    Episode,
+    TrajectoryError,
+    read_episodes,
+    read_manifest,
+    trajectory_features,
+)
 
 __all__ = [
     "DatasetExists",
-    "InvalidEpisodeRow",
-    "ManifestInvalid",
+    "EpisodeRepeated",
     "PushRefused",
-    "TrajectoryDatasetError",
     "TrajectoryWriter",
-    "load_trajectories",
-    "new_episode_row",
-    "new_step_row",
     "push_command",
     "push_trajectories",
-    "read_manifest",
     "write_card",
 ]
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
-CARD_TEMPLATE = CARDS_DIR / "trajectories_card.md"
-_SHARD_NAME = re.compile(r"^(?P<split>[a-z][a-z0-9_]*)-(?P<index>\d{5})\.parquet$")
-_TMP_PREFIX = ".tmp-"
+# Shards: ``<split>-<run>-<index>.parquet``; schema 1.1 folders have ``<split>-<index>.parquet``.
+_SHARD_NAME = re.compile(r"^(?P<split>[a-z][a-z0-9_]*)-(?:(?P<run>[0-9a-f]{8})-)?(?P<index>\d{5})\.parquet$")
 
 
-class TrajectoryDatasetError(RolloutError):
-    """Base of the trajectory dataset errors."""
-
-    kind = "trajectory_dataset_error"
-
-
-class DatasetExists(TrajectoryDatasetError):
+class DatasetExists(TrajectoryError):
     """The output folder already holds a run; resume it or choose another folder."""
 
     kind = "dataset_exists"
 
 
-class ManifestInvalid(TrajectoryDatasetError):
-    """manifest.json cannot be read, or lists a shard that is missing."""
+class EpisodeRepeated(TrajectoryError, ValueError):
+    """An episode (task id and attempt) that the dataset already holds."""
 
-    kind = "manifest_invalid"
-
-
-class InvalidEpisodeRow(TrajectoryDatasetError, ValueError):
-    """An episode row does not match the trajectory features, or repeats a finished episode."""
-
-    kind = "invalid_episode_row"
+    kind = "episode_repeated"
 
 
-class PushRefused(TrajectoryDatasetError):
+class PushRefused(TrajectoryError):
     """The folder is not a finished trajectory dataset."""
 
     kind = "push_refused"
 
 
-# ---------------------------------------------------------------------------------------------- rows
-
-_STEP_DEFAULTS: dict[str, Any] = {
-    "index": 0, "screenshot": None, "screenshot_sha256": "", "messages": "[]", "response": "", "action": "",
-    "action_error": "", "memory": "", "url": "", "title": "", "same_as_next": False, "finish_reason": "",
-    "usage": {"prompt_tokens": 0, "completion_tokens": 0},
-    "latency": {"policy_s": 0.0, "execute_s": 0.0, "screenshot_s": 0.0},
-}
-_EPISODE_DEFAULTS: dict[str, Any] = {
-    "episode_id": "", "iteration": 0, "attempt": 0, "split": "train", "task_id": "", "task_name": "",
-    "website": "", "start_url": "", "benchmark_name": "", "domain": "", "subdomain": "", "difficulty": 0,
-    "difficulty_level": "", "evaluator_reference": [], "definite_answer": "", "parent_task_id": "",
-    "environment": "web", "env_seed": 0, "instruction": "", "policy_model": "", "judge_model": "",
-    "reward": 0.0,
-    "status": "ok", "answer": "", "verdicts": [], "num_steps": 0, "started_at": 0.0, "duration_s": 0.0,
-    "judge_s": 0.0, "steps": [],
-}
-
-
-def new_step_row(**fields: Any) -> dict[str, Any]:
-    """A step row with defaults for every field not given (unknown field names raise)."""
-    unknown = set(fields) - set(_STEP_DEFAULTS)
-    if unknown:
-        raise InvalidEpisodeRow(f"unknown step field(s): {', '.join(sorted(unknown))}")
-    row = json.loads(json.dumps({k: v for k, v in _STEP_DEFAULTS.items() if k != "screenshot"}))
-    row["screenshot"] = None
-    row.update(fields)
-    if isinstance(fields.get("screenshot"), bytes) and "screenshot_sha256" not in fields:
-        row["screenshot_sha256"] = hashlib.sha256(fields["screenshot"]).hexdigest()
-    return row
-
-
-def new_episode_row(task: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
-    """An episode row: defaults, then the trajectory fields of `task` (a task row), then `fields`.
-
-    Task fields that trajectories do not store (``source``, ``fact_group_ids``...) are ignored;
-    unknown names in `fields` raise `InvalidEpisodeRow`. ``num_steps`` defaults to ``len(steps)``.
-    """
-    unknown = set(fields) - set(_EPISODE_DEFAULTS)
-    if unknown:
-        raise InvalidEpisodeRow(f"unknown episode field(s): {', '.join(sorted(unknown))}")
-    row = json.loads(json.dumps(_EPISODE_DEFAULTS))
-    for name, value in (task or {}).items():
-        if name in row and name not in ("steps", "verdicts"):
-            row[name] = value
-    row.update(fields)
-    if "num_steps" not in fields:
-        row["num_steps"] = len(row["steps"])
-    return row
-
-
-def _check_row(row: Mapping[str, Any], expected: Iterable[str]) -> None:
-    episode = row.get("episode_id") or "(no episode_id)"
-    missing = set(expected) - set(row)
-    extra = set(row) - set(expected)
-    if missing or extra:
-        parts = ([f"missing field(s) {', '.join(sorted(missing))}"] if missing else []) + (
-            [f"unknown field(s) {', '.join(sorted(extra))}"] if extra else [])
-        raise InvalidEpisodeRow(f"episode {episode}: {'; '.join(parts)}")
-    for name in ("episode_id", "task_id"):
-        if not isinstance(row[name], str) or not row[name]:
-            raise InvalidEpisodeRow(f"episode {episode}: field '{name}' must be a non-empty string")
-    for index, step in enumerate(row["steps"] or []):
-        missing = set(_STEP_DEFAULTS) - set(step)
-        extra = set(step) - set(_STEP_DEFAULTS)
-        if missing or extra:
-            raise InvalidEpisodeRow(f"episode {episode}, step {index}: missing {sorted(missing)}, "
-                                    f"unknown {sorted(extra)}")
-
-
 # ------------------------------------------------------------------------------------------ manifest
-
-def read_manifest(out_dir: str | Path) -> dict[str, Any]:
-    """The manifest of a trajectory folder (raises `ManifestInvalid`, naming the file)."""
-    path = Path(out_dir) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ManifestInvalid(f"{path} does not exist: not a trajectory dataset folder") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ManifestInvalid(f"{path} cannot be read: {exc}") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
-        raise ManifestInvalid(f"{path} has no 'shards' list")
-    for shard in manifest["shards"]:
-        if not isinstance(shard, dict) or not isinstance(shard.get("path"), str):
-            raise ManifestInvalid(f"{path}: a shard entry has no 'path'")
-        if not (Path(out_dir) / shard["path"]).is_file():
-            raise ManifestInvalid(f"{path} lists {shard['path']}, which is missing")
-    return manifest
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def _shard_keys(path: Path) -> list[list[Any]]:
     import pyarrow.parquet as pq
@@ -221,10 +103,10 @@ def _shard_keys(path: Path) -> list[list[Any]]:
 # -------------------------------------------------------------------------------------------- writer
 
 class TrajectoryWriter:
-    """Writes episode rows to parquet shards with a manifest; resumable. Thread-safe.
+    """Writes `Episode`s to parquet shards with a manifest; resumable. Thread-safe.
 
     ``with TrajectoryWriter(out, resume=True) as writer:`` skip ``writer.is_done(task_id, attempt)``
-    pairs, ``writer.add(row)`` each finished episode; leaving the block flushes the last shard and
+    pairs, ``writer.add(episode)`` each finished episode; leaving the block flushes the last shard and
     writes the card.
     """
 
@@ -236,7 +118,7 @@ class TrajectoryWriter:
         self.max_shard_episodes, self.max_shard_bytes = max_shard_episodes, max_shard_bytes
         self._features = trajectory_features()
         self._lock = threading.Lock()
-        self._buffer: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._buffer: dict[str, list[Episode]] = defaultdict(list)
         self._buffered_bytes: dict[str, int] = defaultdict(int)
         self._buffered_keys: set[tuple[str, int]] = set()
         data = self.out_dir / "data"
@@ -245,6 +127,11 @@ class TrajectoryWriter:
                 raise DatasetExists(f"{self.out_dir} already holds a trajectory run; pass --resume to "
                                     "continue it or choose another --out folder")
             self._manifest = read_manifest(self.out_dir)
+            written_by = str(self._manifest.get("schema_version", "1.1"))
+            if written_by != TRAJECTORY_SCHEMA_VERSION:
+                raise DatasetExists(f"{self.out_dir} holds schema {written_by} trajectories; this version "
+                                    f"writes {TRAJECTORY_SCHEMA_VERSION}: resume it with the version that "
+                                    "started it, or choose another --out folder")
             self._recover()
         else:
             if data.is_dir() and any(data.glob("*.parquet")) and not resume:
@@ -253,7 +140,8 @@ class TrajectoryWriter:
             data.mkdir(parents=True, exist_ok=True)
             now = time.time()
             self._manifest = {"format": "webgym-trajectories", "schema_version": TRAJECTORY_SCHEMA_VERSION,
-                              "created_at": now, "updated_at": now, "run": dict(run_info or {}), "shards": []}
+                              "run_id": secrets.token_hex(4), "created_at": now, "updated_at": now,
+                              "run": dict(run_info or {}), "shards": []}
             if resume:
                 self._recover()
             self._save_manifest()
@@ -279,18 +167,17 @@ class TrajectoryWriter:
         return cached[1]
 
     # -- writing
-    def add(self, row: Mapping[str, Any]) -> None:
+    def add(self, episode: Episode) -> None:
         """Buffer one finished episode; writes a shard when the buffer is full."""
-        _check_row(row, self._features)
-        key = (row["task_id"], int(row["attempt"]))
+        key = (episode.task.task_id, int(episode.attempt))
         with self._lock:
             if key in self._buffered_keys or key in self._done_cache():
-                raise InvalidEpisodeRow(f"episode {row['episode_id']}: task {key[0]} attempt {key[1]} "
-                                        "is already in the dataset")
-            split = _split_name(row.get("split"))
-            self._buffer[split].append(dict(row))
+                raise EpisodeRepeated(f"episode {episode.episode_id}: task {key[0]} attempt {key[1]} "
+                                      "is already in the dataset")
+            split = _split_name(episode.split)
+            self._buffer[split].append(episode)
             self._buffered_keys.add(key)
-            self._buffered_bytes[split] += sum(len(_image_bytes(s.get("screenshot"))) for s in row["steps"])
+            self._buffered_bytes[split] += sum(len(step.screenshot) for step in episode.steps)
             if (len(self._buffer[split]) >= self.max_shard_episodes
                     or self._buffered_bytes[split] >= self.max_shard_bytes):
                 self._flush_split(split)
@@ -315,42 +202,47 @@ class TrajectoryWriter:
 
     def _next_index(self, split: str) -> int:
         used = [int(m["index"]) for p in (self.out_dir / "data").iterdir()
-                if (m := _SHARD_NAME.match(p.name)) and m["split"] == split]
+                if (m := _SHARD_NAME.match(p.name)) and m["split"] == split and m["run"] == self.run_id]
         return max(used, default=-1) + 1
+
+    @property
+    def run_id(self) -> str:
+        """The id in this run's shard names."""
+        return str(self._manifest["run_id"])
 
     def _flush_split(self, split: str) -> Path | None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        rows = self._buffer.pop(split, [])
+        episodes = self._buffer.pop(split, [])
         self._buffered_bytes.pop(split, None)
-        if not rows:
+        if not episodes:
             return None
-        encoded = [self._features.encode_example(row) for row in rows]
+        encoded = [self._features.encode_example(episode.to_row()) for episode in episodes]
         table = pa.Table.from_pylist(encoded, schema=self._features.arrow_schema)
-        path = self.out_dir / "data" / f"{split}-{self._next_index(split):05d}.parquet"
-        tmp = path.with_name(f"{_TMP_PREFIX}{path.name}")
+        path = self.out_dir / "data" / f"{split}-{self.run_id}-{self._next_index(split):05d}.parquet"
+        tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-        keys = [[row["task_id"], int(row["attempt"]), row["episode_id"]] for row in rows]
-        self._manifest["shards"].append({"path": f"data/{path.name}", "split": split, "num_rows": len(rows),
-                                         "sha256": _sha256_file(path), "episodes": keys})
+        tmp.replace(path)
+        keys = [[episode.task.task_id, int(episode.attempt), episode.episode_id] for episode in episodes]
+        self._manifest["shards"].append({"path": f"data/{path.name}", "split": split,
+                                         "num_rows": len(episodes), "sha256": sha256_file(path),
+                                         "episodes": keys})
         self._save_manifest()
         for key in keys:
             self._buffered_keys.discard((key[0], key[1]))
-        logger.info("wrote %s (%d episodes)", path, len(rows))
+        logger.info("wrote %s (%d episodes)", path, len(episodes))
         return path
 
     def _save_manifest(self) -> None:
         self._manifest["updated_at"] = time.time()
-        _write_atomic(self.out_dir / MANIFEST,
-                      json.dumps(self._manifest, indent=1, ensure_ascii=False).encode("utf-8"))
+        write_json_atomic(self.out_dir / MANIFEST, self._manifest)
 
     def _recover(self) -> None:
         """Clean up after a crash: drop temporary files, adopt or drop unlisted shards."""
         data = self.out_dir / "data"
         data.mkdir(parents=True, exist_ok=True)
-        for leftover in [*data.glob(f"{_TMP_PREFIX}*"), *self.out_dir.glob(f"{_TMP_PREFIX}*")]:
+        for leftover in [*data.glob(f"{TMP_PREFIX}*"), *self.out_dir.glob(f"{TMP_PREFIX}*")]:
             logger.warning("resume: removing the unfinished file %s", leftover)
             leftover.unlink()
         listed = {shard["path"] for shard in self._manifest["shards"]}
@@ -374,7 +266,7 @@ class TrajectoryWriter:
             # The rename happened, so the shard is complete; only the manifest update was lost.
             logger.warning("resume: adopting the unlisted complete shard %s (%d episodes)", path, len(keys))
             self._manifest["shards"].append({"path": relative, "split": match["split"], "num_rows": len(keys),
-                                             "sha256": _sha256_file(path), "episodes": keys})
+                                             "sha256": sha256_file(path), "episodes": keys})
             done |= pairs
         self._save_manifest()
 
@@ -384,36 +276,16 @@ def _split_name(split: Any) -> str:
     return name if name[:1].isalpha() else f"s_{name}"
 
 
-def _image_bytes(value: Any) -> bytes:
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value)
-    if isinstance(value, Mapping) and isinstance(value.get("bytes"), (bytes, bytearray)):
-        return bytes(value["bytes"])
-    return b""
+# --------------------------------------------------------------------------------------------- card
+
+_CARD_COLUMNS = ["split", "reward", "status", "num_steps", "benchmark_name", "difficulty_level",
+                 "policy_model", "judge_model"]
 
 
-# ------------------------------------------------------------------------------------------- reading
-
-def load_trajectories(out_dir: str | Path, split: str | None = None):
-    """The episodes of the shards listed in the manifest as a `datasets.Dataset` (all splits, or one)."""
-    import datasets
-
-    manifest = read_manifest(out_dir)
-    files = [str(Path(out_dir) / s["path"]) for s in manifest["shards"]
-             if split is None or s["split"] == split]
-    if not files:
-        return datasets.Dataset.from_list([], features=trajectory_features())
-    return datasets.Dataset.from_parquet(files, features=trajectory_features(), keep_in_memory=False)
-
-
-def _summary_columns(out_dir: Path, manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
-
-    rows = []
-    columns = ["split", "reward", "status", "num_steps", "benchmark_name", "difficulty_level",
-               "policy_model", "judge_model"]
-    for shard in manifest["shards"]:
-        rows.extend(pq.read_table(out_dir / shard["path"], columns=columns).to_pylist())
+def _summary_columns(out_dir: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for batch in read_episodes(out_dir).batches(columns=_CARD_COLUMNS, batch_size=1024):
+        rows.extend(batch.to_pylist())
     return rows
 
 
@@ -449,7 +321,7 @@ def write_card(out_dir: str | Path, *, repo_id: str | None = None) -> Path:
     """Render README.md from `cards/trajectories_card.md` with figures measured from the shards."""
     out_dir = Path(out_dir)
     manifest = read_manifest(out_dir)
-    rows = _summary_columns(out_dir, manifest)
+    rows = _summary_columns(out_dir)
     splits = sorted({s["split"] for s in manifest["shards"]}) or ["train"]
     counts = Counter(r["split"] for r in rows)
     n = len(rows)
@@ -485,9 +357,8 @@ def write_card(out_dir: str | Path, *, repo_id: str | None = None) -> Path:
         "difficulty_table": _table(("difficulty", "episodes", "success", "mean steps"),
                                    _grouped(rows, "difficulty_level")),
     }
-    text = string.Template(CARD_TEMPLATE.read_text(encoding="utf-8")).substitute(values)
     path = out_dir / "README.md"
-    _write_atomic(path, text.encode("utf-8"))
+    write_atomic(path, render_card("trajectories_card.md", values))
     return path
 
 
@@ -504,7 +375,7 @@ def push_trajectories(out_dir: str | Path, repo_id: str, *, private: bool = Fals
     if not manifest["shards"]:
         raise PushRefused(f"{out_dir} has no finished shards to push")
     for shard in manifest["shards"]:
-        if shard.get("sha256") and _sha256_file(out_dir / shard["path"]) != shard["sha256"]:
+        if shard.get("sha256") and sha256_file(out_dir / shard["path"]) != shard["sha256"]:
             raise PushRefused(f"{out_dir / shard['path']} does not match its sha256 in {MANIFEST}")
     write_card(out_dir, repo_id=repo_id)
     api = HfApi(token=token)
@@ -539,6 +410,6 @@ def push_command(out: Path, repo_id: str, private: bool, revision: str | None, t
     try:
         url = push_trajectories(out, repo_id, private=private, revision=revision, token=token,
                                 commit_message=message)
-    except TrajectoryDatasetError as exc:
+    except TrajectoryError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"pushed {out} to {repo_id}: {url}")

@@ -19,8 +19,18 @@ data and come back as ``ExecuteResult(ok=False, error=...)`` instead. Retry deci
      │    ├── ServerUnavailable        no server answers / connection failed / 5xx (transient)
      │    ├── Unauthorized             missing or wrong bearer token (HTTP 401)
      │    └── InvalidRequest           the request itself is malformed (HTTP 422)
-     ├── PolicyError                   the policy endpoint (owned by the policy helpers)
-     └── JudgeError                    the judge endpoint (owned by the judge helpers)
+     ├── PolicyError                   the policy endpoint: PolicyUnavailable, PolicyTimeout,
+     │                                 PolicyRejected (webgym_rollout.policy); the CPU policy
+     │                                 server's own (webgym_rollout.policy_server)
+     ├── JudgeError                    the judge endpoint: JudgeUnavailable, JudgeTimeout, JudgeRejected,
+     │                                 JudgeReplyInvalid (webgym_rollout.judge)
+     ├── TrajectoryError               a trajectory source or row that does not fit the contract
+     │                                 (webgym_rollout.trajectory); DatasetExists, EpisodeRepeated,
+     │                                 PushRefused (webgym_rollout.dataset)
+     ├── EpisodeOver                   WebEnv.step after the episode ended (webgym_rollout.env)
+     └── ModelingError                 a checkpoint that cannot be loaded (webgym_rollout.modeling)
+
+An episode that fails records its error's kind as its `EpisodeStatus` (``error:<kind>``).
 """
 
 from __future__ import annotations

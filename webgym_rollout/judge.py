@@ -17,6 +17,10 @@ identical screenshots, the most recent ``max_screenshots`` of them).
 
 `ProgrammaticJudge` uses the reward an environment reports (MiniWoB++: raw reward 1 -> reward 1).
 
+`JudgeSettings` is what the CLI fills (``--judge``, ``--judge-base-url``, ...); `make_judge(settings)`
+builds the judge it describes. The LLM is called through the toolkit's one retry client
+(`webgym_core.endpoint.ChatClient`).
+
 Exceptions (endpoint failures raise; bad replies are recorded on the result)::
 
     RolloutError
@@ -35,11 +39,13 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
+from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors
+from webgym_core.settings import flat
 from webgym_rollout.agent import image_data_url, strip_think
 from webgym_rollout.errors import JudgeError
-from webgym_rollout.policy import _ChatEndpoint
+from webgym_rollout.trajectory import Episode, TaskOutcome, Verdict
 
 __all__ = [
     "Judge",
@@ -49,10 +55,10 @@ __all__ = [
     "JudgeResult",
     "JudgeTimeout",
     "JudgeUnavailable",
+    "JudgeSettings",
     "ProgrammaticJudge",
     "RubricJudge",
-    "RubricJudgeSettings",
-    "Verdict",
+    "make_judge",
     "parse_verdict",
     "select_key_screenshots",
 ]
@@ -83,18 +89,6 @@ class JudgeReplyInvalid(JudgeError):
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """One criterion's outcome, as stored in a trajectory row's ``verdicts``."""
-
-    criterion: str
-    passed: bool
-    reason: str
-
-    def to_row(self) -> dict[str, Any]:
-        return {"criterion": self.criterion, "passed": self.passed, "reason": self.reason}
-
-
-@dataclass(frozen=True)
 class JudgeResult:
     """The reward (1.0 or 0.0) and the verdicts behind it. `error` is set ("kind: message") when the
     judge itself failed on some criterion; such a result always has reward 0."""
@@ -110,9 +104,6 @@ class JudgeResult:
     @property
     def error_kind(self) -> str:
         return self.error.split(":", 1)[0] if self.error else ""
-
-    def verdict_rows(self) -> list[dict[str, Any]]:
-        return [v.to_row() for v in self.verdicts]
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -131,16 +122,12 @@ class JudgeRequest:
     """The agent's final answer ("" if it never answered)."""
     screenshots: tuple[bytes, ...] = ()
     """Every screenshot of the episode in order (PNG/JPEG bytes); the judge picks the key ones."""
-    env_done: bool = False
-    """The environment reported the episode finished (MiniWoB++ ``done``)."""
-    env_raw_reward: float | None = None
-    """The environment's own raw reward (MiniWoB++: 1 success, -1 failure), None if it has none."""
-    env_reason: str = ""
+    outcome: TaskOutcome | None = None
+    """What the environment itself reported (MiniWoB++: done and raw reward 1 / -1), if anything."""
 
     @classmethod
     def from_task(cls, task: Any, *, answer: str = "", screenshots: Sequence[bytes] = (),
-                  env_done: bool = False, env_raw_reward: float | None = None,
-                  env_reason: str = "") -> JudgeRequest:
+                  outcome: TaskOutcome | None = None) -> JudgeRequest:
         """Build from a task row (mapping) or task object (``webgym_data.schema.Task``)."""
         groups = []
         for position, group in enumerate(_get(task, "evaluator_reference", None) or ()):
@@ -149,8 +136,13 @@ class JudgeRequest:
                            "facts": [str(f) for f in (_get(group, "facts", None) or ())]})
         return cls(task_name=str(_get(task, "task_name", "")), evaluator_reference=tuple(groups),
                    definite_answer=str(_get(task, "definite_answer", "") or ""), answer=answer or "",
-                   screenshots=tuple(screenshots), env_done=env_done, env_raw_reward=env_raw_reward,
-                   env_reason=env_reason)
+                   screenshots=tuple(screenshots), outcome=outcome)
+
+    @classmethod
+    def from_episode(cls, episode: Episode) -> JudgeRequest:
+        """Everything the judge sees of an ended episode."""
+        return cls.from_task(episode.task, answer=episode.answer,
+                             screenshots=[step.screenshot for step in episode.steps], outcome=episode.outcome)
 
 
 @runtime_checkable
@@ -199,25 +191,14 @@ def parse_verdict(text: str, finish_reason: str = "stop") -> tuple[bool, str]:
 
 
 @dataclass(frozen=True)
-class RubricJudgeSettings:
-    """Where the judge LLM is served and how episodes are judged."""
+class JudgeSettings:
+    """Which judge scores the episodes, and how (the ``--judge-*`` flags)."""
 
-    base_url: str
-    """OpenAI-compatible endpoint, e.g. ``http://127.0.0.1:8001/v1``."""
-    model: str
-    """Judge model name as the server knows it."""
-    api_key: str | None = None
-    """API key; falls back to ``OPENAI_API_KEY``, then ``EMPTY``."""
+    kind: Literal["programmatic", "rubric"] = "programmatic"
+    """programmatic (the environment's own reward, MiniWoB) or rubric (an LLM judge)."""
+    endpoint: Endpoint = flat(Endpoint)
     max_screenshots: int = 6
     """Most screenshots sent with a question (see `select_key_screenshots`)."""
-    max_concurrency: int = 16
-    """Judge requests in flight at once."""
-    timeout_s: float = 120.0
-    """Seconds one request may take."""
-    max_retries: int = 3
-    """Retries after the first attempt for transient endpoint failures."""
-    backoff_s: float = 0.5
-    """First retry delay; doubles each retry, with jitter."""
     reply_retries: int = 1
     """Times a question is asked again when the reply is invalid (truncated, no verdict line)."""
     temperature: float = 0.0
@@ -228,8 +209,22 @@ class RubricJudgeSettings:
     """An episode without a final answer fails without asking the LLM."""
     short_circuit: bool = True
     """Stop asking once a criterion has failed (the reward is 0 whatever the rest say)."""
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    extra_body: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
     """Server-specific request fields passed through."""
+
+    def __post_init__(self) -> None:
+        if self.kind == "rubric" and not self.endpoint.configured:
+            raise ValueError("base_url: the rubric judge needs the endpoint's base_url and model "
+                             "(--judge-base-url, --judge-model)")
+        if self.max_screenshots < 0 or self.reply_retries < 0:
+            raise ValueError("max_screenshots: max_screenshots and reply_retries must be >= 0")
+
+
+def make_judge(settings: JudgeSettings) -> Judge:
+    """The judge `settings` describe."""
+    if settings.kind == "programmatic":
+        return ProgrammaticJudge()
+    return RubricJudge(settings)
 
 
 _SYSTEM = (
@@ -243,13 +238,13 @@ _SYSTEM = (
 class RubricJudge:
     """LLM judge of rubric facts, answer grounding and the reference answer."""
 
-    def __init__(self, settings: RubricJudgeSettings) -> None:
+    def __init__(self, settings: JudgeSettings) -> None:
+        if not settings.endpoint.configured:
+            raise ValueError("base_url: the rubric judge needs the endpoint's base_url and model")
         self.settings = settings
-        self.model_id = settings.model
-        self._endpoint = _ChatEndpoint(
-            base_url=settings.base_url, api_key=settings.api_key, max_concurrency=settings.max_concurrency,
-            timeout_s=settings.timeout_s, max_retries=settings.max_retries, backoff_s=settings.backoff_s,
-            unavailable=JudgeUnavailable, timeout=JudgeTimeout, rejected=JudgeRejected)
+        self.model_id = settings.endpoint.model
+        self._client = ChatClient(settings.endpoint, errors=EndpointErrors(
+            unavailable=JudgeUnavailable, timeout=JudgeTimeout, rejected=JudgeRejected))
 
     async def __aenter__(self) -> RubricJudge:
         return self
@@ -258,7 +253,7 @@ class RubricJudge:
         await self.close()
 
     async def close(self) -> None:
-        await self._endpoint.close()
+        await self._client.close()
 
     async def score(self, request: JudgeRequest) -> JudgeResult:
         started = time.perf_counter()
@@ -299,7 +294,6 @@ class RubricJudge:
         content: list[dict[str, Any]] = [{"type": "text", "text": question}]
         content += [{"type": "image_url", "image_url": {"url": image_data_url(image)}} for image in images]
         body: dict[str, Any] = {
-            "model": self.settings.model,
             "messages": [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": content}],
             "temperature": self.settings.temperature,
             "max_tokens": self.settings.max_tokens,
@@ -307,7 +301,7 @@ class RubricJudge:
         if self.settings.extra_body:
             body["extra_body"] = dict(self.settings.extra_body)
         for attempt in range(self.settings.reply_retries + 1):
-            completion = await self._endpoint.complete(**body)
+            completion = await self._client.complete(**body)
             if completion.usage is not None:
                 tokens[0] += completion.usage.prompt_tokens or 0
                 tokens[1] += completion.usage.completion_tokens or 0
@@ -354,13 +348,14 @@ class ProgrammaticJudge:
     model_id = "programmatic"
 
     async def score(self, request: JudgeRequest) -> JudgeResult:
-        raw = request.env_raw_reward
-        passed = bool(request.env_done and raw is not None and raw >= 1)
-        if raw is None:
+        outcome = request.outcome
+        raw = outcome.raw_reward if outcome is not None else None
+        passed = bool(outcome is not None and outcome.done and raw is not None and raw >= 1)
+        if outcome is None or raw is None:
             reason = "the environment reported no reward"
-        elif not request.env_done:
+        elif not outcome.done:
             reason = f"the episode did not finish (raw reward {raw:g})"
         else:
-            reason = f"raw reward {raw:g}" + (f": {request.env_reason}" if request.env_reason else "")
+            reason = f"raw reward {raw:g}" + (f": {outcome.reason}" if outcome.reason else "")
         return JudgeResult(reward=1.0 if passed else 0.0,
                            verdicts=(Verdict("environment", passed, reason),), judge_model=self.model_id)

@@ -1,21 +1,32 @@
-"""MiniWoB++ as an environment kind: ``environment="miniwob:click-button"`` plus a seed.
+"""MiniWoB++ as a task kind: ``environment="miniwob:click-button"`` plus a seed. Every
+MiniWoB-specific line of the rollout side is here.
 
-The page (served by `webgym_rollout.sites`) shows a START cover; `start_episode` seeds the page's
-random generator (``Math.seedrandom``), starts the episode (``core.startEpisodeReal()``) and waits for
-``WOB_TASK_READY``. `read_state` reads the instruction (``core.getUtterance()``) and the outcome
-(``WOB_DONE_GLOBAL``, ``WOB_REWARD_GLOBAL`` time-discounted, ``WOB_RAW_REWARD_GLOBAL`` 1 / -1,
-``WOB_REWARD_REASON``). Screenshots are cropped to the task area `MINIWOB_CLIP`: the timer beside it
-changes every frame and would defeat the "nothing changed" hash.
+The pages ship in the ``miniwob`` package (`html_dir`) and are served on 127.0.0.1 by
+`webgym_rollout.sites`. A page shows a START cover; `MiniWobTask.start_page` seeds its random
+generator (``Math.seedrandom``), starts the episode (``core.startEpisodeReal()``) and waits for
+``WOB_TASK_READY``. `MiniWobTask.read_page` reads the instruction (``core.getUtterance()``) and the
+outcome (``WOB_DONE_GLOBAL``, ``WOB_REWARD_GLOBAL`` time-discounted, ``WOB_RAW_REWARD_GLOBAL`` 1 / -1,
+``WOB_REWARD_REASON``). Screenshots are cropped to the task area (`MiniWobTask.clip`): the timer
+beside it changes every frame and would defeat the "nothing changed" hash.
+
+A MiniWoB episode's instruction is the page's utterance, its reward the page's raw reward (read
+after every step: an episode ends when the page says it is done), and its step budget
+`EnvSettings.miniwob_horizon` (short, single-page tasks).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from webgym_rollout.errors import InvalidRequest
+from webgym_rollout.tasks import TaskKind
+from webgym_rollout.trajectory import TaskOutcome
 
-__all__ = ["MINIWOB_CLIP", "Environment", "parse_environment", "read_state", "start_episode"]
+if TYPE_CHECKING:
+    from webgym_rollout.browser.client import BrowserSession
+    from webgym_rollout.env import EnvSettings
+
+__all__ = ["MINIWOB_CLIP", "MiniWobTask", "html_dir", "task_url"]
 
 MINIWOB_CLIP = {"x": 0, "y": 0, "width": 160, "height": 210}
 
@@ -33,36 +44,57 @@ _STATE = """() => ({
 })"""
 
 
-@dataclass(frozen=True)
-class Environment:
-    """``web`` (any website) or ``miniwob`` with its task name."""
-
-    kind: str
-    task: str = ""
-
-    @property
-    def name(self) -> str:
-        return f"miniwob:{self.task}" if self.kind == "miniwob" else "web"
-
-
-def parse_environment(name: str) -> Environment:
-    """``"web"`` or ``"miniwob:<task>"``; anything else is an `InvalidRequest` naming the value."""
-    if name in ("", "web"):
-        return Environment("web")
-    kind, _, task = name.partition(":")
-    if kind == "miniwob" and task and all(c.isalnum() or c in "-_." for c in task):
-        return Environment("miniwob", task)
-    raise InvalidRequest(f"unknown environment {name!r}: expected 'web' or 'miniwob:<task>'")
+def html_dir() -> Path:
+    """The ``html`` folder shipped in the ``miniwob`` package (raises ImportError naming the fix)."""
+    try:
+        import miniwob
+    except ImportError as exc:
+        raise ImportError("the 'miniwob' package is missing: pip install 'webgym[rollout]'") from exc
+    folder = Path(miniwob.__file__).resolve().parent / "html"
+    if not (folder / "miniwob").is_dir():
+        raise ImportError(f"{folder} has no miniwob/ pages; reinstall the 'miniwob' package")
+    return folder
 
 
-async def start_episode(page: Any, seed: int | None, *, max_time_s: float | None, timeout_s: float) -> None:
-    """Start a seeded episode on a loaded MiniWoB page (Playwright `Page`)."""
-    timeout_ms = timeout_s * 1000
-    await page.wait_for_selector("#sync-task-cover", state="attached", timeout=timeout_ms)
-    await page.evaluate(_START, [seed, None if max_time_s is None else int(max_time_s * 1000)])
-    await page.wait_for_function("() => WOB_TASK_READY === true", timeout=timeout_ms)
+def task_url(sites_url: str, task: str) -> str:
+    """The page of MiniWoB task `task` (e.g. ``click-button``) on a site server at `sites_url`."""
+    return f"{sites_url.rstrip('/')}/miniwob/{task}.html"
 
 
-async def read_state(page: Any) -> dict[str, Any]:
-    """The episode's utterance and outcome as a dict with `EnvState`'s fields."""
-    return await page.evaluate(_STATE)
+class MiniWobTask(TaskKind):
+    """A MiniWoB++ page, seeded with the task's ``env_seed``; the page reports the reward."""
+
+    name = "miniwob"
+    clip: ClassVar[dict[str, int] | None] = MINIWOB_CLIP
+
+    def check(self, settings: EnvSettings) -> None:
+        if not settings.sites_url:
+            raise ValueError(f"sites_url: task {self.task.task_id} is a MiniWoB task ({self.environment}); "
+                             "give the site server's URL (webgym-rollout serve-sites; --sites-url)")
+
+    def start_url(self, settings: EnvSettings) -> str:
+        self.check(settings)
+        return task_url(str(settings.sites_url), self.argument)
+
+    async def setup(self, session: BrowserSession) -> str:
+        state = await session.env_state()
+        return state.utterance or self.task.task_name
+
+    async def validate(self, session: BrowserSession) -> TaskOutcome:
+        state = await session.env_state()
+        return TaskOutcome(done=state.done, raw_reward=state.raw_reward, reason=state.reason)
+
+    def horizon(self, settings: EnvSettings, split: str) -> int:
+        return settings.miniwob_horizon
+
+    @classmethod
+    async def start_page(cls, page: Any, argument: str, seed: int | None, *, max_time_s: float | None,
+                         timeout_s: float) -> None:
+        timeout_ms = timeout_s * 1000
+        await page.wait_for_selector("#sync-task-cover", state="attached", timeout=timeout_ms)
+        await page.evaluate(_START, [seed, None if max_time_s is None else int(max_time_s * 1000)])
+        await page.wait_for_function("() => WOB_TASK_READY === true", timeout=timeout_ms)
+
+    @classmethod
+    async def read_page(cls, page: Any) -> dict[str, Any]:
+        return await page.evaluate(_STATE)

@@ -1,10 +1,11 @@
 """Policies: ``await policy.act(observation) -> PolicyOutput``.
 
-- `OpenAIPolicy`: any OpenAI-compatible chat-completions endpoint through the `openai` client (vLLM
-  in production, ``webgym-rollout serve-policy`` on CPU, hosted APIs for baselines). Screenshots go
-  inline as base64 ``data:`` URLs, never as file paths, so policy and browsers need no shared disk.
-  Sampling settings live in `SamplingSettings`; requests are bounded by a semaphore, each has a
-  timeout, transient failures are retried with backoff, token usage is counted in `PolicyUsage`.
+- `OpenAIPolicy`: any OpenAI-compatible chat-completions endpoint (vLLM in production,
+  ``webgym-rollout serve-policy`` on CPU, hosted APIs for baselines) through the toolkit's one retry
+  client (`webgym_core.endpoint.ChatClient`: bounded concurrency, timeouts, typed retries, usage).
+  Screenshots go inline as base64 ``data:`` URLs, never as file paths, so policy and browsers need
+  no shared disk. Sampling lives in `SamplingSettings`; the reply's token log-probabilities and the
+  model name the endpoint answered with (the policy version) are kept on the output.
 - `RandomPolicy`: clicks the centre of a random interactive element or types words from the
   instruction; seeded, needs no model. It writes its replies in the agent protocol's format, so its
   successful episodes can bootstrap training and it benchmarks the rollout machinery alone.
@@ -26,23 +27,25 @@ Serving Qwen3-VL-8B-Instruct with vLLM (untested here: these machines have no GP
         --mm-processor-kwargs '{"max_pixels": 1003520}' --gpu-memory-utilization 0.9 \\
         --max-num-seqs 128 --tensor-parallel-size 1
 
-and point the policy at it: ``OpenAIPolicySettings(base_url="http://HOST:8000/v1",
-model="qwen3-vl-8b")``. ``--limit-mm-per-prompt`` must allow ``AgentSettings.full_rounds + 1``
+and point the policy at it: ``OpenAIPolicy(Endpoint(base_url="http://HOST:8000/v1",
+model="qwen3-vl-8b"))`` (``webgym-rollout run --policy openai --policy-base-url ... --policy-model ...``).
+`PolicySettings` is what the CLI fills; `make_policy(settings)` builds the policy it describes.
+``--limit-mm-per-prompt`` must allow ``AgentSettings.full_rounds + 1``
 images (the last 4 rounds plus the current screenshot).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import os
 import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
+from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors, Usage
+from webgym_core.settings import flat
 from webgym_rollout.actions import AgentAction, pixels_to_grid
 from webgym_rollout.agent import (
     AgentSettings,
@@ -58,16 +61,16 @@ from webgym_rollout.errors import PolicyError
 
 __all__ = [
     "OpenAIPolicy",
-    "OpenAIPolicySettings",
     "Policy",
     "PolicyOutput",
     "PolicyRejected",
+    "PolicySettings",
     "PolicyTimeout",
     "PolicyUnavailable",
-    "PolicyUsage",
     "RandomPolicy",
     "RandomPolicySettings",
     "SamplingSettings",
+    "make_policy",
 ]
 
 logger = logging.getLogger(__name__)
@@ -91,17 +94,6 @@ class PolicyRejected(PolicyError):
     kind = "policy_rejected"
 
 
-@dataclass
-class PolicyUsage:
-    """Counters over the life of a policy (all requests, all episodes)."""
-
-    requests: int = 0
-    retries: int = 0
-    failures: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
 @dataclass(frozen=True)
 class PolicyOutput:
     """One policy step: the reply, what it parsed to, and the messages as sent (image placeholders)."""
@@ -114,10 +106,21 @@ class PolicyOutput:
     completion_tokens: int = 0
     finish_reason: str = ""
     latency_s: float = 0.0
+    policy_version: str = ""
+    """The checkpoint that produced the reply, as the endpoint named it (its reply's ``model``)."""
+    logprobs: tuple[float, ...] = ()
+    """Log-probability of each reply token, when the endpoint returned them."""
 
     @property
     def action(self) -> AgentAction | None:
         return self.parsed.action
+
+    @classmethod
+    def scripted(cls, action: AgentAction, *, model: str = "scripted") -> PolicyOutput:
+        """The output of a policy that chose `action` without a model (scripted play, tests)."""
+        response = action.to_tool_call()
+        return cls(response=response, parsed=ParsedResponse(action=action), messages=[], model=model,
+                   finish_reason="stop", policy_version=model)
 
     @property
     def messages_json(self) -> str:
@@ -127,7 +130,8 @@ class PolicyOutput:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything that maps an observation to a reply."""
+    """Anything that maps an observation to a reply. A policy that reads the page's interactive
+    elements (``Observation.elements``) says so with ``observes_elements = True``."""
 
     model_id: str
 
@@ -136,7 +140,7 @@ class Policy(Protocol):
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """Sampling parameters sent with every request."""
+    """Sampling parameters sent with every policy request."""
 
     temperature: float = 1.0
     """Sampling temperature (RL rollouts sample; use 0 for evaluation)."""
@@ -144,132 +148,79 @@ class SamplingSettings:
     """Nucleus sampling mass."""
     max_tokens: int = 1024
     """Longest reply; a reply cut here usually fails to parse and becomes a no-op step."""
-    seed: int | None = None
-    """Per-request seed where the server supports it (vLLM does)."""
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    sampling_seed: int | None = None
+    """Per-request seed where the server supports it (vLLM does). Unset in RL: attempts of one task
+    must be able to differ."""
+    logprobs: bool = True
+    """Ask for the reply tokens' log-probabilities (stored on each step; vLLM and the CPU policy
+    server return them)."""
+    extra_body: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
     """Server-specific fields passed through, e.g. ``{"top_k": 50}`` for vLLM."""
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p: must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens: must be >= 1, got {self.max_tokens}")
 
 
 @dataclass(frozen=True)
-class OpenAIPolicySettings:
-    """Where the policy model is served and how it is called."""
+class RandomPolicySettings:
+    """The random baseline policy (no model)."""
 
-    base_url: str
-    """OpenAI-compatible endpoint, e.g. ``http://127.0.0.1:8000/v1``."""
-    model: str
-    """Model name as the server knows it (``/v1/models``)."""
-    api_key: str | None = None
-    """API key; falls back to the ``OPENAI_API_KEY`` environment variable, then ``EMPTY``."""
-    max_concurrency: int = 64
-    """Requests in flight at once from this policy (the rest wait)."""
-    timeout_s: float = 120.0
-    """Seconds one request may take."""
-    max_retries: int = 3
-    """Retries after the first attempt for transient failures (connection, timeout, 5xx, 429)."""
-    backoff_s: float = 0.5
-    """First retry delay; doubles each retry, with jitter."""
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
-    """Sampling parameters."""
-    agent: AgentSettings = field(default_factory=AgentSettings)
-    """Prompt variant and context window."""
+    seed: int = 0
+    """Base seed; each step's choice depends only on (seed, episode id, step), not on timing."""
+    type_probability: float = 0.2
+    """Chance of typing words from the instruction instead of clicking."""
+    scroll_probability: float = 0.05
+    """Chance of scrolling down instead of clicking."""
+    max_words: int = 3
+    """Most words typed at once."""
 
 
-class _Transient(Exception):
-    def __init__(self, error: type[Exception], reason: str) -> None:
-        super().__init__(reason)
-        self.error, self.reason = error, reason
+@dataclass(frozen=True)
+class PolicySettings:
+    """Which policy plays, and how it is called (the ``--policy-*`` flags)."""
+
+    kind: Literal["random", "openai"] = "random"
+    """random (clicks element centres, types words of the instruction; no model) or openai (any
+    OpenAI-compatible chat endpoint: vLLM, the CPU policy server, an API)."""
+    endpoint: Endpoint = flat(Endpoint)
+    sampling: SamplingSettings = flat(SamplingSettings)
+    agent: AgentSettings = flat(AgentSettings)
+    random: RandomPolicySettings = flat(RandomPolicySettings)
+
+    def __post_init__(self) -> None:
+        if self.kind == "openai" and not self.endpoint.configured:
+            raise ValueError("base_url: the openai policy needs the endpoint's base_url and model "
+                             "(--policy-base-url, --policy-model)")
 
 
-class _ChatEndpoint:
-    """An `AsyncOpenAI` client with bounded concurrency, typed retries and usage counting.
-
-    Shared by the policy and the rubric judge, which pass their own error classes. The client and
-    semaphore are created for the running event loop on first use (both are bound to one loop).
-    """
-
-    def __init__(self, *, base_url: str, api_key: str | None, max_concurrency: int, timeout_s: float,
-                 max_retries: int, backoff_s: float, unavailable: type[Exception],
-                 timeout: type[Exception], rejected: type[Exception]) -> None:
-        if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
-        self.base_url = base_url
-        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        self._max_concurrency, self._timeout_s = max_concurrency, timeout_s
-        self._max_retries, self._backoff_s = max_retries, backoff_s
-        self._errors = (unavailable, timeout, rejected)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: Any = None
-        self._semaphore: asyncio.Semaphore | None = None
-        self.usage = PolicyUsage()
-
-    def _bind(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            from openai import AsyncOpenAI
-
-            # Retries are ours (typed, counted); the client's own would hide them.
-            self._client = AsyncOpenAI(base_url=self.base_url, api_key=self._api_key,
-                                       timeout=self._timeout_s, max_retries=0)
-            self._semaphore = asyncio.Semaphore(self._max_concurrency)
-            self._loop = loop
-
-    async def complete(self, **request: Any) -> Any:
-        """``chat.completions.create(**request)`` with retries; returns the completion object."""
-        import openai
-
-        self._bind()
-        unavailable, timeout, rejected = self._errors
-        attempt = 0
-        while True:
-            try:
-                async with self._semaphore:  # type: ignore[union-attr]
-                    self.usage.requests += 1
-                    try:
-                        completion = await self._client.chat.completions.create(**request)
-                    except openai.APITimeoutError:
-                        raise _Transient(timeout, f"no answer within {self._timeout_s:g} s") from None
-                    except openai.APIConnectionError as exc:
-                        raise _Transient(unavailable, f"connection failed: {exc}") from None
-                    except (openai.InternalServerError, openai.RateLimitError) as exc:
-                        raise _Transient(unavailable, f"HTTP {exc.status_code}") from None
-                    except openai.APIStatusError as exc:
-                        self.usage.failures += 1
-                        raise rejected(f"{self.base_url} rejected the request (HTTP {exc.status_code}): "
-                                       f"{exc.message}") from None
-                if completion.usage is not None:
-                    self.usage.prompt_tokens += completion.usage.prompt_tokens or 0
-                    self.usage.completion_tokens += completion.usage.completion_tokens or 0
-                return completion
-            except _Transient as exc:
-                if attempt >= self._max_retries:
-                    self.usage.failures += 1
-                    raise exc.error(f"{self.base_url}: {exc.reason} (after {attempt + 1} attempts)") from None
-                delay = self._backoff_s * (2 ** attempt) * (0.5 + random.random())
-                logger.info("%s: %s; retry %d in %.2f s", self.base_url, exc.reason, attempt + 1, delay)
-                attempt += 1
-                self.usage.retries += 1
-                await asyncio.sleep(delay)
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client, self._loop = None, None
+def make_policy(settings: PolicySettings) -> Policy:
+    """The policy `settings` describe."""
+    if settings.kind == "random":
+        return RandomPolicy(settings.random, agent=settings.agent)
+    return OpenAIPolicy(settings.endpoint, sampling=settings.sampling, agent=settings.agent)
 
 
 class OpenAIPolicy:
-    """A VLM behind an OpenAI-compatible endpoint. Use as ``async with OpenAIPolicy(settings) as p``."""
+    """A VLM behind an OpenAI-compatible endpoint. Use as ``async with OpenAIPolicy(endpoint) as p``."""
 
-    def __init__(self, settings: OpenAIPolicySettings) -> None:
-        self.settings = settings
-        self.model_id = settings.model
-        self._endpoint = _ChatEndpoint(
-            base_url=settings.base_url, api_key=settings.api_key, max_concurrency=settings.max_concurrency,
-            timeout_s=settings.timeout_s, max_retries=settings.max_retries, backoff_s=settings.backoff_s,
-            unavailable=PolicyUnavailable, timeout=PolicyTimeout, rejected=PolicyRejected)
+    def __init__(self, endpoint: Endpoint, *, sampling: SamplingSettings | None = None,
+                 agent: AgentSettings | None = None) -> None:
+        self.endpoint = endpoint
+        self.sampling = sampling or SamplingSettings()
+        self.agent = agent or AgentSettings()
+        self.model_id = endpoint.model
+        self._client = ChatClient(endpoint, errors=EndpointErrors(
+            unavailable=PolicyUnavailable, timeout=PolicyTimeout, rejected=PolicyRejected))
 
     @property
-    def usage(self) -> PolicyUsage:
-        return self._endpoint.usage
+    def usage(self) -> Usage:
+        """Requests, retries, failures and tokens over the life of this policy."""
+        return self._client.usage
 
     async def __aenter__(self) -> OpenAIPolicy:
         return self
@@ -278,39 +229,42 @@ class OpenAIPolicy:
         await self.close()
 
     async def close(self) -> None:
-        await self._endpoint.close()
+        await self._client.close()
 
     async def act(self, observation: Observation) -> PolicyOutput:
-        messages = build_messages(observation, self.settings.agent)
-        sampling = self.settings.sampling
+        messages = build_messages(observation, self.agent)
+        sampling = self.sampling
         request: dict[str, Any] = {
-            "model": self.settings.model,
             "messages": inline_images(messages, observation_images(observation)),
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "max_tokens": sampling.max_tokens,
         }
-        if sampling.seed is not None:
-            request["seed"] = sampling.seed
+        if sampling.sampling_seed is not None:
+            request["seed"] = sampling.sampling_seed
+        if sampling.logprobs:
+            request["logprobs"] = True
         if sampling.extra_body:
             request["extra_body"] = dict(sampling.extra_body)
         started = time.perf_counter()
-        completion = await self._endpoint.complete(**request)
+        completion = await self._client.complete(**request)
         latency = time.perf_counter() - started
         if not completion.choices:
-            raise PolicyUnavailable(f"{self.settings.base_url} returned a completion without choices")
+            raise PolicyUnavailable(f"{self.endpoint.base_url} returned a completion without choices")
         choice = completion.choices[0]
         text = _reply_text(choice.message)
         usage = completion.usage
         return PolicyOutput(
             response=text,
-            parsed=parse_response(text, self.settings.agent.variant),
+            parsed=parse_response(text, self.agent.variant),
             messages=messages,
             model=self.model_id,
             prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
             completion_tokens=(usage.completion_tokens or 0) if usage else 0,
             finish_reason=choice.finish_reason or "",
             latency_s=latency,
+            policy_version=str(getattr(completion, "model", "") or self.model_id),
+            logprobs=_token_logprobs(choice),
         )
 
 
@@ -332,20 +286,10 @@ def _reply_text(message: Any) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class RandomPolicySettings:
-    """The random baseline policy."""
-
-    seed: int = 0
-    """Base seed; each step's choice depends only on (seed, episode id, step), not on timing."""
-    type_probability: float = 0.2
-    """Chance of typing words from the instruction instead of clicking."""
-    scroll_probability: float = 0.05
-    """Chance of scrolling down instead of clicking."""
-    max_words: int = 3
-    """Most words typed at once."""
-    agent: AgentSettings = field(default_factory=AgentSettings)
-    """Prompt variant (the random policy records the messages a model would have seen)."""
+def _token_logprobs(choice: Any) -> tuple[float, ...]:
+    """The reply tokens' log-probabilities from an OpenAI ``choice.logprobs`` (empty if absent)."""
+    content = getattr(getattr(choice, "logprobs", None), "content", None) or ()
+    return tuple(float(token.logprob) for token in content)
 
 
 # Elements worth clicking; others (plain text, layout boxes) are skipped when any of these exist.
@@ -365,9 +309,12 @@ class RandomPolicy:
     """Clicks the centre of a random interactive element, sometimes types instruction words."""
 
     model_id = "random"
+    observes_elements = True
 
-    def __init__(self, settings: RandomPolicySettings | None = None) -> None:
+    def __init__(self, settings: RandomPolicySettings | None = None, *,
+                 agent: AgentSettings | None = None) -> None:
         self.settings = settings or RandomPolicySettings()
+        self.agent = agent or AgentSettings()
 
     async def act(self, observation: Observation) -> PolicyOutput:
         started = time.perf_counter()
@@ -391,16 +338,17 @@ class RandomPolicy:
         else:
             action = AgentAction(name="scroll", direction="down")
             intention = "Scroll down to see more of the page."
-        response = format_response(action, variant=settings.agent.variant,
+        response = format_response(action, variant=self.agent.variant,
                                    memory="Nothing recorded (random policy).",
                                    progress=f"Step {observation.step}.", intention=intention)
         return PolicyOutput(
             response=response,
-            parsed=parse_response(response, settings.agent.variant),
-            messages=build_messages(observation, settings.agent),
+            parsed=parse_response(response, self.agent.variant),
+            messages=build_messages(observation, self.agent),
             model=self.model_id,
             finish_reason="stop",
             latency_s=time.perf_counter() - started,
+            policy_version=self.model_id,
         )
 
     @staticmethod

@@ -19,9 +19,9 @@ to vLLM in production, so tests, the demo and the CPU RL loop need no GPU:
 - ``GET /health``: liveness, the checkpoint, and counters.
 
 Generation runs in one worker thread (one request at a time, in arrival order), so the event loop
-keeps accepting requests and answering ``/health`` while the model works. An optional simulated
-latency (log-normal; waited concurrently, outside the worker) stands in for a GPU server in
-benchmarks.
+keeps accepting requests and answering ``/health`` while the model works. The checkpoint is loaded
+with `webgym_rollout.modeling` (image-only Qwen-VL processor, no torchvision). The command's flags
+come from `PolicyServerSettings` (`webgym_core.settings`: one flag per field, its docstring as help).
 
 Security: binds 127.0.0.1 by default; binding any other address requires ``--token`` and then every
 endpoint but ``/health`` needs ``Authorization: Bearer <token>``. The server never fetches URLs: an
@@ -46,8 +46,6 @@ import contextlib
 import functools
 import io
 import logging
-import math
-import random
 import socket
 import threading
 import time
@@ -63,8 +61,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from webgym_core.errors import SettingsError
+from webgym_core.settings import load_settings, settings_options
+from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.errors import PolicyError
-from webgym_rollout.guard import is_loopback_host
 
 __all__ = [
     "BadChatRequest",
@@ -116,34 +116,41 @@ class ReloadFailed(PolicyServerError):
 class PolicyServerSettings:
     """Settings of ``webgym-rollout serve-policy``."""
 
-    model: str
+    model: str = ""
     """Checkpoint to serve: a local folder or a Hub model id (Qwen2-VL, Qwen2.5-VL or Qwen3-VL)."""
     host: str = "127.0.0.1"
-    """Address to bind. Anything but a loopback address requires `token`."""
+    """Address to bind. Anything but a loopback address requires --token."""
     port: int = 8500
-    """TCP port to bind; 0 picks a free one (see `running_policy_server`)."""
-    token: str | None = None
-    """Bearer token every endpoint but /health requires; None means no authentication."""
+    """TCP port to bind; 0 picks a free one."""
+    token: str | None = field(default=None, metadata={"env": "WEBGYM_POLICY_TOKEN"})
+    """Bearer token every endpoint but /health requires (clients send Authorization: Bearer
+    <token>); none means no authentication."""
     served_model_name: str | None = None
-    """Name clients pass as ``model``; defaults to `model` as given. Unchanged by /reload."""
+    """Name clients pass as ``model`` (default: --model as given). Unchanged by /reload."""
     revision: str | None = None
-    """Hub revision of `model` (ignored for local folders)."""
+    """Hub revision of --model (ignored for local folders)."""
     device: str = "cpu"
     """Torch device the model runs on."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Weights dtype; "auto" keeps the checkpoint's."""
+    """Weights dtype; auto keeps the checkpoint's."""
     max_new_tokens: int = 512
-    """Upper bound (and default) for a request's ``max_tokens``."""
+    """Upper bound and default for a request's max_tokens."""
     min_pixels: int | None = None
-    """Smallest image area after resizing; None keeps the checkpoint's value."""
+    """Smallest image area after resizing (default: the checkpoint's value)."""
     max_pixels: int | None = None
-    """Largest image area after resizing; None keeps the checkpoint's value."""
-    latency_median_s: float = 0.0
-    """Median of an added log-normal per-request latency (0 = none); stands in for a GPU server."""
-    latency_p95_s: float = 0.0
-    """95th percentile of the added latency; must be >= the median when the median is set."""
-    latency_seed: int = 0
-    """Seed of the added-latency draws, so benchmark runs are comparable."""
+    """Largest image area after resizing (default: the checkpoint's value)."""
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("model: a checkpoint folder or Hub model id is required")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port: must be in 0..65535, got {self.port}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+        for name in ("min_pixels", "max_pixels"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}: must be >= 1, got {value}")
 
     @property
     def name(self) -> str:
@@ -298,7 +305,7 @@ class _Generation:
 def _load_policy(settings: PolicyServerSettings, checkpoint: str, revision: str | None) -> _Policy:
     import torch
 
-    from webgym_rl.modeling import load_model, load_processor
+    from webgym_rollout.modeling import load_model, load_processor
 
     dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
     processor = load_processor(checkpoint, revision=revision, min_pixels=settings.min_pixels,
@@ -437,22 +444,6 @@ def _generate(policy: _Policy, request: ChatCompletionRequest, messages: list[di
                        completion_tokens=len(new_ids), logprobs=logprobs)
 
 
-class _LogNormalLatency:
-    """Heavy-tailed added latency: log-normal with the given median and 95th percentile."""
-
-    def __init__(self, median_s: float, p95_s: float, seed: int):
-        if median_s <= 0:
-            raise ValueError(f"latency median must be > 0, got {median_s}")
-        if p95_s < median_s:
-            raise ValueError(f"latency p95 ({p95_s}) must be >= the median ({median_s})")
-        self._mu = math.log(median_s)
-        self._sigma = math.log(p95_s / median_s) / 1.6448536269514722  # z of the 95th percentile
-        self._rng = random.Random(seed)
-
-    def draw(self) -> float:
-        return self._rng.lognormvariate(self._mu, self._sigma)
-
-
 class _PolicyService:
     """Owns the current checkpoint, the generation worker and the counters."""
 
@@ -464,8 +455,6 @@ class _PolicyService:
         self._reload_lock = asyncio.Lock()
         self.requests_served = 0
         self.reloads = 0
-        self._latency = (_LogNormalLatency(settings.latency_median_s, settings.latency_p95_s,
-                                           settings.latency_seed) if settings.latency_median_s > 0 else None)
 
     def accepted_names(self) -> set[str]:
         return {self.settings.name, self.policy.checkpoint}
@@ -481,8 +470,6 @@ class _PolicyService:
         max_new = request.max_completion_tokens or request.max_tokens or self.settings.max_new_tokens
         max_new = min(max_new, self.settings.max_new_tokens)
         messages, images = await asyncio.to_thread(_prepare, request)
-        if self._latency is not None:
-            await asyncio.sleep(self._latency.draw())
         # Snapshot now: a request accepted before a /reload finishes on the model it was accepted by.
         policy = self.policy
         loop = asyncio.get_running_loop()
@@ -499,7 +486,7 @@ class _PolicyService:
         )
 
     async def reload(self, request: ReloadRequest) -> ReloadResponse:
-        from webgym_rl.modeling import ModelingError
+        from webgym_rollout.modeling import ModelingError
 
         async with self._reload_lock:
             previous = self.policy.checkpoint
@@ -617,28 +604,8 @@ def running_policy_server(settings: PolicyServerSettings) -> Iterator[str]:
 
 
 @click.command("serve-policy", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--model", "model", required=True, help="Checkpoint folder or Hub model id (Qwen2/2.5/3-VL).")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind (non-loopback needs --token).")
-@click.option("--port", default=8500, show_default=True, type=int, help="TCP port.")
-@click.option("--token", default=None, envvar="WEBGYM_POLICY_TOKEN", help="Bearer token clients must send.")
-@click.option("--served-model-name", default=None, help="Model name clients use (default: --model).")
-@click.option("--revision", default=None, help="Hub revision of --model.")
-@click.option("--device", default="cpu", show_default=True, help="Torch device.")
-@click.option("--dtype", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), default="auto",
-              show_default=True, help="Weights dtype.")
-@click.option("--max-new-tokens", default=512, show_default=True, type=click.IntRange(min=1),
-              help="Upper bound and default for a request's max_tokens.")
-@click.option("--min-pixels", default=None, type=click.IntRange(min=1), help="Smallest resized image area.")
-@click.option("--max-pixels", default=None, type=click.IntRange(min=1), help="Largest resized image area.")
-@click.option("--latency-median-s", default=0.0, show_default=True, type=click.FloatRange(min=0),
-              help="Add a log-normal per-request latency with this median (benchmarks).")
-@click.option("--latency-p95-s", default=0.0, show_default=True, type=click.FloatRange(min=0),
-              help="95th percentile of the added latency.")
-def serve_policy_command(model: str, host: str, port: int, token: str | None, served_model_name: str | None,
-                         revision: str | None, device: str, dtype: str, max_new_tokens: int,
-                         min_pixels: int | None, max_pixels: int | None, latency_median_s: float,
-                         latency_p95_s: float) -> None:
+@settings_options(PolicyServerSettings)
+def serve_policy_command(config: str | None, **flags: Any) -> None:
     """Serve a transformers Qwen-VL checkpoint as an OpenAI-compatible endpoint (CPU).
 
     Images in requests must be inline base64 data URLs; they are really fed to the model.
@@ -654,23 +621,16 @@ def serve_policy_command(model: str, host: str, port: int, token: str | None, se
     """
     import uvicorn
 
-    settings = PolicyServerSettings(
-        model=model, host=host, port=port, token=token, served_model_name=served_model_name,
-        revision=revision, device=device, dtype=dtype, max_new_tokens=max_new_tokens,  # type: ignore[arg-type]
-        min_pixels=min_pixels, max_pixels=max_pixels, latency_median_s=latency_median_s,
-        latency_p95_s=latency_p95_s or latency_median_s)
-    try:
-        _check_bind(settings)
-        if settings.latency_median_s > 0:
-            _LogNormalLatency(settings.latency_median_s, settings.latency_p95_s, settings.latency_seed)
-    except (PolicyServerError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from exc
-    from webgym_rl.modeling import ModelingError
+    from webgym_rollout.modeling import ModelingError
 
+    try:
+        settings = load_settings(PolicyServerSettings, config, flags)
+        _check_bind(settings)
+    except (SettingsError, PolicyServerError) as exc:
+        raise click.UsageError(str(exc)) from exc
     try:
         app = create_app(settings)
     except (ModelingError, OSError) as exc:
-        raise click.ClickException(f"cannot load --model {model!r}: {exc}") from exc
-    click.echo(f"serving {settings.name} on http://{host}:{port}/v1", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
-
+        raise click.ClickException(f"cannot load --model {settings.model!r}: {exc}") from exc
+    click.echo(f"serving {settings.name} on http://{settings.host}:{settings.port}/v1", err=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")

@@ -7,7 +7,7 @@
 - ``/sandbox/form.html``, ``/sandbox/next.html``: a small page with a form, a select, a link and a long
   body to scroll, for smoke tests and demos.
 
-`miniwob_task_url(base, "click-button")` is the page URL of a MiniWoB task.
+`webgym_rollout.miniwob.task_url(base, "click-button")` is the page URL of a MiniWoB task.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import functools
 import http.server
 import logging
 import threading
-from pathlib import Path
 
 import click
 
-__all__ = ["SANDBOX_PAGES", "SiteServer", "miniwob_html_dir", "miniwob_task_url", "serve_sites_command"]
+from webgym_rollout import miniwob
+
+__all__ = ["SANDBOX_PAGES", "SiteServer", "serve_sites_command"]
 
 log = logging.getLogger(__name__)
 
@@ -50,23 +51,6 @@ SANDBOX_PAGES: dict[str, str] = {
 <body><h1>Second page</h1><a href="form.html">Back to the form</a></body></html>
 """,
 }
-
-
-def miniwob_html_dir() -> Path:
-    """The ``html`` folder shipped in the ``miniwob`` package."""
-    try:
-        import miniwob
-    except ImportError as exc:
-        raise click.ClickException("the 'miniwob' package is missing: pip install 'webgym[rollout]'") from exc
-    folder = Path(miniwob.__file__).resolve().parent / "html"
-    if not (folder / "miniwob").is_dir():
-        raise click.ClickException(f"{folder} has no miniwob/ pages; reinstall the 'miniwob' package")
-    return folder
-
-
-def miniwob_task_url(sites_base_url: str, task: str) -> str:
-    """The URL of MiniWoB task `task` (e.g. ``click-button``) on a site server at `sites_base_url`."""
-    return f"{sites_base_url.rstrip('/')}/miniwob/{task}.html"
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -99,7 +83,11 @@ class SiteServer:
     """The site server in a background thread; a context manager yielding itself (`base_url`)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
-        handler = functools.partial(_Handler, directory=str(miniwob_html_dir()))
+        try:
+            root = miniwob.html_dir()
+        except ImportError as exc:
+            raise click.ClickException(str(exc)) from exc
+        handler = functools.partial(_Handler, directory=str(root))
         self._server = http.server.ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None

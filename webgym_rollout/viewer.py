@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import html
 import logging
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
 from webgym_rollout.actions import GRID_SIZE, ActionParseError, AgentAction
-from webgym_rollout.dataset import TrajectoryDatasetError, read_manifest
+from webgym_rollout.trajectory import Episode, Step, TrajectoryError, read_episodes, read_manifest
 
 __all__ = ["render_report", "view_command"]
 
@@ -54,26 +53,13 @@ def _extension(data: bytes) -> str:
     return "png"
 
 
-def _episodes(out_dir: Path, limit: int | None) -> Iterator[dict[str, Any]]:
-    import pyarrow.parquet as pq
-
-    count = 0
-    for shard in read_manifest(out_dir)["shards"]:
-        for batch in pq.ParquetFile(out_dir / shard["path"]).iter_batches(batch_size=8):
-            for row in batch.to_pylist():
-                if limit is not None and count >= limit:
-                    return
-                count += 1
-                yield row
-
-
-def _step_html(step: Mapping[str, Any], image_src: str | None) -> str:
+def _step_html(step: Step, image_src: str | None) -> str:
     marker, action_line = "", ""
-    if step.get("action"):
+    if step.action:
         try:
-            action = AgentAction.from_json(step["action"])
+            action = AgentAction.from_json(step.action)
         except ActionParseError:
-            action_line = f"<div class='action'>{_e(step['action'])}</div>"
+            action_line = f"<div class='action'>{_e(step.action)}</div>"
         else:
             action_line = f"<div class='action'><b>{_e(action.describe(200))}</b></div>"
             if action.coordinate is not None:
@@ -81,22 +67,45 @@ def _step_html(step: Mapping[str, Any], image_src: str | None) -> str:
                 x, y = action.coordinate
                 marker = (f"<span class='click' data-x='{x}' data-y='{y}' "
                           f"style='left:{left:.2f}%;top:{top:.2f}%'></span>")
-    parts = [f"<div class='step' data-step='{_e(step.get('index'))}'>",
-             f"<div>Step {_e(step.get('index'))}</div>"]
+    parts = [f"<div class='step' data-step='{step.index}'>", f"<div>Step {step.index}</div>"]
     if image_src:
-        parts.append(f"<div class='shot'><img src='{_e(image_src)}' alt='step {_e(step.get('index'))}'>"
-                     f"{marker}</div>")
+        parts.append(f"<div class='shot'><img src='{_e(image_src)}' alt='step {step.index}'>{marker}</div>")
     parts.append(action_line or "<div class='action'>(no action)</div>")
-    if step.get("action_error"):
-        parts.append(f"<div class='error'>{_e(step['action_error'])}</div>")
-    if step.get("same_as_next"):
+    if step.action_error:
+        parts.append(f"<div class='error'>{_e(step.action_error)}</div>")
+    if step.same_as_next:
         parts.append("<div class='same'>screen unchanged by this step</div>")
-    if step.get("memory"):
-        parts.append(f"<div class='memory'>Memory: {_e(step['memory'])}</div>")
-    parts.append(f"<div class='where'>{_e(step.get('title'))} &mdash; {_e(step.get('url'))}</div>")
-    parts.append(f"<details><summary>reply</summary><pre>{_e(step.get('response'))}</pre></details>")
+    if step.memory:
+        parts.append(f"<div class='memory'>Memory: {_e(step.memory)}</div>")
+    parts.append(f"<div class='where'>{_e(step.title)} &mdash; {_e(step.url)}</div>")
+    parts.append(f"<details><summary>reply</summary><pre>{_e(step.response)}</pre></details>")
     parts.append("</div>")
     return "".join(parts)
+
+
+def _episode_html(episode: Episode, number: int, assets: Path) -> str:
+    steps_html = []
+    for step in episode.steps:
+        src = None
+        if step.screenshot:
+            name = f"ep{number:04d}-step{step.index:03d}.{_extension(step.screenshot)}"
+            (assets / name).write_bytes(step.screenshot)
+            src = f"{assets.name}/{name}"
+        steps_html.append(_step_html(step, src))
+    verdicts = "".join(
+        f"<li class='verdict {'pass' if v.passed else 'fail'}'><b>{_e(v.criterion)}</b>: {_e(v.reason)}</li>"
+        for v in episode.verdicts)
+    task = episode.task
+    meta = [("task", task.task_name), ("instruction", episode.instruction or "(task)"),
+            ("task id", task.task_id), ("start", task.start_url), ("status", episode.status.value),
+            ("reward", episode.reward), ("steps", episode.num_steps), ("answer", episode.answer or "(none)"),
+            ("policy", episode.policy_model), ("judge", episode.judge_model)]
+    return (f"<section class='episode' id='episode-{number}' data-episode-id='{_e(episode.episode_id)}' "
+            f"data-reward='{_e(episode.reward)}'><h2>{_e(task.task_name)}</h2>"
+            "<table class='meta'>" + "".join(f"<tr><td>{k}</td><td>{_e(v)}</td></tr>" for k, v in meta)
+            + "</table>"
+            f"<ul class='verdicts'>{verdicts or '<li>(no verdicts)</li>'}</ul>"
+            f"<div class='steps'>{''.join(steps_html)}</div></section>")
 
 
 def render_report(out_dir: str | Path, html_path: str | Path | None = None, *,
@@ -106,38 +115,14 @@ def render_report(out_dir: str | Path, html_path: str | Path | None = None, *,
     html_path = Path(html_path) if html_path else out_dir / "report.html"
     assets = html_path.with_name(f"{html_path.stem}_files")
     assets.mkdir(parents=True, exist_ok=True)
+    read_manifest(out_dir)  # a rollout folder: say so plainly when it is not one
     sections, n, successes = [], 0, 0
-    for episode in _episodes(out_dir, limit):
-        number = n
+    for episode in read_episodes(out_dir):
+        if limit is not None and n >= limit:
+            break
+        sections.append(_episode_html(episode, n, assets))
         n += 1
-        successes += (episode.get("reward") or 0) >= 1
-        steps_html = []
-        for step in episode.get("steps") or []:
-            shot = step.get("screenshot") or {}
-            data = shot.get("bytes") if isinstance(shot, Mapping) else None
-            src = None
-            if data:
-                name = f"ep{number:04d}-step{int(step.get('index') or 0):03d}.{_extension(data)}"
-                (assets / name).write_bytes(data)
-                src = f"{assets.name}/{name}"
-            steps_html.append(_step_html(step, src))
-        verdicts = "".join(
-            f"<li class='verdict {'pass' if v.get('passed') else 'fail'}'><b>{_e(v.get('criterion'))}</b>: "
-            f"{_e(v.get('reason'))}</li>" for v in episode.get("verdicts") or [])
-        meta = [("task", episode.get("task_name")), ("instruction", episode.get("instruction") or "(task)"),
-                ("task id", episode.get("task_id")),
-                ("start", episode.get("start_url")), ("status", episode.get("status")),
-                ("reward", episode.get("reward")), ("steps", episode.get("num_steps")),
-                ("answer", episode.get("answer") or "(none)"), ("policy", episode.get("policy_model")),
-                ("judge", episode.get("judge_model"))]
-        sections.append(
-            f"<section class='episode' id='episode-{number}' "
-            f"data-episode-id='{_e(episode.get('episode_id'))}' data-reward='{_e(episode.get('reward'))}'>"
-            f"<h2>{_e(episode.get('task_name'))}</h2>"
-            "<table class='meta'>" + "".join(f"<tr><td>{k}</td><td>{_e(v)}</td></tr>" for k, v in meta)
-            + "</table>"
-            f"<ul class='verdicts'>{verdicts or '<li>(no verdicts)</li>'}</ul>"
-            f"<div class='steps'>{''.join(steps_html)}</div></section>")
+        successes += episode.success
     title = f"WebGym trajectories: {out_dir.name}"
     rate = f"{successes / n:.1%}" if n else "n/a"
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
@@ -164,6 +149,6 @@ def view_command(out: Path, html_file: Path | None, limit: int | None) -> None:
     """
     try:
         path = render_report(out, html_file, limit=limit)
-    except TrajectoryDatasetError as exc:
+    except TrajectoryError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"wrote {path}")

@@ -84,7 +84,7 @@ def _load(folder: Path, cache: Path, **kwargs):
 def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
     import torch
 
-    from webgym_rl.modeling import load_model, load_processor
+    from webgym_rollout.modeling import load_model, load_processor
 
     out = tmp_path / "demo"
     demo = _Demo(out)

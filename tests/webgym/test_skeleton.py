@@ -17,7 +17,7 @@ import webgym_rl.cli
 import webgym_rollout.cli
 from tests.conftest import REPO_ROOT
 
-PACKAGES = ("webgym", "webgym_data", "webgym_rollout", "webgym_rl")
+PACKAGES = ("webgym", "webgym_core", "webgym_data", "webgym_rollout", "webgym_rl")
 CLIS = ("webgym", "webgym-data", "webgym-rollout", "webgym-rl")
 
 
@@ -26,6 +26,14 @@ def test_packages_import_in_a_fresh_interpreter():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_webgym_rl_exports_its_core_api_without_importing_torch():
+    code = ("import sys, webgym_rl; assert 'torch' not in sys.modules, 'import webgym_rl imported torch'; "
+            "names = [getattr(webgym_rl, n) for n in webgym_rl.__all__]; print(len(names))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 10
 
 
 @pytest.mark.parametrize("cli", CLIS)
@@ -99,7 +107,7 @@ def test_readme_cli_reference_is_current():
 
 def test_a_built_wheel_carries_the_card_templates(tmp_path):
     """`webgym-data build`, `webgym-rollout run` and `webgym-rl push` render cards from templates;
-    an installed wheel must hold them (they live in top-level cards/, linked from webgym/cards)."""
+    an installed wheel must hold them (they live in top-level cards/, linked from webgym_core/cards)."""
     import shutil
     import zipfile
 
@@ -119,15 +127,14 @@ def test_a_built_wheel_carries_the_card_templates(tmp_path):
     assert {p.name for p in templates} == {"tasks_card.md", "trajectories_card.md", "model_card.md"}
     with zipfile.ZipFile(wheel) as archive:
         for template in templates:
-            assert archive.read(f"webgym/cards/{template.name}") == template.read_bytes()
+            assert archive.read(f"webgym_core/cards/{template.name}") == template.read_bytes()
 
 
 def test_card_templates_are_found_through_the_package():
-    from webgym import CARDS_DIR
+    from webgym_core.cards import CARDS_DIR
     from webgym_data.build import CARD_TEMPLATE as TASKS_CARD
     from webgym_rl.hub import MODEL_CARD
-    from webgym_rollout.dataset import CARD_TEMPLATE as TRAJECTORIES_CARD
 
-    for template in (TASKS_CARD, TRAJECTORIES_CARD, MODEL_CARD):
+    for template in (TASKS_CARD, CARDS_DIR / "trajectories_card.md", MODEL_CARD):
         assert template.parent == CARDS_DIR
         assert template.read_bytes() == (REPO_ROOT / "cards" / template.name).read_bytes()

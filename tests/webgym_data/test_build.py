@@ -12,10 +12,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from webgym_data.build import BuildSettings, build, build_command, read_task_set
+from webgym_core.endpoint import Endpoint
+from webgym_data.build import BuildSettings, build, build_command
 from webgym_data.importers import discover_seeds, import_seed
+from webgym_data.llm import LLMSettings
+from webgym_data.loading import read_task_set
 from webgym_data.schema import task_features
-from webgym_data.split import registrable_domain
+from webgym_data.split import SplitSettings, registrable_domain
 from webgym_data.taxonomy import TAXONOMY
 
 
@@ -44,11 +47,18 @@ def synthetic_rows(n_sites: int, per_site: int, *, prefix: str = "task", start: 
     return rows
 
 
+def generic(out: Path, source: Path, test_size: int, *, seed: int = 0, **overrides) -> BuildSettings:
+    """Offline settings importing one JSONL file with the generic importer."""
+    return BuildSettings(out=out, importers=(("generic", str(source)),),
+                         split=SplitSettings(test_size=test_size, seed=seed), progress=False, **overrides)
+
+
 @pytest.fixture(scope="module")
 def built(seeds_dir, tmp_path_factory) -> tuple[Path, dict]:
     """One offline build of the real seed files, shared by the read-only tests below."""
     out = tmp_path_factory.mktemp("build") / "tasks"
-    report = build(BuildSettings(out=out, seeds_dir=seeds_dir, test_size=150, show_progress=False))
+    report = build(BuildSettings(out=out, seeds=seeds_dir, split=SplitSettings(test_size=150),
+                                 progress=False))
     return out, report.manifest
 
 
@@ -58,7 +68,7 @@ def test_layout_and_both_configs_load(built, tmp_path):
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]   # no temp folder left
     names = sorted(p.name for p in (out / "data").iterdir())
     prefixes = ("train-seeds-", "train-subtasks-", "test-seeds-", "test-subtasks-")
-    assert all(n.startswith(prefixes) for n in names)
+    assert all(n.startswith(prefixes) and f"-{manifest['build_id']}-" in n for n in names)
 
     tasks = load(out, cache=tmp_path / "c1")
     seeds = load(out, "seeds", cache=tmp_path / "c2")
@@ -122,22 +132,21 @@ def test_counts_match_the_importers_and_the_card(built, seeds_dir):
 def test_same_inputs_give_the_same_content_and_a_rebuild_replaces_the_folder(tmp_path):
     seed = write_jsonl(tmp_path / "seed.jsonl", synthetic_rows(40, 3))
     out = tmp_path / "tasks"
-    settings = BuildSettings(out=out, importers=(("generic", str(seed)),), test_size=20, show_progress=False)
+    settings = generic(out, seed, 20)
     first = build(settings).manifest
     (out / "data" / "stray.txt").write_text("left from before")
     second = build(settings).manifest
     assert first["content_hash"] == second["content_hash"]
     assert not (out / "data" / "stray.txt").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["seed.jsonl", "tasks"]
-    other_seed = build(BuildSettings(out=tmp_path / "t2", importers=(("generic", str(seed)),), test_size=20,
-                                     seed=5, show_progress=False)).manifest
+    other_seed = build(generic(tmp_path / "t2", seed, 20, seed=5)).manifest
     assert other_seed["content_hash"] != first["content_hash"]
 
 
 def test_a_failed_build_leaves_no_half_folder_and_keeps_the_old_one(tmp_path):
     good = write_jsonl(tmp_path / "good.jsonl", synthetic_rows(10, 2))
     out = tmp_path / "tasks"
-    build(BuildSettings(out=out, importers=(("generic", str(good)),), test_size=4, show_progress=False))
+    build(generic(out, good, 4))
     before = {p.name: p.read_bytes() for p in (out / "data").iterdir()}
     bad = write_jsonl(tmp_path / "bad.jsonl", [*synthetic_rows(2, 1), {"task_name": "", "website": "x.com"}])
     result = CliRunner().invoke(build_command, ["--importer", f"generic={good}", "--importer",
@@ -156,7 +165,10 @@ def test_a_failed_build_leaves_no_half_folder_and_keeps_the_old_one(tmp_path):
     (["--seeds", "/nonexistent/seeds"], "/nonexistent/seeds"),
     ([], "no seed sets"),
     (["--extend", "/nonexistent/build"], "/nonexistent/build: not a webgym-data build"),
-    (["--llm-base-url", "http://127.0.0.1:9/v1"], "--llm-base-url needs --llm-model"),
+    (["--llm-base-url", "http://127.0.0.1:9/v1"], "llm.model (--llm-model): required with base_url"),
+    (["--importer", "generic=x.jsonl", "--test-size", "-1"], "test_size (--test-size): must be >= 0, got -1"),
+    (["--importer", "generic=x.jsonl", "--near-threshold", "2"], "near_threshold (--near-threshold): must"),
+    (["--importer", "generic=x.jsonl", "--llm-max-retries", "-1"], "llm.max_retries (--llm-max-retries)"),
 ])
 def test_bad_input_is_one_clear_error_line(tmp_path, args, expected):
     result = CliRunner().invoke(build_command, [*args, "--out", str(tmp_path / "out"), "--no-progress"])
@@ -183,7 +195,7 @@ def test_llm_endpoint_down_is_one_error_line(tmp_path, unused_port):
     result = CliRunner().invoke(build_command, [
         "--importer", f"generic={seed}", "--out", str(tmp_path / "out"), "--no-progress",
         "--llm-base-url", f"http://127.0.0.1:{unused_port}/v1", "--llm-model", "m",
-        "--llm-cache", str(tmp_path / "cache"), "--llm-retries", "0"])
+        "--llm-cache-dir", str(tmp_path / "cache"), "--llm-max-retries", "0"])
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and f"127.0.0.1:{unused_port}" in lines[0]
@@ -209,8 +221,9 @@ def test_build_with_an_llm_generates_rubrics_instructions_and_taxonomy(tmp_path,
     seed = write_jsonl(tmp_path / "seed.jsonl", rows)
     llm = scripted_openai(scripted_llm)
     settings = BuildSettings(out=tmp_path / "out", importers=(("generic", str(seed)),),
-                             llm_base_url=llm.base_url, llm_model="scripted-model",
-                             llm_cache_dir=tmp_path / "cache", test_size=2, show_progress=False)
+                             llm=LLMSettings(endpoint=Endpoint(base_url=llm.base_url, model="scripted-model"),
+                                             cache_dir=tmp_path / "cache"),
+                             split=SplitSettings(test_size=2), progress=False)
     manifest = build(settings).manifest
     train, test, _ = read_task_set(tmp_path / "out")
     tasks = [*train, *test]
@@ -231,7 +244,7 @@ def test_build_with_an_llm_generates_rubrics_instructions_and_taxonomy(tmp_path,
     result = CliRunner().invoke(build_command, [
         "--importer", f"generic={seed}", "--out", str(tmp_path / "out"), "--test-size", "2",
         "--llm-base-url", llm.base_url, "--llm-model", "scripted-model",
-        "--llm-cache", str(tmp_path / "cache")])
+        "--llm-cache-dir", str(tmp_path / "cache")])
     assert result.exit_code == 0, result.output
     assert len(llm.requests) == 18
     again = json.loads((tmp_path / "out" / "manifest.json").read_text())
@@ -242,7 +255,7 @@ def test_build_with_an_llm_generates_rubrics_instructions_and_taxonomy(tmp_path,
 def test_extend_keeps_ids_and_sites_and_adds_the_new_tasks(tmp_path):
     v1_seed = write_jsonl(tmp_path / "v1.jsonl", synthetic_rows(30, 2))
     v1 = tmp_path / "v1"
-    build(BuildSettings(out=v1, importers=(("generic", str(v1_seed)),), test_size=12, show_progress=False))
+    build(generic(v1, v1_seed, 12))
     old_train, old_test, _ = read_task_set(v1)
     test_sites = {registrable_domain(t.website) for t in old_test}
     assert test_sites
@@ -251,8 +264,7 @@ def test_extend_keeps_ids_and_sites_and_adds_the_new_tasks(tmp_path):
     new_rows = synthetic_rows(30, 1, prefix="extra") + synthetic_rows(5, 2, prefix="fresh", start=100)
     v2_seed = write_jsonl(tmp_path / "v2.jsonl", [*new_rows, *synthetic_rows(30, 2)[:3]])  # 3 already there
     v2 = tmp_path / "v2"
-    manifest = build(BuildSettings(out=v2, importers=(("generic", str(v2_seed)),), extend=v1, test_size=12,
-                                   show_progress=False)).manifest
+    manifest = build(generic(v2, v2_seed, 12, extend=v1)).manifest
     new_train, new_test, _ = read_task_set(v2)
     old_rows = {t.task_id: (t, split) for split, ts in (("train", old_train), ("test", old_test)) for t in ts}
     new_rows_by_id = {t.task_id: (t, split) for split, ts in (("train", new_train), ("test", new_test))
@@ -274,16 +286,63 @@ def test_extend_keeps_ids_and_sites_and_adds_the_new_tasks(tmp_path):
     assert load(v2, cache=tmp_path / "c")["train"].num_rows == len(new_train)
 
 
-def test_help_has_an_example():
+def test_help_has_an_example_and_a_flag_per_setting():
     result = CliRunner().invoke(build_command, ["--help"])
     assert result.exit_code == 0 and "Example:" in result.output
+    for flag in ("--config", "--out", "--seeds", "--importer", "--extend", "--llm-base-url", "--llm-model",
+                 "--llm-api-key-env", "--llm-max-retries", "--llm-max-concurrency", "--llm-cache-dir",
+                 "--no-llm-cache", "--near-threshold", "--large-threshold", "--max-subtasks", "--test-size",
+                 "--seed", "--max-test-fraction", "--shard-rows", "--no-progress"):
+        assert flag in result.output, flag
+    assert "--llm-api-key " not in result.output        # secrets are never flags
+
+
+def test_yaml_settings_nest_as_the_dataclasses_and_flags_override_them(tmp_path):
+    seed = write_jsonl(tmp_path / "seed.jsonl", synthetic_rows(20, 2))
+    config = tmp_path / "build.yaml"
+    config.write_text(yaml.safe_dump({
+        "out": str(tmp_path / "from-yaml"), "importers": [["generic", str(seed)]],
+        "test_size": 6, "seed": 3, "max_subtasks": 0,
+        "llm": {"cache_dir": str(tmp_path / "cache"), "max_retries": 1}}))
+    result = CliRunner().invoke(build_command, ["--config", str(config), "--seed", "4", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "from-yaml" / "manifest.json").read_text())
+    settings = manifest["settings"]
+    assert (settings["test_size"], settings["seed"], settings["max_subtasks"]) == (6, 4, 0)
+    assert settings["llm"]["max_retries"] == 1 and "api_key" not in settings["llm"]
+    assert "progress" not in settings and manifest["counts"]["decompose"]["subtasks"] == 0
+    config.write_text(yaml.safe_dump({"out": str(tmp_path / "x"), "test_sise": 6}))
+    result = CliRunner().invoke(build_command, ["--config", str(config)])
+    assert result.exit_code == 1 and "test_sise: unknown setting" in result.output
 
 
 def test_an_empty_test_split_is_left_out_and_the_folder_still_loads(tmp_path):
     seed = write_jsonl(tmp_path / "seed.jsonl", synthetic_rows(4, 2))
     out = tmp_path / "tasks"
-    build(BuildSettings(out=out, importers=(("generic", str(seed)),), test_size=0, show_progress=False))
+    build(generic(out, seed, 0))
     assert not list((out / "data").glob("test-*"))
     for config in (None, "seeds"):
         loaded = load(out, config, cache=tmp_path / f"c-{config}")
         assert set(loaded) == {"train"} and loaded["train"].num_rows > 0
+
+
+def test_only_tasks_without_a_rubric_count_as_missing_and_are_sent_to_the_llm(tmp_path, scripted_openai):
+    from webgym_data.importers.miniwob import write_miniwob_spec
+
+    rows = [{"task_name": f"find the opening hours of museum {i}", "website": f"https://www.museum{i}.org"}
+            for i in range(3)]
+    seed = write_jsonl(tmp_path / "seed.jsonl", rows)
+    spec = write_miniwob_spec(tmp_path / "miniwob.jsonl", ["click-button"], range(4))
+    importers = (("generic", str(seed)), ("miniwob", str(spec)))
+    offline = build(BuildSettings(out=tmp_path / "offline", importers=importers,
+                                  split=SplitSettings(test_size=0), progress=False)).manifest
+    assert offline["counts"]["rubrics"]["missing"] == 3           # the MiniWoB rows carry their rubric
+    llm = scripted_openai(scripted_llm)
+    endpoint = Endpoint(base_url=llm.base_url, model="m")
+    online = build(BuildSettings(out=tmp_path / "online", importers=importers, progress=False,
+                                 split=SplitSettings(test_size=0),
+                                 llm=LLMSettings(endpoint=endpoint, cache=False))).manifest
+    asked = [r for r in llm.requests if r["response_format"]["json_schema"]["name"] == "rubric"]
+    assert len(asked) == 3 and not any("MiniWoB" in r["messages"][-1]["content"] for r in asked)
+    assert online["counts"]["rubrics"] | {"usage": None} == {
+        "llm": True, "missing": 0, "generated": 3, "failed": 0, "usage": None}

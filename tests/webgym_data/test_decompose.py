@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.webgym_data.helpers import llm_settings
 from webgym_data.decompose import (
     DecomposeError,
     DecomposeSettings,
@@ -20,7 +21,7 @@ from webgym_data.decompose import (
     decompose_tasks,
     template_instruction,
 )
-from webgym_data.llm import LLMClient, LLMSettings, LLMUnavailable
+from webgym_data.llm import LLMClient, LLMUnavailable
 from webgym_data.schema import FactGroup, Task
 
 
@@ -152,8 +153,8 @@ def test_ids_depend_on_parent_and_groups():
 
 
 def _client(base_url: str, tmp_path, **kw) -> LLMClient:
-    return LLMClient(LLMSettings(base_url=base_url, model="scripted-model", cache_dir=tmp_path / "cache",
-                                 backoff_s=0.01, **kw))
+    return LLMClient(llm_settings(base_url, model="scripted-model", cache_dir=tmp_path / "cache",
+                                  backoff_s=0.01, **kw))
 
 
 def test_llm_rewrites_instructions_and_caches_them(scripted_openai, tmp_path):

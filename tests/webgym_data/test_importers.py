@@ -187,13 +187,13 @@ def test_cli_import_writes_rows_and_prints_counts(seeds_dir, tmp_path):
     assert [p.name for p in out.parent.iterdir()] == ["m2wl.jsonl"]  # no temp file left behind
 
 
-def test_cli_generic_with_map_options(tmp_path):
+def test_cli_generic_with_mapping_options(tmp_path):
     source = tmp_path / "mine.jsonl"
     source.write_text(json.dumps({"question": "Find the price of tea.", "url": "tea.example.com"}) + "\n")
     out = tmp_path / "mine-tasks.jsonl"
-    result = CliRunner().invoke(import_command, ["generic", str(source), "--out", str(out), "--map",
-                                                 "task_name=question", "--map", "website=url",
-                                                 "--benchmark", "tea"])
+    result = CliRunner().invoke(import_command, ["generic", str(source), "--out", str(out), "--mapping",
+                                                 "task_name=question", "--mapping", "website=url",
+                                                 "--benchmark-name", "tea"])
     assert result.exit_code == 0, result.output
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert (row["task_name"], row["website"], row["benchmark_name"]) == (
@@ -203,8 +203,8 @@ def test_cli_generic_with_map_options(tmp_path):
 @pytest.mark.parametrize(("args", "expected"), [
     (["nope", "x"], "unknown importer 'nope'; known importers: agentsynth_web"),
     (["gaia_web", "missing.jsonl"], "missing.jsonl: no such file or folder"),
-    (["generic", "x.jsonl", "--map", "task_name"], "--map 'task_name': expected FIELD=COLUMN"),
-    (["gaia_web", "x.jsonl", "--map", "task_name=q"], "applies to the 'generic' importer only"),
+    (["generic", "x.jsonl", "--mapping", "task_name"], "mapping (--mapping): expected KEY=VALUE"),
+    (["gaia_web", "x.jsonl", "--mapping", "task_name=q"], "applies to the 'generic' importer only"),
 ])
 def test_cli_errors_are_one_line(tmp_path, args, expected):
     out = tmp_path / "o.jsonl"
@@ -226,8 +226,13 @@ def test_cli_bad_row_error_names_file_row_and_field(tmp_path):
 
 def test_cli_help_has_an_example():
     result = CliRunner().invoke(import_command, ["--help"])
-    assert result.exit_code == 0 and "Example:" in result.output and "--map" in result.output
+    assert result.exit_code == 0 and "Example:" in result.output and "--mapping" in result.output
     assert all(name in result.output for name in SEED_IMPORTERS)
+
+
+def test_cli_needs_an_out_file_and_names_the_flag(tmp_path):
+    result = CliRunner().invoke(import_command, ["gaia_web", "x.jsonl"])
+    assert result.exit_code == 1 and "out (--out): required" in result.output
 
 
 def test_importer_read_accepts_a_path_directly(seeds_dir):

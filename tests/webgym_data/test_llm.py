@@ -9,11 +9,15 @@ import json
 import pytest
 
 from tests.conftest import free_port
+from tests.webgym_data.helpers import llm_settings
+from webgym_core.endpoint import ChatClient
 from webgym_data.llm import (
     LLMClient,
     LLMReplyInvalid,
     LLMRequestRejected,
     LLMSettings,
+    LLMSettingsError,
+    LLMTimeout,
     LLMUnavailable,
     Usage,
     gather_all,
@@ -32,10 +36,9 @@ def answer_of(reply):
 
 
 def settings(base_url: str, **overrides) -> LLMSettings:
-    values = {"base_url": base_url, "model": "test-model", "backoff_s": 0.001, "max_retries": 2,
-              "timeout_s": 10.0}
+    values = {"model": "test-model", "backoff_s": 0.001, "max_retries": 2, "timeout_s": 10.0}
     values.update(overrides)
-    return LLMSettings(**values)
+    return llm_settings(base_url, **values)
 
 
 async def ask(client: LLMClient, key: str = "k", *, version: str = "v1", purpose: str = "test"):
@@ -103,7 +106,7 @@ async def test_client_errors_are_not_retried(scripted_openai):
     client = LLMClient(settings(server.base_url))
     with pytest.raises(LLMRequestRejected) as caught:
         await ask(client)
-    assert caught.value.status == 401
+    assert "HTTP 401" in str(caught.value)
     assert server.base_url in str(caught.value)
     assert len(server.requests) == 1
 
@@ -198,16 +201,46 @@ def test_client_works_across_event_loops(scripted_openai):
     assert len(server.requests) == 2
 
 
-def test_settings_validate_and_resolve_the_api_key(monkeypatch):
+async def test_no_answer_within_the_timeout_is_a_timeout_naming_the_url(scripted_openai):
+    server = scripted_openai([{"content": '{"answer": 1}', "delay_s": 1.0}])
+    # The late answers meet closed sockets; the test server would print those BrokenPipeErrors.
+    server._server.handle_error = lambda request, address: None
+    client = LLMClient(settings(server.base_url, timeout_s=0.2, max_retries=1))
+    with pytest.raises(LLMTimeout) as caught:
+        await ask(client)
+    assert isinstance(caught.value, LLMUnavailable)   # callers that catch "unavailable" see it
+    assert server.base_url in str(caught.value) and "0.2 s" in str(caught.value)
+    assert client.usage.requests == 2
+
+
+def test_settings_compose_an_endpoint_and_validate(monkeypatch, tmp_path):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert settings("http://127.0.0.1:1/v1").resolved_api_key == "EMPTY"
+    assert settings("http://127.0.0.1:1/v1").endpoint.resolved_api_key() == "EMPTY"
     monkeypatch.setenv("OPENAI_API_KEY", "from-env")
-    assert settings("http://127.0.0.1:1/v1").resolved_api_key == "from-env"
-    assert settings("http://127.0.0.1:1/v1", api_key="given").resolved_api_key == "given"
+    assert settings("http://127.0.0.1:1/v1").endpoint.resolved_api_key() == "from-env"
+    assert settings("http://127.0.0.1:1/v1", api_key="given").endpoint.resolved_api_key() == "given"
     with pytest.raises(ValueError, match="max_concurrency"):
         settings("http://127.0.0.1:1/v1", max_concurrency=0)
-    with pytest.raises(ValueError, match="base_url"):
-        settings("")
+    with pytest.raises(LLMSettingsError, match="^model: required with base_url"):
+        settings("http://127.0.0.1:1/v1", model="")
+    assert not LLMSettings().configured   # no URL: no LLM (an offline build)
+    with pytest.raises(LLMSettingsError, match="base_url"):
+        LLMClient(LLMSettings())
+    assert issubclass(LLMSettingsError, WebgymDataError) and issubclass(LLMSettingsError, ValueError)
+    # The reply cache: on by default, in $XDG_CACHE_HOME/webgym/llm unless a folder is given.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert LLMSettings().resolved_cache_dir == tmp_path / "xdg" / "webgym" / "llm"
+    assert LLMSettings(cache_dir=tmp_path / "c").resolved_cache_dir == tmp_path / "c"
+    assert LLMSettings(cache=False, cache_dir=tmp_path / "c").resolved_cache_dir is None
+
+
+def test_one_retry_client_serves_the_llm(scripted_openai):
+    server = scripted_openai([{"status": 503}, '{"answer": 4}'])
+    client = LLMClient(settings(server.base_url, max_retries=1))
+    assert isinstance(client.chat, ChatClient) and client.chat.endpoint is client.settings.endpoint
+    assert asyncio.run(ask(client)) == 4
+    assert (client.chat.usage.requests, client.chat.usage.retries) == (2, 1)
+    assert (client.usage.requests, client.usage.retries) == (2, 1)
 
 
 async def test_gather_all_keeps_order_and_raises_the_first_error_alone():
@@ -227,7 +260,7 @@ async def test_gather_all_keeps_order_and_raises_the_first_error_alone():
             raise
 
     async def broken():
-        raise LLMUnavailable("http://127.0.0.1:1/v1", "down")
+        raise LLMUnavailable("http://127.0.0.1:1/v1: down")
 
     with pytest.raises(LLMUnavailable):
         await gather_all([slow(), broken(), slow()])

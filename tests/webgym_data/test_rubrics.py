@@ -9,18 +9,19 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import free_port
-from webgym_data.llm import LLMClient, LLMSettings, LLMUnavailable
+from tests.webgym_data.helpers import llm_settings
+from webgym_data.importers.miniwob import miniwob_task
+from webgym_data.llm import EventLoopError, LLMClient, LLMUnavailable
 from webgym_data.rubrics import (
     MAX_FACTS_PER_GROUP,
     MAX_GROUPS,
     RUBRIC_PROMPT_VERSION,
     generate_rubrics,
     parse_rubric,
-    read_tasks,
     rubric_messages,
     rubrics_command,
 )
-from webgym_data.schema import FactGroup, Task, task_features
+from webgym_data.schema import FactGroup, RubricError, Task, WebgymDataError, task_features
 
 
 def make_task(name: str, website: str = "https://shop.example.com", **kwargs) -> Task:
@@ -39,9 +40,9 @@ def rubric_for(body: dict) -> str:
 
 
 def client_for(base_url: str, **overrides) -> LLMClient:
-    values = {"base_url": base_url, "model": "scripted", "backoff_s": 0.001, "max_retries": 2}
+    values = {"model": "scripted", "backoff_s": 0.001, "max_retries": 2}
     values.update(overrides)
-    return LLMClient(LLMSettings(**values))
+    return LLMClient(llm_settings(base_url, **values))
 
 
 def test_valid_reply_becomes_the_rubric_and_sets_difficulty(scripted_openai):
@@ -65,13 +66,22 @@ def test_only_tasks_without_a_rubric_are_sent(scripted_openai):
     server = scripted_openai(rubric_for)
     has_rubric = make_task("Already graded task", evaluator_reference=[{"id": "a", "description": "d",
                                                                          "facts": ["x", "y"]}])
-    miniwob = make_task("Click the button", website="miniwob:click-button",
-                        environment="miniwob:click-button")
+    miniwob = miniwob_task("click-button", 3)     # carries its one-fact rubric from its importer
     todo = make_task("Needs a rubric now")
+    assert [t.needs_rubric for t in (has_rubric, miniwob, todo)] == [False, False, True]
     report = generate_rubrics([has_rubric, miniwob, todo], client_for(server.base_url), progress=False)
     assert len(server.requests) == 1
     assert report.tasks[0] is has_rubric and report.tasks[1] is miniwob
     assert report.tasks[2].num_facts == 3
+
+
+def test_the_decision_is_the_rubric_not_the_task_kind(scripted_openai):
+    # A task of any environment without fact groups is asked for; none is skipped by its kind.
+    server = scripted_openai(rubric_for)
+    bare = make_task("Click the big button", website="miniwob:click-button",
+                     environment="miniwob:click-button")
+    report = generate_rubrics([bare], client_for(server.base_url), progress=False)
+    assert len(server.requests) == 1 and report.tasks[0].num_facts == 3
 
 
 def test_same_text_on_the_same_site_is_asked_once(scripted_openai):
@@ -183,8 +193,9 @@ def test_usage_totals_match_the_scripted_usage(scripted_openai):
      "at most"),
 ])
 def test_parse_rubric_rejects_bad_replies(reply, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(RubricError, match=re.escape(message)) as caught:
         parse_rubric(reply)
+    assert isinstance(caught.value, ValueError)   # what the LLM client asks again for
 
 
 def test_parse_rubric_accepts_integer_ids_and_normalises_whitespace():
@@ -201,8 +212,9 @@ def test_prompt_names_task_and_website_and_version_is_set():
 
 async def test_sync_entry_point_inside_a_running_loop_says_to_await():
     client = client_for("http://127.0.0.1:1/v1")
-    with pytest.raises(RuntimeError, match="await"):
+    with pytest.raises(EventLoopError, match="await") as caught:
         generate_rubrics([make_task("Anything")], client, progress=False)
+    assert isinstance(caught.value, WebgymDataError) and isinstance(caught.value, RuntimeError)
     assert client.usage.requests == 0
 
 
@@ -216,8 +228,8 @@ def test_cli_writes_rubrics_and_prints_usage(scripted_openai, tmp_path):
     source, out = tmp_path / "tasks.jsonl", tmp_path / "out" / "rubrics.jsonl"
     tasks = [make_task("Find the cheapest monitor"), make_task("List three hiking trails")]
     write_jsonl(source, tasks)
-    args = [str(source), "--out", str(out), "--base-url", server.base_url, "--model", "scripted",
-            "--cache-dir", str(tmp_path / "cache"), "--concurrency", "2"]
+    args = [str(source), "--out", str(out), "--llm-base-url", server.base_url, "--llm-model", "scripted",
+            "--llm-cache-dir", str(tmp_path / "cache"), "--llm-max-concurrency", "2"]
     result = CliRunner().invoke(rubrics_command, args)   # with the progress bar
     assert result.exit_code == 0, result.output
     assert "2 rubrics generated, 0 failed" in result.output
@@ -238,8 +250,8 @@ def test_cli_reports_failures_and_exits_nonzero(scripted_openai, tmp_path):
     task = make_task("Something impossible")
     write_jsonl(source, [task])
     result = CliRunner().invoke(rubrics_command, [
-        str(source), "--out", str(out), "--base-url", server.base_url, "--model", "m", "--max-retries", "1",
-        "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
+        str(source), "--out", str(out), "--llm-base-url", server.base_url, "--llm-model", "m",
+        "--llm-max-retries", "1", "--llm-cache-dir", str(tmp_path / "cache"), "--no-progress"])
     assert result.exit_code == 1
     assert f"failed {task.task_id}: " in result.output
     assert "not JSON" in result.output
@@ -251,12 +263,12 @@ def test_cli_endpoint_down_is_one_error_line(tmp_path):
     write_jsonl(source, [make_task("Anything")])
     url = f"http://127.0.0.1:{free_port()}/v1"
     result = CliRunner().invoke(rubrics_command, [
-        str(source), "--out", str(tmp_path / "o.jsonl"), "--base-url", url, "--model", "m",
-        "--max-retries", "0", "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
+        str(source), "--out", str(tmp_path / "o.jsonl"), "--llm-base-url", url, "--llm-model", "m",
+        "--llm-max-retries", "0", "--llm-cache-dir", str(tmp_path / "cache"), "--no-progress"])
     assert result.exit_code == 1
     assert [line for line in result.output.splitlines() if line.startswith("Error:")] == [
         line for line in result.output.splitlines() if line.strip()]
-    assert url in result.output and "cannot connect" in result.output
+    assert url in result.output and "connection failed" in result.output
     assert "Traceback" not in result.output
 
 
@@ -264,26 +276,44 @@ def test_cli_bad_row_names_file_and_row(tmp_path):
     source = tmp_path / "tasks.jsonl"
     source.write_text(json.dumps(make_task("ok").to_row()) + "\n" + '{"task_name": "", "website": "x"}\n')
     result = CliRunner().invoke(rubrics_command, [
-        str(source), "--out", str(tmp_path / "o.jsonl"), "--base-url", "http://127.0.0.1:1/v1",
-        "--model", "m"])
+        str(source), "--out", str(tmp_path / "o.jsonl"), "--llm-base-url", "http://127.0.0.1:1/v1",
+        "--llm-model", "m"])
     assert result.exit_code == 1
     assert f"{source}, row 1, field 'task_name'" in result.output
 
 
-def test_read_tasks_from_a_built_dataset_folder(tmp_path):
+def test_cli_reads_every_split_of_a_task_folder_unless_one_is_asked(scripted_openai, tmp_path):
     import datasets
 
+    server = scripted_openai(rubric_for)
     tasks = [make_task(f"Folder task {i}", website=f"https://site{i}.example.org") for i in range(3)]
-    (tmp_path / "data").mkdir()
+    folder = tmp_path / "tasks"
+    (folder / "data").mkdir(parents=True)
     for split, part in (("train", tasks[:2]), ("test", tasks[2:])):
         datasets.Dataset.from_list([t.to_row() for t in part], features=task_features()).to_parquet(
-            str(tmp_path / "data" / f"{split}-00000-of-00001.parquet"))
-    loaded = read_tasks(tmp_path)
-    assert sorted(t.task_id for t in loaded) == sorted(t.task_id for t in tasks)
-    assert {t.task_name for t in loaded} == {t.task_name for t in tasks}
+            str(folder / "data" / f"{split}-00000-of-00001.parquet"))
+    base = ["--llm-base-url", server.base_url, "--llm-model", "scripted", "--no-llm-cache", "--no-progress"]
+    out = tmp_path / "all.jsonl"
+    result = CliRunner().invoke(rubrics_command, [str(folder), "--out", str(out), *base])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["task_id"] for r in rows) == sorted(t.task_id for t in tasks)
+    result = CliRunner().invoke(rubrics_command, [str(folder), "--out", str(out), "--split", "test", *base])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["task_id"] for line in out.read_text().splitlines()] == [tasks[2].task_id]
+
+
+def test_cli_settings_errors_name_the_flag(tmp_path):
+    source = tmp_path / "tasks.jsonl"
+    write_jsonl(source, [make_task("Anything")])
+    result = CliRunner().invoke(rubrics_command, [str(source), "--out", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 1 and "llm.base_url (--llm-base-url): required" in result.output
+    result = CliRunner().invoke(rubrics_command, [str(source), "--llm-base-url", "http://127.0.0.1:1/v1",
+                                                  "--llm-model", "m"])
+    assert result.exit_code == 1 and "out (--out): required" in result.output
 
 
 def test_cli_help_has_an_example():
     result = CliRunner().invoke(rubrics_command, ["--help"])
     assert result.exit_code == 0
-    assert "Example:" in result.output and "--base-url" in result.output
+    assert "Example:" in result.output and "--llm-base-url" in result.output and "--split" in result.output

@@ -7,8 +7,10 @@ from datasets import Dataset
 
 from webgym_data.schema import (
     FactGroup,
+    RubricError,
     Task,
     TaskValidationError,
+    WebgymDataError,
     difficulty_level,
     normalise_evaluator_reference,
     task_features,
@@ -86,3 +88,41 @@ def test_duplicate_group_ids_are_refused():
 
 def test_fact_group_ids_are_strings():
     assert FactGroup(id=3, description="d", facts=["a"]).id == "3"
+
+
+def test_a_task_needs_a_rubric_exactly_when_it_has_no_fact_groups():
+    from webgym_data.importers.miniwob import miniwob_task
+
+    bare = Task.from_row({"task_name": "Find the hours", "website": "museum.org"})
+    graded = Task.from_row({**PUBLISHED_ROW})
+    assert bare.needs_rubric and not graded.needs_rubric
+    # A MiniWoB++ row is judged by its page and carries that one fact as its rubric: no LLM needed,
+    # without anyone testing its environment string.
+    assert not miniwob_task("click-button", 0).needs_rubric
+    unusual = Task.from_row({"task_name": "Click", "website": "miniwob:click-button",
+                             "environment": "miniwob:click-button"})
+    assert unusual.needs_rubric
+
+
+def test_a_malformed_rubric_is_a_rubric_error():
+    with pytest.raises(RubricError, match="item 0 is an empty string") as caught:
+        normalise_evaluator_reference([""])
+    assert isinstance(caught.value, WebgymDataError) and isinstance(caught.value, ValueError)
+
+
+def test_every_public_error_of_webgym_data_is_a_webgym_data_error():
+    import importlib
+    import inspect
+    import pkgutil
+
+    import webgym_data
+
+    found = []
+    for info in pkgutil.walk_packages(webgym_data.__path__, "webgym_data."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == info.name
+                    and not name.startswith("_") and name != "Skip"):  # Skip: an importer's control signal
+                found.append(value)
+    assert len(found) > 15
+    assert [cls.__qualname__ for cls in found if not issubclass(cls, WebgymDataError)] == []

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from webgym_data.build import BuildSettings, build, read_task_set
-from webgym_data.split import registrable_domain
+from webgym_data.build import BuildSettings, build
+from webgym_data.loading import read_task_set
+from webgym_data.split import SplitSettings, registrable_domain
 from webgym_data.stats import (
     NO_FACTS,
     NotATaskSetError,
@@ -40,7 +41,8 @@ def folder(tmp_path_factory) -> Path:
     seed = root / "seed.jsonl"
     seed.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = root / "tasks"
-    build(BuildSettings(out=out, importers=(("generic", str(seed)),), test_size=8, show_progress=False))
+    build(BuildSettings(out=out, importers=(("generic", str(seed)),), split=SplitSettings(test_size=8),
+                        progress=False))
     return out
 
 

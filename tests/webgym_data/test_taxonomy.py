@@ -8,7 +8,8 @@ import re
 import pytest
 
 from tests.conftest import free_port
-from webgym_data.llm import LLMClient, LLMSettings, LLMUnavailable
+from tests.webgym_data.helpers import llm_settings
+from webgym_data.llm import LLMClient, LLMUnavailable
 from webgym_data.schema import Task
 from webgym_data.taxonomy import (
     DEFAULT_TAXONOMY,
@@ -25,9 +26,9 @@ def make_task(name: str, website: str, **kwargs) -> Task:
 
 
 def client_for(base_url: str, **overrides) -> LLMClient:
-    values = {"base_url": base_url, "model": "scripted", "backoff_s": 0.001, "max_retries": 1}
+    values = {"model": "scripted", "backoff_s": 0.001, "max_retries": 1}
     values.update(overrides)
-    return LLMClient(LLMSettings(**values))
+    return LLMClient(llm_settings(base_url, **values))
 
 
 def test_table_has_six_domains_of_four_unique_subdomains():

@@ -14,7 +14,9 @@ from click.testing import CliRunner
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
-from webgym_data.build import BuildSettings, build, read_task_set
+from webgym_data.build import BuildSettings, build
+from webgym_data.loading import read_task_set
+from webgym_data.split import SplitSettings
 from webgym_data.versions import diff_command, diff_task_sets, push_command, push_task_set
 
 # ------------------------------------------------------------------------------- helpers
@@ -32,10 +34,11 @@ def rows(n_sites: int, *, facts: int = 3) -> list[dict]:
             for s in range(n_sites) for i in range(2)]
 
 
-def build_folder(tmp_path: Path, name: str, seed_rows: list[dict], **kw) -> Path:
+def build_folder(tmp_path: Path, name: str, seed_rows: list[dict], *, test_size: int) -> Path:
     seed = write_seed(tmp_path / f"{name}.jsonl", seed_rows)
     out = tmp_path / name
-    build(BuildSettings(out=out, importers=(("generic", str(seed)),), show_progress=False, **kw))
+    build(BuildSettings(out=out, importers=(("generic", str(seed)),),
+                        split=SplitSettings(test_size=test_size), progress=False))
     return out
 
 
@@ -136,6 +139,8 @@ def test_push_uploads_the_build_and_tags_it(tmp_path, monkeypatch):
     assert create["args"] == ("me/webgym-tasks",) and create["repo_type"] == "dataset" and create["private"]
     upload = hub.calls[2][1]
     assert upload["repo_id"] == "me/webgym-tasks" and upload["revision"] == "dev"
+    # An earlier build's shards (other names) are removed in the same commit.
+    assert upload["delete_patterns"] == ["data/*.parquet"]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["content_hash"][:19] in upload["commit_message"]
     expected = {p.relative_to(folder).as_posix() for p in folder.rglob("*")

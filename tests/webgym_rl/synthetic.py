@@ -1,9 +1,9 @@
-"""Synthetic trajectory shards in the exact format of `webgym_rollout.trajectory`.
+"""Synthetic trajectory datasets, written the way a rollout writes them.
 
-`write_shards(out, episodes)` writes ``<out>/data/shard-00000.parquet`` (rows typed with
-`trajectory_features()`, written through `datasets`) plus a ``manifest.json``, the way a rollout
-output folder looks. `episode(...)` builds one row: every step has a real PNG screenshot, the
-messages as sent (image parts stored as ``{"type": "image", "step": j}``) and a raw response.
+`episode(...)` builds one `Episode` (with its `Task` and `Step`s): every step has a real PNG
+screenshot, the messages as sent (image parts stored as ``{"type": "image", "step": j}``) and a
+raw response. `write_shards(out, episodes)` writes them with the rollout's own `TrajectoryWriter`
+(parquet shards + ``manifest.json``), so no column is spelled out here.
 
 The responses are a deterministic function of the task, so a model trained on them can learn them
 (a falling loss is a meaningful check).
@@ -11,16 +11,27 @@ The responses are a deterministic function of the task, so a model trained on th
 
 from __future__ import annotations
 
+import io
 import json
 import random
+import shutil
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from PIL import Image
 
-from webgym_rollout.trajectory import TRAJECTORY_SCHEMA_VERSION, trajectory_features
+from webgym_data.schema import FactGroup, Task
+from webgym_rollout.dataset import TrajectoryWriter
+from webgym_rollout.trajectory import (
+    Episode,
+    EpisodeStatus,
+    Latency,
+    Step,
+    TokenUsage,
+    Verdict,
+    read_manifest,
+)
 
 SYSTEM_PROMPT = "You are a web agent. Reply with one action."
 
@@ -36,8 +47,26 @@ def screenshot(seed: int, size: tuple[int, int] = (56, 56)) -> Image.Image:
     return image
 
 
+def png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def step_image(step: Step) -> Image.Image:
+    """The screenshot of a `Step`, decoded."""
+    return Image.open(io.BytesIO(step.screenshot)).convert("RGB")
+
+
 def response_for(task_id: str, step: int) -> str:
     return f'{{"action": "click", "x": {10 * (step + 1)}, "y": {len(task_id) * 7}}}'
+
+
+def task(task_id: str) -> Task:
+    return Task(task_id=task_id, task_name=f"do {task_id}", website="127.0.0.1",
+                start_url=f"http://127.0.0.1/{task_id}", benchmark_name="synthetic", domain="test",
+                subdomain="test", evaluator_reference=(FactGroup(id="g0", description="done",
+                                                                 facts=("it is done",)),))
 
 
 def episode(
@@ -49,16 +78,17 @@ def episode(
     num_steps: int = 2,
     same_as_next: Sequence[bool] | None = None,
     status: str = "ok",
+    split: str = "train",
     image_size: tuple[int, int] = (56, 56),
     window: int = 2,
     responses: Sequence[str] | None = None,
-) -> dict[str, Any]:
-    """One episode row; step ``i``'s prompt shows the screenshots of the last `window` steps."""
+) -> Episode:
+    """One episode; step ``i``'s prompt shows the screenshots of the last `window` steps."""
     same_as_next = list(same_as_next) if same_as_next is not None else [False] * num_steps
     steps = []
     for i in range(num_steps):
         shown = list(range(max(0, i - window + 1), i + 1))
-        user_content: list[dict[str, Any]] = [{"type": "text", "text": f"Task: do {task_id}. Step {i}."}]
+        user_content: list[dict] = [{"type": "text", "text": f"Task: do {task_id}. Step {i}."}]
         for j in shown:
             user_content.append({"type": "text", "text": f"Screenshot {j}:"})
             user_content.append({"type": "image", "step": j})
@@ -67,94 +97,55 @@ def episode(
             {"role": "user", "content": user_content},
         ]
         image = screenshot(zlib.crc32(f"{task_id}/{iteration}/{attempt}/{i}".encode()), image_size)
-        steps.append({
-            "index": i,
-            "screenshot": image,
-            "screenshot_sha256": f"{i:064x}",
-            "messages": json.dumps(messages),
-            "response": responses[i] if responses is not None else response_for(task_id, i),
-            "action": "click",
-            "action_error": "",
-            "memory": "",
-            "url": f"http://127.0.0.1/{task_id}/{i}",
-            "title": task_id,
-            "same_as_next": bool(same_as_next[i]),
-            "finish_reason": "stop",
-            "usage": {"prompt_tokens": 100, "completion_tokens": 10},
-            "latency": {"policy_s": 0.1, "execute_s": 0.05, "screenshot_s": 0.02},
-        })
-    return {
-        "episode_id": f"{task_id}-it{iteration}-a{attempt}",
-        "iteration": iteration,
-        "attempt": attempt,
-        "split": "train",
-        "task_id": task_id,
-        "task_name": f"do {task_id}",
-        "website": "127.0.0.1",
-        "start_url": f"http://127.0.0.1/{task_id}",
-        "benchmark_name": "synthetic",
-        "domain": "test",
-        "subdomain": "test",
-        "difficulty": 1,
-        "difficulty_level": "easy",
-        "evaluator_reference": [{"id": "g0", "description": "done", "facts": ["it is done"]}],
-        "definite_answer": "",
-        "parent_task_id": "",
-        "environment": "web",
-        "env_seed": 0,
-        "instruction": f"do {task_id}",
-        "policy_model": "tiny",
-        "judge_model": "rule",
-        "reward": reward,
-        "status": status,
-        "answer": "",
-        "verdicts": [{"criterion": "g0", "passed": bool(reward), "reason": "synthetic"}],
-        "num_steps": num_steps,
-        "started_at": 0.0,
-        "duration_s": 1.0,
-        "judge_s": 0.1,
-        "steps": steps,
-    }
+        response = responses[i] if responses is not None else response_for(task_id, i)
+        steps.append(Step(
+            index=i, screenshot=png(image), messages=json.dumps(messages), response=response, action=response,
+            url=f"http://127.0.0.1/{task_id}/{i}", title=task_id, same_as_next=bool(same_as_next[i]),
+            finish_reason="stop", usage=TokenUsage(prompt_tokens=100, completion_tokens=10),
+            latency=Latency(policy_s=0.1, execute_s=0.05, screenshot_s=0.02)))
+    return Episode(
+        task=task(task_id), episode_id=f"{task_id}-it{iteration}-a{attempt}", iteration=iteration,
+        attempt=attempt, split=split, instruction=f"do {task_id}", policy_model="tiny", judge_model="rule",
+        reward=reward,  # type: ignore[arg-type]  # None: an episode nobody judged
+        status=EpisodeStatus(status), verdicts=[Verdict("g0", bool(reward), "synthetic")],
+        duration_s=1.0, judge_s=0.1, steps=steps)
 
 
-def write_shards(out: Path, episodes: Sequence[dict[str, Any]], *, shard_size: int = 0,
+def write_shards(out: Path, episodes: Sequence[Episode], *, shard_size: int = 64,
                  drop_columns: Sequence[str] = ()) -> Path:
-    """Write `episodes` to ``out/data/shard-NNNNN.parquet`` (+ ``manifest.json``); returns `out`.
-
-    `shard_size` > 0 splits the rows over several shards; `drop_columns` removes top-level columns
-    (to test a broken shard)."""
-    from datasets import Dataset, Features
+    """Write `episodes` to the rollout folder `out` (replaced if it exists) with `TrajectoryWriter`;
+    returns `out`. `shard_size` episodes go to each shard; `drop_columns` rewrites every shard
+    without those top-level columns (to test a broken shard)."""
+    import pyarrow.parquet as pq
 
     out = Path(out)
-    (out / "data").mkdir(parents=True, exist_ok=True)
-    features = trajectory_features()
+    if out.exists():
+        shutil.rmtree(out)
+    with TrajectoryWriter(out, max_shard_episodes=shard_size) as writer:
+        for item in episodes:
+            writer.add(item)
     if drop_columns:
-        features = Features({k: v for k, v in features.items() if k not in set(drop_columns)})
-    size = shard_size or max(1, len(episodes))
-    shards = []
-    for number, start in enumerate(range(0, len(episodes), size) or [0]):  # an empty set: one empty shard
-        rows = [{k: v for k, v in row.items() if k in features} for row in episodes[start:start + size]]
-        name = f"data/shard-{number:05d}.parquet"
-        table = (Dataset.from_list(rows, features=features) if rows
-                 else Dataset.from_dict({key: [] for key in features}, features=features))
-        table.to_parquet(str(out / name))
-        shards.append({"path": name, "split": "train", "num_rows": len(rows),
-                       "episodes": [[row["task_id"], row["attempt"]] for row in rows]})
-    manifest = {"schema_version": TRAJECTORY_SCHEMA_VERSION, "shards": shards,
-                "episodes": [row["episode_id"] for row in episodes]}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        for shard in read_manifest(out)["shards"]:
+            path = out / shard["path"]
+            table = pq.read_table(path)
+            pq.write_table(table.drop_columns(list(drop_columns)), path)
     return out
+
+
+def shard_paths(out: Path) -> list[Path]:
+    """The shards of a folder `write_shards` wrote, in manifest order."""
+    return [Path(out) / shard["path"] for shard in read_manifest(out)["shards"]]
 
 
 def standard_iteration(out: Path, *, iteration: int = 0, tasks: int = 3, attempts: int = 2,
                        num_steps: int = 2, image_size: tuple[int, int] = (56, 56)) -> Path:
     """A rollout folder where, per task, attempt 0 succeeds (reward 1) and the others fail."""
-    rows = [
+    episodes = [
         episode(task_id=f"task{t}", iteration=iteration, attempt=a, reward=1.0 if a == 0 else 0.0,
                 num_steps=num_steps, image_size=image_size)
         for t in range(tasks) for a in range(attempts)
     ]
-    return write_shards(out, rows)
+    return write_shards(out, episodes)
 
 
 _TINY: dict[str, Path] = {}
@@ -162,7 +153,7 @@ _TINY: dict[str, Path] = {}
 
 def tiny_checkpoint(root_factory, family: str = "qwen2_vl") -> Path:
     """A tiny random checkpoint of `family`, built once per test session (``tmp_path_factory``)."""
-    from webgym_rl.modeling import build_tiny_model
+    from webgym_rl.tiny import build_tiny_model
 
     if family not in _TINY:
         _TINY[family] = build_tiny_model(root_factory.mktemp(f"tiny-{family}"), family=family, seed=0)

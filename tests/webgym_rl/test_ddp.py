@@ -11,14 +11,15 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT, free_port
 from tests.webgym_rl.synthetic import standard_iteration, tiny_checkpoint
-from webgym_rl.modeling import load_model
+from webgym_rollout.modeling import load_model
 
 SCRIPT = '''
 import hashlib, json, os, sys
 from pathlib import Path
+from webgym_core.settings import settings_from_dict
 from webgym_rl.train import TrainSettings, train
 
-settings = TrainSettings(**json.loads(sys.argv[1]))
+settings = settings_from_dict(TrainSettings, json.loads(sys.argv[1]))
 result = train(settings)
 digest = hashlib.sha256()
 for name, tensor in sorted(result.model.state_dict().items()):

@@ -18,7 +18,7 @@ from tests.conftest import REPO_ROOT
 from tests.local_hub import run_local_hub
 from tests.webgym_rl.synthetic import standard_iteration, tiny_checkpoint
 from webgym_rl.hub import push_command
-from webgym_rl.train import TrainSettings, train
+from webgym_rl.train import TrainingSettings, TrainSettings, train
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,8 @@ def checkpoint(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("push")
     data = standard_iteration(root / "iter-0", tasks=2)
     settings = TrainSettings(model=str(tiny_checkpoint(tmp_path_factory, "qwen2_vl")), data=[str(data)],
-                             out=str(root / "out"), max_steps=2, log_with="none", cache_dir=str(root / "c"))
+                             out=str(root / "out"), cache_dir=str(root / "c"),
+                             training=TrainingSettings(max_steps=2, log_with="none"))
     return train(settings).checkpoint
 
 

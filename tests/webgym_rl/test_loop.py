@@ -1,6 +1,7 @@
-"""The online loop (`webgym_rl.loop`) with real parts: MiniWoB site server, Chromium browser server,
-the CPU policy server with a tiny random Qwen2-VL, the trainer. Two iterations, a failure injected
-into iteration 1's train phase, and a resume that continues from exactly that phase."""
+"""The online loop (`webgym_rl.loop`, `webgym_rl.services`, `webgym_rl.loop_state`) with real parts:
+MiniWoB site server, Chromium browser server, the CPU policy server with a tiny random Qwen2-VL, the
+trainer. Two iterations, a failure injected into iteration 1's train phase, and a resume that
+continues from exactly that phase."""
 
 from __future__ import annotations
 
@@ -10,23 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.webgym_rl.loops import MINIWOB
+from tests.webgym_rl.loops import loop_settings as _settings
+from tests.webgym_rl.loops import tasks_file as _tasks
+from webgym_core.errors import SettingsError
+from webgym_core.settings import load_settings
 from webgym_rl.loop import (
     LoopSettings,
     LoopSettingsError,
     LoopStateError,
     PhaseFailed,
-    PolicyEndpointError,
     run_loop,
 )
-
-MINIWOB = [("click-test", 0), ("click-test", 1), ("click-test-2", 0), ("click-test-2", 1)]
-
-
-def _tasks(path: Path) -> Path:
-    from webgym_data.importers.miniwob import miniwob_task
-
-    path.write_text("".join(json.dumps(miniwob_task(name, seed).to_row()) + "\n" for name, seed in MINIWOB))
-    return path
 
 
 def _fingerprint(folder: Path) -> dict[str, tuple[int, str]]:
@@ -43,21 +39,12 @@ def _load(folder: Path, cache: Path):
                                  cache_dir=str(cache / folder.parent.name / folder.name))
 
 
-def _settings(tmp_path: Path, model: Path, **changes) -> LoopSettings:
-    values = dict(tasks=str(_tasks(tmp_path / "tasks.jsonl")), model=str(model), out=str(tmp_path / "loop"),
-                  iterations=2, miniwob_horizon=3, viewport="320x240", concurrency=4, policy_max_new_tokens=8,
-                  learning_rate=1e-3, epochs=1.0, per_device_batch_size=2, log_with="none", eval_every=2,
-                  eval_split="train", progress=False)
-    values.update(changes)
-    return LoopSettings(**values)
-
-
 @pytest.mark.browser
 @pytest.mark.slow
 def test_two_iterations_then_resume_after_a_train_failure(tmp_path, tiny_qwen2_vl, monkeypatch):
     from huggingface_hub import HfApi
 
-    from webgym_rl.modeling import load_model
+    from webgym_rollout.modeling import load_model
 
     # The Hub's write API is the one thing replaced: it records what each push would upload.
     commits = []
@@ -158,29 +145,49 @@ def test_two_iterations_then_resume_after_a_train_failure(tmp_path, tiny_qwen2_v
 def test_settings_from_yaml_then_flags(tmp_path):
     config = tmp_path / "loop.yaml"
     config.write_text("iterations: 5\nlast-k-iterations: 2\nservers: [http://127.0.0.1:8300]\n"
-                      "learning_rate: 0.001\n")
-    settings = LoopSettings.from_sources(config, tasks="t.jsonl", model="m", out="o", iterations=3,
-                                         eval_every=None, servers=())
-    assert (settings.iterations, settings.last_k_iterations, settings.learning_rate) == (3, 2, 0.001)
+                      "learning_rate: 0.001\npolicy: {temperature: 0.7, max_new_tokens: 16}\n"
+                      "pool: {browsers: 2}\n")
+    flags = {"tasks": "t.jsonl", "model": "m", "out": "o", "iterations": 3, "eval_every": None, "servers": (),
+             "policy__max_new_tokens": 32}
+    settings = load_settings(LoopSettings, config, flags)
+    training = settings.training
+    assert (settings.iterations, training.samples.last_k_iterations, training.learning_rate) == (3, 2, 0.001)
     assert settings.servers == ["http://127.0.0.1:8300"] and settings.eval_every == 0
+    # The groups are the rollout's and the trainer's own settings, not copies of them.
+    assert (settings.policy.sampling.temperature, settings.policy.max_new_tokens) == (0.7, 32)
+    assert (settings.pool.browsers, settings.pool.contexts_per_browser) == (2, 4)
+    assert settings.eval_temperature == 0.0 and settings.rollout.concurrency == 4
     config.write_text("iteratons: 5\n")
-    with pytest.raises(LoopSettingsError, match="unknown setting 'iteratons'"):
-        LoopSettings.from_sources(config)
+    with pytest.raises(SettingsError, match="iteratons: unknown setting"):
+        load_settings(LoopSettings, config)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"policy_base_url": "http://127.0.0.1:8000/v1"}, "--policy-command .* or --reload-url"),
-    ({"policy_command": "vllm serve --port {port}"}, "must contain {checkpoint}"),
-    ({"only_environment": "desktop"}, "only_environment 'desktop' is unknown"),
+    ({"policy": {"base_url": "http://127.0.0.1:8000/v1"}}, "--policy-command .* or --policy-reload-url"),
+    ({"policy": {"command": "vllm serve --port {port}"}}, "must contain {checkpoint}"),
+    ({"only_environment": "desktop"}, "only_environment: 'desktop' is unknown"),
     ({"viewport": "wide"}, "expected WIDTHxHEIGHT"),
-    ({"iterations": 0}, "iterations must be >= 1"),
+    ({"iterations": 0}, "iterations: must be >= 1"),
     ({"tasks": "/nonexistent/tasks.jsonl"}, "--tasks /nonexistent/tasks.jsonl: no such file"),
 ])
 def test_bad_settings_stop_before_anything_starts(tmp_path, changes, message):
-    settings = _settings(tmp_path, tmp_path / "model", **changes)
-    with pytest.raises(LoopSettingsError, match=message):
-        run_loop(settings)
+    # Values are refused when the settings are made (SettingsError), paths when the loop starts
+    # (LoopSettingsError); both are ValueErrors naming the field.
+    with pytest.raises(ValueError, match=message):
+        run_loop(_settings(tmp_path, tmp_path / "model", **changes))
     assert not (tmp_path / "loop").exists()
+
+
+def test_the_groups_check_themselves_when_built_in_python(tmp_path):
+    from webgym_core.endpoint import Endpoint
+    from webgym_rl.loop import PolicyEndpointSettings
+
+    with pytest.raises(LoopSettingsError, match="base_url: needs a way to switch"):
+        PolicyEndpointSettings(endpoint=Endpoint(base_url="http://127.0.0.1:8000/v1"))
+    with pytest.raises(LoopSettingsError, match="reload_url: goes with --policy-base-url"):
+        PolicyEndpointSettings(reload_url="http://127.0.0.1:8000/reload")
+    with pytest.raises(LoopSettingsError, match="tasks: is required"):
+        LoopSettings(model="m", out="o")
 
 
 def test_cli_reports_a_bad_setting_in_one_line(tmp_path):
@@ -192,67 +199,9 @@ def test_cli_reports_a_bad_setting_in_one_line(tmp_path):
     result = CliRunner().invoke(main, ["loop", "--tasks", str(tasks), "--model", "m", "--out",
                                        str(tmp_path / "o"), "--policy-base-url", "http://127.0.0.1:1/v1"])
     assert result.exit_code == 1
-    assert "Error: --policy-base-url needs a way to switch" in result.output
+    (error,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert "--policy-base-url" in error and "needs a way to switch" in error
     assert "Traceback" not in result.output
-
-
-def _root(base_url: str) -> str:
-    import httpx
-
-    (card,) = httpx.get(f"{base_url}/models", timeout=10).json()["data"]
-    return card["root"]
-
-
-def test_external_endpoint_is_switched_through_the_reload_url(tmp_path, tiny_qwen2_vl):
-    from webgym_rl.loop import LoopServices
-    from webgym_rl.modeling import build_tiny_model
-    from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
-
-    other = build_tiny_model(tmp_path / "other", seed=1)
-    served = PolicyServerSettings(model=str(tiny_qwen2_vl), port=0, served_model_name="webgym-policy")
-    with running_policy_server(served) as url:
-        settings = _settings(tmp_path, tiny_qwen2_vl, policy_base_url=url,
-                             reload_url=url.removesuffix("/v1") + "/reload")
-        settings.validate()
-        events = []
-        with LoopServices(settings, on_event=lambda kind, detail: events.append(kind)) as services:
-            assert services.serve(str(other)) == (url, "webgym-policy")
-            assert _root(url) == str(other)
-            with pytest.raises(PolicyEndpointError, match="reloading the policy"):
-                services.serve(str(tmp_path / "missing-checkpoint"))
-        assert events == ["policy_reloaded"]
-        assert _root(url) == str(other)  # a failed reload leaves the endpoint serving the last good one
-
-
-@pytest.mark.slow
-def test_policy_command_is_restarted_for_each_checkpoint_and_stopped(tmp_path, tiny_qwen2_vl):
-    """The vLLM way, with a command that runs on CPU: the loop restarts it per checkpoint."""
-    import shlex
-    import sys
-
-    import psutil
-
-    from webgym_rl.loop import LoopServices
-    from webgym_rl.modeling import build_tiny_model
-
-    other = build_tiny_model(tmp_path / "other", seed=1)
-    # The braces of the dict stand for vLLM's JSON flags: only the three placeholders are replaced.
-    command = (f"{shlex.quote(sys.executable)} -c 'assert {{\"image\": 5}}; "
-               "from webgym_rollout.cli import main; main()' serve-policy --model {checkpoint} "
-               "--port {port} --served-model-name {name} --max-new-tokens 4")
-    settings = _settings(tmp_path, tiny_qwen2_vl, policy_command=command, policy_start_timeout_s=300)
-    settings.validate()
-    pids = []
-    with LoopServices(settings, on_event=lambda kind, detail: pids.append(detail.get("pid"))) as services:
-        url, name = services.serve(str(tiny_qwen2_vl))
-        assert name == "webgym-policy" and _root(url) == str(tiny_qwen2_vl)
-        url, _ = services.serve(str(other))
-        assert _root(url) == str(other)
-    started = pids[::2]
-    assert len(pids) == 4 and pids[0] == pids[1] and pids[2] == pids[3] and pids[0] != pids[2], pids
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                   for pid in started)
-    assert "serving webgym-policy" in (tmp_path / "loop" / "policy-server.log").read_text()
 
 
 @pytest.mark.browser
@@ -261,7 +210,7 @@ def test_training_under_a_launcher_runs_webgym_rl_train_in_a_child_process(tmp_p
     """--train-launcher is how several GPUs are used (accelerate launch + an Accelerate config)."""
     import sys
 
-    from webgym_rl.modeling import load_model
+    from webgym_rollout.modeling import load_model
 
     accelerate = Path(sys.executable).with_name("accelerate")
     launcher = (f"{accelerate} launch --num_processes 1 --num_machines 1 --mixed_precision no "
@@ -294,12 +243,10 @@ def test_miniwob_on_remote_browser_servers_needs_their_own_site_server(tmp_path)
 def test_lora_training_is_merged_before_the_next_rollout(tmp_path, tiny_qwen2_vl):
     import torch
 
-    from webgym_rl.modeling import load_model
+    from webgym_rollout.modeling import load_model
 
-    config = tmp_path / "train.yaml"
-    config.write_text("lora: true\nlora_rank: 4\nlora_alpha: 8\n")
-    settings = _settings(tmp_path, tiny_qwen2_vl, iterations=2, eval_every=0, train_config=str(config),
-                         learning_rate=0.05)
+    settings = _settings(tmp_path, tiny_qwen2_vl, iterations=2, eval_every=0, lora=True, lora_rank=4,
+                         lora_alpha=8, learning_rate=0.05)
     result = run_loop(settings)
     out = Path(settings.out)
     first = out / "iter-0000" / "checkpoint"
@@ -319,3 +266,63 @@ def test_lora_training_is_merged_before_the_next_rollout(tmp_path, tiny_qwen2_vl
     assert trainer_state["base_model"] == str(first) and trainer_state["settings"]["lora"] is True
     assert result.checkpoint == str(out / "iter-0001" / "checkpoint")
     load_model(result.checkpoint)
+
+
+def test_each_rollout_gets_the_loops_groups_and_its_own_temperature(tmp_path, monkeypatch):
+    """The runner is replaced here (its settings are the subject); the big loop test runs it for real."""
+    from webgym_data.schema import Task
+    from webgym_rl import loop
+    from webgym_rollout.dataset import TrajectoryWriter
+    from webgym_rollout.env import EnvSettings
+    from webgym_rollout.runner import RunReport
+
+    seen = []
+
+    async def fake_run(run_settings):
+        seen.append(run_settings)
+        with TrajectoryWriter(run_settings.out, resume=True):
+            pass
+        return RunReport(out=run_settings.out, episodes=0, skipped=0, steps=0, successes=0, errors={},
+                         elapsed_s=1.0, session_retries=0, parse_errors=0)
+
+    monkeypatch.setattr("webgym_rollout.runner.run", fake_run)
+
+    class Services:  # the loop's services, reduced to the URLs they would hand out
+        def browser_urls(self):
+            return ("http://127.0.0.1:1",)
+
+        def sites_url(self):
+            return "http://127.0.0.1:2"
+
+        def serve(self, checkpoint):
+            return "http://127.0.0.1:3/v1", "webgym-policy"
+
+    tasks = _tasks(tmp_path / "mixed.jsonl")  # the MiniWoB tasks and one web task
+    web = Task(task_id="w1", task_name="find it", website="http://127.0.0.1:9/", benchmark_name="t")
+    with tasks.open("a") as handle:
+        handle.write(json.dumps(web.to_row()) + "\n")
+    settings = _settings(tmp_path, tmp_path / "model", tasks=str(tasks), only_environment="miniwob",
+                         policy={"temperature": 0.8, "top_p": 0.9}, eval_temperature=0.1, attempts=2,
+                         judge={"kind": "programmatic"})
+    state = {"iterations": {"0": {"train": {"checkpoint": "c0"}}, "1": {"train": {"checkpoint": "c1"}}}}
+    for iteration, phase in ((0, "rollout"), (1, "rollout"), (1, "eval")):
+        result = loop._run_phase(settings, Services(), state, iteration, phase)
+        assert result["episodes"] == 0 and result["out"] == str(seen[-1].out)
+    bootstrap, rollout, evaluation = seen
+    assert bootstrap.policy.kind == "random" and bootstrap.policy.random.seed == 0
+    assert (rollout.policy.kind, rollout.policy.endpoint.base_url, rollout.policy.endpoint.model) == (
+        "openai", "http://127.0.0.1:3/v1", "webgym-policy")
+    assert (rollout.policy.sampling.temperature, rollout.policy.sampling.top_p) == (0.8, 0.9)
+    assert (evaluation.policy.sampling.temperature, evaluation.policy.sampling.top_p) == (0.1, 0.9)
+    assert (rollout.split, evaluation.split, evaluation.iteration) == ("train", "train", 1)
+    for run_settings in seen:
+        assert run_settings.rollout is settings.rollout and run_settings.judge is settings.judge
+        assert run_settings.env.sites_url == "http://127.0.0.1:2"  # MiniWoB tasks need the site server
+        assert run_settings.env.viewport == "320x240" and run_settings.env.miniwob_horizon == 3
+        rows = [json.loads(line) for line in Path(run_settings.tasks).read_text().splitlines()]
+        assert len(rows) == len(MINIWOB) and all(r["environment"].startswith("miniwob:") for r in rows)
+    assert not loop._needs_site_server([web], EnvSettings())
+    only_web = _settings(tmp_path, tmp_path / "model", tasks=str(tasks), only_environment="web",
+                         out=str(tmp_path / "web-loop"))
+    written = loop._task_source(only_web, str(tasks), "train", "rollout")
+    assert [json.loads(line)["task_id"] for line in written.read_text().splitlines()] == ["w1"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from webgym_rl.objectives import filtered_bc, reinforce, response_logprobs
+from webgym_rl.objectives import OBJECTIVES, filtered_bc, reinforce, response_logprobs
+from webgym_rl.samples import Objective
 
 
 def _batch(seed=0, vocab=11):
@@ -15,6 +16,12 @@ def _batch(seed=0, vocab=11):
     labels[0, 3:] = torch.tensor([1, 2, 3])
     labels[1, 4:] = torch.tensor([4, 5])
     return logits, labels
+
+
+def test_every_objective_has_its_loss_and_nothing_else_does():
+    assert set(OBJECTIVES) == set(Objective)
+    assert OBJECTIVES[Objective.FILTERED_BC] is filtered_bc and OBJECTIVES[Objective.REINFORCE] is reinforce
+    assert OBJECTIVES[Objective("reinforce")] is reinforce  # the settings' string names the same loss
 
 
 def test_filtered_bc_is_the_cross_entropy_of_the_labelled_tokens():
@@ -65,8 +72,8 @@ def test_a_negative_advantage_gives_the_opposite_gradient():
 def test_a_negative_advantage_sample_pushes_a_real_model_the_other_way(tmp_path_factory, tmp_path):
     from tests.webgym_rl.synthetic import episode, tiny_checkpoint, write_shards
     from webgym_rl.collate import Collator
-    from webgym_rl.data import build_samples, load_trajectories
-    from webgym_rl.modeling import load_model, load_processor
+    from webgym_rl.samples import build_samples, load_trajectories
+    from webgym_rollout.modeling import load_model, load_processor
 
     model_dir = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
     folder = write_shards(tmp_path / "it", [episode(task_id="a", attempt=a, reward=float(a == 0), num_steps=1)

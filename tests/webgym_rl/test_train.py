@@ -1,7 +1,8 @@
-"""webgym_rl.train: real training runs of tiny Qwen-VL models on synthetic trajectory shards."""
+"""webgym_rl.train: real training runs of tiny Qwen-VL models on synthetic trajectory datasets."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -10,19 +11,23 @@ import yaml
 from click.testing import CliRunner
 
 from tests.webgym_rl.synthetic import episode, standard_iteration, tiny_checkpoint, write_shards
+from webgym_core.errors import SettingsError
+from webgym_core.settings import load_settings, settings_from_dict
 from webgym_rl.collate import Collator
-from webgym_rl.data import build_samples, load_trajectories
-from webgym_rl.modeling import load_model, load_processor
+from webgym_rl.errors import TrainSettingsError
 from webgym_rl.objectives import filtered_bc
-from webgym_rl.train import ResumeError, SettingsError, TrainSettings, train, train_command
+from webgym_rl.samples import build_samples, load_trajectories
+from webgym_rl.train import ResumeError, TrainingSettings, TrainSettings, train, train_command
+from webgym_rollout.modeling import load_model, load_processor
 
 
 def _settings(model, data, out, **kw):
+    """`TrainSettings` from YAML-style keys (the training keys sit beside the inputs)."""
     values = dict(model=str(model), data=[str(d) for d in data], out=str(out), objective="filtered_bc",
                   learning_rate=2e-3, per_device_batch_size=2, gradient_accumulation_steps=2, max_steps=8,
                   lr_scheduler="linear", warmup_steps=2, save_every=3, seed=3, cache_dir=str(out) + "-cache")
     values.update(kw)
-    return TrainSettings(**values)
+    return settings_from_dict(TrainSettings, values)
 
 
 def _batch(model_dir, data):
@@ -115,23 +120,33 @@ def test_qwen3_vl_reinforce_with_lora_through_the_cli(tmp_path_factory, tmp_path
 def test_settings_come_from_yaml_then_flags(tmp_path, monkeypatch):
     config = tmp_path / "c.yaml"
     config.write_text("model: m\ndata: [a, b]\nout: o\nlearning-rate: 0.25\nmax_steps: 7\n")
-    settings = TrainSettings.from_sources(config, max_steps=3, lora=None, data=())
-    assert (settings.model, settings.data, settings.learning_rate) == ("m", ["a", "b"], 0.25)
-    assert settings.max_steps == 3
+    settings = load_settings(TrainSettings, config, {"training__max_steps": 3, "training__lora": None,
+                                                     "data": ()})
+    assert (settings.model, settings.data, settings.training.learning_rate) == ("m", ["a", "b"], 0.25)
+    assert settings.training.max_steps == 3
     config.write_text("modle: m\n")
-    with pytest.raises(SettingsError, match="unknown setting 'modle'"):
-        TrainSettings.from_sources(config)
+    with pytest.raises(SettingsError, match="modle: unknown setting"):
+        load_settings(TrainSettings, config)
+    # Out-of-range values are refused naming the field (and, from the CLI, the flag).
+    with pytest.raises(TrainSettingsError, match="learning_rate: must be > 0"):
+        TrainingSettings(learning_rate=0)
+    with pytest.raises(SettingsError, match="learning_rate: must be > 0"):
+        settings_from_dict(TrainSettings, {"model": "m", "data": ["a"], "out": "o", "learning_rate": 0})
+    with pytest.raises(SettingsError, match=r"lr_scheduler \(--lr-scheduler\): 'cosine2' is not one of"):
+        load_settings(TrainSettings, None, {"model": "m", "data": ("a",), "out": "o",
+                                            "training__lr_scheduler": "cosine2"})
     # --data takes several values after one flag, and the flag can repeat.
     seen = {}
 
     def fake_train(settings):
         seen["s"] = settings
-        raise SettingsError("parsed only")
+        raise TrainSettingsError("parsed only")
 
     monkeypatch.setattr("webgym_rl.train.train", fake_train)
     CliRunner().invoke(train_command, ["--data", "d1", "d2", "--model", "m", "--data", "d3", "--out", "o",
                                        "--lora-target-modules", "q_proj", "v_proj"])
-    assert seen["s"].data == ["d1", "d2", "d3"] and seen["s"].lora_target_modules == ["q_proj", "v_proj"]
+    assert seen["s"].data == ["d1", "d2", "d3"]
+    assert seen["s"].training.lora_target_modules == ["q_proj", "v_proj"]
     help_text = CliRunner().invoke(train_command, ["--help"]).output
     assert "Example:" in help_text and "--recency-power" in help_text and "(a + 1) ** -power" in help_text
 
@@ -170,3 +185,18 @@ def test_bad_input_stops_with_one_clear_message_before_training(case, tmp_path_f
     assert len(errors) == 1 and expected in errors[0], result.output
     assert "Traceback" not in result.output
     assert not list(out.glob("checkpoint-*"))
+
+
+def test_a_schema_1_1_dataset_still_trains(tmp_path_factory, tmp_path):
+    """Trajectories written before schema 1.2 (no policy versions, log-probs or outcomes) train."""
+    from tests.schema_1_1 import write_1_1
+
+    model = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
+    episodes = [episode(task_id=f"task{t}", attempt=a, reward=float(a == 0))
+                for t in range(2) for a in range(2)]
+    data = write_1_1(tmp_path / "iter-0", episodes)
+    result = train(_settings(model, [data], tmp_path / "out", max_steps=2, save_every=0, log_with="none"))
+    assert result.steps == 2 and result.counts["trajectories_kept"] == 2 and result.counts["steps_kept"] == 4
+    state = json.loads((result.checkpoint / "trainer_state.json").read_text())
+    assert state["data"][0]["id"] == str(data) and state["data"][0]["rows"] == 4
+    load_model(result.checkpoint)

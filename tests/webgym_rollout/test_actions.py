@@ -27,7 +27,7 @@ NAMES = [spec.name for spec in ACTIONS]
 
 
 def test_the_action_set_is_the_one_the_protocol_names():
-    assert NAMES == ["left_click", "type", "scroll", "wait", "go_back", "navigate", "answer"]
+    assert NAMES == ["left_click", "type", "key", "select", "scroll", "wait", "go_back", "navigate", "answer"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -139,6 +139,13 @@ def test_browser_actions_use_viewport_pixels():
     assert AgentAction("wait", time=120).to_browser_action(viewport) == {"kind": "wait", "seconds": 10.0}
     assert AgentAction("wait").to_browser_action(viewport) == {"kind": "wait", "seconds": 2.0}
     assert AgentAction("go_back").to_browser_action(viewport) == {"kind": "go_back"}
+    assert AgentAction("key", keys="Control+a").to_browser_action(viewport) == \
+        {"kind": "key", "key": "Control+a"}
+    assert AgentAction("select", coordinate=(500, 250), option="Blue").to_browser_action(viewport) == \
+        {"kind": "select", "x": 640, "y": 180, "value": "Blue"}
+    select = AgentAction("select", coordinate=(500, 250), option="Blue")
+    assert select.describe() == 'select [500, 250] "Blue"'
+    assert AgentAction("key", keys="Enter").describe() == "key Enter"
     assert AgentAction("navigate", url="http://x.y/").to_browser_action(viewport) is None
     answer = AgentAction("answer", text="42")
     assert answer.to_browser_action(viewport) is None and answer.ends_episode
@@ -165,7 +172,7 @@ def test_json_form_round_trips(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_browser_actions_satisfy_the_browser_client_contract(name):
-    from webgym_rollout.client import BrowserAction
+    from webgym_rollout.browser.protocol import BrowserAction
 
     for viewport in ((1280, 720), (160, 210)):
         action = example_action(name).to_browser_action(viewport)

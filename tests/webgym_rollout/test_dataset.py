@@ -12,44 +12,47 @@ from click.testing import CliRunner
 
 import webgym_rollout.dataset as dataset_module
 from tests.webgym_rollout.test_agent import png
+from webgym_data.schema import Task
 from webgym_rollout.actions import AgentAction
-from webgym_rollout.dataset import (
-    DatasetExists,
-    InvalidEpisodeRow,
-    ManifestInvalid,
-    PushRefused,
-    TrajectoryWriter,
-    load_trajectories,
-    new_episode_row,
-    new_step_row,
-    push_command,
+from webgym_rollout.dataset import DatasetExists, EpisodeRepeated, PushRefused, TrajectoryWriter, push_command
+from webgym_rollout.trajectory import (
+    Episode,
+    Latency,
+    Step,
+    TrajectoryError,
+    Verdict,
+    read_episodes,
     read_manifest,
+    trajectory_features,
 )
-from webgym_rollout.trajectory import trajectory_features
 
 TASK_ROW = {"task_id": "t0", "task_name": "Click the <b>OK</b> button", "website": "miniwob:click-button",
             "start_url": "http://127.0.0.1/miniwob/click-button.html", "benchmark_name": "miniwob",
-            "difficulty": 1, "difficulty_level": "easy", "environment": "miniwob:click-button", "env_seed": 7,
+            "difficulty": 1, "environment": "miniwob:click-button", "env_seed": 7,
             "evaluator_reference": [{"id": "1", "description": "d", "facts": ["OK clicked"]}],
-            "source": {"importer": "x"}, "fact_group_ids": ["1"]}
+            "source": {"importer": "x"}}
 COLORS = ["red", "green", "blue", "yellow"]
 
 
 def make_episode(task_id: str, attempt: int = 0, *, n_steps: int = 2, reward: float = 1.0,
-                 split: str = "train", size=(160, 210)) -> dict:
+                 split: str = "train", size=(160, 210)) -> Episode:
     steps = []
     for j in range(n_steps):
         action = AgentAction("left_click", coordinate=(250, 500)) if j % 2 == 0 else None
-        steps.append(new_step_row(
+        steps.append(Step(
             index=j, screenshot=png(COLORS[j % len(COLORS)], size), messages=json.dumps([{"role": "user"}]),
             response="Memory: m\n" + (action.to_tool_call() if action else "???"),
             action=action.to_json() if action else "", action_error="" if action else "no <tool_call>",
             memory=f"memory {j}", url=f"http://127.0.0.1/{j}", title=f"Title {j}",
-            same_as_next=j == 1, latency={"policy_s": 0.1, "execute_s": 0.02, "screenshot_s": 0.03}))
-    return new_episode_row(
-        {**TASK_ROW, "task_id": task_id}, episode_id=f"{task_id}-a{attempt}", attempt=attempt, split=split,
-        policy_model="random", judge_model="programmatic", reward=reward, answer="done",
-        verdicts=[{"criterion": "environment", "passed": reward >= 1, "reason": "raw reward"}], steps=steps)
+            same_as_next=j == 1, latency=Latency(policy_s=0.1, execute_s=0.02, screenshot_s=0.03)))
+    return Episode(
+        task=Task.from_row({**TASK_ROW, "task_id": task_id}), episode_id=f"{task_id}-a{attempt}",
+        attempt=attempt, split=split, policy_model="random", judge_model="programmatic", reward=reward,
+        answer="done", verdicts=[Verdict("environment", reward >= 1, "raw reward")], steps=steps)
+
+
+def shard_files(out: Path) -> list[str]:
+    return [shard["path"] for shard in read_manifest(out)["shards"]]
 
 
 def keys_of(ds) -> list[tuple[str, int]]:
@@ -63,8 +66,9 @@ def test_written_folder_loads_with_load_dataset_and_screenshots_decode(tmp_path)
             writer.add(make_episode(f"t{i}", reward=float(i != 1)))
         writer.add(make_episode("q0", split="test", n_steps=1))
     manifest = read_manifest(out)
-    assert [s["path"] for s in manifest["shards"]] == [
-        "data/train-00000.parquet", "data/train-00001.parquet", "data/test-00000.parquet"]
+    run = manifest["run_id"]  # shard names are unique to the run (see test_trajectory)
+    assert shard_files(out) == [f"data/train-{run}-00000.parquet", f"data/train-{run}-00001.parquet",
+                                f"data/test-{run}-00000.parquet"]
     assert sum(s["num_rows"] for s in manifest["shards"]) == 4
 
     loaded = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache"))
@@ -78,13 +82,13 @@ def test_written_folder_loads_with_load_dataset_and_screenshots_decode(tmp_path)
     assert AgentAction.from_json(step["action"]).coordinate == (250, 500)
     # Task fields come through; fields trajectories do not store are dropped.
     assert train[0]["env_seed"] == 7 and train[0]["evaluator_reference"][0]["facts"] == ["OK clicked"]
-    assert load_trajectories(out, "test")["episode_id"] == ["q0-a0"]
+    assert [e.episode_id for e in read_episodes(out, split="test")] == ["q0-a0"]
 
     card = (out / "README.md").read_text()
     assert "configs:" in card
-    shards = "    - data/train-00000.parquet\n    - data/train-00001.parquet\n"
+    shards = f"    - data/train-{run}-00000.parquet\n    - data/train-{run}-00001.parquet\n"
     assert "- split: train\n    path:\n" + shards in card
-    assert "- split: test\n    path:\n    - data/test-00000.parquet\n" in card
+    assert f"- split: test\n    path:\n    - data/test-{run}-00000.parquet\n" in card
     assert "| episodes | 4 (test: 1, train: 3) |" in card
     assert "| success rate (reward 1) | 75.0% |" in card
     assert "| steps | 7 (mean 1.8 per episode) |" in card
@@ -104,7 +108,7 @@ def test_a_crashed_run_resumes_with_every_episode_exactly_once(tmp_path):
     listed_before = (out / "manifest.json").read_text()
     writer.add(make_episode(*wanted[8]))  # completes shard 3 (episodes 6, 7, 8)
     (out / "manifest.json").write_text(listed_before)
-    (out / "data" / ".tmp-train-00003.parquet").write_bytes(b"PAR1 half written")
+    (out / "data" / f".tmp-train-{writer.run_id}-00003.parquet").write_bytes(b"PAR1 half written")
     del writer
 
     with pytest.raises(DatasetExists, match="--resume"):
@@ -117,11 +121,11 @@ def test_a_crashed_run_resumes_with_every_episode_exactly_once(tmp_path):
         assert todo == wanted[9:]
         for task_id, attempt in todo:
             resumed.add(make_episode(task_id, attempt))
-        with pytest.raises(InvalidEpisodeRow, match="already in the dataset"):
+        with pytest.raises(EpisodeRepeated, match="already in the dataset"):
             resumed.add(make_episode(*wanted[0]))
     ds = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "cache"))
     assert keys_of(ds) == sorted(wanted)
-    assert keys_of(load_trajectories(out)) == sorted(wanted)
+    assert sorted((e.task.task_id, e.attempt) for e in read_episodes(out)) == sorted(wanted)
 
 
 def test_an_unlisted_shard_that_repeats_listed_episodes_is_dropped(tmp_path):
@@ -130,39 +134,45 @@ def test_an_unlisted_shard_that_repeats_listed_episodes_is_dropped(tmp_path):
         writer.add(make_episode("a"))
         writer.add(make_episode("b"))
     # A stray copy of a listed shard (same episodes) must not duplicate them.
-    shutil.copy(out / "data" / "train-00000.parquet", out / "data" / "train-00007.parquet")
+    (first,) = shard_files(out)
+    stray = out / first.replace("-00000.", "-00007.")
+    shutil.copy(out / first, stray)
     with TrajectoryWriter(out, resume=True) as resumed:
-        assert not (out / "data" / "train-00007.parquet").exists()
+        assert not stray.exists()
         resumed.add(make_episode("c"))
     ds = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "cache"))
     assert keys_of(ds) == [("a", 0), ("b", 0), ("c", 0)]
 
 
-def test_bad_rows_are_refused_with_the_episode_and_field(tmp_path):
-    writer = TrajectoryWriter(tmp_path / "run")
-    row = make_episode("t1")
-    del row["reward"]
-    with pytest.raises(InvalidEpisodeRow, match=r"t1-a0.*missing field\(s\) reward"):
-        writer.add(row)
-    with pytest.raises(InvalidEpisodeRow, match="unknown episode field"):
-        new_episode_row(rewards=1.0)
-    bad_step = make_episode("t2")
-    bad_step["steps"][1]["shot"] = b""
-    with pytest.raises(InvalidEpisodeRow, match="t2-a0, step 1"):
-        writer.add(bad_step)
-    with pytest.raises(InvalidEpisodeRow, match="episode_id"):
-        writer.add(make_episode("t3") | {"episode_id": ""})
+def test_rows_that_do_not_fit_the_contract_are_refused_by_episode(tmp_path):
+    row = make_episode("t1").to_row()
+    assert Episode.from_row(row).task.task_id == "t1"
+    with pytest.raises(TrajectoryError, match=r"episode t1-a0: .*task_name"):
+        Episode.from_row({**row, "task_name": ""})
+    with pytest.raises(TrajectoryError, match=r"episode t1-a0: .*'finished'"):
+        Episode.from_row({**row, "status": "finished"})
+
+
+def test_a_folder_of_another_schema_is_not_resumed(tmp_path):
+    out = tmp_path / "run"
+    with TrajectoryWriter(out) as writer:
+        writer.add(make_episode("a"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "schema_version": "1.1"}))
+    with pytest.raises(DatasetExists, match="schema 1.1.*writes 1.2"):
+        TrajectoryWriter(out, resume=True)
 
 
 def test_a_broken_manifest_is_reported_by_name(tmp_path):
     out = tmp_path / "run"
     with TrajectoryWriter(out) as writer:
         writer.add(make_episode("a"))
-    (out / "data" / "train-00000.parquet").unlink()
-    with pytest.raises(ManifestInvalid, match="lists data/train-00000.parquet, which is missing"):
+    (first,) = shard_files(out)
+    (out / first).unlink()
+    with pytest.raises(TrajectoryError, match=f"lists {first}, which is missing"):
         read_manifest(out)
     (out / "manifest.json").write_text("{")
-    with pytest.raises(ManifestInvalid, match="manifest.json cannot be read"):
+    with pytest.raises(TrajectoryError, match="manifest.json cannot be read"):
         TrajectoryWriter(out, resume=True)
 
 
@@ -196,6 +206,7 @@ def test_push_uploads_only_what_the_manifest_lists(tmp_path, monkeypatch):
         writer.add(make_episode("a"))
         writer.add(make_episode("b"))
     (out / "data" / ".tmp-train-00009.parquet").write_bytes(b"junk")
+    listed = shard_files(out)
     result = CliRunner().invoke(push_command, [str(out), "org/trajs", "--private", "--token", "hf_x"])
     assert result.exit_code == 0, result.output
     assert "https://hub.example/commit/1" in result.output
@@ -206,8 +217,7 @@ def test_push_uploads_only_what_the_manifest_lists(tmp_path, monkeypatch):
     assert FakeHfApi.calls[1][2] == {"repo_type": "dataset", "private": True, "exist_ok": True}
     upload = FakeHfApi.calls[2][1]
     assert upload["repo_type"] == "dataset" and upload["repo_id"] == "org/trajs"
-    assert upload["files"] == ["README.md", "data/train-00000.parquet", "data/train-00001.parquet",
-                               "manifest.json"]
+    assert upload["files"] == sorted(["README.md", *listed, "manifest.json"]) and len(listed) == 2
     assert 'load_dataset("org/trajs"' in upload["card"]
 
 
@@ -224,7 +234,7 @@ def test_push_refuses_a_folder_that_is_not_a_finished_dataset(tmp_path, monkeypa
     out = tmp_path / "run"
     with TrajectoryWriter(out) as writer:
         writer.add(make_episode("a"))
-    with open(out / "data" / "train-00000.parquet", "ab") as handle:
+    with open(out / shard_files(out)[0], "ab") as handle:
         handle.write(b"tampered")
     with pytest.raises(PushRefused, match="sha256"):
         dataset_module.push_trajectories(out, "org/x")

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from webgym_rollout.browser.guard import SiteBlocklist, UrlGuard, is_loopback_host, site_of
 from webgym_rollout.errors import NavigationRefused, SiteBlocked
-from webgym_rollout.guard import SiteBlocklist, UrlGuard, is_loopback_host, site_of
 
 REFUSED = [
     "file:///etc/passwd",

@@ -6,16 +6,19 @@ from __future__ import annotations
 import pytest
 
 from tests.webgym_rollout.test_agent import png
+from webgym_core.endpoint import Endpoint
 from webgym_rollout.judge import (
     JudgeReplyInvalid,
     JudgeRequest,
+    JudgeSettings,
     JudgeUnavailable,
     ProgrammaticJudge,
     RubricJudge,
-    RubricJudgeSettings,
+    make_judge,
     parse_verdict,
     select_key_screenshots,
 )
+from webgym_rollout.trajectory import TaskOutcome
 
 TASK = {
     "task_name": "Find the cheapest Boston to Denver flight on May 3 and its airline.",
@@ -59,10 +62,18 @@ def scripted_judge(*, fail_fact: str | None = None, grounding: str = "PASS", fac
     return reply
 
 
+_ENDPOINT_FIELDS = {"max_retries", "timeout_s", "backoff_s", "max_concurrency"}
+
+
 def judge_for(server, **kwargs) -> RubricJudge:
     kwargs.setdefault("backoff_s", 0.01)
-    return RubricJudge(RubricJudgeSettings(base_url=server.base_url, model="judge-model", api_key="t",
-                                           **kwargs))
+    endpoint = Endpoint(base_url=server.base_url, model="judge-model", api_key="t",
+                        **{k: v for k, v in kwargs.items() if k in _ENDPOINT_FIELDS})
+    settings = JudgeSettings(kind="rubric", endpoint=endpoint,
+                             **{k: v for k, v in kwargs.items() if k not in _ENDPOINT_FIELDS})
+    judge = make_judge(settings)
+    assert isinstance(judge, RubricJudge)
+    return judge
 
 
 def request(answer: str = ANSWER) -> JudgeRequest:
@@ -186,9 +197,12 @@ async def test_programmatic_judge_uses_the_environment_reward():
     judge = ProgrammaticJudge()
     cases = [(True, 1.0, 1.0), (True, -1.0, 0.0), (False, 1.0, 0.0), (True, None, 0.0), (False, None, 0.0)]
     for done, raw, reward in cases:
-        result = await judge.score(JudgeRequest(task_name="click", env_done=done, env_raw_reward=raw,
-                                                env_reason="clicked"))
+        result = await judge.score(JudgeRequest(task_name="click", outcome=TaskOutcome(
+            done=done, raw_reward=raw, reason="clicked")))
         assert result.reward == reward, (done, raw)
         assert result.verdicts[0].criterion == "environment"
         assert result.verdicts[0].passed is (reward == 1.0)
     assert result.judge_model == "programmatic"
+    assert (await judge.score(JudgeRequest(task_name="web task"))).reward == 0.0  # no outcome at all
+    with pytest.raises(ValueError, match="base_url: the rubric judge needs"):
+        JudgeSettings(kind="rubric")

@@ -1,21 +1,32 @@
-"""The MiniWoB episode adapter on a real page: seeding, utterance, rewards."""
+"""The MiniWoB task kind on a real page: seeding, utterance, rewards; its URL and settings check."""
 
 from __future__ import annotations
 
 import pytest
 
-from webgym_rollout import miniwob
-from webgym_rollout.errors import InvalidRequest
-from webgym_rollout.sites import SiteServer, miniwob_task_url
+from webgym_data.schema import Task
+from webgym_rollout.env import EnvSettings
+from webgym_rollout.miniwob import MiniWobTask, task_url
+from webgym_rollout.sites import SiteServer
+from webgym_rollout.tasks import task_kind
 
 
-def test_parse_environment():
-    assert miniwob.parse_environment("web") == miniwob.Environment("web")
-    env = miniwob.parse_environment("miniwob:click-button")
-    assert (env.kind, env.task, env.name) == ("miniwob", "click-button", "miniwob:click-button")
-    for bad in ("miniwob:", "gym:click", "miniwob:../etc", "browser"):
-        with pytest.raises(InvalidRequest, match="environment"):
-            miniwob.parse_environment(bad)
+def _task(seed: int = 3) -> Task:
+    return Task.from_row({"task_name": "MiniWoB click-button", "website": "miniwob:click-button",
+                          "environment": "miniwob:click-button", "env_seed": seed})
+
+
+def test_the_kind_needs_the_site_server_and_opens_the_seeded_page():
+    kind = task_kind(_task(7))
+    assert isinstance(kind, MiniWobTask) and kind.argument == "click-button"
+    with pytest.raises(ValueError, match="sites_url: .*site server"):
+        kind.session_request(EnvSettings(), seed=7)
+    settings = EnvSettings(sites_url="http://127.0.0.1:8400/", viewport="160x210")
+    request = kind.session_request(settings, seed=7)
+    assert request.start_url == "http://127.0.0.1:8400/miniwob/click-button.html" == task_url(
+        "http://127.0.0.1:8400", "click-button")
+    assert (request.environment, request.seed, request.viewport) == ("miniwob:click-button", 7, (160, 210))
+    assert kind.horizon(EnvSettings(miniwob_horizon=4), "test") == 4
 
 
 @pytest.mark.browser
@@ -26,9 +37,9 @@ async def test_seeded_episode_state_and_rewards(chromium):
             page = await context.new_page()
             utterances = []
             for seed in (3, 3, 4, 5, 6):
-                await page.goto(miniwob_task_url(sites.base_url, "click-button"))
-                await miniwob.start_episode(page, seed, max_time_s=30, timeout_s=10)
-                state = await miniwob.read_state(page)
+                await page.goto(task_url(sites.base_url, "click-button"))
+                await MiniWobTask.start_page(page, "click-button", seed, max_time_s=30, timeout_s=10)
+                state = await MiniWobTask.read_page(page)
                 assert state["done"] is False and state["reward"] == 0
                 assert state["reason"] == ""  # no reason yet (not the text "undefined")
                 utterances.append(state["utterance"])
@@ -36,7 +47,7 @@ async def test_seeded_episode_state_and_rewards(chromium):
             assert len(set(utterances[1:])) > 1  # other seeds, other tasks
             target = utterances[-1].split('"')[1]
             await page.get_by_role("button", name=target, exact=True).first.click()
-            state = await miniwob.read_state(page)
+            state = await MiniWobTask.read_page(page)
             assert state["done"] is True and state["raw_reward"] == 1 and 0 < state["reward"] <= 1
         finally:
             await context.close()

@@ -8,28 +8,30 @@ import base64
 import pytest
 
 from tests.webgym_rollout.test_agent import observation_with_history, png
+from webgym_core.endpoint import Endpoint
 from webgym_rollout.actions import AgentAction, grid_to_pixels
 from webgym_rollout.agent import AgentSettings, Observation, format_response
 from webgym_rollout.errors import PolicyError
 from webgym_rollout.policy import (
     OpenAIPolicy,
-    OpenAIPolicySettings,
     Policy,
     PolicyRejected,
+    PolicySettings,
     PolicyTimeout,
     PolicyUnavailable,
     RandomPolicy,
     RandomPolicySettings,
     SamplingSettings,
+    make_policy,
 )
 
 GOOD_REPLY = format_response(AgentAction("left_click", coordinate=(250, 500)), memory="nothing yet",
                              progress="start", intention="open the menu")
 
 
-def settings(server, **kwargs) -> OpenAIPolicySettings:
+def endpoint(server, **kwargs) -> Endpoint:
     kwargs.setdefault("backoff_s", 0.01)
-    return OpenAIPolicySettings(base_url=server.base_url, model="policy-model", api_key="test", **kwargs)
+    return Endpoint(base_url=server.base_url, model="policy-model", api_key="test", **kwargs)
 
 
 def image_urls(body: dict) -> list[str]:
@@ -41,8 +43,8 @@ async def test_images_go_inline_and_usage_is_recorded(scripted_openai):
     usage = {"prompt_tokens": 1234, "completion_tokens": 56}
     server = scripted_openai([{"content": GOOD_REPLY, "usage": usage}])
     obs = observation_with_history(5)
-    sampling = SamplingSettings(temperature=0.7, top_p=0.9, max_tokens=300, seed=11)
-    async with OpenAIPolicy(settings(server, sampling=sampling)) as policy:
+    sampling = SamplingSettings(temperature=0.7, top_p=0.9, max_tokens=300, sampling_seed=11)
+    async with OpenAIPolicy(endpoint(server), sampling=sampling) as policy:
         assert isinstance(policy, Policy)
         output = await policy.act(obs)
         assert policy.usage.prompt_tokens == 1234 and policy.usage.completion_tokens == 56
@@ -65,9 +67,32 @@ async def test_images_go_inline_and_usage_is_recorded(scripted_openai):
     assert '"type": "image", "step": 5' in output.messages_json
 
 
+async def test_the_policy_version_and_token_logprobs_are_kept(scripted_openai):
+    server = scripted_openai([{"content": GOOD_REPLY, "model": "checkpoint-7", "logprobs": [-0.5, -0.25]}])
+    async with OpenAIPolicy(endpoint(server)) as policy:
+        output = await policy.act(observation_with_history(0))
+    assert server.requests[0]["logprobs"] is True
+    assert output.policy_version == "checkpoint-7" and output.logprobs == (-0.5, -0.25)
+    server = scripted_openai([GOOD_REPLY])
+    async with OpenAIPolicy(endpoint(server), sampling=SamplingSettings(logprobs=False)) as policy:
+        output = await policy.act(observation_with_history(0))
+    assert "logprobs" not in server.requests[0] and output.logprobs == ()
+    assert output.policy_version == "policy-model"  # the model name the reply carries
+
+
+def test_policy_settings_build_the_policy_they_describe():
+    assert isinstance(make_policy(PolicySettings()), RandomPolicy)
+    with pytest.raises(ValueError, match="base_url: the openai policy needs"):
+        PolicySettings(kind="openai")
+    policy = make_policy(PolicySettings(kind="openai", endpoint=Endpoint(base_url="http://127.0.0.1:9/v1",
+                                                                        model="m"),
+                                        sampling=SamplingSettings(temperature=0.0)))
+    assert isinstance(policy, OpenAIPolicy) and policy.model_id == "m" and policy.sampling.temperature == 0.0
+
+
 async def test_transient_server_errors_are_retried(scripted_openai):
     server = scripted_openai([{"status": 500}, {"status": 503}, GOOD_REPLY])
-    async with OpenAIPolicy(settings(server, max_retries=3)) as policy:
+    async with OpenAIPolicy(endpoint(server, max_retries=3)) as policy:
         output = await policy.act(observation_with_history(0))
         assert policy.usage.retries == 2 and policy.usage.requests == 3
     assert output.action is not None
@@ -76,7 +101,7 @@ async def test_transient_server_errors_are_retried(scripted_openai):
 
 async def test_retries_run_out_into_a_typed_error_naming_the_endpoint(scripted_openai):
     server = scripted_openai([{"status": 500}])
-    async with OpenAIPolicy(settings(server, max_retries=1)) as policy:
+    async with OpenAIPolicy(endpoint(server, max_retries=1)) as policy:
         with pytest.raises(PolicyUnavailable, match=server.base_url.replace(".", r"\.")) as caught:
             await policy.act(observation_with_history(0))
         assert policy.usage.failures == 1
@@ -86,7 +111,7 @@ async def test_retries_run_out_into_a_typed_error_naming_the_endpoint(scripted_o
 
 async def test_a_rejected_request_is_not_retried(scripted_openai):
     server = scripted_openai([{"status": 400}, GOOD_REPLY])
-    async with OpenAIPolicy(settings(server, max_retries=3)) as policy:
+    async with OpenAIPolicy(endpoint(server, max_retries=3)) as policy:
         with pytest.raises(PolicyRejected, match="HTTP 400"):
             await policy.act(observation_with_history(0))
     assert len(server.requests) == 1
@@ -94,14 +119,14 @@ async def test_a_rejected_request_is_not_retried(scripted_openai):
 
 async def test_a_slow_endpoint_times_out(scripted_openai):
     server = scripted_openai([{"content": GOOD_REPLY, "delay_s": 1.0}])
-    async with OpenAIPolicy(settings(server, timeout_s=0.2, max_retries=1)) as policy:
+    async with OpenAIPolicy(endpoint(server, timeout_s=0.2, max_retries=1)) as policy:
         with pytest.raises(PolicyTimeout):
             await policy.act(observation_with_history(0))
     assert len(server.requests) == 2
 
 
 async def test_connection_refused_is_unavailable(unused_port):
-    config = OpenAIPolicySettings(base_url=f"http://127.0.0.1:{unused_port}/v1", model="m", max_retries=0)
+    config = Endpoint(base_url=f"http://127.0.0.1:{unused_port}/v1", model="m", max_retries=0)
     async with OpenAIPolicy(config) as policy:
         with pytest.raises(PolicyUnavailable, match="connection failed"):
             await policy.act(observation_with_history(0))
@@ -110,7 +135,7 @@ async def test_connection_refused_is_unavailable(unused_port):
 async def test_an_unparseable_reply_is_data_not_an_error(scripted_openai):
     cut = {"content": "<tool_call>{", "finish_reason": "length"}
     server = scripted_openai(["I am not sure what to do.", cut])
-    async with OpenAIPolicy(settings(server)) as policy:
+    async with OpenAIPolicy(endpoint(server)) as policy:
         first = await policy.act(observation_with_history(0))
         second = await policy.act(observation_with_history(0))
     assert first.action is None and "no <tool_call>" in first.parsed.error
@@ -120,7 +145,7 @@ async def test_an_unparseable_reply_is_data_not_an_error(scripted_openai):
 
 async def test_concurrency_is_bounded(scripted_openai):
     server = scripted_openai([{"content": GOOD_REPLY, "delay_s": 0.2}])
-    async with OpenAIPolicy(settings(server, max_concurrency=2)) as policy:
+    async with OpenAIPolicy(endpoint(server, max_concurrency=2)) as policy:
         outputs = await asyncio.gather(*(policy.act(observation_with_history(0)) for _ in range(6)))
     assert all(o.action is not None for o in outputs)
     assert len(server.requests) == 6
@@ -130,7 +155,7 @@ async def test_concurrency_is_bounded(scripted_openai):
 async def test_the_vanilla_variant_is_sent_and_read(scripted_openai):
     reply = format_response(AgentAction("go_back"), variant="vanilla", progress="p", intention="i")
     server = scripted_openai([reply])
-    async with OpenAIPolicy(settings(server, agent=AgentSettings(variant="vanilla"))) as policy:
+    async with OpenAIPolicy(endpoint(server), agent=AgentSettings(variant="vanilla")) as policy:
         output = await policy.act(observation_with_history(2))
     assert output.action == AgentAction("go_back")
     assert "Memory:" not in server.requests[0]["messages"][0]["content"]

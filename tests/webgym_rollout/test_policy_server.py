@@ -14,13 +14,12 @@ from click.testing import CliRunner
 from PIL import Image
 
 from tests.models import tiny_model_dir
-from webgym_rl.modeling import build_tiny_model, load_processor
 from webgym_rollout.cli import main as rollout_main
+from webgym_rollout.modeling import load_processor
 from webgym_rollout.policy_server import (
     PolicyServerError,
     PolicyServerSettings,
     _check_bind,
-    _LogNormalLatency,
     running_policy_server,
 )
 
@@ -172,7 +171,7 @@ async def test_bad_requests_get_a_clear_400(client, change, message):
 
 
 async def test_reload_swaps_the_checkpoint(tiny_dir, tmp_path):
-    other = build_tiny_model(tmp_path / "other", family="qwen2_vl", seed=7)
+    other = tiny_model_dir("qwen2_vl", seed=7)
     name = str(tiny_dir)
     settings = PolicyServerSettings(model=name, port=0, max_new_tokens=6)
     kw = dict(model=name, messages=_messages(_data_url((120, 60, 200))), temperature=0, max_tokens=4,
@@ -243,13 +242,31 @@ def test_cli_help_and_refusals(tmp_path):
     assert missing.exit_code != 0 and "config.json" in missing.output
 
 
-def test_added_latency_is_log_normal_with_the_asked_median_and_p95():
-    latency = _LogNormalLatency(1.0, 5.0, seed=3)
-    draws = sorted(latency.draw() for _ in range(20000))
-    assert draws[len(draws) // 2] == pytest.approx(1.0, rel=0.05)
-    assert draws[int(len(draws) * 0.95)] == pytest.approx(5.0, rel=0.08)
-    with pytest.raises(ValueError, match="p95"):
-        _LogNormalLatency(2.0, 1.0, seed=0)
-    refused = CliRunner().invoke(rollout_main, ["serve-policy", "--model", "unused",
-                                                "--latency-median-s", "2", "--latency-p95-s", "1"])
-    assert refused.exit_code != 0 and "p95" in refused.output
+def test_flags_come_from_the_settings_and_the_token_from_the_environment(monkeypatch, tmp_path):
+    """One flag per PolicyServerSettings field (its docstring as help); --token falls back to env."""
+    from dataclasses import fields
+
+    from webgym_core.settings import flag_for
+
+    help_text = CliRunner().invoke(rollout_main, ["serve-policy", "--help"]).output
+    for item in fields(PolicyServerSettings):
+        assert flag_for(PolicyServerSettings, item.name) in help_text, item.name
+    assert "latency" not in help_text and "WEBGYM_POLICY_TOKEN" in help_text
+    seen = {}
+
+    def fake_create_app(settings):
+        seen["settings"] = settings
+        raise OSError("stop here")
+
+    monkeypatch.setattr("webgym_rollout.policy_server.create_app", fake_create_app)
+    monkeypatch.setenv("WEBGYM_POLICY_TOKEN", "from-env")
+    config = tmp_path / "serve.yaml"
+    config.write_text("max_new_tokens: 7\ndtype: float32\n")
+    result = CliRunner().invoke(rollout_main, ["serve-policy", "--config", str(config), "--model", "m",
+                                               "--host", "0.0.0.0", "--max-new-tokens", "9"])
+    assert result.exit_code == 1 and "stop here" in result.output
+    settings = seen["settings"]
+    assert (settings.token, settings.host, settings.max_new_tokens, settings.dtype) == (
+        "from-env", "0.0.0.0", 9, "float32")
+    bad = CliRunner().invoke(rollout_main, ["serve-policy", "--model", "m", "--max-new-tokens", "0"])
+    assert bad.exit_code == 2 and "max_new_tokens (--max-new-tokens): must be >= 1" in bad.output

@@ -10,6 +10,11 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from webgym_core.endpoint import Endpoint
+from webgym_rollout.env import EnvSettings
+from webgym_rollout.judge import JudgeSettings
+from webgym_rollout.policy import PolicySettings, RandomPolicySettings
+from webgym_rollout.runner import RolloutSettings, RunSettings, run
 from webgym_rollout.trajectory import expand_messages
 
 pytestmark = [pytest.mark.browser]
@@ -26,18 +31,11 @@ def write_miniwob_tasks(path: Path, seeds, task: str = "click-button") -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def sites_url():
-    from webgym_rollout.sites import SiteServer
-
-    with SiteServer() as sites:
-        yield sites.base_url
-
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def browser_url(chromium_path):
-    from webgym_rollout.browser import PoolSettings
-    from webgym_rollout.server import ServerSettings, running_server
+    from webgym_rollout.browser.pool import PoolSettings
+    from webgym_rollout.browser.server import ServerSettings, running_server
 
     pool = PoolSettings(executable_path=chromium_path, browsers=1, contexts_per_browser=6,
                         allow_hosts=("127.0.0.1",))
@@ -48,7 +46,7 @@ async def browser_url(chromium_path):
 def _load(out: Path):
     import datasets
 
-    # A private cache: offline, `datasets` serves any earlier cached folder of the same name ("out").
+    # A cache of the test's own, so that the suite leaves the user's ~/.cache alone.
     return datasets.load_dataset(str(out), split="train", cache_dir=str(out.parent / "hf-cache"))
 
 
@@ -78,13 +76,13 @@ def _check_steps(row) -> None:
 
 
 async def test_random_policy_on_click_button(tmp_path, sites_url, browser_url):
-    from webgym_rollout.runner import RunSettings, run
-
     tasks = write_miniwob_tasks(tmp_path / "tasks.jsonl", range(8))
     out = tmp_path / "out"
-    report = await run(RunSettings(tasks=tasks, servers=(browser_url,), out=out, sites_url=sites_url,
-                                   policy="random", judge="programmatic", concurrency=4, viewport=(320, 240),
-                                   miniwob_horizon=5, seed=3, progress=False))
+    report = await run(RunSettings(
+        tasks=tasks, servers=(browser_url,), out=out, progress=False, rollout=RolloutSettings(concurrency=4),
+        env=EnvSettings(sites_url=sites_url, viewport="320x240", miniwob_horizon=5),
+        policy=PolicySettings(kind="random", random=RandomPolicySettings(seed=3)),
+        judge=JudgeSettings(kind="programmatic")))
     assert report.episodes == 8 and not report.errors
     ds = _load(out)
     assert sorted(ds["task_id"]) == sorted(f"click-button-{s}" for s in range(8))
@@ -106,11 +104,10 @@ async def test_random_policy_on_click_button(tmp_path, sites_url, browser_url):
 
 
 @pytest.fixture(scope="module")
-def tiny_policy_url(tmp_path_factory):
-    from webgym_rl.modeling import build_tiny_model
+def tiny_policy_url(tiny_qwen2_vl):
     from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
 
-    model = build_tiny_model(tmp_path_factory.mktemp("tiny") / "qwen2vl")
+    model = tiny_qwen2_vl
     # A cap on new tokens keeps CPU generation short; the random model's text rarely parses anyway.
     settings = PolicyServerSettings(model=str(model), port=0, served_model_name="tiny-qwen2vl",
                                     max_new_tokens=24)
@@ -119,14 +116,13 @@ def tiny_policy_url(tmp_path_factory):
 
 
 async def test_openai_policy_with_tiny_model(tmp_path, sites_url, browser_url, tiny_policy_url):
-    from webgym_rollout.runner import RunSettings, run
-
     tasks = write_miniwob_tasks(tmp_path / "tasks.jsonl", range(3))
     out = tmp_path / "out"
-    settings = RunSettings(tasks=tasks, servers=(browser_url,), out=out, sites_url=sites_url,
-                           policy="openai", policy_base_url=tiny_policy_url, policy_model="tiny-qwen2vl",
-                           judge="programmatic", concurrency=3, viewport=(320, 240), miniwob_horizon=3,
-                           progress=False)
+    settings = RunSettings(
+        tasks=tasks, servers=(browser_url,), out=out, progress=False, rollout=RolloutSettings(concurrency=3),
+        env=EnvSettings(sites_url=sites_url, viewport="320x240", miniwob_horizon=3),
+        policy=PolicySettings(kind="openai",
+                              endpoint=Endpoint(base_url=tiny_policy_url, model="tiny-qwen2vl")))
     report = await run(settings)
     assert report.episodes == 3 and not report.errors
     ds = _load(out)
@@ -145,5 +141,9 @@ async def test_openai_policy_with_tiny_model(tmp_path, sites_url, browser_url, t
             # token usage as the policy server reported it (the screenshot alone is many tokens)
             assert step["usage"]["prompt_tokens"] > 50 and step["usage"]["completion_tokens"] > 0
             assert step["finish_reason"] in ("stop", "length")
+            # the behaviour policy's version and its token log-probabilities, as the endpoint returned them
+            assert step["policy_version"] == "tiny-qwen2vl"
+            assert len(step["logprobs"]) == step["usage"]["completion_tokens"]
+            assert all(lp <= 0 for lp in step["logprobs"])
     parse_errors = sum(1 for row in ds for s in row["steps"] if not s["action"])
     assert parse_errors == report.parse_errors

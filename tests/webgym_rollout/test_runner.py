@@ -17,8 +17,9 @@ import pytest
 import pytest_asyncio
 from click.testing import CliRunner
 
-from webgym_data.schema import Task, TaskValidationError
-from webgym_rollout.runner import RunSettings, episode_id, horizon_for, load_tasks, run, run_command
+from webgym_rollout.env import EnvSettings
+from webgym_rollout.runner import RolloutSettings, RunSettings, episode_id, run, run_command
+from webgym_rollout.trajectory import read_episodes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,75 +34,30 @@ def write_tasks(path: Path, seeds, task: str = "click-button", attempts_prefix: 
     return path
 
 
-def _settings(tmp_path: Path, **overrides) -> RunSettings:
+def _settings(tmp_path: Path, *, rollout: dict | None = None, env: dict | None = None,
+              **overrides) -> RunSettings:
     values = dict(tasks=tmp_path / "tasks.jsonl", servers=("http://127.0.0.1:1",), out=tmp_path / "out",
-                  viewport=(320, 240), progress=False)
+                  progress=False, rollout=RolloutSettings(**(rollout or {})),
+                  env=EnvSettings(**{"viewport": "320x240", **(env or {})}))
     values.update(overrides)
     return RunSettings(**values)
 
 
 # ------------------------------------------------------------------------------ no browser needed
 
-def test_load_tasks_from_jsonl_and_task_folder(tmp_path):
-    import datasets
-
-    from webgym_data.schema import task_features
-
-    write_tasks(tmp_path / "tasks.jsonl", range(3))
-    tasks = load_tasks(tmp_path / "tasks.jsonl")
-    assert [t.task_id for t in tasks] == ["click-button-0", "click-button-1", "click-button-2"]
-    assert tasks[2].env_seed == 2 and tasks[0].environment == "miniwob:click-button"
-    assert len(load_tasks(tmp_path / "tasks.jsonl", limit=2)) == 2
-
-    # the layout `webgym-data build` writes: data/<split>-*.parquet
-    folder = tmp_path / "taskset"
-    (folder / "data").mkdir(parents=True)
-    for split, names in (("train", ["Find a red shoe", "Buy milk"]), ("test", ["Book a flight"])):
-        rows = [Task.from_row({"task_name": n, "website": "shop.example", "benchmark_name": "demo"}).to_row()
-                for n in names]
-        datasets.Dataset.from_list(rows, features=task_features()).to_parquet(
-            str(folder / "data" / f"{split}-00000.parquet"))
-    assert [t.task_name for t in load_tasks(folder)] == ["Find a red shoe", "Buy milk"]
-    assert [t.task_name for t in load_tasks(folder, split="test")] == ["Book a flight"]
-
-
-def test_bad_task_input_names_file_row_and_field(tmp_path):
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"task_name": "a", "website": "x.org"}\n{not json\n', encoding="utf-8")
-    with pytest.raises(TaskValidationError, match=r"bad\.jsonl, row 1: invalid JSON"):
-        load_tasks(bad)
-    bad.write_text('{"task_name": "a", "website": "x.org"}\n{"task_name": "", "website": "x.org"}\n')
-    with pytest.raises(TaskValidationError, match=r"bad\.jsonl, row 1, field 'task_name'"):
-        load_tasks(bad)
-    dup = write_tasks(tmp_path / "dup.jsonl", [1, 1])
-    with pytest.raises(TaskValidationError, match=r"row 1, field 'task_id': duplicate task_id"):
-        load_tasks(dup)
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(TaskValidationError, match="empty: holds no 'train' task shards"):
-        load_tasks(tmp_path / "empty")
-
-
-def test_horizon_per_split_and_difficulty(tmp_path):
-    def task(facts: int, environment: str = "web") -> Task:
-        facts_ = [f"fact {i}" for i in range(facts)]
-        groups = [{"id": "1", "description": "d", "facts": facts_}] if facts else []
-        return Task.from_row({"task_name": "t", "website": "a.org", "evaluator_reference": groups,
-                              "environment": environment})
-
-    train, test = _settings(tmp_path), _settings(tmp_path, split="test", miniwob_horizon=4)
-    assert [horizon_for(task(n), train) for n in (1, 5, 9)] == [10, 20, 30]
-    assert [horizon_for(task(n), test) for n in (2, 6, 7)] == [30, 50, 70]
-    assert horizon_for(task(0), train) == 10  # no rubric: easy
-    assert horizon_for(task(3, "miniwob:click-button"), test) == 4
-
-
 def test_settings_refuse_incomplete_endpoints(tmp_path):
-    with pytest.raises(ValueError, match="policy_base_url"):
-        _settings(tmp_path, policy="openai")
-    with pytest.raises(ValueError, match="judge_base_url"):
-        _settings(tmp_path, judge="rubric", judge_model="m")
-    with pytest.raises(ValueError, match="concurrency must be >= 1"):
-        _settings(tmp_path, concurrency=0)
+    from webgym_core.settings import load_settings
+
+    base = {"tasks": str(tmp_path / "t.jsonl"), "servers": ("http://127.0.0.1:1",),
+            "out": str(tmp_path / "o")}
+    with pytest.raises(ValueError, match=r"policy.base_url \(--policy-base-url\).*--policy-model"):
+        load_settings(RunSettings, None, {**base, "policy__kind": "openai"})
+    with pytest.raises(ValueError, match=r"judge.base_url \(--judge-base-url\)"):
+        load_settings(RunSettings, None, {**base, "judge__kind": "rubric", "judge__endpoint__model": "m"})
+    with pytest.raises(ValueError, match=r"concurrency \(--concurrency\): must be >= 1"):
+        load_settings(RunSettings, None, {**base, "rollout__concurrency": 0})
+    with pytest.raises(ValueError, match=r"servers \(--servers\): at least one"):
+        load_settings(RunSettings, None, {**base, "servers": ()})
     assert episode_id("t", 0, 0) == episode_id("t", 0, 0) != episode_id("t", 1, 0) != episode_id("t", 0, 1)
 
 
@@ -110,7 +66,7 @@ def test_cli_help_and_clear_errors(tmp_path):
     result = runner.invoke(run_command, ["--help"])
     assert result.exit_code == 0 and "Example:" in result.output and "--resume" in result.output
     write_tasks(tmp_path / "tasks.jsonl", range(2))
-    base = ["--tasks", str(tmp_path / "tasks.jsonl"), "--server", "http://127.0.0.1:1", "--out",
+    base = ["--tasks", str(tmp_path / "tasks.jsonl"), "--servers", "http://127.0.0.1:1", "--out",
             str(tmp_path / "out"), "--no-progress"]
     result = runner.invoke(run_command, [*base, "--policy", "openai"])
     assert result.exit_code == 2 and "--policy-base-url" in result.output
@@ -125,17 +81,10 @@ def test_cli_help_and_clear_errors(tmp_path):
 
 # --------------------------------------------------------------------------------- real browsers
 
-@pytest.fixture(scope="module")
-def sites_url():
-    from webgym_rollout.sites import SiteServer
-
-    with SiteServer() as sites:
-        yield sites.base_url
-
 
 def _start_server(chromium_path: str, **pool):
-    from webgym_rollout.browser import PoolSettings
-    from webgym_rollout.server import ServerSettings, running_server
+    from webgym_rollout.browser.pool import PoolSettings
+    from webgym_rollout.browser.server import ServerSettings, running_server
 
     settings = PoolSettings(executable_path=chromium_path, browsers=1, allow_hosts=("127.0.0.1",), **pool)
     return running_server(ServerSettings(host="127.0.0.1", port=0, pool=settings))
@@ -149,6 +98,8 @@ async def browser_url(chromium_path):
 
 class ProbePolicy:
     """The random policy, recording the order of calls; `slow` episodes wait and scroll each step."""
+
+    observes_elements = True
 
     def __init__(self, slow: dict[str, float] | None = None, *, seed: int = 0):
         from webgym_rollout.policy import RandomPolicy, RandomPolicySettings
@@ -169,9 +120,7 @@ class ProbePolicy:
 
 
 def _rows(out: Path) -> list[dict]:
-    from webgym_rollout.dataset import load_trajectories
-
-    return list(load_trajectories(out))
+    return [episode.to_row() for episode in read_episodes(out)]
 
 
 @pytest.mark.browser
@@ -181,9 +130,10 @@ async def test_async_mode_has_no_barrier_and_sync_mode_is_lockstep(tmp_path, sit
     results = {}
     for mode in ("async", "sync"):
         probe = ProbePolicy({ids[0]: 1.2})  # the first task's episode is slow and runs 4 steps
-        settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), out=tmp_path / mode, mode=mode,
-                             sites_url=sites_url, concurrency=3, batch_size=3, miniwob_horizon=4)
-        report = await run(settings, policy=probe, needs_elements=True)
+        settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), out=tmp_path / mode,
+                             rollout={"mode": mode, "concurrency": 3, "batch_size": 3},
+                             env={"sites_url": sites_url, "miniwob_horizon": 4})
+        report = await run(settings, policy=probe)
         assert report.episodes == 6 and not report.errors
         rows = _rows(tmp_path / mode)
         assert sorted(r["task_id"] for r in rows) == sorted(f"click-button-{s}" for s in range(6))
@@ -204,7 +154,7 @@ async def test_async_mode_has_no_barrier_and_sync_mode_is_lockstep(tmp_path, sit
 @pytest.mark.browser
 async def test_judging_runs_after_the_session_closes_and_overlaps_the_next_episode(tmp_path, sites_url,
                                                                                     browser_url):
-    from webgym_rollout.client import BrowserClient
+    from webgym_rollout.browser.client import BrowserClient
     from webgym_rollout.judge import ProgrammaticJudge
 
     events: list[tuple[str, str]] = []
@@ -231,9 +181,9 @@ async def test_judging_runs_after_the_session_closes_and_overlaps_the_next_episo
 
     probe = RecordingProbe()
     tasks = write_tasks(tmp_path / "tasks.jsonl", range(2))
-    settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), sites_url=sites_url, concurrency=1,
-                         miniwob_horizon=2)
-    report = await run(settings, policy=probe, judge=SlowJudge(), needs_elements=True)
+    settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), rollout={"concurrency": 1},
+                         env={"sites_url": sites_url, "miniwob_horizon": 2})
+    report = await run(settings, policy=probe, judge=SlowJudge())
     assert report.episodes == 2
     second = episode_id("click-button-1", 0, 0)
     # the last episode had closed its session before it was judged (nothing else was running)
@@ -253,9 +203,9 @@ async def test_an_undecided_judge_marks_the_episode_as_an_error(tmp_path, sites_
                                error="judge_reply_invalid: no verdict line")
 
     tasks = write_tasks(tmp_path / "tasks.jsonl", range(1))
-    settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), sites_url=sites_url, concurrency=1,
-                         miniwob_horizon=1)
-    await run(settings, policy=ProbePolicy(), judge=UndecidedJudge(), needs_elements=True)
+    settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), rollout={"concurrency": 1},
+                         env={"sites_url": sites_url, "miniwob_horizon": 1})
+    await run(settings, policy=ProbePolicy(), judge=UndecidedJudge())
     (row,) = _rows(settings.out)
     # not a failure of the agent (reward 0, status ok): the trainer must not learn from it
     assert row["status"] == "error:judge_reply_invalid" and row["reward"] == 0.0
@@ -279,9 +229,10 @@ async def test_lost_session_is_retried_on_a_fresh_one_then_recorded(tmp_path, si
     async with _start_server(chromium_path, contexts_per_browser=2, idle_timeout_s=2.0) as (url, _):
         for retries, out in ((1, tmp_path / "retried"), (0, tmp_path / "failed")):
             policy = ExpiringPolicy()
-            settings = _settings(tmp_path, tasks=tasks, servers=(url,), out=out, sites_url=sites_url,
-                                 session_retries=retries, miniwob_horizon=3)
-            report = await run(settings, policy=policy, needs_elements=True)
+            settings = _settings(tmp_path, tasks=tasks, servers=(url,), out=out,
+                                 rollout={"session_retries": retries},
+                                 env={"sites_url": sites_url, "miniwob_horizon": 3})
+            report = await run(settings, policy=policy)
             (row,) = _rows(out)
             assert row["episode_id"] == target
             if retries:
@@ -301,7 +252,7 @@ async def test_refused_start_url_is_recorded_without_retries(tmp_path, browser_u
     # 127.0.0.2 is loopback but not allowlisted: the URL guard refuses it before any packet is sent
     (tmp_path / "tasks.jsonl").write_text(json.dumps(
         {"task_id": "refused", "task_name": "Open the page", "website": "http://127.0.0.2:9/"}) + "\n")
-    report = await run(_settings(tmp_path, servers=(browser_url,), session_retries=2))
+    report = await run(_settings(tmp_path, servers=(browser_url,), rollout={"session_retries": 2}))
     (row,) = _rows(tmp_path / "out")
     assert row["status"] == "error:navigation_refused" and row["num_steps"] == 0
     assert report.errors == {"navigation_refused": 1} and report.session_retries == 0
@@ -312,7 +263,7 @@ async def test_resume_after_sigkill_has_every_episode_exactly_once(tmp_path, sit
     tasks = write_tasks(tmp_path / "tasks.jsonl", range(10))
     out = tmp_path / "out"
     command = [sys.executable, "-c", "from webgym_rollout.cli import main; main()", "run",
-               "--tasks", str(tasks), "--server", browser_url, "--sites-url", sites_url, "--out", str(out),
+               "--tasks", str(tasks), "--servers", browser_url, "--sites-url", sites_url, "--out", str(out),
                "--attempts", "2", "--concurrency", "2", "--shard-episodes", "1", "--miniwob-horizon", "4",
                "--viewport", "320x240", "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -367,8 +318,11 @@ async def test_agent_mistakes_are_data_and_answer_ends_the_episode(tmp_path, sit
     (tmp_path / "tasks.jsonl").write_text(json.dumps(
         {"task_id": "form", "task_name": "Read the form page", "website": f"{sites_url}/sandbox/form.html",
          "benchmark_name": "sandbox", "difficulty": 2}) + "\n")
-    report = await run(_settings(tmp_path, servers=(browser_url,), policy="openai",
-                                 policy_base_url=llm.base_url, policy_model="scripted"))
+    from webgym_core.endpoint import Endpoint
+    from webgym_rollout.policy import PolicySettings
+
+    policy = PolicySettings(kind="openai", endpoint=Endpoint(base_url=llm.base_url, model="scripted"))
+    report = await run(_settings(tmp_path, servers=(browser_url,), policy=policy))
     (row,) = _rows(tmp_path / "out")
     assert row["status"] == "ok" and row["answer"] == "The page says hello"
     assert row["num_steps"] == 4 == len(llm.requests) == report.steps

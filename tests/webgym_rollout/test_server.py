@@ -1,4 +1,6 @@
-"""The HTTP API end to end: MiniWoB through the server, token, bind check, metrics, idle expiry."""
+"""The HTTP API end to end: MiniWoB through the server, the lanes' promise (a slow navigation does
+not delay other sessions' screenshots; a full queue answers 429), token, bind check, the ``serve``
+command and its flags, metrics, idle expiry."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import httpx
 import psutil
@@ -18,17 +19,14 @@ import pytest_asyncio
 from click.testing import CliRunner
 
 from tests.conftest import free_port
-from webgym_rollout.browser import PoolSettings, process_tree_pss_mib
-from webgym_rollout.client import BrowserAction, BrowserClient, ScreenshotResponse
+from tests.webgym_rollout.fault_pages import FaultPages
+from webgym_rollout.browser.client import BrowserClient
+from webgym_rollout.browser.pool import PoolSettings
+from webgym_rollout.browser.processes import process_tree_pss_mib
+from webgym_rollout.browser.protocol import BrowserAction, ScreenshotResponse
+from webgym_rollout.browser.server import ServerSettings, check_bind, running_server, serve_command
 from webgym_rollout.errors import NavigationRefused, ServerBusy, SessionNotFound, Unauthorized
-from webgym_rollout.server import ServerSettings, check_bind, running_server, serve_command
-from webgym_rollout.sites import SiteServer, miniwob_task_url
-
-
-@pytest.fixture(scope="module")
-def sites() -> Iterator[SiteServer]:
-    with SiteServer() as server:
-        yield server
+from webgym_rollout.miniwob import task_url as miniwob_task_url
 
 
 def _settings(chromium_path: str, **pool) -> ServerSettings:
@@ -52,23 +50,72 @@ async def server(chromium_path):
 
 def test_bind_check_refuses_public_address_without_token():
     for host in ("0.0.0.0", "192.168.1.10", "::", "example.org"):
-        with pytest.raises(ValueError, match="--token"):
+        with pytest.raises(ValueError, match="^host: .*--token"):
             check_bind(host, None)
+        with pytest.raises(ValueError, match="^host: "):
+            ServerSettings(host=host)
         check_bind(host, "secret")
+        assert ServerSettings(host=host, token="secret").host == host
     for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
         check_bind(host, None)
+    with pytest.raises(ValueError, match="^port: "):
+        ServerSettings(port=70000)
 
 
 def test_serve_command_refuses_public_bind_without_token():
     result = CliRunner().invoke(
         serve_command, ["--host", "0.0.0.0", "--port", "1"], env={"WEBGYM_BROWSER_TOKEN": ""}
     )
-    assert result.exit_code != 0 and "--token" in result.output
+    assert result.exit_code == 2 and "--token" in result.output and "Traceback" not in result.output
 
 
-def test_serve_help_has_example():
+@pytest.mark.parametrize(("args", "message"), [
+    (["--browsers", "0"], "browsers (--browsers): must be >= 1, got 0"),
+    (["--concurrency", "teleport=2"], "concurrency (--concurrency): unknown operation kind 'teleport'"),
+    (["--concurrency", "navigate=0"], "concurrency (--concurrency): navigate must be an integer >= 1"),
+    (["--idle-timeout-s", "0"], "idle_timeout_s (--idle-timeout-s): must be > 0"),
+])
+def test_serve_command_names_the_bad_setting(args, message):
+    result = CliRunner().invoke(serve_command, args, env={"WEBGYM_BROWSER_TOKEN": ""})
+    assert result.exit_code == 2 and message in " ".join(result.output.split())
+
+
+def test_serve_flags_and_yaml_keys_come_from_the_settings(monkeypatch, tmp_path):
+    """Every field of ServerSettings / PoolSettings is a flag and a YAML key; flags win over the file."""
+    import uvicorn
+
+    started = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: started.update(app=app, **kwargs))
+    config = tmp_path / "serve.yaml"
+    config.write_text("browsers: 3\nidle_timeout_s: 9\nport: 8301\nextra_args: [--mute-audio]\n")
+    result = CliRunner().invoke(serve_command, [
+        "--config", str(config), "--port", "0", "--allow-hosts", "127.0.0.1", "127.0.0.1:8400",
+        "--concurrency", "navigate=4", "--concurrency", "screenshot=2", "--recycle-after-sessions", "7",
+        "--executable-path", "/opt/chromium", "--episode-max-time-s", "30",
+    ], env={"WEBGYM_BROWSER_TOKEN": "from-env"})
+    assert result.exit_code == 0, result.output
+    settings, pool = started["app"].state.settings, started["app"].state.pool
+    assert (settings.host, settings.port, started["port"], settings.token) == ("127.0.0.1", 0, 0, "from-env")
+    assert settings.pool == pool.settings
+    chosen = pool.settings
+    assert chosen.allow_hosts == ("127.0.0.1", "127.0.0.1:8400")
+    assert (chosen.browsers, chosen.idle_timeout_s, chosen.recycle_after_sessions) == (3, 9, 7)
+    assert (chosen.executable_path, chosen.episode_max_time_s) == ("/opt/chromium", 30.0)
+    assert chosen.extra_args == ("--mute-audio",)
+    limits = {kind: lane.concurrency for kind, lane in pool.lanes.items()}
+    assert limits == {"create": 4, "navigate": 4, "screenshot": 2, "execute": 8, "page_info": 8}
+
+    started.clear()
+    token = CliRunner().invoke(serve_command, ["--token", "from-flag"], env={"WEBGYM_BROWSER_TOKEN": "env"})
+    assert token.exit_code == 0 and started["app"].state.settings.token == "from-flag"
+
+
+def test_serve_help_has_example_and_every_setting():
     result = CliRunner().invoke(serve_command, ["--help"])
     assert result.exit_code == 0 and "Example:" in result.output
+    for flag in ("--config", "--token", "--allow-hosts", "--idle-timeout-s", "--recycle-after-sessions",
+                 "--executable-path", "--concurrency", "--episode-max-time-s", "--max-queue"):
+        assert flag in result.output
 
 
 async def _centre_of_button(session, text: str) -> tuple[float, float]:
@@ -156,23 +203,71 @@ async def test_refusals_errors_and_metrics(server, sites):
 
 
 @pytest.mark.browser
+async def test_a_slow_navigation_does_not_delay_screenshots_and_a_full_queue_answers_429(chromium_path):
+    """The promise of the per-kind lanes, on one Chromium process: while a navigation waits for a
+    page that does not answer (holding the only navigate slot) and another waits for the slot,
+    other sessions' screenshots complete; one more navigation is refused at once with 429."""
+    settings = _settings(chromium_path, browsers=1, concurrency={"navigate": 1}, max_queue=1,
+                         navigate_timeout_s=60.0)
+    with FaultPages() as pages:
+        async with running_server(settings) as (url, pool), BrowserClient(url, retries=0) as client:
+            slow, queued, refused, other = [await client.create_session(f"{pages.url}/ok") for _ in range(4)]
+            lane = pool.lanes["navigate"]
+            try:
+                running = asyncio.create_task(slow.navigate(f"{pages.url}/slow?running"))
+                # Chromium asked for the page: the navigation is in flight and holds the navigate slot.
+                assert await asyncio.to_thread(pages.slow_arrived.wait, 60)
+                waiting = asyncio.create_task(queued.navigate(f"{pages.url}/slow?queued"))
+                for _ in range(500):
+                    if lane.waiting == 1:
+                        break
+                    await asyncio.sleep(0.01)
+                assert (lane.running, lane.waiting) == (1, 1)
+
+                with pytest.raises(ServerBusy, match="navigate queue is full"):
+                    await refused.navigate(f"{pages.url}/ok")
+                async with httpx.AsyncClient(trust_env=False) as http:
+                    busy = await http.post(f"{url}/sessions/{refused.session_id}/navigate",
+                                           json={"url": f"{pages.url}/ok"})
+                assert busy.status_code == 429 and busy.json()["error"] == "server_busy"
+
+                shots = [await other.screenshot() for _ in range(3)]
+                clicked = await other.execute(BrowserAction.click(5, 5))
+                info = await other.page_info()
+                # All of that finished while both navigations are still pending.
+                assert not running.done() and not waiting.done()
+                assert pages.slow_arrivals == 1  # the queued navigation has not reached Chromium yet
+                assert all(shot.width == 1280 for shot in shots) and clicked.ok and info.title == "ok"
+                assert pool.lanes["screenshot"].completed == 3
+
+                pages.release.set()
+                assert (await running).title == "slow" and (await waiting).title == "slow"
+                assert pages.slow_arrivals == 2 and (lane.running, lane.waiting) == (0, 0)
+                assert (await refused.navigate(f"{pages.url}/ok")).title == "ok"  # free again
+                assert 'webgym_errors_total{kind="server_busy"} 2' in pool.metrics_text()
+            finally:  # a failing test must not leave the server waiting for held pages
+                pages.release.set()
+
+
+@pytest.mark.browser
 async def test_screenshot_wire_formats_carry_the_same_image(server, sites):
     url, _ = server
     async with BrowserClient(url) as client:
         session = await client.create_session(f"{sites.base_url}/sandbox/form.html")
-        shot = await session.screenshot(marks=True)
+        shot = await session.screenshot()
         assert shot.data[:8] == b"\x89PNG\r\n\x1a\n" and hashlib.sha256(shot.data).hexdigest() == shot.sha256
-        assert any(mark.text == "Greet" for mark in shot.marks)
         # A client that asks for JSON (curl, other languages) gets the same image base64-encoded.
         async with httpx.AsyncClient(trust_env=False) as http:
             reply = await http.post(
                 f"{url}/sessions/{session.session_id}/screenshot",
-                json={"marks": True},
+                json={},
                 headers={"Accept": "application/json"},
             )
         wire = ScreenshotResponse.model_validate(reply.json())
         assert wire.sha256 == shot.sha256 and base64.b64decode(wire.data_b64) == shot.data
-        assert wire.marks == shot.marks and (wire.width, wire.height) == (shot.width, shot.height)
+        assert (wire.width, wire.height, wire.format) == (shot.width, shot.height, shot.format)
+        small = await session.screenshot(format="jpeg", quality=40, scale=0.5)
+        assert (small.width, small.height, small.format) == (640, 360, "jpeg")
         await session.close()
 
 
@@ -232,7 +327,7 @@ async def test_abandoned_sessions_expire_and_memory_returns(chromium_path, sites
         await asyncio.gather(*(worker() for _ in range(6)))
         assert opened == 200 and pool.sessions_created >= 201
         for _ in range(100):
-            if pool.active_sessions == 0 and len(pool._browsers) == settings.pool.browsers:
+            if pool.active_sessions == 0 and len(pool.processes) == settings.pool.browsers:
                 break
             await asyncio.sleep(0.1)
         assert pool.active_sessions == 0 and pool.sessions_expired >= 200

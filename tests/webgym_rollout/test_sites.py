@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 from click.testing import CliRunner
 
-from webgym_rollout.sites import SiteServer, miniwob_task_url, serve_sites_command
+from webgym_rollout.miniwob import task_url as miniwob_task_url
+from webgym_rollout.sites import SiteServer, serve_sites_command
 
 
 def test_serves_miniwob_and_sandbox_pages():

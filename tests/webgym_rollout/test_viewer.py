@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from click.testing import CliRunner
 
 from tests.webgym_rollout.test_dataset import make_episode
 from webgym_rollout.dataset import TrajectoryWriter
+from webgym_rollout.trajectory import Verdict
 from webgym_rollout.viewer import render_report, view_command
 
 
@@ -14,9 +17,8 @@ def write_run(out):
     with TrajectoryWriter(out, max_shard_episodes=1) as writer:
         writer.add(make_episode("t0", n_steps=3, reward=1.0, size=(200, 100)))
         bad = make_episode("t1", n_steps=2, reward=0.0, size=(200, 100))
-        bad["task_name"] = "<script>window.hacked = true</script> find it"
-        bad["verdicts"] = [{"criterion": "answer_grounded", "passed": False,
-                            "reason": "claims $80, not shown"}]
+        bad.task = dataclasses.replace(bad.task, task_name="<script>window.hacked = true</script> find it")
+        bad.verdicts = [Verdict("answer_grounded", False, "claims $80, not shown")]
         writer.add(bad)
 
 

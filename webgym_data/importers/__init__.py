@@ -24,26 +24,27 @@ Exceptions::
 
     WebgymDataError
      ├── TaskValidationError   a malformed row (names file, row and field)
+     │    └── TaskSourceError  (webgym_data.loading) a seed file that cannot be read at all
      ├── UnknownImporterError  lists the known importer names
      ├── SeedNotFoundError     (also a FileNotFoundError) names the missing path
      ├── HubImportError        a Hub dataset could not be loaded (offline, gated, missing)
-     └── MappingError          a generic-importer mapping names no task field
+     ├── MappingError          a generic-importer mapping names no task field
+     └── ImportSettingsError   ``webgym-data import`` settings that cannot work (also a ValueError)
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import click
 
+from webgym_core.errors import SettingsError
+from webgym_core.settings import load_settings, settings_options
 from webgym_data.importers._base import ImportResult, SeedImporter, SeedNotFoundError
 from webgym_data.importers.agentsynth_web import AgentSynthWebImporter
 from webgym_data.importers.browsecomp import BrowseCompImporter
@@ -58,6 +59,7 @@ from webgym_data.importers.online_mind2web import OnlineMind2WebImporter
 from webgym_data.importers.pae_webvoyager import PaeWebVoyagerImporter
 from webgym_data.importers.travelplanner import TravelPlannerImporter
 from webgym_data.importers.webvoyager import WebVoyagerImporter
+from webgym_data.loading import write_tasks
 from webgym_data.schema import WebgymDataError
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "HubImportError",
     "ImportResult",
     "ImportSettings",
+    "ImportSettingsError",
     "Importer",
     "MappingError",
     "SeedNotFoundError",
@@ -74,6 +77,7 @@ __all__ = [
     "get_importer",
     "import_command",
     "import_seed",
+    "run_import",
 ]
 
 logger = logging.getLogger(__name__)
@@ -96,6 +100,10 @@ class UnknownImporterError(WebgymDataError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class ImportSettingsError(WebgymDataError, ValueError):
+    """``webgym-data import`` cannot run as asked; the message names the setting first."""
 
 
 class HubImportError(WebgymDataError):
@@ -203,90 +211,65 @@ def _import_from_hub(importer: SeedImporter, repo_id: str, *, revision: str | No
 class ImportSettings:
     """Settings of ``webgym-data import``."""
 
-    name: str
-    """Registered importer name (see ``available_importers()``)."""
-    source: str
-    """A local seed file or folder, or a Hub dataset id ``org/name``."""
-    out: Path
-    """The JSONL file to write, one task row per line (written whole or not at all)."""
+    name: str = field(default="", metadata={"cli": False})
+    """Registered importer name (see ``available_importers()``; the NAME argument)."""
+    source: str = field(default="", metadata={"cli": False})
+    """A local seed file or folder, or a Hub dataset id ``org/name`` (the SOURCE argument)."""
+    out: Path | None = None
+    """The JSONL file to write, one task row per line (required; written whole or not at all)."""
     mapping: dict[str, str] = field(default_factory=dict)
-    """For ``generic``: task field -> column name."""
+    """For the generic importer: read a task field from a column, as FIELD=COLUMN (task_name=question)."""
     benchmark_name: str | None = None
-    """For ``generic``: the `benchmark_name` written to every row (default ``generic``)."""
+    """For the generic importer: the benchmark_name written to every row (default: generic)."""
     revision: str | None = None
     """For a Hub id: the branch, tag or commit to load (default: the Hub's default branch)."""
 
-
-def _parse_mapping(pairs: tuple[str, ...]) -> dict[str, str]:
-    mapping = {}
-    for pair in pairs:
-        target, sep, column = pair.partition("=")
-        if not sep or not target.strip() or not column.strip():
-            raise click.ClickException(f"--map {pair!r}: expected FIELD=COLUMN, e.g. task_name=question")
-        mapping[target.strip()] = column.strip()
-    return mapping
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Write beside the target, then rename: a failed import never leaves a half-written file.
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    def __post_init__(self) -> None:
+        for name in ("name", "source"):
+            if not str(getattr(self, name)).strip():
+                raise ImportSettingsError(f"{name}: required")
+        if self.out is None:
+            raise ImportSettingsError("out: required: the JSONL file to write")
 
 
 def run_import(settings: ImportSettings) -> ImportResult:
     """Import one seed and write its task rows to `settings.out`."""
     result = import_seed(settings.name, settings.source, mapping=settings.mapping or None,
                          benchmark_name=settings.benchmark_name, revision=settings.revision)
-    _write_jsonl(settings.out, [task.to_row() for task in result.tasks])
+    write_tasks(result.tasks, settings.out)  # type: ignore[arg-type]  # checked by ImportSettings
     return result
 
 
 @click.command("import", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("name")
 @click.argument("source")
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="JSONL file to write (one task row per line).")
-@click.option("--map", "pairs", multiple=True, metavar="FIELD=COLUMN",
-              help="generic importer: read task FIELD from COLUMN (repeatable).")
-@click.option("--benchmark", "benchmark_name", default=None,
-              help="generic importer: benchmark_name for every row (default 'generic').")
-@click.option("--revision", default=None, help="Hub id only: branch, tag or commit to load.")
-def import_command(name: str, source: str, out: Path, pairs: tuple[str, ...],
-                   benchmark_name: str | None, revision: str | None) -> None:
+@settings_options(ImportSettings)
+def import_command(name: str, source: str, config: str | None, **flags: Any) -> None:
     """Import seed set NAME from SOURCE (a file, a folder, or a Hub id org/name) to task rows.
 
     Rows are validated (an error names the file, row and field) and written as JSONL. Importers:
     insta_v3, pae_webvoyager, agentsynth_web, browsecomp, travelplanner, mind2web_live,
-    online_mind2web, deepshop, mind2web2, gaia_web, webvoyager, generic.
+    online_mind2web, deepshop, mind2web2, gaia_web, webvoyager, generic, miniwob.
 
     \b
     Example:
       webgym-data import online_mind2web ../shared/seeds/online_mind2web --out out/om2w.jsonl
       webgym-data import mind2web_live ../shared/seeds/mind2web_live --out out/m2wl.jsonl
       webgym-data import generic my_tasks.csv --out out/mine.jsonl \\
-          --map task_name=question --map website=url --benchmark my-set
+          --mapping task_name=question --mapping website=url --benchmark-name my-set
       webgym-data import mind2web_live iMeanAI/Mind2Web-Live --revision main --out out/m2wl.jsonl
     """
     from rich.console import Console
 
-    settings = ImportSettings(name=name, source=source, out=out, mapping=_parse_mapping(pairs),
-                              benchmark_name=benchmark_name, revision=revision)
     console = Console(stderr=True)
     try:
+        settings = load_settings(ImportSettings, config, flags, name=name, source=source)
         with console.status(f"importing {name} from {source}"):
             result = run_import(settings)
-    except WebgymDataError as exc:
+    except (SettingsError, WebgymDataError) as exc:
         raise click.ClickException(" ".join(str(exc).split())) from exc
     click.echo(f"{name}: {len(result.tasks)} tasks, {len(result.skipped)} skipped, "
-               f"{result.unresolved_websites} unresolved websites -> {out}")
+               f"{result.unresolved_websites} unresolved websites -> {settings.out}")
     for reason in result.skipped[:10]:
         click.echo(f"  skipped: {reason}")
     if len(result.skipped) > 10:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from webgym_data.loading import TaskSourceError
 from webgym_data.schema import (
     FactGroup,
     Task,
@@ -61,7 +62,18 @@ class ImportResult:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Rows of a ``.json`` (a list, or an object of rows), ``.jsonl``, ``.csv`` or ``.parquet`` file."""
+    """Rows of a ``.json`` (a list, or an object of rows), ``.jsonl``, ``.csv`` or ``.parquet`` file.
+
+    A malformed row raises `TaskValidationError`, a file that cannot be read at all (permissions,
+    not UTF-8, not parquet) `TaskSourceError`; both name the file.
+    """
+    try:
+        return _read_records(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise TaskSourceError(f"unreadable: {exc}", file=str(path)) from None
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         rows = []
@@ -95,7 +107,10 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+            raise TaskSourceError(f"not a readable parquet file: {exc}", file=str(path)) from None
     raise TaskValidationError(f"unsupported file type {suffix or '(none)'}; "
                               "expected .json, .jsonl, .csv or .parquet", file=str(path))
 

@@ -32,15 +32,16 @@ def encrypt(plaintext: str, password: str) -> str:
 
 
 def decrypt(ciphertext: str, password: str) -> str:
-    """Decode a BrowseComp cell; ValueError when it is not base64 or not text under this password."""
+    """Decode a BrowseComp cell; `TaskValidationError` (a ValueError) when it is not base64 or not
+    text under this password."""
     try:
         raw = base64.b64decode(ciphertext, validate=True)
     except binascii.Error as exc:
-        raise ValueError(f"not base64 ({exc})") from None
+        raise TaskValidationError(f"not base64 ({exc})") from None
     try:
         return _xor(raw, password).decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError("does not decrypt to text with this row's canary") from None
+        raise TaskValidationError("does not decrypt to text with this row's canary") from None
 
 
 class BrowseCompImporter(SeedImporter):

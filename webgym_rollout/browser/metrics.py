@@ -1,61 +1,19 @@
-"""Operation lanes (one bounded queue + concurrency limit per operation kind) and their metrics.
+"""The browser server's ``/metrics``: its counters and lanes in the Prometheus text format.
 
-A `Lane` is what keeps a burst of slow navigations from starving screenshots: each operation kind
-waits only behind operations of its own kind, up to `max_queue` waiters (then `ServerBusy`), and at
-most `concurrency` run at once. `render_prometheus` writes the text exposition format.
+`render_prometheus` writes the series (queue depth, running and finished operations and latency
+quantiles per operation kind; sessions, browsers, restarts, screenshot retries, blocked sites and
+errors by kind). The pool gathers the values (`BrowserPool.metrics_text`); the lanes are
+`webgym_rollout.browser.lanes`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Iterable
+from collections import Counter
+from collections.abc import Iterable
 
-from webgym_rollout.errors import ServerBusy
+from webgym_rollout.browser.lanes import Lane, percentile
 
-__all__ = ["Lane", "percentile", "render_prometheus"]
-
-
-def percentile(values: Iterable[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-class Lane:
-    """Bounded queue + concurrency limit for one operation kind, with latency statistics."""
-
-    def __init__(self, name: str, concurrency: int, max_queue: int, window: int = 2048):
-        if concurrency < 1 or max_queue < 0:
-            raise ValueError(f"lane {name}: concurrency must be >= 1 and max_queue >= 0")
-        self.name, self.concurrency, self.max_queue = name, concurrency, max_queue
-        self._semaphore = asyncio.Semaphore(concurrency)
-        self.waiting = 0
-        self.running = 0
-        self.completed = 0
-        self.latencies: deque[float] = deque(maxlen=window)
-
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        if self.waiting >= self.max_queue and self._semaphore.locked():
-            raise ServerBusy(f"the {self.name} queue is full ({self.waiting} waiting); retry later")
-        self.waiting += 1
-        try:
-            await self._semaphore.acquire()
-        finally:
-            self.waiting -= 1
-        self.running += 1
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.running -= 1
-            self.completed += 1
-            self.latencies.append(time.perf_counter() - start)
-            self._semaphore.release()
+__all__ = ["render_prometheus"]
 
 
 def render_prometheus(

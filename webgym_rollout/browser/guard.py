@@ -4,7 +4,7 @@
 ``about:blank``), and never a private, loopback, link-local or otherwise non-global IP literal, nor a
 ``localhost``-style or single-label name, unless the host is on the allowlist. The browser pool
 applies it to every request a session's page makes, including each hop of a redirect chain and the
-subresources of pages the agent opens (see `webgym_rollout.browser`).
+subresources of pages the agent opens (see `webgym_rollout.browser.navigation`).
 
 Known limits: names are not resolved, so a public name that resolves to a private address passes
 (DNS rebinding); WebSockets opened by workers are not intercepted (pages' WebSockets and workers'
@@ -123,7 +123,7 @@ class UrlGuard:
         """Raise `NavigationRefused` naming `url` when it may not be loaded."""
         why = self.reason(url)
         if why is not None:
-            raise NavigationRefused(f"refused {url}: {why}; use --allow-host to open a host", url=url)
+            raise NavigationRefused(f"refused {url}: {why}; use --allow-hosts to open a host", url=url)
 
 
 def site_of(url: str) -> str:

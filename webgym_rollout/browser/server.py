@@ -1,6 +1,6 @@
 """The browser environment server: `BrowserPool` over HTTP (FastAPI + uvicorn, async end to end).
 
-Routes (JSON bodies are the pydantic models of `webgym_rollout.client`)::
+Routes (JSON bodies are the pydantic models of `webgym_rollout.browser.protocol`)::
 
     POST   /sessions                       CreateSessionRequest -> SessionCreated
     POST   /sessions/{id}/navigate         NavigateRequest      -> PageState
@@ -16,6 +16,9 @@ Routes (JSON bodies are the pydantic models of `webgym_rollout.client`)::
 Errors are ``ErrorBody`` JSON with the HTTP status of their `webgym_rollout.errors` class. The server
 binds 127.0.0.1 by default; any other address needs ``--token``, and then every request must carry
 ``Authorization: Bearer <token>`` (401 otherwise). Stopping the server closes every browser.
+
+``webgym-rollout serve`` takes its flags and ``--config`` YAML keys from `ServerSettings` (and the
+`PoolSettings` it holds, whose flags carry no prefix) through `webgym_core.settings`.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import importlib.metadata
 import logging
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import click
 from fastapi import FastAPI, Request
@@ -35,9 +41,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 
-from webgym_rollout import __version__
-from webgym_rollout.browser import BrowserPool, PoolSettings
-from webgym_rollout.client import (
+from webgym_core.settings import flat, load_settings, settings_options
+from webgym_rollout.browser.guard import is_loopback_host
+from webgym_rollout.browser.pool import BrowserPool, PoolSettings
+from webgym_rollout.browser.protocol import (
     SCREENSHOT_MEDIA_TYPE,
     BrowserAction,
     CreateSessionRequest,
@@ -55,32 +62,47 @@ from webgym_rollout.client import (
     encode_screenshot,
 )
 from webgym_rollout.errors import BrowserError
-from webgym_rollout.guard import is_loopback_host
+from webgym_rollout.tasks import kind_names
 
 __all__ = ["ServerSettings", "check_bind", "create_app", "running_server", "serve_command"]
 
 log = logging.getLogger(__name__)
 
 
+def _version() -> str:
+    """The installed distribution's version (not through `webgym_rollout`'s root, which imports the
+    environment, the policies and the judges: the browser server knows nothing of them)."""
+    try:
+        return importlib.metadata.version("webgym")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 @dataclass
 class ServerSettings:
-    """Settings of ``webgym-rollout serve``."""
+    """Settings of ``webgym-rollout serve``: where it listens, who may call it, how its pool runs."""
 
     host: str = "127.0.0.1"
     """Address to bind; anything but a loopback address requires `token`."""
     port: int = 8300
     """Port to bind (0 picks a free one)."""
     token: str | None = None
-    """Bearer token every request must carry; required off loopback."""
-    pool: PoolSettings = field(default_factory=PoolSettings)
-    """The browser pool's settings."""
+    """Bearer token every request must carry (the command reads env WEBGYM_BROWSER_TOKEN when it is
+    not given); required off loopback."""
+    pool: PoolSettings = flat(PoolSettings)
+    """The browser pool's settings (their flags and YAML keys carry no prefix)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port: must be in 0..65535, got {self.port}")
+        check_bind(self.host, self.token)
 
 
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse (ValueError) to bind a non-loopback address without a token."""
+    """Refuse (ValueError naming the field ``host``) to bind a non-loopback address without a token."""
     if not token and not is_loopback_host(host):
         raise ValueError(
-            f"refusing to bind {host} without --token: anyone who reaches it could drive "
+            f"host: refusing to bind {host} without --token: anyone who reaches it could drive "
             "the browsers. Pass --token SECRET (clients send it as a bearer token) or bind 127.0.0.1"
         )
 
@@ -137,8 +159,10 @@ def create_app(settings: ServerSettings) -> FastAPI:
         finally:
             await pool.close()
 
-    app = FastAPI(title="webgym browser server", version=__version__, lifespan=lifespan)
+    version = _version()
+    app = FastAPI(title="webgym browser server", version=version, lifespan=lifespan)
     app.state.pool = pool
+    app.state.settings = settings
 
     if settings.token:
         app.add_middleware(_RequireToken, token=settings.token, pool=pool)
@@ -200,7 +224,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def info() -> dict:
         s = settings.pool
         return {
-            "version": __version__,
+            "version": version,
             "browsers": s.browsers,
             "contexts_per_browser": s.contexts_per_browser,
             "max_sessions": s.max_sessions,
@@ -208,9 +232,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
             "idle_timeout_s": s.idle_timeout_s,
             "navigate_timeout_s": s.navigate_timeout_s,
             "action_timeout_s": s.action_timeout_s,
-            "concurrency": s.concurrency,
+            "concurrency": s.lane_limits,
             "max_queue": s.max_queue,
-            "environments": ["web", "miniwob:<task>"],
+            "environments": kind_names(),
             "blocked_sites": [
                 {"site": e.site, "reason": e.reason, "expires_in_s": round(e.until - time.monotonic())}
                 for e in pool.blocklist.entries()
@@ -250,126 +274,37 @@ async def running_server(settings: ServerSettings) -> AsyncIterator[tuple[str, B
         await task
 
 
-def _parse_concurrency(values: tuple[str, ...]) -> dict[str, int]:
-    limits = PoolSettings().concurrency
-    for value in values:
-        kind, _, number = value.partition("=")
-        if kind not in limits or not number.isdigit() or int(number) < 1:
-            raise click.BadParameter(
-                f"{value!r}: expected KIND=N with KIND in {', '.join(limits)}", param_hint="--concurrency"
-            )
-        limits[kind] = int(number)
-    return limits
-
-
 @click.command("serve")
-@click.option(
-    "--host", default="127.0.0.1", show_default=True, help="Address to bind (non-loopback needs --token)."
-)
-@click.option("--port", default=8300, show_default=True, type=int, help="Port to bind.")
-@click.option(
-    "--token",
-    envvar="WEBGYM_BROWSER_TOKEN",
-    default=None,
-    help="Bearer token required on every request (env WEBGYM_BROWSER_TOKEN).",
-)
-@click.option(
-    "--allow-host",
-    "allow_hosts",
-    multiple=True,
-    help="Open a host the URL guard refuses (repeatable), e.g. 127.0.0.1 or 127.0.0.1:8400.",
-)
-@click.option("--browsers", default=2, show_default=True, type=int, help="Chromium processes.")
-@click.option("--contexts-per-browser", default=6, show_default=True, type=int, help="Sessions per browser.")
-@click.option(
-    "--idle-timeout", default=300.0, show_default=True, type=float, help="Close sessions idle this long (s)."
-)
-@click.option("--navigate-timeout", default=20.0, show_default=True, type=float, help="Navigation bound (s).")
-@click.option(
-    "--action-timeout",
-    default=10.0,
-    show_default=True,
-    type=float,
-    help="Bound on screenshot/execute/page_info (s).",
-)
-@click.option(
-    "--recycle-after", default=200, show_default=True, type=int, help="Replace a browser after N sessions."
-)
-@click.option(
-    "--max-browser-mib",
-    default=2048.0,
-    show_default=True,
-    type=float,
-    help="Replace a browser whose processes pass this PSS (MiB).",
-)
-@click.option(
-    "--concurrency",
-    multiple=True,
-    help="Per-operation limit KIND=N (create, navigate, screenshot, execute, page_info); repeatable.",
-)
-@click.option(
-    "--max-queue", default=256, show_default=True, type=int, help="Waiting operations per kind before 429."
-)
-@click.option(
-    "--miniwob-max-time", default=60.0, show_default=True, type=float, help="MiniWoB episode limit (s)."
-)
-@click.option(
-    "--chromium", default=None, help="Chromium binary (default: headless shell or $WEBGYM_CHROMIUM)."
-)
-def serve_command(
-    host: str,
-    port: int,
-    token: str | None,
-    allow_hosts: tuple[str, ...],
-    browsers: int,
-    contexts_per_browser: int,
-    idle_timeout: float,
-    navigate_timeout: float,
-    action_timeout: float,
-    recycle_after: int,
-    max_browser_mib: float,
-    concurrency: tuple[str, ...],
-    max_queue: int,
-    miniwob_max_time: float,
-    chromium: str | None,
-) -> None:
+@settings_options(ServerSettings)
+def serve_command(config: str | None, **flags: Any) -> None:
     """Run the browser environment server: a Chromium pool behind an HTTP API.
 
     \b
     Example:
       webgym-rollout serve-sites --port 8400 &
-      webgym-rollout serve --port 8300 --allow-host 127.0.0.1:8400 --browsers 2 --contexts-per-browser 6
+      webgym-rollout serve --port 8300 --allow-hosts 127.0.0.1:8400 \\
+          --browsers 2 --contexts-per-browser 6 --concurrency navigate=4
       curl http://127.0.0.1:8300/health
-      # on a shared network, a token is required:
+      # on a shared network, a token is required (the flag, or env WEBGYM_BROWSER_TOKEN):
       webgym-rollout serve --host 0.0.0.0 --token "$WEBGYM_BROWSER_TOKEN"
+      # the same settings from a YAML file (flags override it):
+      webgym-rollout serve --config serve.yaml
     """
     import uvicorn
 
+    if not flags.get("token"):
+        flags["token"] = os.environ.get("WEBGYM_BROWSER_TOKEN") or None
     try:
-        check_bind(host, token)
-    except ValueError as exc:
+        settings = load_settings(ServerSettings, config, flags)
+    except ValueError as exc:  # SettingsError and the checks of __post_init__, naming the field
         raise click.UsageError(str(exc)) from exc
-    if browsers < 1 or contexts_per_browser < 1:
-        raise click.BadParameter("--browsers and --contexts-per-browser must be >= 1")
-    pool = PoolSettings(
-        browsers=browsers,
-        contexts_per_browser=contexts_per_browser,
-        allow_hosts=allow_hosts,
-        idle_timeout_s=idle_timeout,
-        navigate_timeout_s=navigate_timeout,
-        action_timeout_s=action_timeout,
-        recycle_after_sessions=recycle_after,
-        max_browser_mib=max_browser_mib,
-        concurrency=_parse_concurrency(concurrency),
-        max_queue=max_queue,
-        miniwob_max_time_s=miniwob_max_time,
-    )
-    if chromium:
-        pool.executable_path = chromium
-    app = create_app(ServerSettings(host=host, port=port, token=token, pool=pool))
+    app = create_app(settings)
+    pool = settings.pool
     click.echo(
-        f"browser server on http://{host}:{port} ({browsers} browsers x {contexts_per_browser} contexts)"
+        f"browser server on http://{settings.host}:{settings.port} "
+        f"({pool.browsers} browsers x {pool.contexts_per_browser} contexts)"
     )
     uvicorn.run(
-        app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=10
+        app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+        timeout_graceful_shutdown=10,
     )

@@ -1,4 +1,4 @@
-"""webgym_rl.data: which episodes and steps become samples, and what a sample holds."""
+"""webgym_rl.samples: which episodes and steps become samples, and what a sample holds."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import json
 import pytest
 from PIL import ImageChops
 
-from tests.webgym_rl.synthetic import episode, response_for, write_shards
-from webgym_rl.data import (
+from tests.webgym_rl.synthetic import episode, response_for, shard_paths, step_image, write_shards
+from webgym_rl.samples import (
+    _EPISODE_COLUMNS,
+    _STEP_FIELDS,
     MissingColumnError,
     NoTrainingDataError,
+    Objective,
+    SampleSelection,
     TrainingDataError,
     build_samples,
     describe_sources,
@@ -25,16 +29,24 @@ def _load(*folders, **kw):
 @pytest.fixture
 def mixed(tmp_path):
     """Iteration 0: task a succeeds once (its step 1 is a no-op) and fails once; task b fails."""
-    rows = [
+    episodes = [
         episode(task_id="a", attempt=0, reward=1.0, num_steps=3, same_as_next=[False, True, False]),
         episode(task_id="a", attempt=1, reward=0.0, num_steps=2),
         episode(task_id="b", attempt=0, reward=0.0, num_steps=2),
     ]
-    return write_shards(tmp_path / "iter-0", rows, shard_size=2)
+    return write_shards(tmp_path / "iter-0", episodes, shard_size=2)
 
 
 def _kept(samples):
     return sorted((samples[i].episode_id, samples[i].step) for i in range(len(samples)))
+
+
+def test_the_columns_read_are_columns_of_the_trajectory_contract():
+    from webgym_rollout.trajectory import trajectory_features
+
+    features = trajectory_features()
+    assert set(_EPISODE_COLUMNS) <= set(features)
+    assert set(_STEP_FIELDS) <= set(features["steps"].feature)
 
 
 def test_filtered_bc_keeps_only_successful_episodes_and_drops_same_as_next_steps(mixed, tmp_path):
@@ -48,11 +60,11 @@ def test_filtered_bc_keeps_only_successful_episodes_and_drops_same_as_next_steps
 
 
 def test_a_sample_is_the_exact_prompt_with_its_screenshots_and_the_raw_response(mixed, tmp_path):
-    samples = build_samples(_load(mixed, cache_dir=tmp_path / "c"), "filtered_bc")
+    samples = build_samples(_load(mixed, cache_dir=tmp_path / "c"), Objective.FILTERED_BC)
     index = _kept(samples).index(("a-it0-a0", 2))
     sample = samples[index]
-    original = episode(task_id="a", attempt=0, reward=1.0, num_steps=3)["steps"][2]
-    stored = json.loads(original["messages"])
+    original = episode(task_id="a", attempt=0, reward=1.0, num_steps=3).steps[2]
+    stored = json.loads(original.messages)
     assert sample.response == response_for("a", 2)
     assert [m["role"] for m in sample.messages] == [m["role"] for m in stored]
     parts, stored_parts = sample.messages[1]["content"], stored[1]["content"]
@@ -60,24 +72,23 @@ def test_a_sample_is_the_exact_prompt_with_its_screenshots_and_the_raw_response(
     shown = [p for p in parts if p["type"] == "image"]
     assert [p["step"] for p in stored_parts if p["type"] == "image"] == [1, 2]
     for part, step in zip(shown, (1, 2), strict=True):
-        expected = episode(task_id="a", attempt=0, num_steps=3)["steps"][step]["screenshot"]
+        expected = step_image(episode(task_id="a", attempt=0, num_steps=3).steps[step])
         assert ImageChops.difference(part["image"], expected).getbbox() is None
     assert [p["text"] for p in parts if p["type"] == "text"] == [p["text"] for p in stored_parts
                                                                   if p["type"] == "text"]
 
 
 def test_reinforce_uses_every_judged_episode_with_a_per_task_baseline(tmp_path):
-    rows = [
+    episodes = [
         episode(task_id="a", attempt=0, reward=1.0, num_steps=1),
         episode(task_id="a", attempt=1, reward=0.0, num_steps=1),
         episode(task_id="a", attempt=2, reward=0.0, num_steps=1),
         episode(task_id="b", attempt=0, reward=1.0, num_steps=1),
         episode(task_id="b", attempt=1, reward=None, num_steps=1),
         episode(task_id="c", attempt=0, reward=0.0, num_steps=1, status="error:browser_crashed"),
+        episode(task_id="d", attempt=0, reward=1.0, num_steps=1, split="test"),
     ]
-    test_row = episode(task_id="d", attempt=0, reward=1.0, num_steps=1)
-    test_row["split"] = "test"
-    folder = write_shards(tmp_path / "it", [*rows, test_row])
+    folder = write_shards(tmp_path / "it", episodes)
     samples = build_samples(_load(folder, cache_dir=tmp_path / "c"), "reinforce")
     advantage = {samples[i].episode_id: samples.advantages[i] for i in range(len(samples))}
     assert advantage == pytest.approx({"a-it0-a0": 2 / 3, "a-it0-a1": -1 / 3, "a-it0-a2": -1 / 3,
@@ -87,7 +98,7 @@ def test_reinforce_uses_every_judged_episode_with_a_per_task_baseline(tmp_path):
     assert samples.weights == [1.0] * 4
 
     normalised = build_samples(_load(folder, cache_dir=tmp_path / "c"), "reinforce",
-                               normalize_advantage=True, advantage_clip=1.0)
+                               SampleSelection(normalize_advantage=True, advantage_clip=1.0))
     std = (2 / 9) ** 0.5
     values = {normalised[i].episode_id: normalised.advantages[i] for i in range(len(normalised))}
     assert values["a-it0-a0"] == pytest.approx(min(1.0, (2 / 3) / std), rel=1e-4)
@@ -98,14 +109,14 @@ def test_reinforce_uses_every_judged_episode_with_a_per_task_baseline(tmp_path):
 def test_last_k_iterations_and_recency_weights(tmp_path):
     folders = [write_shards(tmp_path / f"iter-{i}", [episode(task_id="a", iteration=i, num_steps=1)])
                for i in range(3)]
-    samples = build_samples(_load(*folders, cache_dir=tmp_path / "c"), "filtered_bc", last_k_iterations=2,
-                            recency_power=2.0)
+    samples = build_samples(_load(*folders, cache_dir=tmp_path / "c"), "filtered_bc",
+                            SampleSelection(last_k_iterations=2, recency_power=2.0))
     weight = {samples[i].episode_id: samples.weights[i] for i in range(len(samples))}
     assert weight == {"a-it2-a0": 1.0, "a-it1-a0": 0.25}
     assert samples.counts.iterations_kept == [1, 2]
     assert samples.counts.skipped == {"episodes older than the last 2 iterations": 1}
-    uniform = build_samples(_load(*folders, cache_dir=tmp_path / "c"), "filtered_bc", last_k_iterations=0,
-                            recency_power=0.0)
+    uniform = build_samples(_load(*folders, cache_dir=tmp_path / "c"), "filtered_bc",
+                            SampleSelection(last_k_iterations=0, recency_power=0.0))
     assert len(uniform) == 3 and set(uniform.weights) == {1.0}
 
 
@@ -125,11 +136,13 @@ def test_an_empty_set_stops_with_a_clear_message(tmp_path):
     (tmp_path / "nothing").mkdir()
     with pytest.raises(NoTrainingDataError, match="no parquet shards"):
         _load(tmp_path / "nothing")
+    with pytest.raises(NoTrainingDataError, match="no trajectory sources"):
+        load_trajectories([])
 
 
 def test_a_reward_free_set_stops_with_a_clear_message(tmp_path):
     folder = write_shards(tmp_path / "it", [episode(task_id=t, reward=None) for t in "ab"])
-    for objective in ("filtered_bc", "reinforce"):
+    for objective in Objective:
         with pytest.raises(NoTrainingDataError, match="reward-free"):
             build_samples(_load(folder, cache_dir=tmp_path / "c"), objective)
 
@@ -140,6 +153,8 @@ def test_no_success_or_no_signal_stops_each_objective(tmp_path):
         build_samples(_load(folder, cache_dir=tmp_path / "c"), "filtered_bc")
     with pytest.raises(NoTrainingDataError, match="no learning signal"):
         build_samples(_load(folder, cache_dir=tmp_path / "c"), "reinforce")
+    with pytest.raises(TrainingDataError, match="unknown objective 'ppo'"):
+        build_samples(_load(folder, cache_dir=tmp_path / "c"), "ppo")
 
 
 def test_a_shard_missing_a_column_is_named(tmp_path):
@@ -148,18 +163,60 @@ def test_a_shard_missing_a_column_is_named(tmp_path):
     with pytest.raises(MissingColumnError) as info:
         _load(good, bad)
     message = str(info.value)
-    assert "shard-00000.parquet" in message and str(bad) in message and "'reward'" in message
+    (shard,) = shard_paths(bad)
+    assert shard.name in message and str(bad) in message and "'reward'" in message
 
 
 def test_only_the_shards_of_the_manifest_are_read_and_hidden_temporaries_never(tmp_path):
     folder = write_shards(tmp_path / "it", [episode(task_id="a")])
-    shard = folder / "data" / "shard-00000.parquet"
+    (shard,) = shard_paths(folder)
     # A crash left an unlisted copy of the shard and a half-written temporary file behind.
-    (folder / "data" / "shard-00001.parquet").write_bytes(shard.read_bytes())
-    (folder / "data" / ".tmp-shard-00002.parquet").write_bytes(shard.read_bytes()[:100])
+    (folder / "data" / "train-0badc0de-00001.parquet").write_bytes(shard.read_bytes())
+    (folder / "data" / ".tmp-train-0badc0de-00002.parquet").write_bytes(shard.read_bytes()[:100])
     assert len(_load(folder, cache_dir=tmp_path / "c")[0].dataset) == 1
     (folder / "manifest.json").unlink()
     assert len(_load(folder, cache_dir=tmp_path / "c2")[0].dataset) == 2  # no manifest: every visible shard
     (folder / "manifest.json").write_text('{"shards": [{"path": "data/gone.parquet"}]}')
     with pytest.raises(TrainingDataError, match="lists data/gone.parquet, which is missing"):
         _load(folder)
+
+
+def test_a_schema_1_1_folder_gives_the_same_samples_as_today(tmp_path):
+    import pyarrow.parquet as pq
+
+    from tests.schema_1_1 import write_1_1
+
+    episodes = [episode(task_id="a", attempt=0, reward=1.0, num_steps=3, same_as_next=[False, True, False]),
+                episode(task_id="a", attempt=1, reward=0.0, num_steps=2)]
+    old = write_1_1(tmp_path / "v1.1", episodes)
+    new = write_shards(tmp_path / "v1.2", episodes)
+    (shard,) = _load(old, cache_dir=tmp_path / "c")[0].files
+    assert "policy_version" not in str(pq.read_schema(shard)) and "outcome" not in pq.read_schema(shard).names
+    samples = {}
+    for name, folder in (("1.1", old), ("1.2", new)):
+        (found,) = _load(folder, cache_dir=tmp_path / f"c{name}")
+        assert found.schema_version == name
+        samples[name] = build_samples([found], "reinforce")
+    assert _kept(samples["1.1"]) == _kept(samples["1.2"]) == [("a-it0-a0", 0), ("a-it0-a0", 2),
+                                                               ("a-it0-a1", 0), ("a-it0-a1", 1)]
+    for i in range(len(samples["1.1"])):
+        old_sample, new_sample = samples["1.1"][i], samples["1.2"][i]
+        assert old_sample.response == new_sample.response and old_sample.advantage == new_sample.advantage
+        old_parts, new_parts = old_sample.messages[1]["content"], new_sample.messages[1]["content"]
+        assert [p.get("text") for p in old_parts] == [p.get("text") for p in new_parts]
+        for a, b in zip(old_parts, new_parts, strict=True):
+            if a["type"] == "image":
+                assert ImageChops.difference(a["image"], b["image"]).getbbox() is None
+
+
+def test_a_status_outside_the_contract_is_named(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = write_shards(tmp_path / "it", [episode(task_id="a"), episode(task_id="b")])
+    (shard,) = shard_paths(folder)
+    table = pq.read_table(shard)
+    statuses = pa.array(["ok", "finished"], type=table.schema.field("status").type)
+    pq.write_table(table.set_column(table.schema.get_field_index("status"), "status", statuses), shard)
+    with pytest.raises(TrainingDataError, match="episode b-it0-a0 has status 'finished'"):
+        build_samples(_load(folder, cache_dir=tmp_path / "c"), "filtered_bc")

@@ -1,0 +1,50 @@
+"""The architecture's rules, checked by import-linter (contracts in pyproject.toml): the packages
+depend one way, webgym_core <- webgym_data <- webgym_rollout <- webgym_rl <- webgym, and the browser
+server knows nothing of agents. Each package re-exports its core API from its __init__."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    """import-linter's own command (installed beside this Python) on the packages under `root`."""
+    program = Path(sys.executable).with_name("lint-imports")
+    return subprocess.run([str(program), "--config", "pyproject.toml"], cwd=root, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+
+
+def test_the_import_contracts_hold():
+    done = _lint(REPO_ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_a_contract_violation_fails_the_check(tmp_path):
+    # The check is real: a module of webgym_rollout that imports webgym_rl breaks the contract.
+    import shutil
+
+    for package in ("webgym", "webgym_core", "webgym_data", "webgym_rollout", "webgym_rl"):
+        shutil.copytree(REPO_ROOT / package, tmp_path / package, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "webgym_rollout" / "upward.py").write_text("import webgym_rl.train\n")
+    done = _lint(tmp_path)
+    assert done.returncode != 0
+    assert "webgym_rollout.upward -> webgym_rl.train" in done.stdout
+
+
+def test_each_package_reexports_its_core_api():
+    code = ("from webgym_rollout import WebEnv, BrowserClient, Episode, Step, EpisodeStatus, RubricJudge\n"
+            "from webgym_core import Endpoint, ChatClient, load_settings, settings_options\n"
+            "import sys\n"
+            "heavy = ('torch', 'playwright', 'datasets', 'transformers')\n"
+            "print(sorted(m for m in heavy if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"  # the core API imports none of the heavy libraries

@@ -1,0 +1,133 @@
+"""WebEnv on real Chromium behind the real browser server: reset/step/close, the horizon, an agent's
+mistakes as data, the environment's own reward, and the README's example run as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from webgym_data.schema import Task
+from webgym_rollout.actions import AgentAction, pixels_to_grid
+from webgym_rollout.agent import format_response, parse_response
+from webgym_rollout.browser.client import BrowserClient
+from webgym_rollout.env import EnvSettings, EpisodeOver, WebEnv
+from webgym_rollout.policy import PolicyOutput
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.browser
+
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def client(chromium_path):
+    from webgym_rollout.browser.pool import PoolSettings
+    from webgym_rollout.browser.server import ServerSettings, running_server
+
+    pool = PoolSettings(executable_path=chromium_path, browsers=1, contexts_per_browser=2,
+                        allow_hosts=("127.0.0.1",))
+    async with running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)) as (url, _), \
+            BrowserClient(url) as client:
+        yield client
+
+
+def miniwob(task: str, seed: int) -> Task:
+    return Task.from_row({"task_id": f"{task}-{seed}", "task_name": f"MiniWoB {task}",
+                          "website": f"miniwob:{task}", "environment": f"miniwob:{task}", "env_seed": seed})
+
+
+def reply(action: AgentAction | str, **sections) -> PolicyOutput:
+    text = action if isinstance(action, str) else format_response(action, **sections)
+    return PolicyOutput(response=text, parsed=parse_response(text), messages=[], model="scripted")
+
+
+async def test_a_miniwob_episode_is_rewarded_by_its_page(client, sites_url):
+    env = WebEnv(client, EnvSettings(sites_url=sites_url, elements=True, miniwob_horizon=5))
+    observation = await env.reset(miniwob("click-test", 1))
+    assert observation.instruction.startswith("Click") and observation.step == 0
+    assert observation.viewport == (160, 210)  # the MiniWoB task area, clipped
+    assert env.session is not None and env.horizon == 5
+    (button,) = [e for e in observation.elements if e.tag == "button"]
+    target = pixels_to_grid(button.x + button.width / 2, button.y + button.height / 2, observation.viewport)
+    result = await env.step(reply(AgentAction("left_click", coordinate=target), memory="found it"))
+    assert result.terminated and not result.truncated and result.reward == 1.0
+    assert result.info["outcome"].done and result.info["outcome"].raw_reward == 1.0
+    (step,) = env.steps
+    assert step is result.info["step"] and step.memory == "found it" and step.action_error == ""
+    assert step.screenshot == observation.screenshot and step.latency.execute_s > 0
+    with pytest.raises(EpisodeOver, match="reset"):
+        await env.step(reply(AgentAction("wait")))
+    await env.close()
+    assert env.session is None
+
+
+async def test_mistakes_are_data_and_the_horizon_truncates(client, sites_url):
+    task = Task.from_row({"task_id": "form", "task_name": "Read the form page", "benchmark_name": "sandbox",
+                          "website": f"{sites_url}/sandbox/form.html"})
+    async with WebEnv(client, EnvSettings(train_horizons=(3, 3, 3))) as env:
+        observation = await env.reset(task)
+        assert observation.title == "Sandbox form" and observation.instruction == "Read the form page"
+        first = await env.step(reply("I am not sure."))
+        assert not (first.terminated or first.truncated) and first.reward == 0.0
+        assert first.info["step"].action == "" and "no <tool_call>" in first.info["step"].action_error
+        assert first.info["step"].same_as_next  # nothing happened: the page is unchanged
+        assert first.observation.last_action_error == first.info["step"].action_error  # shown to the policy
+        refused = await env.step(reply(AgentAction("navigate", url="http://127.0.0.2:9/")))
+        assert "127.0.0.2" in refused.info["step"].action_error
+        assert refused.observation.url.endswith("form.html")
+        last = await env.step(reply(AgentAction("scroll", direction="down")))
+        assert last.truncated and not last.terminated and env.done
+        assert [s.index for s in env.steps] == [0, 1, 2]
+        assert not last.info["step"].same_as_next  # the last step has no next screenshot to compare
+    assert env.session is None  # the context manager closed it
+
+
+async def test_answer_ends_the_episode_and_reset_starts_afresh(client, sites_url):
+    env = WebEnv(client, EnvSettings(sites_url=sites_url))
+    await env.reset(miniwob("click-button", 3))
+    first_session = env.session.session_id
+    result = await env.step(reply(AgentAction("answer", text="done")))
+    assert result.terminated and env.answer == "done" and result.info["answer"] == "done"
+    observation = await env.reset(miniwob("click-button", 4))
+    assert env.session.session_id != first_session and env.steps == [] and env.answer == ""
+    assert observation.step == 0 and observation.history == ()
+    await env.close()
+
+
+def test_a_task_that_cannot_run_here_is_refused_before_a_session_opens():
+    import asyncio
+
+    class NoClient:
+        async def create_session(self, *args, **kwargs):
+            raise AssertionError("no session may be opened")
+
+    env = WebEnv(NoClient(), EnvSettings())  # no site server given
+    with pytest.raises(ValueError, match="sites_url.*MiniWoB"):
+        asyncio.run(env.reset(miniwob("click-test", 0)))
+
+
+def _readme_example() -> str:
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"<!-- webenv-example -->\s*```python\n(.*?)```", text, re.DOTALL)
+    assert match, "README.md has no WebEnv example block"
+    return match.group(1)
+
+
+def test_the_readme_example_runs_as_written(tmp_path, chromium_path):
+    code = _readme_example()
+    assert 20 <= len(code.strip().splitlines()) <= 40
+    script = tmp_path / "example.py"
+    script.write_text(code, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "WEBGYM_CHROMIUM": chromium_path}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("instruction: Click")
+    assert any(re.match(r"step 0: ", line) for line in lines)
+    assert re.match(r"reward: -?[01](\.0)? after \d+ steps", lines[-1])

@@ -1,0 +1,67 @@
+"""render_prometheus: every series, with HELP and TYPE, in the Prometheus text format."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from webgym_rollout.browser.lanes import Lane
+from webgym_rollout.browser.metrics import render_prometheus
+
+_SAMPLE = re.compile(r'^webgym_[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+-]+$')
+
+
+def _text() -> str:
+    navigate, screenshot = Lane("navigate", 8, 256), Lane("screenshot", 8, 256)
+    navigate.waiting, navigate.running, navigate.completed = 2, 8, 40
+    screenshot.latencies.extend([0.01, 0.02, 0.03, 0.5])
+    return render_prometheus(
+        lanes=[navigate, screenshot],
+        active_sessions=6,
+        browsers=2,
+        browser_restarts=1,
+        errors=Counter({"server_busy": 3, "navigation_refused": 1}),
+        sessions_created=10,
+        sessions_expired=4,
+        capture_retries=5,
+        blocked_sites=7,
+    )
+
+
+def test_every_series_is_written():
+    lines = _text().splitlines()
+    for sample in (
+        'webgym_queue_depth{op="navigate"} 2',
+        'webgym_queue_depth{op="screenshot"} 0',
+        'webgym_ops_running{op="navigate"} 8',
+        'webgym_ops_total{op="navigate"} 40',
+        'webgym_op_latency_seconds{op="screenshot",quantile="0.5"} 0.03',
+        'webgym_op_latency_seconds{op="screenshot",quantile="0.95"} 0.5',
+        'webgym_op_latency_seconds{op="navigate",quantile="0.95"} 0',
+        "webgym_active_sessions 6",
+        "webgym_browsers 2",
+        "webgym_browser_restarts_total 1",
+        "webgym_sessions_created_total 10",
+        "webgym_sessions_expired_total 4",
+        "webgym_screenshot_retries_total 5",
+        "webgym_blocked_sites 7",
+        'webgym_errors_total{kind="navigation_refused"} 1',
+        'webgym_errors_total{kind="server_busy"} 3',
+    ):
+        assert sample in lines
+
+
+def test_the_text_is_well_formed():
+    text = _text()
+    assert text.endswith("\n")
+    names = set()
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            names.add(line.split()[2])
+        elif line.startswith("# TYPE "):
+            name, kind = line.split()[2:4]
+            assert name in names and kind in ("gauge", "counter")
+            assert name.endswith("_total") == (kind == "counter")
+        else:
+            assert _SAMPLE.match(line), line
+            assert re.split(r"[{ ]", line)[0] in names  # every sample has its HELP and TYPE above it

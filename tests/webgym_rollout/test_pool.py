@@ -1,0 +1,144 @@
+"""BrowserPool: settings, the session table (create, close, slots, idle expiry), the blocklist, reports."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from webgym_rollout.browser.pool import OP_KINDS, BrowserPool, PoolSettings
+from webgym_rollout.browser.protocol import CreateSessionRequest, PageInfoRequest, ScreenshotRequest
+from webgym_rollout.errors import (
+    BrowserError,
+    InvalidRequest,
+    NavigationRefused,
+    OperationTimeout,
+    ServerBusy,
+    SessionNotFound,
+    SiteBlocked,
+)
+
+
+def _settings(chromium_path: str, **overrides) -> PoolSettings:
+    base = dict(
+        executable_path=chromium_path,
+        browsers=1,
+        contexts_per_browser=2,
+        allow_hosts=("127.0.0.1",),
+        navigate_timeout_s=3.0,
+        action_timeout_s=3.0,
+        create_timeout_s=10.0,
+    )
+    base.update(overrides)
+    return PoolSettings(**base)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("browsers", 0), ("contexts_per_browser", 0), ("recycle_after_sessions", 0), ("blocklist_threshold", 0),
+    ("max_queue", -1), ("spare_contexts", -1), ("idle_timeout_s", 0.0), ("navigate_timeout_s", -1.0),
+    ("episode_max_time_s", 0.0)])
+def test_settings_name_the_field_they_refuse(field, value):
+    with pytest.raises(ValueError, match=f"^{field}: must be"):
+        PoolSettings(**{field: value})
+
+
+def test_concurrency_names_operation_kinds_and_keeps_defaults_for_the_rest():
+    settings = PoolSettings(concurrency={"navigate": 2})
+    assert settings.lane_limits == {**PoolSettings().lane_limits, "navigate": 2}
+    assert list(settings.lane_limits) == list(OP_KINDS)
+    with pytest.raises(ValueError, match="^concurrency: unknown operation kind 'teleport'"):
+        PoolSettings(concurrency={"teleport": 1})
+    with pytest.raises(ValueError, match="^concurrency: navigate must be an integer >= 1"):
+        PoolSettings(concurrency={"navigate": 0})
+    assert PoolSettings(browsers=3, contexts_per_browser=5).max_sessions == 15
+    assert PoolSettings(episode_max_time_s=None).episode_max_time_s is None
+
+
+async def test_a_missing_chromium_is_named(tmp_path):
+    with pytest.raises(BrowserError, match="--executable-path"):
+        async with BrowserPool(PoolSettings(executable_path=str(tmp_path / "no-chromium"))):
+            pass
+
+
+@pytest.mark.browser
+async def test_sessions_fill_their_slots_and_free_them(chromium_path, sites):
+    form = f"{sites.base_url}/sandbox/form.html"
+    async with BrowserPool(_settings(chromium_path)) as pool:
+        with pytest.raises(InvalidRequest, match="teleport"):
+            await pool.create(CreateSessionRequest(start_url=form, environment="teleport:x"))
+        with pytest.raises(NavigationRefused):
+            await pool.create(CreateSessionRequest(start_url="http://127.0.0.2:9/"))
+        a = await pool.create(CreateSessionRequest(start_url=form, viewport=(640, 480)))
+        b = await pool.create(CreateSessionRequest(start_url=form))
+        assert (a.environment, a.viewport, a.title, a.url) == ("web", (640, 480), "Sandbox form", form)
+        assert a.session_id != b.session_id and a.browser_pid == b.browser_pid == pool.browser_pids()[0]
+        health = pool.health()
+        assert (health.status, health.active_sessions, health.max_sessions) == ("ok", 2, 2)
+        assert health.browsers == 1
+        assert set(health.queue_depths) == set(OP_KINDS)
+        with pytest.raises(ServerBusy, match="2 session slots"):  # every slot is taken
+            await pool.create(CreateSessionRequest(start_url=form))
+
+        await pool.close_session(a.session_id)
+        with pytest.raises(SessionNotFound):
+            await pool.close_session(a.session_id)
+        with pytest.raises(SessionNotFound, match=a.session_id):
+            await pool.screenshot(a.session_id, ScreenshotRequest())
+        c = await pool.create(CreateSessionRequest(start_url=form))  # the freed slot is taken again
+        assert pool.active_sessions == 2 and pool.sessions_created == 3
+        metrics = pool.metrics_text()
+        assert "webgym_sessions_created_total 3" in metrics and "webgym_active_sessions 2" in metrics
+        for sid in (b.session_id, c.session_id):
+            await pool.close_session(sid)
+
+
+@pytest.mark.browser
+async def test_a_start_url_that_does_not_load_closes_the_session(chromium_path, faults):
+    async with BrowserPool(_settings(chromium_path)) as pool:
+        with pytest.raises(BrowserError, match="could not load"):
+            await pool.create(CreateSessionRequest(start_url="http://127.0.0.1:9/"))  # refused port
+        assert pool.active_sessions == 0 and pool.health().active_sessions == 0
+        assert (await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))).title == "ok"
+
+
+@pytest.mark.browser
+async def test_blocklist_refuses_new_sessions_until_expiry(chromium_path, faults):
+    async with BrowserPool(
+        _settings(chromium_path, blocklist_threshold=2, navigate_timeout_s=1.0)
+    ) as pool:
+        sid = (await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))).session_id
+        for _ in range(2):
+            with pytest.raises(OperationTimeout):
+                await pool.navigate(sid, f"{faults}/never")
+        with pytest.raises(SiteBlocked):
+            await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))
+        assert "webgym_blocked_sites 1" in pool.metrics_text()
+        pool.blocklist._clock = lambda: time.monotonic() + 10_000  # the entry expires
+        again = await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))
+        assert again.title == "ok"
+
+
+@pytest.mark.browser
+async def test_block_page_counts_as_a_failure(chromium_path, faults):
+    async with BrowserPool(_settings(chromium_path, blocklist_threshold=1)) as pool:
+        state = await pool.create(CreateSessionRequest(start_url=f"{faults}/captcha"))
+        assert state.title == "Just a moment..."
+        with pytest.raises(SiteBlocked, match="127.0.0.1"):
+            await pool.navigate(state.session_id, f"{faults}/ok")
+
+
+@pytest.mark.browser
+async def test_idle_sessions_expire(chromium_path, sites):
+    async with BrowserPool(_settings(chromium_path, idle_timeout_s=0.5)) as pool:
+        sid = (
+            await pool.create(CreateSessionRequest(start_url=f"{sites.base_url}/sandbox/form.html"))
+        ).session_id
+        for _ in range(100):
+            if pool.active_sessions == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert pool.active_sessions == 0 and pool.sessions_expired == 1
+        assert "webgym_sessions_expired_total 1" in pool.metrics_text()
+        with pytest.raises(SessionNotFound):
+            await pool.page_info(sid, PageInfoRequest())

@@ -1,0 +1,39 @@
+"""Task kinds: the environment string picks the class; unknown strings are refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from webgym_data.schema import Task
+from webgym_rollout.env import EnvSettings
+from webgym_rollout.errors import InvalidRequest
+from webgym_rollout.miniwob import MiniWobTask
+from webgym_rollout.tasks import WebTask, kind_class, kind_names, task_kind
+
+
+def test_environment_strings_pick_the_kind():
+    assert kind_class("web") == (WebTask, "") and kind_class("") == (WebTask, "")
+    assert kind_class("miniwob:click-button") == (MiniWobTask, "click-button")
+    assert kind_names() == ["miniwob:<task>", "web"]
+    for bad in ("miniwob:", "gym:click", "miniwob:../etc", "browser", "web:x"):
+        with pytest.raises(InvalidRequest, match=f"unknown environment '{bad}'.*'miniwob:<task>', 'web'"):
+            kind_class(bad)
+
+
+def test_a_web_task_opens_its_start_url_and_has_a_horizon_per_difficulty():
+    def task(facts: int) -> Task:
+        facts_ = [f"fact {i}" for i in range(facts)]
+        groups = [{"id": "1", "description": "d", "facts": facts_}] if facts else []
+        return Task.from_row({"task_name": "Find a red shoe", "website": "shop.example",
+                              "start_url": "https://shop.example/search", "evaluator_reference": groups})
+
+    settings = EnvSettings(viewport="800x600")
+    kind = task_kind(task(2))
+    assert isinstance(kind, WebTask) and kind.environment == "web"
+    kind.check(settings)  # a web task needs no site server
+    request = kind.session_request(settings, seed=None)
+    assert (request.start_url, request.viewport, request.environment) == (
+        "https://shop.example/search", (800, 600), "web")
+    assert [task_kind(task(n)).horizon(settings, "train") for n in (1, 5, 9)] == [10, 20, 30]
+    assert [task_kind(task(n)).horizon(settings, "test") for n in (2, 6, 7)] == [30, 50, 70]
+    assert task_kind(task(0)).horizon(settings, "train") == 10  # no rubric: easy

@@ -1,0 +1,43 @@
+"""webgym_core: what every WebGym package shares, and nothing else.
+
+- `webgym_core.settings`: settings dataclasses as CLI flags and YAML keys (one definition per knob);
+- `webgym_core.endpoint`: `Endpoint` (where an OpenAI-compatible model is served, how hard to try)
+  and `ChatClient`, the one retry client behind the data LLM, the policy and the judge;
+- `webgym_core.cli`: the lazy command groups of the ``webgym-*`` commands;
+- `webgym_core.files`: atomic file writes; `webgym_core.cards`: the dataset and model card templates.
+
+The packages depend one way: webgym_core <- webgym_data <- webgym_rollout <- webgym_rl <- webgym.
+"""
+
+from webgym_core.cards import CARDS_DIR, render_card
+from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors, Usage
+from webgym_core.errors import (
+    CoreError,
+    EndpointError,
+    EndpointRejected,
+    EndpointTimeout,
+    EndpointUnavailable,
+    SettingsError,
+)
+from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "CARDS_DIR",
+    "ChatClient",
+    "CoreError",
+    "Endpoint",
+    "EndpointError",
+    "EndpointErrors",
+    "EndpointRejected",
+    "EndpointTimeout",
+    "EndpointUnavailable",
+    "SettingsError",
+    "Usage",
+    "flat",
+    "load_settings",
+    "render_card",
+    "settings_options",
+    "settings_to_dict",
+]

@@ -1,0 +1,176 @@
+"""An OpenAI-compatible chat endpoint: `Endpoint` says where and how hard to try, `ChatClient` calls it.
+
+One client serves every model call of the toolkit: the data pipeline's LLM (rubrics, taxonomy),
+the policy and the judge. It wraps `openai.AsyncOpenAI` with
+
+- bounded concurrency (at most `Endpoint.max_concurrency` requests in flight; the rest wait);
+- typed retries with exponential backoff and jitter for what may pass (connection errors,
+  timeouts, HTTP 5xx and 429), and none for what will not (other 4xx);
+- usage counting (requests, retries, failures, prompt and completion tokens).
+
+Failures raise the classes of `EndpointErrors`: by default those of `webgym_core.errors`; the
+policy and the judge pass their own subclasses so that their callers catch ``PolicyError`` or
+``JudgeError``. The `AsyncOpenAI` client and the semaphore are made for the running event loop on
+first use (both belong to the loop that made them), so one `ChatClient` works across
+``asyncio.run`` calls::
+
+    client = ChatClient(Endpoint(base_url="http://127.0.0.1:8000/v1", model="qwen"))
+    completion = await client.complete(messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from webgym_core.errors import EndpointRejected, EndpointTimeout, EndpointUnavailable
+
+__all__ = ["ChatClient", "Endpoint", "EndpointErrors", "Usage"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where an OpenAI-compatible model is served, and how hard to try."""
+
+    base_url: str = ""
+    """Base URL of the OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1."""
+    model: str = ""
+    """Model name sent with each request (as the server lists it at /v1/models)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable that holds the API key ("EMPTY" is sent when it is unset)."""
+    api_key: str | None = field(default=None, metadata={"cli": False})
+    """The API key itself, for programs (never a CLI flag: command lines are visible to others)."""
+    timeout_s: float = 120.0
+    """Seconds one request may take."""
+    max_retries: int = 3
+    """Retries after the first attempt for transient failures (connection, timeout, 5xx, 429)."""
+    backoff_s: float = 0.5
+    """First retry delay in seconds; it doubles with each retry (with jitter)."""
+    max_backoff_s: float = 30.0
+    """Longest single retry delay in seconds."""
+    max_concurrency: int = 64
+    """Requests in flight at once; the others wait."""
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "max_concurrency"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries: must be >= 0, got {self.max_retries}")
+
+    @property
+    def configured(self) -> bool:
+        """Both the URL and the model name are set."""
+        return bool(self.base_url and self.model)
+
+    def resolved_api_key(self) -> str:
+        """`api_key`, else the value of `api_key_env`, else ``EMPTY`` (what vLLM accepts without a key)."""
+        return self.api_key or (os.environ.get(self.api_key_env) if self.api_key_env else None) or "EMPTY"
+
+
+class EndpointErrors(NamedTuple):
+    """The exception classes a `ChatClient` raises; each is called with one message string."""
+
+    unavailable: type[Exception] = EndpointUnavailable
+    timeout: type[Exception] = EndpointTimeout
+    rejected: type[Exception] = EndpointRejected
+
+
+@dataclass
+class Usage:
+    """Counters over the life of a client (all requests)."""
+
+    requests: int = 0
+    retries: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class _Transient(Exception):
+    def __init__(self, error: type[Exception], reason: str) -> None:
+        super().__init__(reason)
+        self.error, self.reason = error, reason
+
+
+class ChatClient:
+    """``await client.complete(**request)``: ``chat.completions.create`` with the retries above."""
+
+    def __init__(self, endpoint: Endpoint, *, errors: EndpointErrors = EndpointErrors()) -> None:
+        if not endpoint.base_url:
+            raise ValueError("the endpoint has no base_url (e.g. http://127.0.0.1:8000/v1)")
+        self.endpoint = endpoint
+        self.errors = errors
+        self.usage = Usage()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: Any = None
+        self._semaphore: asyncio.Semaphore | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.endpoint.base_url
+
+    def _bind(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            from openai import AsyncOpenAI
+
+            # The retries are ours (typed, counted); the client's own would hide them.
+            self._client = AsyncOpenAI(base_url=self.endpoint.base_url,
+                                       api_key=self.endpoint.resolved_api_key(),
+                                       timeout=self.endpoint.timeout_s, max_retries=0)
+            self._semaphore = asyncio.Semaphore(self.endpoint.max_concurrency)
+            self._loop = loop
+
+    async def complete(self, **request: Any) -> Any:
+        """``chat.completions.create(**request)`` (``model`` defaults to the endpoint's); returns the
+        completion object. Raises the `errors` classes after the retries."""
+        import openai
+
+        self._bind()
+        request.setdefault("model", self.endpoint.model)
+        attempt = 0
+        while True:
+            try:
+                async with self._semaphore:  # type: ignore[union-attr]
+                    self.usage.requests += 1
+                    try:
+                        completion = await self._client.chat.completions.create(**request)
+                    except openai.APITimeoutError:
+                        raise _Transient(self.errors.timeout,
+                                         f"no answer within {self.endpoint.timeout_s:g} s") from None
+                    except openai.APIConnectionError as exc:
+                        raise _Transient(self.errors.unavailable, f"connection failed: {exc}") from None
+                    except (openai.InternalServerError, openai.RateLimitError) as exc:
+                        raise _Transient(self.errors.unavailable, f"HTTP {exc.status_code}") from None
+                    except openai.APIStatusError as exc:
+                        self.usage.failures += 1
+                        raise self.errors.rejected(
+                            f"{self.base_url} rejected the request (HTTP {exc.status_code}): {exc.message}"
+                        ) from None
+                if completion.usage is not None:
+                    self.usage.prompt_tokens += completion.usage.prompt_tokens or 0
+                    self.usage.completion_tokens += completion.usage.completion_tokens or 0
+                return completion
+            except _Transient as exc:
+                if attempt >= self.endpoint.max_retries:
+                    self.usage.failures += 1
+                    raise exc.error(f"{self.base_url}: {exc.reason} (after {attempt + 1} attempts)") from None
+                delay = min(self.endpoint.max_backoff_s,
+                            self.endpoint.backoff_s * (2 ** attempt) * (0.5 + random.random()))
+                log.info("%s: %s; retry %d in %.2f s", self.base_url, exc.reason, attempt + 1, delay)
+                attempt += 1
+                self.usage.retries += 1
+                await asyncio.sleep(delay)
+
+    async def close(self) -> None:
+        """Close the HTTP client (a later `complete` makes a new one)."""
+        if self._client is not None:
+            await self._client.close()
+            self._client, self._loop = None, None

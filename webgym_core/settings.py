@@ -1,0 +1,529 @@
+"""Settings dataclasses as CLI flags and YAML keys: every knob is defined once.
+
+An entry point's settings are a dataclass with a docstring under each field. A group of settings
+that several entry points share is a dataclass too, held as a field (``LoopSettings.policy`` is a
+`PolicySettings`, whose ``endpoint`` is an `Endpoint`): composed, never copied. From that one
+definition come
+
+- the YAML keys of ``--config FILE``: the nesting of the dataclasses, where a `flat` group's
+  fields sit beside its parent's (``concurrency: 8``, ``policy: {base_url: ..., temperature: 0}``),
+  and a group with a ``kind`` may be given as just its kind (``judge: rubric``);
+- the CLI flags: the field names on the path joined by dashes (``--policy-base-url``). A group
+  declared with `flat` adds no prefix (``--concurrency``, not ``--rollout-concurrency``), and a
+  group's field named ``kind`` is spelled by the group's own name (``--policy random``);
+- each flag's help: the field's docstring, with its default.
+
+Flags override the YAML file, which overrides the defaults; the dataclass's ``__post_init__``
+checks the result and names the field first in its message (``"max_retries: must be >= 0"``), so
+that the error can name the YAML key and the flag. A field with ``metadata={"cli": False}`` has
+no flag (an API key, say) but can be set in YAML; ``metadata={"env": "NAME"}`` lets a flag fall
+back to an environment variable (a token). Supported field types: str, int, float, bool, Path,
+Literal, Enum, ``X | None``, list / tuple of those, and ``dict[str, X]`` (flags take ``KEY=VALUE``)::
+
+    @click.command()
+    @settings_options(RunSettings)
+    def run_command(config, **flags):
+        settings = load_settings(RunSettings, config, flags)
+
+Errors are `SettingsError` (a ValueError) naming the YAML key, its file and the flag.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import inspect
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from webgym_core.errors import SettingsError
+
+__all__ = ["ManyValues", "field_docs", "flag_for", "flat", "load_settings", "settings_from_dict",
+           "settings_options", "settings_to_dict"]
+
+
+def flat(factory: Callable[[], Any]) -> Any:
+    """A field holding a settings group whose flags and YAML keys get no prefix: ``rollout:
+    RolloutSettings = flat(RolloutSettings)`` gives ``--concurrency`` and the YAML key ``concurrency``."""
+    return field(default_factory=factory, metadata={"flat": True})
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of dataclass `cls` (whitespace collapsed), by field name."""
+    body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
+    return {node.target.id: " ".join(str(following.value.value).split())
+            for node, following in zip(body, body[1:], strict=False)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)}
+
+
+# ------------------------------------------------------------------------------------- the leaves
+
+@dataclass(frozen=True)
+class _Leaf:
+    """One settable value: where it sits in the nesting and how the CLI spells it."""
+
+    path: tuple[str, ...]
+    yaml_key: str
+    """The dotted key as YAML files spell it (flat groups left out), e.g. ``policy.temperature``."""
+    flag: str
+    kind: Any
+    doc: str
+    default: Any
+    cli: bool
+    env: str | None = None
+    """An environment variable the flag falls back to (``metadata={"env": "NAME"}``)."""
+
+    @property
+    def key(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def dest(self) -> str:
+        return "__".join(self.path)
+
+
+def _unwrap_optional(kind: Any) -> tuple[Any, bool]:
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return kind, False
+
+
+def _is_group(kind: Any) -> bool:
+    return isinstance(kind, type) and is_dataclass(kind)
+
+
+def _field_default(item: dataclasses.Field) -> Any:
+    if item.default is not dataclasses.MISSING:
+        return item.default
+    if item.default_factory is not dataclasses.MISSING:
+        return item.default_factory()
+    return dataclasses.MISSING
+
+
+def _leaves(cls: type, path: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
+            defaults: Any = None) -> Iterator[_Leaf]:
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    for item in fields(cls):
+        kind, _ = _unwrap_optional(hints[item.name])
+        default = getattr(defaults, item.name) if defaults is not None else _field_default(item)
+        if _is_group(kind):
+            group_prefix = prefix if item.metadata.get("flat") else (*prefix, item.name)
+            yield from _leaves(kind, (*path, item.name), group_prefix,
+                               default if default is not dataclasses.MISSING else None)
+            continue
+        words = prefix if item.name == "kind" and prefix else (*prefix, item.name)
+        yield _Leaf(path=(*path, item.name), yaml_key=".".join((*prefix, item.name)),
+                    flag="--" + "-".join(words).replace("_", "-"),
+                    kind=hints[item.name], doc=docs.get(item.name, ""), default=default,
+                    cli=item.metadata.get("cli", True), env=item.metadata.get("env"))
+
+
+def flag_for(cls: type, key: str) -> str:
+    """The CLI flag of the setting at dotted field path `key`
+    (``"policy.endpoint.base_url"`` -> ``--policy-base-url``)."""
+    for leaf in _leaves(cls):
+        if leaf.key == key:
+            return leaf.flag
+    raise KeyError(f"{cls.__name__} has no setting {key!r}")
+
+
+# ------------------------------------------------------------------------------------- coercion
+
+def _describe(kind: Any) -> str:
+    kind, optional = _unwrap_optional(kind)
+    name = getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
+    if typing.get_origin(kind) is typing.Literal:
+        name = "one of " + ", ".join(repr(a) for a in typing.get_args(kind))
+    return f"{name} or null" if optional else name
+
+
+def _coerce(value: Any, kind: Any, where: str) -> Any:
+    """`value` (from YAML or a flag) as a value of `kind`; raises SettingsError naming `where`."""
+    kind, optional = _unwrap_optional(kind)
+    if value is None:
+        if optional:
+            return None
+        raise SettingsError(f"{where}: a value is required (expected {_describe(kind)})")
+    origin = typing.get_origin(kind)
+
+    def fail() -> SettingsError:
+        return SettingsError(f"{where}: expected {_describe(kind)}, got {value!r}")
+
+    if kind is Any:
+        return value
+    if origin is typing.Literal:
+        allowed = typing.get_args(kind)
+        if value not in allowed:
+            raise SettingsError(f"{where}: {value!r} is not one of {', '.join(repr(a) for a in allowed)}")
+        return value
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        try:
+            return kind(value.value if isinstance(value, enum.Enum) else value)
+        except ValueError:
+            choices = ", ".join(repr(m.value) for m in kind)
+            raise SettingsError(f"{where}: {value!r} is not one of {choices}") from None
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise fail()
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail()
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise fail()
+        return float(value)
+    if kind is str:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return str(value)
+        raise fail()
+    if kind is Path:
+        if isinstance(value, str | Path):
+            return Path(value)
+        raise fail()
+    if origin in (list, tuple):
+        items = [value] if isinstance(value, str | int | float | Path) else value
+        if not isinstance(items, list | tuple):
+            raise fail()
+        args = typing.get_args(kind)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(items) != len(args):
+                raise SettingsError(f"{where}: expected {len(args)} values, got {len(items)}: "
+                                    f"{list(items)!r}")
+            return tuple(_coerce(v, a, f"{where}[{i}]")
+                         for i, (v, a) in enumerate(zip(items, args, strict=True)))
+        inner = args[0] if args else Any
+        converted = [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(items)]
+        return tuple(converted) if origin is tuple else converted
+    if origin is dict:
+        _, inner = typing.get_args(kind) or (str, Any)
+        if isinstance(value, list | tuple):  # from flags: KEY=VALUE strings
+            pairs = {}
+            for text in value:
+                name, sep, raw = str(text).partition("=")
+                if not sep or not name:
+                    raise SettingsError(f"{where}: expected KEY=VALUE, got {text!r}")
+                pairs[name] = _parse_scalar(raw, inner, f"{where}[{name}]")
+            return pairs
+        if not isinstance(value, Mapping):
+            raise fail()
+        return {str(k): _coerce(v, inner, f"{where}[{k}]") for k, v in value.items()}
+    if isinstance(kind, type) and isinstance(value, kind):
+        return value
+    raise fail()
+
+
+def _parse_scalar(text: str, kind: Any, where: str) -> Any:
+    """A KEY=VALUE value from the command line as `kind`."""
+    kind, _ = _unwrap_optional(kind)
+    try:
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+    except ValueError:
+        raise SettingsError(f"{where}: expected {_describe(kind)}, got {text!r}") from None
+    if kind is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{where}: expected true or false, got {text!r}")
+    return text
+
+
+# ------------------------------------------------------------------------------------- building
+
+def _build(cls: type, base: Any, values: Mapping[str, Any], where: str) -> Any:
+    """An instance of `cls`: `base` (or the class defaults) with `values` (a nested mapping) applied."""
+    hints = typing.get_type_hints(cls)
+    known = {item.name: item for item in fields(cls)}
+    changes: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in known:
+            raise SettingsError(f"{where}{name}: unknown setting (known here: {', '.join(sorted(known))})")
+        kind, optional = _unwrap_optional(hints[name])
+        if _is_group(kind):
+            if value is None and optional:
+                changes[name] = None
+                continue
+            if not isinstance(value, Mapping):
+                raise SettingsError(f"{where}{name}: expected a mapping of {kind.__name__} settings, "
+                                    f"got {value!r}")
+            current = getattr(base, name) if base is not None else _field_default(known[name])
+            if current is None or current is dataclasses.MISSING:
+                current = None
+            inner_where = where if known[name].metadata.get("flat") else f"{where}{name}."
+            changes[name] = _build(kind, current, value, inner_where)
+        else:
+            changes[name] = _coerce(value, hints[name], f"{where}{name}")
+    try:
+        if base is not None:
+            return dataclasses.replace(base, **changes)
+        return cls(**changes)
+    except SettingsError:
+        raise
+    except (TypeError, ValueError) as exc:
+        # Checks in __post_init__ name their field first ("max_retries: must be >= 0"); put the
+        # group's path in front so that the message names the YAML key (and then the flag).
+        raise SettingsError(f"{where}{exc}") from exc
+
+
+def _names_here(cls: type) -> dict[str, tuple[str, ...]]:
+    """Key -> field path for the keys one YAML level of `cls` takes: its own fields, and the fields
+    of its `flat` groups (recursively), as the flags spell them."""
+    names: dict[str, tuple[str, ...]] = {}
+    hints = typing.get_type_hints(cls)
+    for item in fields(cls):
+        kind, _ = _unwrap_optional(hints[item.name])
+        if _is_group(kind) and item.metadata.get("flat"):
+            for key, path in _names_here(kind).items():
+                names.setdefault(key, (item.name, *path))
+        names.setdefault(item.name, (item.name,))
+    return names
+
+
+def _unflatten(cls: type, values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A YAML mapping written with flat groups merged into their parent, nested as the fields are."""
+    names = _names_here(cls)
+    nested: dict[str, Any] = {}
+    for key, value in values.items():
+        key = str(key).replace("-", "_")
+        if key not in names:
+            known = ", ".join(sorted(k for k in names if not _is_flat(cls, k)))
+            raise SettingsError(f"{where}{key}: unknown setting (known here: {known})")
+        path = names[key]
+        owner = cls
+        for name in path[:-1]:
+            owner = _unwrap_optional(typing.get_type_hints(owner)[name])[0]
+        kind, _ = _unwrap_optional(typing.get_type_hints(owner)[path[-1]])
+        if _is_group(kind) and isinstance(value, str) and any(f.name == "kind" for f in fields(kind)):
+            value = {"kind": value}  # ``judge: rubric``, as the flag ``--judge rubric`` says it
+        if _is_group(kind) and isinstance(value, Mapping):
+            value = _unflatten(kind, value, f"{where}{key}.")
+        node = nested
+        for name in path[:-1]:
+            node = node.setdefault(name, {})
+        if isinstance(value, dict) and isinstance(node.get(path[-1]), dict):
+            _merge(node[path[-1]], value)
+        else:
+            node[path[-1]] = value
+    return nested
+
+
+def _is_flat(cls: type, name: str) -> bool:
+    return any(item.name == name and item.metadata.get("flat") for item in fields(cls))
+
+
+def settings_from_dict(cls: type, values: Mapping[str, Any], *, source: str = "") -> Any:
+    """An instance of `cls` from a mapping as `settings_to_dict` writes it (unknown keys raise)."""
+    where = f"{source}: " if source else ""
+    return _build(cls, None, _unflatten(cls, values, where), where)
+
+
+def _nest(flat_values: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for path, value in flat_values.items():
+        node = nested
+        for name in path[:-1]:
+            node = node.setdefault(name, {})
+        node[path[-1]] = value
+    return nested
+
+
+def _merge(into: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+def load_settings(cls: type, config: str | Path | None = None, flags: Mapping[str, Any] | None = None,
+                  **overrides: Any) -> Any:
+    """`cls` from its defaults, then the YAML file `config`, then the CLI `flags` that were given
+    (a ``None`` or an empty tuple means "not given"), then `overrides` (dotted keys as ``a__b``)."""
+    values: dict[str, Any] = {}
+    if config:
+        import yaml
+
+        try:
+            loaded = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise SettingsError(f"cannot read the settings file {config}: {exc}") from exc
+        if not isinstance(loaded, Mapping):
+            raise SettingsError(f"{config}: expected a mapping of setting: value")
+        _merge(values, _unflatten(cls, loaded, f"{config}: "))
+    leaves = {leaf.dest: leaf for leaf in _leaves(cls)}
+    given: dict[tuple[str, ...], Any] = {}
+    for dest, value in {**(flags or {}), **overrides}.items():
+        if dest not in leaves:
+            raise SettingsError(f"unknown setting {dest.replace('__', '.')!r}")
+        if value is None or (isinstance(value, tuple | list) and not value):
+            continue
+        given[leaves[dest].path] = list(value) if isinstance(value, tuple) else value
+    _merge(values, _nest(given))
+    where = f"{config}: " if config else ""
+    try:
+        return _build(cls, None, values, where)
+    except SettingsError as exc:
+        raise SettingsError(_with_flag(cls, str(exc))) from exc.__cause__
+
+
+def _with_flag(cls: type, message: str) -> str:
+    """Add the CLI flag to a message that names a dotted key (``policy.temperature: ...``)."""
+    for leaf in _leaves(cls):
+        marker = f"{leaf.yaml_key}:"
+        if marker in message and leaf.cli:
+            return message.replace(marker, f"{leaf.yaml_key} ({leaf.flag}):", 1)
+    return message
+
+
+def settings_to_dict(settings: Any) -> dict[str, Any]:
+    """A nested dict of plain values (YAML- and JSON-safe) that `settings_from_dict` reads back."""
+    def plain(value: Any) -> Any:
+        if is_dataclass(value) and not isinstance(value, type):
+            out: dict[str, Any] = {}
+            for item in fields(value):
+                inner = plain(getattr(value, item.name))
+                if item.metadata.get("flat") and isinstance(inner, dict):
+                    out.update(inner)
+                else:
+                    out[item.name] = inner
+            return out
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        return value
+
+    return plain(settings)
+
+
+# ------------------------------------------------------------------------------------------ click
+
+class ManyValues(click.Option):
+    """A repeatable option that also takes several values after one flag: ``--data A B --data C``."""
+
+    def add_to_parser(self, parser, ctx) -> None:
+        super().add_to_parser(parser, ctx)
+        # click has no public "nargs='+'" for options; wrap the parser's handler for our flags.
+        # If click's internals ever move, the option still works in its repeat-the-flag form.
+        for name in self.opts:
+            table = getattr(parser, "_long_opt" if name.startswith("--") else "_short_opt", {})
+            handler = table.get(name)
+            if handler is None or not hasattr(handler, "process"):
+                continue
+            original = handler.process
+
+            def process(value, state, original=original):
+                original(value, state)
+                while state.rargs and not state.rargs[0].startswith("-"):
+                    original(state.rargs.pop(0), state)
+
+            handler.process = process
+
+
+def _click_type(kind: Any) -> Any:
+    if typing.get_origin(kind) is typing.Literal:
+        return click.Choice([str(a) for a in typing.get_args(kind)])
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return click.Choice([str(m.value) for m in kind])
+    if kind is Path:
+        return click.Path(path_type=str)
+    if kind in (str, int, float):
+        return kind
+    return str
+
+
+def _show_default(value: Any) -> str:
+    empty = not value and isinstance(value, str | list | tuple | Mapping)
+    if value is dataclasses.MISSING or value is None or empty:
+        return ""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, list | tuple):
+        value = " ".join(str(v) for v in value)
+    if isinstance(value, Mapping):
+        value = " ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return f" [default: {value}]"
+
+
+def _option(leaf: _Leaf) -> Callable[[Any], Any]:
+    kind, _ = _unwrap_optional(leaf.kind)
+    origin = typing.get_origin(kind)
+    help_text = leaf.doc + _show_default(leaf.default)
+    if kind is bool:
+        return click.option(f"{leaf.flag}/--no-{leaf.flag[2:]}", leaf.dest, default=None, help=help_text)
+    if origin in (list, tuple):
+        args = typing.get_args(kind)
+        inner = args[0] if args else str
+        count = "" if origin is list or (args and args[-1] is Ellipsis) else f" ({len(args)} values)"
+        return click.option(leaf.flag, leaf.dest, cls=ManyValues, multiple=True, type=_click_type(inner),
+                            metavar="VALUE [VALUE ...]", help=help_text + count)
+    if origin is dict:
+        return click.option(leaf.flag, leaf.dest, multiple=True, metavar="KEY=VALUE",
+                            help=help_text + " (repeatable)")
+    if leaf.env:
+        return click.option(leaf.flag, leaf.dest, type=_click_type(kind), default=None, envvar=leaf.env,
+                            help=f"{help_text} (env {leaf.env})")
+    return click.option(leaf.flag, leaf.dest, type=_click_type(kind), default=None, help=help_text)
+
+
+def _yaml_example(leaves: list[_Leaf]) -> str:
+    """How one of `leaves` is written in YAML, e.g. ``policy: {temperature: 1.0}``."""
+    candidates = sorted((leaf for leaf in leaves if _is_scalar(leaf.default)),
+                        key=lambda leaf: ("." not in leaf.yaml_key, isinstance(leaf.default, str)))
+    nested = next((leaf for leaf in candidates if "." in leaf.yaml_key), None)
+    if nested is not None:
+        *groups, name = nested.yaml_key.split(".")
+        return "e.g. " + "".join(f"{g}: {{" for g in groups) + f"{name}: {nested.default}" + "}" * len(groups)
+    plain = next(iter(candidates), None)
+    return f"e.g. {plain.yaml_key}: {plain.default}" if plain is not None else "keys: the flag names, _ for -"
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, int | float | str) and not isinstance(value, bool) and value != ""
+
+
+def settings_options(cls: type, *, config: bool = True) -> Callable[[Any], Any]:
+    """A decorator adding one option per setting of dataclass `cls` (see the module docstring),
+    plus ``--config FILE`` (a YAML file of settings) unless `config` is False. Every option
+    defaults to None, so an unset flag never overrides the YAML file."""
+    leaves = [leaf for leaf in _leaves(cls) if leaf.cli]
+    seen: dict[str, str] = {}
+    for leaf in leaves:
+        if leaf.flag in seen:
+            raise TypeError(f"{cls.__name__}: settings {seen[leaf.flag]} and {leaf.key} both map to "
+                            f"{leaf.flag}; declare one of their groups without flat()")
+        seen[leaf.flag] = leaf.key
+
+    def decorate(command: Any) -> Any:
+        for leaf in reversed(leaves):
+            command = _option(leaf)(command)
+        if config:
+            command = click.option(
+                "--config", "config", type=click.Path(dir_okay=False, exists=True), default=None,
+                help=f"YAML file of these settings ({_yaml_example(leaves)}); flags override it.")(command)
+        return command
+
+    return decorate

@@ -1,0 +1,250 @@
+"""Task files: the one reader of tasks for the whole toolkit, and the JSONL writer.
+
+``load_tasks(source, split="train", limit=None)`` reads validated `Task` rows from
+
+- a JSONL file (one task row per line; ``.json`` holding a list of rows works too);
+- a parquet file of task rows;
+- a folder written by ``webgym-data build``: the shards its ``manifest.json`` lists for `split`
+  (``data/<split>-<seeds|subtasks>-<build id>-NNNNN-of-NNNNN.parquet``, or the older
+  ``data/<split>-<seeds|subtasks>-NNNNN-of-NNNNN.parquet`` of builds made before the build id);
+- any other folder of task files: ``data/<split>-*.parquet``, else ``<split>-*.parquet``,
+  ``<split>.parquet`` or ``<split>*.jsonl`` anywhere below it; a folder whose files name no split
+  at all is its own train split.
+
+``split=None`` reads every split of a folder; a split that a build left empty gives no tasks. A
+task id that appears twice is refused (a rollout identifies an episode by task id and attempt),
+and every error names the file, row and field.
+
+`read_task_set` gives both splits of a build with its manifest; `task_shards` lists a build's
+parquet files per split (what ``stats``, ``diff`` and ``push`` read).
+
+Nothing here goes through ``datasets.load_dataset``: its cache is keyed by the folder's name and
+the card's file list, so reading the parquet files directly is both faster and always this
+folder's rows.
+
+Exceptions::
+
+    WebgymDataError
+     └── TaskValidationError          a bad row (names the file, row and field)
+          └── TaskSourceError         the file or folder itself: missing, unreadable, of an unknown
+               │                      type, or without tasks of the split
+               └── NotATaskSetError   a folder that is not a built task set (also a FileNotFoundError)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from webgym_core.files import TMP_PREFIX, write_atomic
+from webgym_data.schema import Task, TaskValidationError
+
+__all__ = ["MANIFEST", "SPLITS", "NotATaskSetError", "TaskSourceError", "load_tasks", "read_manifest",
+           "read_task_set", "task_shards", "write_tasks"]
+
+MANIFEST = "manifest.json"
+"""The file that makes a folder a webgym-data build (versions, settings, counts, shard list)."""
+SPLITS = ("train", "test")
+"""The splits a build writes."""
+
+
+class TaskSourceError(TaskValidationError):
+    """A task file or folder cannot be read: missing, unreadable, of an unknown type, or without
+    tasks of the asked split."""
+
+
+class NotATaskSetError(TaskSourceError, FileNotFoundError):
+    """A folder is not a built task set (no such folder, or no task shards in it)."""
+
+
+# ------------------------------------------------------------------------------------- builds
+
+def read_manifest(folder: Path | str) -> dict[str, Any] | None:
+    """The ``manifest.json`` of a build, or None when `folder` holds none (raises for a bad one)."""
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotATaskSetError(f"unreadable: {exc}", file=str(path)) from None
+    if not isinstance(manifest, dict):
+        raise NotATaskSetError("expected a JSON object", file=str(path))
+    return manifest
+
+
+def _split_of(name: str) -> str:
+    """The split a file name starts with: ``train-seeds-....parquet`` and ``train.jsonl`` -> ``train``."""
+    return name.split("-", 1)[0].split(".", 1)[0]
+
+
+def _is_build(manifest: dict[str, Any] | None) -> bool:
+    # A rollout folder has a manifest too; a build's lists its files.
+    return manifest is not None and isinstance(manifest.get("files"), dict)
+
+
+def task_shards(folder: Path | str) -> dict[str, list[Path]]:
+    """``split -> parquet files`` of a built folder, train and test always present (maybe empty).
+
+    A build's manifest lists its files (``files``: ``data/<name> -> sha256``): exactly those are
+    read, so a stray parquet file copied into ``data/`` is never mixed in. A folder without a
+    manifest is read by name, ``data/<split>-*.parquet``.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise NotATaskSetError(f"{folder}: no such folder")
+    manifest = read_manifest(folder)
+    shards: dict[str, list[Path]] = {split: [] for split in SPLITS}
+    if _is_build(manifest):
+        for relative in sorted(manifest["files"]):
+            path = folder / relative
+            if not path.is_file():
+                raise NotATaskSetError(f"listed in {MANIFEST} but missing", file=str(path))
+            if path.suffix == ".parquet":
+                shards.setdefault(_split_of(path.name), []).append(path)
+    else:
+        for split in SPLITS:
+            shards[split] = sorted(p for p in (folder / "data").glob(f"{split}-*.parquet") if p.is_file())
+    if not any(shards.values()):
+        raise NotATaskSetError(f"{folder}: not a built task set (no data/train-*.parquet or "
+                               "data/test-*.parquet)")
+    return shards
+
+
+def read_task_set(folder: Path | str) -> tuple[list[Task], list[Task], dict[str, Any]]:
+    """``(train, test, manifest)`` of a folder written by ``webgym-data build``."""
+    folder = Path(folder)
+    manifest = read_manifest(folder) if folder.is_dir() else None
+    if manifest is None:
+        raise NotATaskSetError(f"{folder}: not a webgym-data build (no {MANIFEST})")
+    shards = task_shards(folder)
+    train = _read_files(shards["train"], limit=None)
+    test = _read_files(shards["test"], limit=None)
+    return train, test, manifest
+
+
+# ------------------------------------------------------------------------------------- any source
+
+def _visible(folder: Path, pattern: str) -> list[Path]:
+    """The files of `folder` matching `pattern`, without hidden or temporary ones (a writer's
+    half-written file starts with '.'), sorted."""
+    return sorted(p for p in folder.glob(pattern) if p.is_file()
+                  and not any(part.startswith((".", TMP_PREFIX)) for part in p.relative_to(folder).parts))
+
+
+def _folder_files(folder: Path, split: str | None) -> list[Path]:
+    if _is_build(read_manifest(folder)):
+        shards = task_shards(folder)
+        if split is None:
+            return [path for files in shards.values() for path in files]
+        if split not in shards:
+            raise TaskSourceError(f"has no '{split}' split (splits: {', '.join(shards)})", file=str(folder))
+        return shards[split]  # empty when the build's split is
+    files = [p for p in _visible(folder, "**/*") if p.suffix in (".parquet", ".jsonl")]
+    if split is None:
+        found = files
+    else:
+        found = []
+        for pattern in (f"data/{split}-*.parquet", f"**/{split}-*.parquet", f"**/{split}.parquet",
+                        f"**/{split}*.jsonl"):
+            found = _visible(folder, pattern)
+            if found:
+                break
+        if not found and split == "train" and not any(_split_of(p.name) in SPLITS for p in files):
+            # Plain task files (tasks.jsonl, part-0.parquet) that name no split: the train split.
+            found = files
+    if not found:
+        wanted = "parquet or JSONL task files" if split is None else \
+            f"'{split}' task shards (data/{split}-*.parquet)"
+        if split is not None and not files:
+            wanted += " and no parquet or JSONL files"
+        raise TaskSourceError(f"holds no {wanted}", file=str(folder))
+    return found
+
+
+def _rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(row number, row)`` of a task file."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+            raise TaskSourceError(f"not a readable parquet file: {exc}", file=str(path)) from None
+        yield from enumerate(table.to_pylist())
+        return
+    if path.suffix not in (".jsonl", ".json"):
+        raise TaskSourceError("expected a .jsonl, .json or .parquet task file", file=str(path))
+    try:
+        with path.open(encoding="utf-8") as handle:
+            if path.suffix == ".json" and handle.read(1) == "[":
+                handle.seek(0)
+                try:
+                    rows = json.load(handle)
+                except json.JSONDecodeError as exc:
+                    raise TaskSourceError(f"invalid JSON: {exc.msg} (line {exc.lineno})",
+                                          file=str(path)) from None
+                yield from enumerate(rows)
+                return
+            handle.seek(0)
+            for number, line in enumerate(handle):
+                if not line.strip():
+                    continue
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise TaskValidationError(f"invalid JSON: {exc.msg} (column {exc.colno})",
+                                              file=str(path), row=number) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskSourceError(f"unreadable: {exc}", file=str(path)) from None
+
+
+def _read_files(files: Sequence[Path], *, limit: int | None) -> list[Task]:
+    tasks: list[Task] = []
+    seen: dict[str, tuple[str, int]] = {}
+    for file in files:
+        for number, row in _rows(file):
+            task = Task.from_row(row, file=str(file), row_index=number)
+            if task.task_id in seen:
+                first_file, first_row = seen[task.task_id]
+                raise TaskValidationError(f"duplicate task_id {task.task_id!r} (first in {first_file} "
+                                          f"row {first_row})", file=str(file), row=number, field="task_id")
+            seen[task.task_id] = (str(file), number)
+            tasks.append(task)
+            if limit is not None and len(tasks) >= limit:
+                return tasks
+    return tasks
+
+
+def load_tasks(source: Path | str, *, split: str | None = "train", limit: int | None = None) -> list[Task]:
+    """Validated tasks from a task file or folder (see the module docstring), in file order.
+
+    `split` picks a folder's split (None: all of them; a file is read whole); `limit` stops after
+    that many tasks. Raises `TaskValidationError` naming the file, row and field of the first bad
+    row or of a task id seen twice, and `TaskSourceError` for a source that cannot be read.
+    """
+    if limit is not None and limit < 0:
+        raise TaskSourceError(f"limit: must be >= 0, got {limit}")
+    path = Path(source)
+    if path.is_dir():
+        files = _folder_files(path, split)
+    elif path.is_file():
+        files = [path]
+    else:
+        raise TaskSourceError("no such file or folder", file=str(path))
+    if limit == 0:
+        return []
+    return _read_files(files, limit=limit)
+
+
+# ------------------------------------------------------------------------------------- writing
+
+def write_tasks(tasks: Iterable[Task], path: Path | str) -> Path:
+    """Write task rows as JSONL (what `load_tasks` reads back), atomically: a crash leaves the old
+    file or the new one, never a part. Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, "".join(json.dumps(task.to_row(), ensure_ascii=False) + "\n" for task in tasks))
+    return path

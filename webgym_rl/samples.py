@@ -1,0 +1,421 @@
+"""Training samples from trajectory datasets: each objective selects steps of `Episode`s.
+
+A sample is one kept step of a kept episode: its prompt is the exact chat the policy saw at that
+step (`expand_messages` puts the screenshots back) and its target is the raw response the policy
+returned. Which episodes and steps are kept, and with what weight or advantage, depends on the
+`Objective`:
+
+- ``filtered_bc``: steps of successful episodes (``reward >= success_threshold``) of the last K
+  iterations, ``same_as_next`` steps dropped; sampled with recency weights
+  ``(age + 1) ** -recency_power`` (age 0 = the newest iteration).
+- ``reinforce``: steps of every judged episode of the last K iterations, ``same_as_next`` steps
+  dropped; advantage = reward minus the mean reward of that task's attempts in the same iteration
+  (optionally divided by the group's standard deviation), clipped to ``[-clip, clip]``.
+
+Episodes are never trained on when they belong to the test split, have no reward, or ended in an
+infrastructure failure (`EpisodeStatus.is_error`): those say nothing about the agent. Everything
+skipped is counted in `SampleCounts`.
+
+Trajectories are read through `webgym_rollout.trajectory.read_episodes` (a rollout folder as its
+manifest lists it, or a Hub dataset; schema 1.1 and 1.2). Selection reads a few columns of the
+episode rows at the Arrow level, so no screenshot is decoded until a sample is drawn; a
+`StepSamples` item decodes only the screenshots its prompt shows.
+
+Exceptions (`webgym_rl.errors`)::
+
+    TrainingDataError (ValueError)   bad or unusable trajectory data; the message names the source
+     ├── MissingColumnError          a shard lacks a column the trainer reads (names file + column)
+     └── NoTrainingDataError         nothing left to train on (empty, reward-free, all filtered)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from webgym_rl.errors import MissingColumnError, NoTrainingDataError, TrainingDataError
+from webgym_rollout.trajectory import (
+    EpisodeStatus,
+    TrajectoryError,
+    TrajectorySet,
+    expand_messages,
+    read_episodes,
+)
+
+__all__ = [
+    "MissingColumnError",
+    "NoTrainingDataError",
+    "Objective",
+    "Sample",
+    "SampleCounts",
+    "SampleSelection",
+    "StepSamples",
+    "TrainingDataError",
+    "build_samples",
+    "describe_sources",
+    "load_trajectories",
+]
+
+log = logging.getLogger(__name__)
+
+
+class Objective(StrEnum):
+    """The training objectives: which samples `build_samples` selects, and (by the same name) which
+    loss of `webgym_rl.objectives` trains on them. The one list of objective names."""
+
+    FILTERED_BC = "filtered_bc"
+    """Behaviour cloning on the steps of successful episodes, recency-weighted."""
+    REINFORCE = "reinforce"
+    """REINFORCE with a per-task baseline over every judged episode."""
+
+
+@dataclass(frozen=True)
+class SampleSelection:
+    """Which episodes and steps become samples, and how they are weighted."""
+
+    last_k_iterations: int = 4
+    """Train on the last K rollout iterations present in the data (0 = all)."""
+    recency_power: float = 1.0
+    """filtered_bc sampling weight of an iteration of age a (0 = newest): (a + 1) ** -power."""
+    success_threshold: float = 1.0
+    """filtered_bc keeps episodes whose reward is at least this."""
+    normalize_advantage: bool = False
+    """reinforce: divide each advantage by the std of its task's rewards."""
+    advantage_clip: float = 5.0
+    """reinforce: clip advantages to [-clip, clip]."""
+    drop_same_as_next: bool = True
+    """Drop steps whose screenshot equals the next one (no-op actions)."""
+
+    def __post_init__(self) -> None:
+        if self.last_k_iterations < 0:
+            raise ValueError(f"last_k_iterations: must be >= 0, got {self.last_k_iterations}")
+        if not self.advantage_clip > 0:
+            raise ValueError(f"advantage_clip: must be > 0, got {self.advantage_clip}")
+
+
+# The columns the selection reads, at the Arrow level (fields of `Episode`, its task and `Step`;
+# a test checks that they are columns of `trajectory_features()`). Reading `steps` this way
+# touches only the struct fields asked for, never a decoded image.
+_EPISODE_COLUMNS = ("episode_id", "iteration", "task_id", "split", "reward", "status", "steps")
+_STEP_FIELDS = ("screenshot", "messages", "response", "same_as_next")
+
+
+@dataclass
+class Sample:
+    """One training sample: the prompt the policy saw and the response it gave."""
+
+    messages: list[dict[str, Any]]
+    """Chat messages with image parts ``{"type": "image", "image": PIL.Image}``."""
+    response: str
+    """The raw policy response (the target)."""
+    advantage: float
+    """1.0 for filtered_bc; the clipped advantage for reinforce."""
+    episode_id: str
+    step: int
+
+
+@dataclass
+class SampleCounts:
+    """What was read and what was kept, for the log, the metrics and the model card."""
+
+    objective: str
+    trajectories_read: int = 0
+    trajectories_kept: int = 0
+    steps_read: int = 0
+    steps_kept: int = 0
+    same_as_next_dropped: int = 0
+    iterations_kept: list[int] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Episodes not used, by reason."""
+
+    def summary(self) -> str:
+        skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items())) or "none"
+        return (f"{self.objective}: {self.trajectories_read} trajectories read, "
+                f"{self.trajectories_kept} kept (iterations {self.iterations_kept}); "
+                f"{self.steps_read} steps read, {self.steps_kept} kept, "
+                f"{self.same_as_next_dropped} same_as_next dropped; skipped: {skipped}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class _StepRef:
+    source: int
+    row: int
+    step: int
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """An episode that may be trained on, as the selection sees it (read from a few columns)."""
+
+    source: int
+    """Index of its `TrajectorySet`."""
+    row: int
+    """Row of the episode in that set's dataset."""
+    iteration: int
+    task_id: str
+    reward: float
+    same_as_next: list[bool]
+    """One flag per step."""
+
+
+class StepSamples:
+    """A map-style dataset of `Sample` (usable by a torch ``DataLoader``); images decode lazily."""
+
+    def __init__(self, sources: Sequence[TrajectorySet], refs: Sequence[_StepRef],
+                 advantages: Sequence[float], weights: Sequence[float], counts: SampleCounts):
+        self.sources = list(sources)
+        self._refs = list(refs)
+        self.advantages = list(advantages)
+        self.weights = list(weights)
+        """Relative sampling weight of each sample (recency); all 1.0 when uniform."""
+        self.counts = counts
+        # Arrow rows: reading one step's bytes decodes nothing else of the episode.
+        self._tables = [source.dataset.with_format("arrow") for source in self.sources]
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __getitem__(self, index: int) -> Sample:
+        from datasets import Image
+
+        ref = self._refs[index]
+        table = self._tables[ref.source][ref.row]
+        episode_id = table.column("episode_id")[0].as_py()
+        steps = table.column("steps")[0].values
+        step = {name: steps.field(name) for name in ("screenshot", "messages", "response")}
+        decoder = Image()
+
+        def image_for_step(j: int):
+            if not 0 <= j < len(steps):
+                raise TrainingDataError(f"episode {episode_id} step {ref.step}: its messages show the "
+                                        f"screenshot of step {j}, but the episode has {len(steps)} steps")
+            stored = step["screenshot"][j].as_py()
+            if not stored or (stored.get("bytes") is None and not stored.get("path")):
+                raise TrainingDataError(f"episode {episode_id} step {ref.step}: its messages show the "
+                                        f"screenshot of step {j}, which has no image")
+            image = decoder.decode_example(stored)
+            return image.convert("RGB") if image.mode != "RGB" else image
+
+        messages = expand_messages(step["messages"][ref.step].as_py(), image_for_step)
+        return Sample(messages=messages, response=step["response"][ref.step].as_py() or "",
+                      advantage=self.advantages[index], episode_id=episode_id, step=ref.step)
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+def _check_columns(names: Sequence[str], step_names: Sequence[str] | None, where: str) -> None:
+    for column in _EPISODE_COLUMNS:
+        if column not in names:
+            raise MissingColumnError(f"{where}: missing column '{column}' (the trainer reads "
+                                     f"{', '.join(_EPISODE_COLUMNS)}; see webgym_rollout.trajectory)")
+    for name in _STEP_FIELDS:
+        if step_names is not None and name not in step_names:
+            raise MissingColumnError(f"{where}: missing step field 'steps.{name}'")
+
+
+def _arrow_step_names(schema) -> list[str] | None:
+    import pyarrow as pa
+
+    if "steps" not in schema.names:
+        return None
+    steps = schema.field("steps").type
+    if (pa.types.is_list(steps) or pa.types.is_large_list(steps)) and pa.types.is_struct(steps.value_type):
+        inner = steps.value_type
+        return [inner.field(i).name for i in range(inner.num_fields)]
+    return []
+
+
+def _load(source: str | Path, cache_dir: str | None) -> TrajectorySet:
+    import pyarrow.parquet as pq
+
+    try:
+        found = read_episodes(source, cache_dir=cache_dir)
+    except TrajectoryError as exc:
+        raise TrainingDataError(str(exc)) from exc
+    if found.files:
+        # A shard with no rows says nothing (and may not even carry the schema): leave it out.
+        # Every other shard is checked before `datasets` reads any of them.
+        shards = [path for path in found.files if pq.read_metadata(path).num_rows > 0]
+        for path in shards:
+            schema = pq.read_schema(path)
+            _check_columns(schema.names, _arrow_step_names(schema), str(path))
+        if shards and len(shards) < len(found.files):
+            found = TrajectorySet(found.id, found.version, found.schema_version, files=shards,
+                                  cache_dir=cache_dir)
+        elif not shards:
+            found = TrajectorySet(found.id, found.version, found.schema_version, cache_dir=cache_dir)
+    elif len(found):  # a Hub dataset
+        inner = getattr(found.dataset.features.get("steps"), "feature", None)  # datasets.List(...) of a dict
+        _check_columns(found.dataset.column_names, list(inner) if isinstance(inner, dict) else None,
+                       f"Hub dataset {found.id}@{found.version}")
+    if len(found) == 0:
+        raise NoTrainingDataError(f"no trajectories in {source}: the trajectory set is empty (no parquet "
+                                  "shards found, or only empty ones; expected <folder>/data/*.parquet)")
+    return found
+
+
+def load_trajectories(sources: Sequence[str | Path], *,
+                      cache_dir: str | Path | None = None) -> list[TrajectorySet]:
+    """Read each source with `read_episodes`: a rollout folder (the shards its manifest lists) or a
+    Hub dataset id, optionally ``id@revision``. Raises `MissingColumnError` naming the shard and
+    `NoTrainingDataError` for a source without episodes."""
+    if not sources:
+        raise NoTrainingDataError("no trajectory sources given (pass one or more --data folders or Hub ids)")
+    cache = str(cache_dir) if cache_dir else None
+    return [_load(source, cache) for source in sources]
+
+
+def describe_sources(sources: Sequence[TrajectorySet]) -> list[dict[str, Any]]:
+    """``[{"id", "version", "rows"}]`` for the trainer state and the model card."""
+    return [{"id": s.id, "version": s.version, "rows": len(s)} for s in sources]
+
+
+# ---------------------------------------------------------------------------------------- selection
+
+def _skip_reason(split: str | None, status: str | None, reward: float | None) -> str | None:
+    if split == "test":
+        return "test-split episodes"
+    if status and EpisodeStatus(status).is_error:
+        return "infrastructure failures"
+    if reward is None:
+        return "episodes without reward"
+    return None
+
+
+def _episode_status(value: str | None, source: TrajectorySet, episode_id: str) -> str | None:
+    """`value` if it is an `EpisodeStatus` (or empty); else a `TrainingDataError` naming the episode."""
+    try:
+        return EpisodeStatus(value).value if value else value
+    except ValueError:
+        choices = ", ".join(s.value for s in EpisodeStatus if not s.is_error)
+        raise TrainingDataError(f"{source.id}: episode {episode_id} has status {value!r}, which is not an "
+                                f"episode status ({choices} or error:<kind>)") from None
+
+
+def _step_flags(steps_column) -> list[list[bool]]:
+    """Each row's ``same_as_next`` flags, read from the Arrow list column without its other fields."""
+    flags: list[list[bool]] = []
+    for chunk in steps_column.chunks:
+        lengths = chunk.value_lengths().fill_null(0).to_pylist()
+        values = chunk.flatten().field("same_as_next").fill_null(False).to_pylist()
+        offset = 0
+        for n in lengths:
+            flags.append(values[offset:offset + n])
+            offset += n
+    return flags
+
+
+def _candidates(sources: Sequence[TrajectorySet], counts: SampleCounts,
+                skipped: Counter[str]) -> list[_Candidate]:
+    found = []
+    for s, source in enumerate(sources):
+        table = source.dataset.with_format("arrow")[:]
+        flags = _step_flags(table.column("steps"))
+        names = ("episode_id", "iteration", "task_id", "split", "reward", "status")
+        rows = zip(*(table.column(name).to_pylist() for name in names), strict=True)
+        for row, (episode_id, iteration, task_id, split, reward, status) in enumerate(rows):
+            counts.trajectories_read += 1
+            counts.steps_read += len(flags[row])
+            reason = _skip_reason(split, _episode_status(status, source, episode_id), reward)
+            if reason:
+                skipped[reason] += 1
+                continue
+            found.append(_Candidate(source=s, row=row, iteration=int(iteration or 0), task_id=task_id,
+                                    reward=float(reward), same_as_next=flags[row]))
+    return found
+
+
+def _advantages(objective: Objective, episodes: list[_Candidate], selection: SampleSelection,
+                names: str) -> list[float]:
+    """One advantage per episode; raises `NoTrainingDataError` when there is no learning signal."""
+    if objective is Objective.FILTERED_BC:
+        return [1.0] * len(episodes)
+    groups: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for i, episode in enumerate(episodes):
+        groups[(episode.iteration, episode.task_id)].append(i)
+    advantages = [0.0] * len(episodes)
+    for members in groups.values():
+        rewards = [episodes[i].reward for i in members]
+        mean = sum(rewards) / len(rewards)
+        std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+        for i in members:
+            value = episodes[i].reward - mean
+            if selection.normalize_advantage:
+                value /= std + 1e-6
+            advantages[i] = max(-selection.advantage_clip, min(selection.advantage_clip, value))
+    if all(abs(a) < 1e-12 for a in advantages):
+        raise NoTrainingDataError(f"reinforce: every advantage in {names} is zero (each task got the "
+                                  "same reward on all its attempts): no learning signal")
+    return advantages
+
+
+def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
+                  selection: SampleSelection | None = None) -> StepSamples:
+    """Select the training samples of `objective` from `sources` (see the module docstring).
+
+    Raises `NoTrainingDataError` when the set is empty, has no rewards, or nothing survives."""
+    try:
+        objective = Objective(objective)
+    except ValueError:
+        raise TrainingDataError(f"unknown objective '{objective}'; "
+                                f"choose one of {', '.join(o.value for o in Objective)}") from None
+    selection = selection or SampleSelection()
+    names = ", ".join(source.id for source in sources)
+    counts = SampleCounts(objective=objective.value)
+    skipped: Counter[str] = Counter()
+    episodes = _candidates(sources, counts, skipped)
+    if counts.trajectories_read == 0:
+        raise NoTrainingDataError(f"no trajectories in {names}: the trajectory set is empty")
+    if not episodes:
+        raise NoTrainingDataError(f"none of the {counts.trajectories_read} trajectories in {names} can be "
+                                  f"trained on ({dict(skipped)}): the set is reward-free")
+
+    last_k = selection.last_k_iterations
+    iterations = sorted({episode.iteration for episode in episodes})
+    kept_iterations = iterations[-last_k:] if last_k > 0 else iterations
+    age = {it: len(kept_iterations) - 1 - i for i, it in enumerate(kept_iterations)}
+    counts.iterations_kept = kept_iterations
+    older = [e for e in episodes if e.iteration not in age]
+    if older:
+        skipped[f"episodes older than the last {last_k} iterations"] += len(older)
+    episodes = [e for e in episodes if e.iteration in age]
+
+    if objective is Objective.FILTERED_BC:
+        threshold = selection.success_threshold
+        failed = [e for e in episodes if e.reward < threshold]
+        if failed:
+            skipped[f"episodes with reward < {threshold:g}"] += len(failed)
+        episodes = [e for e in episodes if e.reward >= threshold]
+        if not episodes:
+            raise NoTrainingDataError(f"filtered_bc: no trajectory in {names} has reward >= "
+                                      f"{threshold:g} (of {counts.trajectories_read} read): "
+                                      "nothing to imitate")
+    advantage_of = _advantages(objective, episodes, selection, names)
+
+    refs, advantages, weights = [], [], []
+    for episode, advantage in zip(episodes, advantage_of, strict=True):
+        counts.trajectories_kept += 1
+        weight = ((age[episode.iteration] + 1) ** -selection.recency_power
+                  if objective is Objective.FILTERED_BC else 1.0)
+        for j, same in enumerate(episode.same_as_next):
+            if same and selection.drop_same_as_next:
+                counts.same_as_next_dropped += 1
+                continue
+            refs.append(_StepRef(episode.source, episode.row, j))
+            advantages.append(advantage)
+            weights.append(weight)
+    counts.steps_kept = len(refs)
+    counts.skipped = dict(skipped)
+    if not refs:
+        raise NoTrainingDataError(f"{objective.value}: the kept trajectories in {names} have no trainable "
+                                  f"steps ({counts.same_as_next_dropped} same_as_next steps dropped)")
+    log.info("%s", counts.summary())
+    return StepSamples(sources, refs, advantages, weights, counts)

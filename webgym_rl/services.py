@@ -1,0 +1,347 @@
+"""The services the online loop runs beside its phases: browsers, local sites and the policy endpoint.
+
+`LoopServices` starts each on first use and stops everything it started (a context manager; also
+on Ctrl-C and on errors):
+
+- browsers: the browser servers in ``LoopSettings.servers``, or one the loop runs on 127.0.0.1 (in a
+  thread, from the first rollout to the end, so Chromium stays warm; `LoopSettings.pool` says how);
+- sites: the site server MiniWoB pages come from (``sites_url``), or one the loop runs on 127.0.0.1;
+- the policy endpoint (`PolicyEndpointSettings`), switched to each new checkpoint by `serve`:
+
+  - default (no ``base_url``): the CPU policy server (`webgym_rollout.policy_server`) runs in this
+    process; it is started once and ``POST /reload``-ed with each new checkpoint.
+  - ``command`` (e.g. ``vllm serve {checkpoint} --port {port} --served-model-name {name}``): the loop
+    starts that command and, for each new checkpoint, stops it and starts it again, waiting until
+    ``GET /v1/models`` answers. vLLM has no stable "load new weights" call, so a restart is the
+    portable way to switch checkpoints.
+  - ``base_url`` + ``reload_url``: an endpoint someone else runs; the loop POSTs
+    ``{"model": CHECKPOINT}`` to ``reload_url`` for each new checkpoint (the CPU policy server's
+    ``/reload`` speaks this; put a small hook of your own in front of a vLLM fleet).
+
+Errors: `PolicyEndpointError` (the endpoint could not be started, reached or reloaded) and
+`LoopError` (the browser server did not start), from `webgym_rl.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from webgym_core.endpoint import Endpoint
+from webgym_core.settings import flat
+from webgym_rl.errors import LoopError, LoopSettingsError, PolicyEndpointError
+from webgym_rollout.agent import AgentSettings
+from webgym_rollout.policy import SamplingSettings
+
+if TYPE_CHECKING:
+    from webgym_rl.loop import LoopSettings
+    from webgym_rollout.browser.pool import PoolSettings
+
+__all__ = ["LoopServices", "PolicyEndpointSettings"]
+
+log = logging.getLogger(__name__)
+
+_SERVED_NAME = "webgym-policy"
+
+
+@dataclass(frozen=True)
+class PolicyEndpointSettings:
+    """The policy endpoint the loop's rollouts call, and how it is switched to each new checkpoint
+    (the ``--policy-*`` flags of ``webgym-rl loop``)."""
+
+    endpoint: Endpoint = flat(lambda: Endpoint(model=_SERVED_NAME))
+    """Where the policy is served: ``base_url`` ('' = the CPU policy server in this process) and
+    ``model``, the name it is served under (vLLM: --served-model-name)."""
+    sampling: SamplingSettings = flat(SamplingSettings)
+    """Sampling of the train rollouts (the evaluation uses ``LoopSettings.eval_temperature``)."""
+    agent: AgentSettings = flat(AgentSettings)
+    command: str = ""
+    """Command that serves a checkpoint, restarted for each new one; placeholders {checkpoint},
+    {port}, {name}. E.g. 'vllm serve {checkpoint} --port {port} --served-model-name {name}'."""
+    reload_url: str | None = None
+    """With --policy-base-url: URL the loop POSTs {"model": CHECKPOINT} to for each new checkpoint."""
+    start_timeout_s: float = 900.0
+    """How long a started --policy-command may take until /v1/models answers (also the reload's bound)."""
+    max_new_tokens: int = 256
+    """CPU policy server: most tokens generated per reply."""
+
+    def __post_init__(self) -> None:
+        base_url = self.endpoint.base_url
+        if base_url and not (self.command or self.reload_url):
+            raise LoopSettingsError(
+                "base_url: needs a way to switch the endpoint to each new checkpoint: --policy-command "
+                "(the loop restarts it) or --policy-reload-url (the loop POSTs to it)")
+        if self.reload_url and not base_url:
+            raise LoopSettingsError("reload_url: goes with --policy-base-url (the endpoint it reloads)")
+        if self.command and not any("{checkpoint}" in arg for arg in self.argv):
+            raise LoopSettingsError("command: must contain {checkpoint} (where the checkpoint folder goes), "
+                                    f"got {self.command!r}")
+        if not self.start_timeout_s > 0:
+            raise LoopSettingsError(f"start_timeout_s: must be > 0, got {self.start_timeout_s}")
+        if self.max_new_tokens < 1:
+            raise LoopSettingsError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def served_name(self) -> str:
+        """The model name the policy is served under."""
+        return self.endpoint.model or _SERVED_NAME
+
+    @property
+    def argv(self) -> list[str]:
+        """`command` split into arguments (placeholders not yet replaced)."""
+        return shlex.split(self.command)
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _BrowserServerThread:
+    """The browser server (`webgym_rollout.browser.server.running_server`) on its own event loop in a
+    thread, so that it outlives the rollouts (each runs its own ``asyncio.run``) and keeps Chromium warm."""
+
+    def __init__(self, pool: PoolSettings):
+        self._pool = pool
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self.url = ""
+        self._thread = threading.Thread(target=self._main, name="webgym-browser-server", daemon=True)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # reported to the starting thread
+            self._error = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        from webgym_rollout.browser.server import ServerSettings, running_server
+
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        # Local sites (MiniWoB pages on 127.0.0.1) must get through the browser server's URL guard.
+        allow = (*self._pool.allow_hosts, *(() if "127.0.0.1" in self._pool.allow_hosts else ("127.0.0.1",)))
+        pool = dataclasses.replace(self._pool, allow_hosts=allow)
+        async with running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)) as (url, _pool):
+            self.url = url
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> _BrowserServerThread:
+        self._thread.start()
+        self._ready.wait(timeout=120)
+        if self._error is not None or not self.url:
+            self.__exit__(None, None, None)  # a slow start still gets stopped: nothing is left behind
+            raise LoopError(f"the browser server did not start: {self._error or 'timed out after 120 s'}")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                self._loop.call_soon_threadsafe(self._stop.set)
+        # Closing the pool closes every Chromium; give it time before giving up on the thread.
+        self._thread.join(timeout=60)
+
+
+@dataclass
+class _Process:
+    """A started --policy-command: the process (its own process group) and its log file."""
+
+    popen: subprocess.Popen
+    log_file: Any = field(repr=False)
+
+
+class LoopServices:
+    """The browser server, site server and policy endpoint of a loop; a context manager that stops
+    everything it started.
+
+    `serve(checkpoint)` makes the policy endpoint serve `checkpoint` (start, reload or restart, as
+    the settings say) and returns ``(base_url, model_name)``. `on_event(kind, detail)` is told about
+    each start, reload and stop (the demo prints them).
+    """
+
+    def __init__(self, settings: LoopSettings, *,
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None):
+        self.settings = settings
+        self._on_event = on_event or (lambda kind, detail: None)
+        self._stack = contextlib.ExitStack()
+        self._sites_url: str | None = settings.env.sites_url
+        self._browser: _BrowserServerThread | None = None
+        self._base_url: str | None = None
+        self._serving: str | None = None
+        self._process: _Process | None = None
+
+    def __enter__(self) -> LoopServices:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop everything this object started (idempotent)."""
+        try:
+            self._stop_process()
+        finally:
+            self._stack.close()
+            self._base_url = self._serving = None
+            self._browser = None
+
+    # -- browsers
+    def browser_urls(self) -> tuple[str, ...]:
+        """The browser servers: `servers`, or one run here (started on first use)."""
+        if self.settings.servers:
+            return tuple(self.settings.servers)
+        if self._browser is None:
+            began = time.perf_counter()
+            self._browser = self._stack.enter_context(_BrowserServerThread(self.settings.pool))
+            self._on_event("browser_started", {"url": self._browser.url,
+                                               "seconds": time.perf_counter() - began})
+        return (self._browser.url,)
+
+    # -- sites
+    def sites_url(self) -> str:
+        """The site server's URL (started here on first use unless `sites_url` is set)."""
+        if self._sites_url is None:
+            from webgym_rollout.sites import SiteServer
+
+            sites = self._stack.enter_context(SiteServer(host="127.0.0.1", port=0))
+            self._sites_url = sites.base_url
+            self._on_event("sites_started", {"url": sites.base_url})
+        return self._sites_url
+
+    # -- policy
+    @property
+    def serving(self) -> str | None:
+        """The checkpoint the policy endpoint serves now (None before the first `serve`)."""
+        return self._serving
+
+    def serve(self, checkpoint: str) -> tuple[str, str]:
+        """Make the endpoint serve `checkpoint`; returns ``(base_url, model_name)``."""
+        policy = self.settings.policy
+        name = policy.served_name
+        if self._serving == checkpoint and self._base_url:
+            return self._base_url, name
+        if policy.command:
+            self._stop_process()
+            self._start_process(checkpoint)
+        elif policy.endpoint.base_url:
+            self._base_url = policy.endpoint.base_url
+            self._post_reload(str(policy.reload_url), checkpoint)
+        elif self._base_url is None:
+            self._start_cpu_server(checkpoint)
+        else:
+            self._post_reload(self._base_url.removesuffix("/v1") + "/reload", checkpoint)
+        self._serving = checkpoint
+        return str(self._base_url), name
+
+    def _start_cpu_server(self, checkpoint: str) -> None:
+        from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
+
+        settings = self.settings
+        began = time.perf_counter()
+        revision = settings.model_revision if checkpoint == settings.model else None
+        server = PolicyServerSettings(model=checkpoint, host="127.0.0.1", port=0, revision=revision,
+                                      served_model_name=settings.policy.served_name,
+                                      max_new_tokens=settings.policy.max_new_tokens)
+        try:
+            self._base_url = self._stack.enter_context(running_policy_server(server))
+        except Exception as exc:  # a model that does not load, a port that does not bind
+            raise PolicyEndpointError(f"the CPU policy server could not serve {checkpoint}: {exc}") from exc
+        self._on_event("policy_started", {"url": self._base_url, "checkpoint": checkpoint,
+                                          "seconds": time.perf_counter() - began})
+
+    def _post_reload(self, url: str, checkpoint: str) -> None:
+        import httpx
+
+        began = time.perf_counter()
+        try:
+            reply = httpx.post(url, json={"model": checkpoint}, timeout=self.settings.policy.start_timeout_s)
+        except httpx.HTTPError as exc:
+            raise PolicyEndpointError(f"reloading the policy at {url} failed: {exc}") from exc
+        if reply.status_code >= 400:
+            raise PolicyEndpointError(f"reloading the policy at {url} with {checkpoint} failed: "
+                                      f"HTTP {reply.status_code}: {reply.text[:300]}")
+        self._on_event("policy_reloaded", {"url": url, "checkpoint": checkpoint,
+                                           "seconds": time.perf_counter() - began})
+
+    def _start_process(self, checkpoint: str) -> None:
+        import httpx
+
+        policy = self.settings.policy
+        if policy.endpoint.base_url:
+            base_url = policy.endpoint.base_url.rstrip("/")
+            port = httpx.URL(base_url).port or 80
+        else:
+            port = _free_port()
+            base_url = f"http://127.0.0.1:{port}/v1"
+        # Plain replacement, not str.format: vLLM flags carry JSON with braces of their own.
+        values = {"{checkpoint}": checkpoint, "{port}": str(port), "{name}": policy.served_name}
+        argv = []
+        for arg in policy.argv:
+            for placeholder, value in values.items():
+                arg = arg.replace(placeholder, value)
+            argv.append(arg)
+        log_path = self.settings.out_dir / "policy-server.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = log_path.open("ab")
+        began = time.perf_counter()
+        try:
+            # Its own process group: stopping it also stops the workers it forks (vLLM does).
+            popen = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            log_file.close()
+            raise PolicyEndpointError(f"--policy-command {argv[0]!r} could not start: {exc}") from exc
+        self._process = _Process(popen, log_file)
+        deadline = time.monotonic() + policy.start_timeout_s
+        while True:
+            if popen.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-1500:]
+                self._stop_process()
+                raise PolicyEndpointError(f"--policy-command exited with status {popen.returncode} before "
+                                          f"serving {checkpoint}; last output ({log_path}):\n{tail}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base_url}/models", timeout=5).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                self._stop_process()
+                raise PolicyEndpointError(f"--policy-command did not answer {base_url}/models within "
+                                          f"{policy.start_timeout_s:.0f} s (log: {log_path})")
+            time.sleep(0.5)
+        self._base_url = base_url
+        self._on_event("policy_started", {"url": base_url, "checkpoint": checkpoint, "pid": popen.pid,
+                                          "seconds": time.perf_counter() - began})
+
+    def _stop_process(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        popen = process.popen
+        try:
+            if popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGTERM)
+                try:
+                    popen.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(popen.pid, signal.SIGKILL)
+                    popen.wait(timeout=30)
+                self._on_event("policy_stopped", {"pid": popen.pid})
+        finally:
+            process.log_file.close()
+            self._base_url = self._serving = None

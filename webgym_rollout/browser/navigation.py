@@ -1,0 +1,216 @@
+"""Where a session's page goes: every request passes the URL guard, every navigation is tracked.
+
+Every request the page (and its workers) makes is paused by a CDP ``Fetch`` interception on the
+page, which (unlike Playwright routes) also sees each hop of a redirect chain, and is decided by
+the `UrlGuard` as it arrives: a refused navigation is answered 204 so that the current page stays,
+a refused subresource fails. The page's WebSockets go through a Playwright WebSocket route
+(`guard_context`), and popups open in the same tab, where the interception runs.
+
+`NavigationTracker` also counts the main frame's navigations from the page's DevTools events, so
+that after an input event an action knows at once whether it started a navigation and can wait for
+exactly that one (`NavigationTracker.settle`), with no sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from playwright.async_api import BrowserContext, CDPSession, Page
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+from webgym_rollout.browser.guard import UrlGuard
+from webgym_rollout.errors import NavigationRefused
+
+__all__ = ["NavigationTracker", "guard_context"]
+
+log = logging.getLogger(__name__)
+
+# Popups would escape the page's request interception: open them in the same tab instead.
+_SAME_TAB_SCRIPT = """
+(() => {
+  window.open = function (url) { if (url) { window.location.href = url; } return null; };
+  document.addEventListener('click', (event) => {
+    const link = event.target && event.target.closest ? event.target.closest('a[target]') : null;
+    if (link) { link.target = '_self'; }
+  }, true);
+})();
+"""
+
+
+async def guard_context(context: BrowserContext, guard: UrlGuard) -> None:
+    """The guard's hooks on a new context: popups stay in their tab; refused WebSockets close."""
+
+    def refuses(url: str) -> bool:
+        # WebSockets never pass the page's request interception: Playwright routes those the
+        # page opens (not those of workers), and only refused ones; allowed ones connect directly.
+        return guard.reason(url.replace("ws", "http", 1)) is not None
+
+    async def close(ws: Any) -> None:
+        log.info("refused WebSocket %s (%s)", ws.url, guard.reason(ws.url.replace("ws", "http", 1)))
+        await ws.close(code=1008, reason="refused by the URL guard")
+
+    await context.add_init_script(_SAME_TAB_SCRIPT)
+    await context.route_web_socket(refuses, close)
+
+
+class NavigationTracker:
+    """The URL guard on one page's requests and the count of its main-frame navigations.
+
+    `install` starts both; until then the counters stay at zero and `cdp` is None.
+    """
+
+    def __init__(self, page: Page, guard: UrlGuard, session_id: str):
+        self.page, self.guard, self.session_id = page, guard, session_id
+        self.cdp: CDPSession | None = None
+        """The page's DevTools session (the interception and the navigation events arrive on it)."""
+        self.origins: set[str] = set()
+        """Origins of the documents the page was allowed to load (their storage is cleared on reuse)."""
+        self.main_frame_id = ""
+        self.document_requests = 0
+        """Main-frame navigations the renderer requested (link clicks, form submits, script)."""
+        self.commits = 0
+        """Main-frame navigations committed."""
+        self.stops = 0
+        """Main-frame loads that stopped (finished, or a navigation cancelled without commit)."""
+        self.loading = False
+        """A main-frame load started since the current action began and has not stopped."""
+        self.title: str | None = None
+        """The page title as last read (None: read it again; a navigation resets it)."""
+        self.committed = asyncio.Event()
+        """Set on a commit, a stopped load or a refused navigation: wakes a waiting `settle`."""
+        self.refused: list[tuple[str, str]] = []
+        """(url, reason) of document requests the guard refused since the last operation began."""
+        self._answers: set[asyncio.Task] = set()
+
+    def begin_action(self) -> tuple[int, int]:
+        """Forget the last operation's refusals and loads before an input event; returns the
+        (document requests, commits) counters to hand to `settle` afterwards."""
+        self.refused.clear()
+        self.loading = False
+        return self.document_requests, self.commits
+
+    def refusal(self, url: str) -> NavigationRefused:
+        """The error for the last refused navigation, reached by loading `url`."""
+        refused_url, why = self.refused[-1]
+        via = "" if refused_url == url else f" (reached from {url})"
+        return NavigationRefused(f"refused {refused_url}{via}: {why}", url=refused_url)
+
+    async def install(self, context: BrowserContext) -> None:
+        """Open the page's DevTools session, follow its navigations and intercept its requests."""
+        cdp = self.cdp = await context.new_cdp_session(self.page)
+
+        async def answer(event: dict, reason: str | None) -> None:
+            request_id = event["requestId"]
+            try:
+                if reason is None:
+                    await cdp.send("Fetch.continueRequest", {"requestId": request_id})
+                elif event.get("resourceType") == "Document":
+                    # A 204 answer cancels a navigation and leaves the current page in place
+                    # (a failed request would replace it with an error page).
+                    await cdp.send(
+                        "Fetch.fulfillRequest",
+                        {"requestId": request_id, "responseCode": 204, "responseHeaders": []},
+                    )
+                else:
+                    await cdp.send(
+                        "Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"}
+                    )
+            except PlaywrightError:
+                pass  # the page went away while the request was paused
+
+        def on_paused(event: dict) -> None:
+            # Decided synchronously, as the event arrives, so that an operation waiting on this
+            # page sees the refusal in order with the page's other events.
+            url = event["request"]["url"]
+            reason = None if url.startswith(("data:", "blob:")) else self.guard.reason(url)
+            if event.get("resourceType") == "Document":
+                if reason is None:
+                    parts = urlsplit(url)
+                    self.origins.add(f"{parts.scheme}://{parts.netloc}")
+                else:
+                    self.refused.append((url, reason))
+                    self.committed.set()  # wake a waiting settle: this navigation ends here
+            if reason is not None:
+                log.info("session %s: refused %s (%s)", self.session_id, url, reason)
+            task = asyncio.ensure_future(answer(event, reason))
+            self._answers.add(task)
+            task.add_done_callback(self._answers.discard)
+
+        def on_navigated(frame: Any) -> None:
+            if frame == self.page.main_frame:
+                self.commits += 1
+                self.title = None
+                self.committed.set()
+
+        def on_requested(event: dict) -> None:
+            # Sent by the renderer while it handles the input event, so it arrives before the
+            # input call returns: after a click we know at once whether it started a navigation.
+            if event.get("frameId") == self.main_frame_id:
+                self.document_requests += 1
+
+        self.main_frame_id = (await cdp.send("Page.getFrameTree"))["frameTree"]["frame"]["id"]
+        self.page.on("framenavigated", on_navigated)
+
+        def on_started(event: dict) -> None:
+            if event.get("frameId") == self.main_frame_id:
+                self.loading = True
+
+        def on_stopped(event: dict) -> None:
+            # Only a stop that follows a start seen since the action began counts: a late stop
+            # of the previous page load must not end the wait for a new navigation.
+            if event.get("frameId") == self.main_frame_id and self.loading:
+                self.loading = False
+                self.stops += 1
+                self.committed.set()
+
+        cdp.on("Page.frameRequestedNavigation", on_requested)
+        cdp.on("Page.frameStartedLoading", on_started)
+        cdp.on("Page.frameStoppedLoading", on_stopped)
+        await cdp.send("Page.enable")
+        cdp.on("Fetch.requestPaused", on_paused)
+        await cdp.send("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]})
+
+    async def settle(self, requests_before: int, commits_before: int, budget_s: float) -> None:
+        """After an input event: if it started a navigation, wait (at most `budget_s`) for its
+        DOMContentLoaded; return at once when it started none."""
+        if self.document_requests == requests_before:
+            # Under load the renderer's navigation request can trail the input call's reply (the
+            # input ack and the renderer's DevTools events travel different pipes): one round trip
+            # through the renderer on the CDP session that carries those events lets it arrive
+            # before we decide nothing navigates. A repeated Page.enable is the cheapest such trip
+            # (Playwright's own barrier after input actions); page.evaluate cost more.
+            with contextlib.suppress(PlaywrightError):
+                await self.cdp.send("Page.enable")
+            if self.document_requests == requests_before:
+                return
+        deadline = time.monotonic() + budget_s
+        stops_before = self.stops
+        while (
+            self.commits == commits_before
+            and self.stops == stops_before
+            and not self.refused
+            and time.monotonic() < deadline
+        ):
+            self.committed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.committed.wait(), deadline - time.monotonic())
+        with contextlib.suppress(PlaywrightTimeout):
+            await self.page.wait_for_load_state(
+                "domcontentloaded", timeout=max(1.0, deadline - time.monotonic()) * 1000
+            )
+
+    async def stop(self) -> None:
+        """Stop intercepting the page's requests (before its context is cleared for reuse)."""
+        if self.cdp is not None:
+            await self.cdp.send("Fetch.disable")
+
+    def cancel(self) -> None:
+        """Drop the answers to paused requests still in flight (the session ends)."""
+        for task in list(self._answers):
+            task.cancel()

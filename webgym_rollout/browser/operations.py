@@ -1,0 +1,403 @@
+"""The operations on a session's page, each in its kind's lane and under a timeout.
+
+`Operations` runs ``navigate``, ``screenshot``, ``execute``, ``page_info`` and ``env_state`` (and a
+new session's first page load, `open`). Every operation holds its session's lock (operations on one
+session run one at a time), then a slot of its kind's `Lane` (bounded queue + concurrency limit:
+sessions never wait for each other except there), and runs under a timeout (`run`). Failures
+stay with their session and come out typed:
+
+- a timeout (a page stuck in ``while(true){}``, a load that never ends) raises `OperationTimeout`;
+  if the page no longer answers, the session is discarded and its process checked;
+- a dead page or browser process raises `BrowserCrashed` and the session is discarded;
+- any other Playwright failure raises `BrowserError` and the session stays;
+- agent mistakes (an unknown key, selecting on something that is not a ``<select>``, a click that
+  leads to a refused URL) come back as ``ExecuteResult(ok=False, error=...)``.
+
+Navigations feed the `SiteBlocklist` (timeouts, network failures, block pages such as captchas).
+A screenshot that Chromium fails to capture on a live page is taken again after the next frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import Page
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+from webgym_rollout.browser.guard import SiteBlocklist, UrlGuard
+from webgym_rollout.browser.lanes import Lane
+from webgym_rollout.browser.processes import ChromiumProcesses
+from webgym_rollout.browser.protocol import (
+    BrowserAction,
+    CreateSessionRequest,
+    Element,
+    EnvState,
+    ExecuteResult,
+    PageInfo,
+    PageInfoRequest,
+    PageState,
+    Screenshot,
+    ScreenshotRequest,
+)
+from webgym_rollout.browser.session import Session
+from webgym_rollout.errors import BrowserCrashed, BrowserError, OperationTimeout, ServerBusy
+
+if TYPE_CHECKING:
+    from webgym_rollout.browser.pool import PoolSettings
+
+__all__ = ["Operations"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_ELEMENTS_SCRIPT = """() => {
+  const selector = 'a[href], button, input, select, textarea, summary, label[for], [role=button], ' +
+    '[role=link], [role=checkbox], [role=radio], [role=tab], [role=menuitem], [role=option], ' +
+    '[role=textbox], [role=combobox], [onclick], [contenteditable=""], [contenteditable=true], ' +
+    '[tabindex]:not([tabindex="-1"])';
+  const implicit = {A: 'link', BUTTON: 'button', INPUT: 'textbox', SELECT: 'combobox', TEXTAREA: 'textbox',
+                    SUMMARY: 'button', LABEL: 'label'};
+  const out = [];
+  const vw = window.innerWidth, vh = window.innerHeight;
+  for (const el of document.querySelectorAll(selector)) {
+    const r = el.getBoundingClientRect();
+    if (r.width < 1 || r.height < 1 || r.bottom <= 0 || r.right <= 0 || r.top >= vh || r.left >= vw) continue;
+    const style = getComputedStyle(el);
+    if (style.visibility === 'hidden' || style.display === 'none' || style.opacity === '0') continue;
+    let role = el.getAttribute('role') || implicit[el.tagName] || '';
+    if (el.tagName === 'INPUT' && ['checkbox', 'radio', 'button', 'submit'].includes(el.type)) {
+      role = el.type === 'submit' ? 'button' : el.type;
+    }
+    const text = (el.innerText || el.value || el.getAttribute('aria-label') || el.getAttribute('placeholder')
+                  || el.getAttribute('title') || el.getAttribute('alt') || '').trim().replace(/\\s+/g, ' ');
+    out.push({x: r.x, y: r.y, width: r.width, height: r.height, tag: el.tagName.toLowerCase(), role,
+              text: text.slice(0, 200)});
+  }
+  return out;
+}"""
+_SELECT_SCRIPT = """([x, y, value]) => {
+  let el = document.elementFromPoint(x, y);
+  while (el && el.tagName !== 'SELECT') { el = el.parentElement; }
+  if (!el) { return 'no <select> element at (' + x + ', ' + y + ')'; }
+  const option = Array.from(el.options).find(o => o.value === value || o.text.trim() === value);
+  if (!option) { return 'the <select> has no option ' + JSON.stringify(value); }
+  el.value = option.value;
+  el.dispatchEvent(new Event('input', {bubbles: true}));
+  el.dispatchEvent(new Event('change', {bubbles: true}));
+  return '';
+}"""
+_CAPTURE_ATTEMPTS = 3
+_NEXT_FRAME = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
+_BLOCK_TITLES = (
+    "captcha",
+    "access denied",
+    "just a moment",
+    "attention required",
+    "are you a robot",
+    "request blocked",
+)
+
+
+class Operations:
+    """The operations of a `BrowserPool` (see the module docstring).
+
+    `discard(session)` removes a session whose page or process is gone (the pool's session table);
+    `capture_retries` counts screenshots taken again.
+    """
+
+    def __init__(
+        self,
+        settings: PoolSettings,
+        *,
+        lanes: Mapping[str, Lane],
+        guard: UrlGuard,
+        blocklist: SiteBlocklist,
+        processes: ChromiumProcesses,
+        discard: Callable[[Session], Awaitable[None]],
+    ):
+        self.settings = settings
+        self.lanes, self.guard, self.blocklist, self.processes = lanes, guard, blocklist, processes
+        self._discard = discard
+        self.capture_retries = 0
+
+    # ------------------------------------------------------------------ lanes and failures
+
+    async def run(self, session: Session, kind: str, work: Awaitable[T], timeout_s: float) -> T:
+        """Run `work` for `session` under its lane and timeout; turn failures into typed errors."""
+        if session.crashed or session.process.dead:
+            _never_run(work)
+            await self._discard(session)
+            raise BrowserCrashed(f"the browser of session {session.id} died; open a new session")
+        session.last_used = time.monotonic()
+        try:
+            async with self.lanes[kind].slot():
+                # asyncio.timeout, not wait_for: no extra task per operation on the hot path.
+                async with asyncio.timeout(timeout_s):
+                    return await work
+        except ServerBusy:  # the lane's queue is full: the work never started
+            _never_run(work)
+            raise
+        except (TimeoutError, PlaywrightTimeout) as exc:
+            alive = await self._responsive(session)
+            url = session.page.url if alive else "(unresponsive page)"
+            if not alive:
+                await self._discard(session)
+                self.processes.check_responsive(session.process)
+            error = OperationTimeout(
+                f"{kind} on session {session.id} took longer than {timeout_s:g} s "
+                f"at {url}" + ("" if alive else "; the page hung and the session is closed")
+            )
+            error.session_closed = not alive
+            raise error from exc
+        except PlaywrightError as exc:
+            if session.dead:
+                await self._discard(session)
+                raise BrowserCrashed(
+                    f"the page or browser of session {session.id} died during {kind}: "
+                    f"{str(exc).splitlines()[0]}"
+                ) from exc
+            raise BrowserError(f"{kind} on session {session.id} failed: {str(exc).splitlines()[0]}") from exc
+        finally:
+            session.last_used = time.monotonic()
+
+    async def _responsive(self, session: Session) -> bool:
+        if session.dead:
+            return False
+        try:
+            await asyncio.wait_for(session.page.evaluate("1"), 1.0)
+            return True
+        except (TimeoutError, PlaywrightError):
+            return False
+
+    # ------------------------------------------------------------------ navigation
+
+    async def open(self, session: Session, request: CreateSessionRequest, argument: str) -> PageState:
+        """A new session's first page: its start URL, then its task kind's `start_page` (in the
+        navigate lane, bounded by ``create_timeout_s``)."""
+        async with session.lock:
+            work = self._open_page(session, request, argument)
+            return await self.run(session, "navigate", work, self.settings.create_timeout_s)
+
+    async def _open_page(self, session: Session, request: CreateSessionRequest, argument: str) -> PageState:
+        state = await self._goto(session, request.start_url)
+        if state.error:
+            raise BrowserError(f"could not load {request.start_url}: {state.error}")
+        await session.kind.start_page(
+            session.page,
+            argument,
+            request.seed,
+            max_time_s=self.settings.episode_max_time_s,
+            timeout_s=self.settings.create_timeout_s,
+        )
+        return state
+
+    async def navigate(self, session: Session, url: str) -> PageState:
+        self.guard.check(url)
+        self.blocklist.check(url)
+        async with session.lock:
+            return await self.run(
+                session, "navigate", self._goto(session, url), self.settings.navigate_timeout_s + 2
+            )
+
+    async def _goto(self, session: Session, url: str) -> PageState:
+        navigation = session.navigation
+        navigation.refused.clear()
+        page = session.page
+        try:
+            response = await page.goto(
+                url, timeout=self.settings.navigate_timeout_s * 1000, wait_until="load"
+            )
+        except PlaywrightTimeout:
+            self.blocklist.record_failure(url, "navigation timeout")
+            raise
+        except PlaywrightError as exc:
+            message = str(exc).splitlines()[0]
+            if navigation.refused:
+                raise navigation.refusal(url) from exc
+            if session.dead:
+                raise
+            self.blocklist.record_failure(url, message)
+            return PageState(url=page.url, title=await _title(page), error=message)
+        if navigation.refused:
+            raise navigation.refusal(url)
+        title = navigation.title = await _title(page)
+        if response is not None and response.status in (403, 429) or _looks_blocked(title):
+            self.blocklist.record_failure(url, f"HTTP {response.status if response else '?'}: {title!r}")
+        else:
+            self.blocklist.record_success(url)
+        return PageState(url=page.url, title=title)
+
+    # ------------------------------------------------------------------ screenshots
+
+    async def screenshot(self, session: Session, request: ScreenshotRequest) -> Screenshot:
+        async with session.lock:
+            return await self.run(
+                session, "screenshot", self._screenshot(session, request), self.settings.action_timeout_s
+            )
+
+    async def _screenshot(self, session: Session, request: ScreenshotRequest) -> Screenshot:
+        page = session.page
+        clip = session.kind.clip
+        for attempt in range(_CAPTURE_ATTEMPTS):
+            try:
+                raw = await page.screenshot(
+                    type=request.format,
+                    clip=clip,
+                    scale="css",
+                    quality=request.quality if request.format == "jpeg" else None,
+                    timeout=self.settings.action_timeout_s * 1000,
+                )
+                break
+            except PlaywrightTimeout:
+                raise
+            except PlaywrightError as exc:
+                # Under CPU load Chromium's compositor sometimes hands back no frame ("Unable to
+                # capture screenshot") for a live page. A capture changes nothing, so it is safe
+                # to ask again after the page has painted; a dead page is left to `run`.
+                if attempt + 1 == _CAPTURE_ATTEMPTS or session.dead:
+                    raise
+                log.info(
+                    "screenshot of session %s failed (%s); retrying", session.id, str(exc).splitlines()[0]
+                )
+                self.capture_retries += 1
+                await page.evaluate(_NEXT_FRAME)
+        width, height = (clip["width"], clip["height"]) if clip else session.viewport
+        if request.scale < 1.0:
+            raw, width, height = await asyncio.to_thread(_downscale, raw, request)
+        return Screenshot(
+            data=raw,
+            sha256=hashlib.sha256(raw).hexdigest(),
+            width=width,
+            height=height,
+            format=request.format,
+        )
+
+    # ------------------------------------------------------------------ actions
+
+    async def execute(self, session: Session, action: BrowserAction) -> ExecuteResult:
+        if action.kind == "wait":
+            # An agent's wait must not hold an execute slot: it only lets the page run.
+            session.last_used = time.monotonic()
+            await asyncio.sleep(action.seconds or 0)
+        async with session.lock:
+            return await self.run(
+                session,
+                "execute",
+                self._execute(session, action),
+                self.settings.action_timeout_s + (action.seconds or 0),
+            )
+
+    async def _execute(self, session: Session, action: BrowserAction) -> ExecuteResult:
+        page = session.page
+        navigation = session.navigation
+        requests_before, commits_before = navigation.begin_action()
+        error = ""
+        try:
+            if action.kind == "click":
+                await page.mouse.click(action.x, action.y)
+            elif action.kind == "type":
+                await page.keyboard.type(action.text or "")
+                if action.press_enter:
+                    await page.keyboard.press("Enter")
+            elif action.kind == "key":
+                await page.keyboard.press(action.key or "")
+            elif action.kind == "scroll":
+                width, height = session.viewport
+                x = action.x if action.x is not None else width / 2
+                y = action.y if action.y is not None else height / 2
+                await page.mouse.move(x, y)
+                amount = action.amount or 300
+                await page.mouse.wheel(0, amount if action.direction == "down" else -amount)
+                await page.evaluate(_NEXT_FRAME)
+            elif action.kind == "go_back":
+                history = await navigation.cdp.send("Page.getNavigationHistory")
+                index, entries = history["currentIndex"], history["entries"]
+                # Entry 0 of a new tab is the blank page it was opened with: not a page to go back to.
+                if index <= 0 or (index == 1 and entries[0]["url"] == "about:blank"):
+                    error = "there is no previous page"
+                else:
+                    await page.go_back(timeout=self.settings.navigate_timeout_s * 1000)
+            elif action.kind == "select":
+                error = await page.evaluate(_SELECT_SCRIPT, [action.x, action.y, action.value])
+        except PlaywrightTimeout:
+            raise
+        except PlaywrightError as exc:
+            if session.dead:
+                raise
+            message = str(exc).splitlines()[0]
+            if "Unknown key" in message or action.kind in ("key", "type"):
+                error = message  # an agent mistake, e.g. a key name Chromium does not know
+            else:
+                raise
+        if action.kind in ("click", "key", "type"):
+            await navigation.settle(requests_before, commits_before, self.settings.action_timeout_s * 0.8)
+        if navigation.refused and not error:
+            refused_url, why = navigation.refused[-1]
+            error = f"navigation to {refused_url} was refused: {why}"
+        # Reading the title costs a round trip to the renderer, so it is re-read only after the
+        # page navigated (a commit or a history-API change); a title a script changes in place
+        # shows up at the next navigation or page_info.
+        if navigation.commits != commits_before or navigation.title is None:
+            navigation.title = await _title(page)
+        return ExecuteResult(ok=not error, error=error, url=page.url, title=navigation.title)
+
+    # ------------------------------------------------------------------ reading the page
+
+    async def page_info(self, session: Session, request: PageInfoRequest) -> PageInfo:
+        async with session.lock:
+            return await self.run(
+                session, "page_info", self._page_info(session, request), self.settings.action_timeout_s
+            )
+
+    async def _page_info(self, session: Session, request: PageInfoRequest) -> PageInfo:
+        page = session.page
+        elements = [Element(**e) for e in await page.evaluate(_ELEMENTS_SCRIPT)] if request.elements else []
+        title = session.navigation.title = await _title(page)
+        return PageInfo(url=page.url, title=title, elements=elements)
+
+    async def env_state(self, session: Session) -> EnvState:
+        async with session.lock:
+            state = await self.run(
+                session, "page_info", session.kind.read_page(session.page), self.settings.action_timeout_s
+            )
+        return EnvState(**state) if state is not None else EnvState()
+
+
+def _never_run(work: Awaitable[object]) -> None:
+    """Close a coroutine that will never be awaited, so that it does not warn."""
+    if hasattr(work, "close"):
+        work.close()
+
+
+async def _title(page: Page) -> str:
+    try:
+        return await page.title()
+    except PlaywrightError:
+        return ""
+
+
+def _looks_blocked(title: str) -> bool:
+    lowered = title.lower()
+    return any(marker in lowered for marker in _BLOCK_TITLES)
+
+
+def _downscale(raw: bytes, request: ScreenshotRequest) -> tuple[bytes, int, int]:
+    """The image scaled by ``request.scale`` and encoded again; runs in a worker thread."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(raw)).convert("RGB")
+    size = (max(1, round(image.width * request.scale)), max(1, round(image.height * request.scale)))
+    image = image.resize(size, Image.Resampling.BILINEAR)
+    out = io.BytesIO()
+    if request.format == "jpeg":
+        image.save(out, format="JPEG", quality=request.quality)
+    else:
+        image.save(out, format="PNG", compress_level=1)
+    return out.getvalue(), image.width, image.height

@@ -1,0 +1,391 @@
+"""The browser pool: a few Chromium processes, several contexts each, one context + page per session.
+
+`BrowserPool` is what the server drives. It holds the session table and composes the parts:
+
+- `webgym_rollout.browser.processes`: the Chromium processes (launch, replace, recycle, memory
+  bound) and the reuse of cleared contexts;
+- `webgym_rollout.browser.navigation`: the URL guard on every request of a page, and the tracking
+  of its navigations;
+- `webgym_rollout.browser.operations`: navigate, screenshot, execute, page_info and env_state, each
+  in the `Lane` of its kind (`webgym_rollout.browser.lanes`) and under a timeout, with failures
+  mapped to the typed errors of `webgym_rollout.errors`.
+
+`create` opens a session on the least-busy process and loads its start URL (the task kind, e.g.
+MiniWoB, prepares the page: `webgym_rollout.tasks`); `close_session` ends it and keeps its context
+for reuse. A maintenance task closes sessions idle for ``idle_timeout_s`` and keeps the processes
+healthy. Sites that fail repeatedly land on the `SiteBlocklist`. `health` and `metrics_text` report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from playwright.async_api import Error as PlaywrightError
+
+from webgym_rollout.browser.guard import SiteBlocklist, UrlGuard
+from webgym_rollout.browser.lanes import Lane
+from webgym_rollout.browser.metrics import render_prometheus
+from webgym_rollout.browser.navigation import NavigationTracker, guard_context
+from webgym_rollout.browser.operations import Operations
+from webgym_rollout.browser.processes import (
+    CHROMIUM_ARGS,
+    DEFAULT_CHROMIUM,
+    ChromiumProcess,
+    ChromiumProcesses,
+    clear_context,
+    process_tree_pss_mib,
+)
+from webgym_rollout.browser.protocol import (
+    BrowserAction,
+    CreateSessionRequest,
+    EnvState,
+    ExecuteResult,
+    PageInfo,
+    PageInfoRequest,
+    PageState,
+    Screenshot,
+    ScreenshotRequest,
+    ServerHealth,
+    SessionCreated,
+)
+from webgym_rollout.browser.session import Session
+from webgym_rollout.errors import BrowserCrashed, BrowserError, ServerBusy, SessionNotFound
+from webgym_rollout.tasks import kind_class
+
+# CHROMIUM_ARGS, DEFAULT_CHROMIUM and process_tree_pss_mib live in `processes`; they are named here
+# too for the callers that start Chromium the way the pool does (test fixtures, benchmarks).
+__all__ = ["CHROMIUM_ARGS", "DEFAULT_CHROMIUM", "OP_KINDS", "BrowserPool", "PoolSettings",
+           "process_tree_pss_mib"]
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_CONCURRENCY = {"create": 4, "navigate": 8, "screenshot": 8, "execute": 8, "page_info": 8}
+OP_KINDS = tuple(_DEFAULT_CONCURRENCY)
+"""The operation kinds, each with its own lane (``env_state`` runs in the ``page_info`` lane)."""
+
+
+@dataclass
+class PoolSettings:
+    """How the pool runs its browsers; every field is a CLI flag of ``webgym-rollout serve``."""
+
+    executable_path: str = field(default_factory=lambda: os.environ.get("WEBGYM_CHROMIUM", DEFAULT_CHROMIUM))
+    """Chromium binary (Debian's headless shell; `WEBGYM_CHROMIUM` overrides the default)."""
+    browsers: int = 2
+    """Browser processes kept running."""
+    contexts_per_browser: int = 6
+    """Sessions per browser (the measured sweet spot on 2 cores is 4-8)."""
+    allow_hosts: tuple[str, ...] = ()
+    """Hosts opened despite the URL guard's rules, e.g. ``127.0.0.1`` or ``127.0.0.1:8400`` for
+    local sites."""
+    idle_timeout_s: float = 300.0
+    """A session untouched this long is closed (a client that died leaks nothing)."""
+    create_timeout_s: float = 30.0
+    """Bound on opening a session, its first page load and MiniWoB episode start included."""
+    navigate_timeout_s: float = 20.0
+    """Bound on a navigation (until the page's load event)."""
+    action_timeout_s: float = 10.0
+    """Bound on screenshot, execute, page_info and env_state."""
+    recycle_after_sessions: int = 200
+    """A browser is replaced after hosting this many sessions."""
+    max_browser_mib: float = 2048.0
+    """A browser whose process tree passes this PSS is replaced once its sessions end."""
+    memory_check_s: float = 10.0
+    """How often the browsers' PSS is read (reading smaps costs a few ms per process)."""
+    concurrency: dict[str, int] = field(default_factory=lambda: dict(_DEFAULT_CONCURRENCY))
+    """Operations of each kind (create, navigate, screenshot, execute, page_info) running at once;
+    a kind not given keeps its default. Screenshots are not held below the other kinds: measured
+    with 8 sessions on 2 cores, a limit of 4 cost 10-15 % of the steps/s."""
+    spare_contexts: int = 2
+    """Cleared contexts each browser keeps for reuse (each costs ~23 MiB)."""
+    max_queue: int = 256
+    """Operations of one kind that may wait; beyond that the server answers `ServerBusy` (429)."""
+    episode_max_time_s: float | None = 60.0
+    """Time limit of environments that keep one (MiniWoB pages: their own 10 s is too short for a
+    slow policy); none = the environment's own."""
+    blocklist_threshold: int = 3
+    """Failures (timeouts, crashes, block pages) after which a site is blocked."""
+    blocklist_ttl_s: float = 3600.0
+    """How long a site stays blocked."""
+    extra_args: tuple[str, ...] = ()
+    """More Chromium flags (on the command line as ``--extra-args=--some-flag``)."""
+
+    def __post_init__(self) -> None:
+        for name in ("browsers", "contexts_per_browser", "recycle_after_sessions", "blocklist_threshold"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        for name in ("spare_contexts", "max_queue"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        for name in ("idle_timeout_s", "create_timeout_s", "navigate_timeout_s", "action_timeout_s",
+                     "max_browser_mib", "memory_check_s", "blocklist_ttl_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if self.episode_max_time_s is not None and not self.episode_max_time_s > 0:
+            raise ValueError(f"episode_max_time_s: must be > 0 or none, got {self.episode_max_time_s}")
+        for kind, limit in self.concurrency.items():
+            if kind not in _DEFAULT_CONCURRENCY:
+                raise ValueError(f"concurrency: unknown operation kind {kind!r} "
+                                 f"(expected {', '.join(OP_KINDS)})")
+            if not isinstance(limit, int) or limit < 1:
+                raise ValueError(f"concurrency: {kind} must be an integer >= 1, got {limit!r}")
+
+    @property
+    def max_sessions(self) -> int:
+        return self.browsers * self.contexts_per_browser
+
+    @property
+    def lane_limits(self) -> dict[str, int]:
+        """`concurrency` for every operation kind, the defaults filling the kinds not given."""
+        return {kind: self.concurrency.get(kind, default) for kind, default in _DEFAULT_CONCURRENCY.items()}
+
+
+class BrowserPool:
+    """Browsers, sessions and the per-kind operation lanes. Use as an async context manager."""
+
+    def __init__(self, settings: PoolSettings | None = None):
+        self.settings = settings or PoolSettings()
+        self.guard = UrlGuard(self.settings.allow_hosts)
+        self.blocklist = SiteBlocklist(
+            threshold=self.settings.blocklist_threshold, ttl_s=self.settings.blocklist_ttl_s
+        )
+        self.lanes = {
+            kind: Lane(kind, limit, self.settings.max_queue)
+            for kind, limit in self.settings.lane_limits.items()
+        }
+        self.errors: Counter[str] = Counter()
+        """Errors answered to clients, by kind (the server counts them)."""
+        self.sessions_created = 0
+        self.sessions_expired = 0
+        self.started_at = time.monotonic()
+        self.processes = ChromiumProcesses(
+            self.settings,
+            prepare_context=functools.partial(guard_context, guard=self.guard),
+            on_lost=self._on_process_lost,
+        )
+        self.operations = Operations(
+            self.settings,
+            lanes=self.lanes,
+            guard=self.guard,
+            blocklist=self.blocklist,
+            processes=self.processes,
+            discard=self._discard,
+        )
+        self._sessions: dict[str, Session] = {}
+        self._reserved = 0
+        self._maintenance: asyncio.Task | None = None
+
+    @property
+    def browser_restarts(self) -> int:
+        """Browsers replaced after a crash, recycling or the memory bound."""
+        return self.processes.restarts
+
+    @property
+    def capture_retries(self) -> int:
+        """Screenshots Chromium failed to capture on a live page and that were taken again."""
+        return self.operations.capture_retries
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> BrowserPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        await self.processes.start()
+        self._maintenance = asyncio.create_task(self._maintain(), name="browser-pool-maintenance")
+
+    async def close(self) -> None:
+        """Close every session and browser, then Playwright."""
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._maintenance
+        await self.processes.close()
+        self._sessions.clear()
+
+    def _on_process_lost(self, process: ChromiumProcess) -> None:
+        for session_id in process.active:
+            session = self._sessions.get(session_id)
+            if session is not None:
+                session.crashed = True
+
+    async def _maintain(self) -> None:
+        """Idle expiry and the processes' upkeep (`ChromiumProcesses.maintain`), every second."""
+        while True:
+            await asyncio.sleep(min(1.0, self.settings.idle_timeout_s / 4, self.settings.memory_check_s))
+            try:
+                now = time.monotonic()
+                for session in list(self._sessions.values()):
+                    if not session.lock.locked() and now - session.last_used > self.settings.idle_timeout_s:
+                        log.info(
+                            "session %s idle for %.0f s: closing it", session.id, now - session.last_used
+                        )
+                        self.sessions_expired += 1
+                        await self._end_session(session, reuse=True)
+                await self.processes.maintain(now)
+            except Exception:  # the maintenance loop must outlive any one failure
+                log.exception("browser pool maintenance failed")
+
+    # ------------------------------------------------------------------ reports
+
+    @property
+    def active_sessions(self) -> int:
+        return len(self._sessions)
+
+    def health(self) -> ServerHealth:
+        browsers = self.processes.live
+        return ServerHealth(
+            status="ok" if browsers else "degraded",
+            active_sessions=len(self._sessions) + self._reserved,
+            max_sessions=self.settings.max_sessions,
+            browsers=browsers,
+            queue_depths={kind: lane.waiting for kind, lane in self.lanes.items()},
+            uptime_s=time.monotonic() - self.started_at,
+        )
+
+    def metrics_text(self) -> str:
+        return render_prometheus(
+            lanes=self.lanes.values(),
+            active_sessions=len(self._sessions),
+            browsers=self.processes.live,
+            browser_restarts=self.browser_restarts,
+            errors=self.errors,
+            sessions_created=self.sessions_created,
+            sessions_expired=self.sessions_expired,
+            capture_retries=self.capture_retries,
+            blocked_sites=len(self.blocklist.entries()),
+        )
+
+    def browser_pids(self) -> list[int]:
+        return self.processes.pids()
+
+    # ------------------------------------------------------------------ sessions
+
+    def _pick_process(self) -> ChromiumProcess:
+        # Sessions of a dead browser wait for their client to hear BrowserCrashed: not counted.
+        live = sum(not session.crashed for session in self._sessions.values())
+        process = self.processes.least_busy()
+        if process is None or live + self._reserved >= self.settings.max_sessions:
+            raise ServerBusy(f"all {self.settings.max_sessions} session slots are in use; retry later")
+        return process
+
+    async def create(self, request: CreateSessionRequest) -> SessionCreated:
+        """Open a session on the least-busy browser and load its start URL (and MiniWoB episode)."""
+        kind, argument = kind_class(request.environment)
+        self.guard.check(request.start_url)
+        self.blocklist.check(request.start_url)
+        async with self.lanes["create"].slot():
+            process = self._pick_process()
+            self._reserved += 1
+            reservation = f"reserved-{secrets.token_hex(4)}"
+            process.active.add(reservation)
+            session: Session | None = None
+            try:
+                context, page = await asyncio.wait_for(
+                    self.processes.open_context(process, request.viewport), self.settings.create_timeout_s
+                )
+                session_id = secrets.token_urlsafe(12)
+                session = Session(
+                    id=session_id,
+                    process=process,
+                    context=context,
+                    page=page,
+                    kind=kind,
+                    viewport=request.viewport,
+                    navigation=NavigationTracker(page, self.guard, session_id),
+                )
+                page.on("crash", lambda _p: setattr(session, "crashed", True))
+                await session.navigation.install(context)
+                self.processes.count_session(process)
+                process.active.add(session.id)
+                self._sessions[session.id] = session
+                self.sessions_created += 1
+            except (TimeoutError, PlaywrightError) as exc:
+                if session is not None:
+                    await self._end_session(session, reuse=False)
+                raise BrowserCrashed(f"could not open a browser context: {exc}") from exc
+            finally:
+                process.active.discard(reservation)
+                self._reserved -= 1
+        try:
+            state = await self.operations.open(session, request, argument)
+        except BrowserError:
+            if session.id in self._sessions:
+                await self._end_session(session, reuse=False)
+            raise
+        return SessionCreated(
+            session_id=session.id,
+            environment=request.environment or kind.name,
+            viewport=request.viewport,
+            url=session.page.url,
+            title=state.title,
+            browser_pid=process.pid,
+        )
+
+    def _get(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise SessionNotFound(
+                f"no session {session_id!r} (closed, expired after "
+                f"{self.settings.idle_timeout_s:.0f} s idle, or never created)"
+            )
+        return session
+
+    async def _discard(self, session: Session) -> None:
+        await self._end_session(session, reuse=False)
+
+    async def _end_session(self, session: Session, *, reuse: bool) -> None:
+        """Remove a session; keep its context for reuse when it is healthy and storage clears."""
+        self._sessions.pop(session.id, None)
+        process = session.process
+        process.active.discard(session.id)
+        session.navigation.cancel()
+        keep = reuse and not session.crashed and self.processes.takes_spare(process)
+        try:
+            if keep:
+                await asyncio.wait_for(self._clear(session), 5)
+                process.spare.append(session.context)
+                return
+        except Exception as exc:
+            log.info("context of session %s not reusable (%s); closing it", session.id, exc)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(session.context.close(), 5)
+
+    @staticmethod
+    async def _clear(session: Session) -> None:
+        navigation = session.navigation
+        await navigation.stop()
+        await clear_context(session.context, session.page, navigation.cdp, navigation.origins)
+
+    async def close_session(self, session_id: str) -> None:
+        session = self._get(session_id)
+        async with session.lock:
+            await self._end_session(session, reuse=True)
+
+    # ------------------------------------------------------------------ operations
+
+    async def navigate(self, session_id: str, url: str) -> PageState:
+        return await self.operations.navigate(self._get(session_id), url)
+
+    async def screenshot(self, session_id: str, request: ScreenshotRequest) -> Screenshot:
+        return await self.operations.screenshot(self._get(session_id), request)
+
+    async def execute(self, session_id: str, action: BrowserAction) -> ExecuteResult:
+        return await self.operations.execute(self._get(session_id), action)
+
+    async def page_info(self, session_id: str, request: PageInfoRequest) -> PageInfo:
+        return await self.operations.page_info(self._get(session_id), request)
+
+    async def env_state(self, session_id: str) -> EnvState:
+        return await self.operations.env_state(self._get(session_id))

@@ -1,0 +1,272 @@
+"""The browser server's wire protocol: the pydantic models both the server and the client speak.
+
+Requests and replies of `webgym_rollout.browser.server` (routes in its docstring). Every model is
+validated on the way in; a `BrowserAction` carries exactly the fields its kind needs. Screenshots
+travel as raw bytes after a small JSON header (`SCREENSHOT_MEDIA_TYPE`), never as base64 in JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from webgym_rollout.errors import BrowserError
+
+__all__ = [
+    "ActionKind",
+    "BrowserAction",
+    "CreateSessionRequest",
+    "Element",
+    "EnvState",
+    "ErrorBody",
+    "ExecuteResult",
+    "NavigateRequest",
+    "PageInfo",
+    "PageInfoRequest",
+    "PageState",
+    "SCREENSHOT_MEDIA_TYPE",
+    "Screenshot",
+    "ScreenshotRequest",
+    "ScreenshotResponse",
+    "ServerHealth",
+    "SessionCreated",
+    "decode_screenshot",
+    "encode_screenshot",
+]
+
+ActionKind = Literal["click", "type", "key", "scroll", "go_back", "wait", "select"]
+# Which fields each action kind needs; the others must stay unset.
+_ACTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "click": ("x", "y"),
+    "type": ("text",),
+    "key": ("key",),
+    "scroll": ("direction",),
+    "go_back": (),
+    "wait": ("seconds",),
+    "select": ("x", "y", "value"),
+}
+_OPTIONAL_FIELDS: dict[str, tuple[str, ...]] = {"type": ("press_enter",), "scroll": ("amount", "x", "y")}
+
+
+class BrowserAction(BaseModel):
+    """One browser action, discriminated on `kind`; coordinates are viewport pixels.
+
+    ``click(x, y) | type(text, press_enter=False) | key(key) | scroll(direction, amount=px, x?, y?) |
+    go_back | wait(seconds) | select(x, y, value)``. Build with keywords
+    (``BrowserAction(kind="click", x=3, y=4)``) or the helpers (``BrowserAction.click(3, 4)``).
+    """
+
+    model_config = {"extra": "forbid"}
+
+    kind: ActionKind
+    x: float | None = None
+    y: float | None = None
+    text: str | None = None
+    press_enter: bool | None = None
+    key: str | None = None
+    direction: Literal["up", "down"] | None = None
+    amount: int | None = Field(default=None, ge=1, le=100_000)
+    seconds: float | None = Field(default=None, ge=0, le=60)
+    value: str | None = None
+
+    @model_validator(mode="after")
+    def _fields_match_kind(self) -> BrowserAction:
+        needed = _ACTION_FIELDS[self.kind]
+        allowed = set(needed) | set(_OPTIONAL_FIELDS.get(self.kind, ()))
+        missing = [name for name in needed if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"action '{self.kind}' needs {', '.join(missing)}")
+        extra = [
+            name for name in _all_action_fields() if name not in allowed and getattr(self, name) is not None
+        ]
+        if extra:
+            raise ValueError(f"action '{self.kind}' does not take {', '.join(extra)}")
+        if self.kind == "scroll" and (self.x is None) != (self.y is None):
+            raise ValueError("action 'scroll' takes both x and y or neither")
+        return self
+
+    # Helpers so callers need not remember which fields a kind takes.
+    @classmethod
+    def click(cls, x: float, y: float) -> BrowserAction:
+        return cls(kind="click", x=x, y=y)
+
+    @classmethod
+    def type_text(cls, text: str, press_enter: bool = False) -> BrowserAction:
+        return cls(kind="type", text=text, press_enter=press_enter)
+
+    @classmethod
+    def press(cls, key: str) -> BrowserAction:
+        return cls(kind="key", key=key)
+
+    @classmethod
+    def scroll_by(
+        cls,
+        direction: Literal["up", "down"],
+        amount: int = 300,
+        x: float | None = None,
+        y: float | None = None,
+    ) -> BrowserAction:
+        return cls(kind="scroll", direction=direction, amount=amount, x=x, y=y)
+
+    @classmethod
+    def back(cls) -> BrowserAction:
+        return cls(kind="go_back")
+
+    @classmethod
+    def wait_for(cls, seconds: float) -> BrowserAction:
+        return cls(kind="wait", seconds=seconds)
+
+    @classmethod
+    def select_option(cls, x: float, y: float, value: str) -> BrowserAction:
+        return cls(kind="select", x=x, y=y, value=value)
+
+
+def _all_action_fields() -> tuple[str, ...]:
+    return ("x", "y", "text", "press_enter", "key", "direction", "amount", "seconds", "value")
+
+
+# ---------------------------------------------------------------- wire models (server <-> client)
+
+
+class CreateSessionRequest(BaseModel):
+    start_url: str
+    viewport: tuple[int, int] = (1280, 720)
+    environment: str = "web"
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _viewport_sane(self) -> CreateSessionRequest:
+        width, height = self.viewport
+        if not (64 <= width <= 4096 and 64 <= height <= 4096):
+            raise ValueError(f"viewport {width}x{height} is outside 64..4096 pixels")
+        return self
+
+
+class SessionCreated(BaseModel):
+    session_id: str
+    environment: str
+    viewport: tuple[int, int]
+    url: str
+    title: str
+    browser_pid: int | None = None
+    """Process id of the Chromium browser hosting this session (for operators and fault tests)."""
+
+
+class NavigateRequest(BaseModel):
+    url: str
+
+
+class PageState(BaseModel):
+    url: str
+    title: str
+    error: str = ""
+    """Network failure of the page load (e.g. ``net::ERR_CONNECTION_REFUSED``); "" when it loaded."""
+
+
+class ScreenshotRequest(BaseModel):
+    format: Literal["png", "jpeg"] = "png"
+    quality: int = Field(default=80, ge=1, le=100)
+    scale: float = Field(default=1.0, gt=0, le=1.0)
+
+
+class Element(BaseModel):
+    """An interactive element in the viewport: its box in viewport pixels, tag, role and text."""
+
+    x: float
+    y: float
+    width: float
+    height: float
+    tag: str
+    role: str
+    text: str
+
+
+class ScreenshotResponse(BaseModel):
+    data_b64: str
+    sha256: str
+    width: int
+    height: int
+    format: Literal["png", "jpeg"]
+
+
+class Screenshot(BaseModel):
+    """Image bytes; `sha256` is equal for pixel-identical pages shot with the same settings."""
+
+    data: bytes
+    sha256: str
+    width: int
+    height: int
+    format: Literal["png", "jpeg"]
+
+
+SCREENSHOT_MEDIA_TYPE = "application/vnd.webgym.screenshot"
+"""Screenshot wire format: ``X-Webgym-Meta-Length: K``, then a body of K bytes of JSON metadata
+(`Screenshot` without `data`) followed by the image bytes. No base64, no JSON string of the image:
+both cost CPU on every step. A request with ``Accept: application/json`` gets `ScreenshotResponse`."""
+_META_HEADER = "x-webgym-meta-length"
+
+
+def encode_screenshot(shot: Screenshot) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a screenshot reply (`SCREENSHOT_MEDIA_TYPE`)."""
+    meta = shot.model_dump_json(exclude={"data"}).encode()
+    return meta + shot.data, {_META_HEADER: str(len(meta))}
+
+
+def decode_screenshot(headers: dict[str, str], body: bytes) -> Screenshot:
+    """Inverse of `encode_screenshot`; `headers` has lower-case names."""
+    try:
+        size = int(headers[_META_HEADER])
+        meta = json.loads(body[:size])
+    except (KeyError, ValueError) as exc:
+        raise BrowserError(f"malformed screenshot reply (no valid {_META_HEADER} header): {exc}") from exc
+    return Screenshot(data=body[size:], **meta)
+
+
+class ExecuteResult(BaseModel):
+    ok: bool
+    error: str = ""
+    """Agent-level failure text ("" when ok): no element to select, unknown key, refused navigation."""
+    url: str
+    title: str
+
+
+class PageInfoRequest(BaseModel):
+    elements: bool = False
+    """Also list the interactive elements in the viewport (`Element`)."""
+
+
+class PageInfo(BaseModel):
+    url: str
+    title: str
+    elements: list[Element] = []
+
+
+class EnvState(BaseModel):
+    utterance: str = ""
+    done: bool = False
+    reward: float = 0.0
+    raw_reward: float = 0.0
+    reason: str = ""
+
+
+class ServerHealth(BaseModel):
+    url: str = ""
+    status: str = "ok"
+    active_sessions: int
+    max_sessions: int
+    browsers: int
+    queue_depths: dict[str, int] = {}
+    uptime_s: float = 0.0
+
+    @property
+    def load(self) -> float:
+        return self.active_sessions / max(1, self.max_sessions)
+
+
+class ErrorBody(BaseModel):
+    error: str
+    message: str
+    url: str = ""
+    session_closed: bool = False

@@ -1,0 +1,315 @@
+"""The environment: one task played in one browser session, in the shape Gymnasium users know.
+
+::
+
+    env = WebEnv(client, EnvSettings(sites_url=sites.base_url))
+    observation = await env.reset(task)                # opens a session, loads the task's page
+    while True:
+        result = await env.step(await policy.act(observation))
+        if result.terminated or result.truncated:
+            break
+        observation = result.observation
+    await env.close()                                  # closes the session
+
+`reset(task, seed=...)` opens a browser session on a `BrowserClient` (waiting while every server
+is busy) and returns the first `Observation` (the screenshot, the instruction, the page's URL and
+title). `step(output)` takes the policy's reply (a `PolicyOutput`, or an `AgentAction` for
+scripted play), carries out its action, records a trajectory `Step` (``result.info["step"]``) and
+returns the next observation with
+
+- ``reward``: the environment's own reward (a MiniWoB page's raw reward once it is done; a website
+  gives none: its reward comes from the judge after the episode);
+- ``terminated``: the agent answered, or the environment ended the episode;
+- ``truncated``: the step budget (`horizon`) ran out;
+- ``info``: ``step`` (the recorded `Step`), ``timings`` (seconds per phase), ``outcome`` (the
+  environment's `TaskOutcome`, if it keeps one) and ``answer``.
+
+An agent's mistake is data on the step, never an exception: a reply without a valid action is a
+no-op step with ``action_error`` saying why, a click on nothing or a refused URL likewise. An
+infrastructure failure raises a `BrowserError` (a crashed browser, a lost session, an unreachable
+server); `reset` again starts the episode over on a fresh session. How a task opens and whether it
+keeps its own reward is its kind's business (`webgym_rollout.tasks`); the environment never asks
+which kind it plays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from webgym_data.schema import Task
+from webgym_rollout.actions import AgentAction
+from webgym_rollout.agent import Observation, ParsedResponse, Round
+from webgym_rollout.browser.client import BrowserClient, BrowserSession
+from webgym_rollout.browser.protocol import BrowserAction, Screenshot
+from webgym_rollout.errors import NavigationRefused, RolloutError, ServerBusy, SiteBlocked
+from webgym_rollout.tasks import TaskKind, task_kind
+from webgym_rollout.trajectory import Latency, Step, TaskOutcome, TokenUsage
+
+__all__ = ["EnvSettings", "EpisodeOver", "StepResult", "WebEnv"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    """How an episode is played in the browser: the viewport, the local sites, the step budgets."""
+
+    viewport: str = "1280x720"
+    """Browser viewport WIDTHxHEIGHT in pixels."""
+    sites_url: str | None = None
+    """Base URL of the local site server (webgym-rollout serve-sites); MiniWoB tasks need it."""
+    train_horizons: tuple[int, int, int] = (10, 20, 30)
+    """Step budget of easy / medium / hard tasks in the train split."""
+    test_horizons: tuple[int, int, int] = (30, 50, 70)
+    """Step budget of easy / medium / hard tasks in the test split."""
+    miniwob_horizon: int = 6
+    """Step budget of MiniWoB tasks (short, single-page tasks)."""
+    busy_wait_s: float = 120.0
+    """How long reset waits for a free session slot while every server answers 'busy'."""
+    elements: bool = field(default=False, metadata={"cli": False})
+    """Read the page's interactive elements into each observation (one more call per step; the
+    random policy needs them). Set by the runner from the policy."""
+
+    def __post_init__(self) -> None:
+        try:
+            width, height = self.viewport_size
+        except ValueError:
+            raise ValueError(f"viewport: expected WIDTHxHEIGHT, e.g. 1280x720, got {self.viewport!r}"
+                             ) from None
+        if width < 1 or height < 1:
+            raise ValueError(f"viewport: both sides must be >= 1, got {self.viewport!r}")
+        for name in ("train_horizons", "test_horizons"):
+            if any(h < 1 for h in getattr(self, name)):
+                raise ValueError(f"{name}: every horizon must be >= 1, got {list(getattr(self, name))}")
+        if self.miniwob_horizon < 1:
+            raise ValueError(f"miniwob_horizon: must be >= 1, got {self.miniwob_horizon}")
+
+    @property
+    def viewport_size(self) -> tuple[int, int]:
+        width, _, height = self.viewport.lower().partition("x")
+        return int(width), int(height)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What `WebEnv.step` returns (the fields of Gymnasium's step tuple)."""
+
+    observation: Observation
+    """The next observation; once the episode is over, the last one the policy saw."""
+    reward: float
+    """The environment's own reward for this step (0 where the judge decides later)."""
+    terminated: bool
+    """The agent answered, or the environment ended the episode."""
+    truncated: bool
+    """The step budget ran out."""
+    info: dict[str, Any]
+    """``step`` (the recorded `Step`), ``timings``, ``outcome``, ``answer``."""
+
+
+class EpisodeOver(RolloutError):
+    """`step` was called on an environment whose episode has ended (or never began): `reset` first."""
+
+    kind = "episode_over"
+
+
+class WebEnv:
+    """One task at a time in one browser session. Not safe for concurrent use: one per episode slot."""
+
+    def __init__(self, client: BrowserClient, settings: EnvSettings | None = None):
+        self.client = client
+        self.settings = settings or EnvSettings()
+        self.task: Task | None = None
+        self.kind: TaskKind | None = None
+        self.session: BrowserSession | None = None
+        self._forget()
+
+    def _forget(self) -> None:
+        self.steps: list[Step] = []
+        """The steps recorded since the last `reset`."""
+        self.instruction = ""
+        self.answer = ""
+        self.outcome: TaskOutcome | None = None
+        """The environment's last report (None for kinds that keep no reward)."""
+        self.horizon = 0
+        self.done = True
+        self._episode_id = ""
+        self._rounds: list[Round] = []
+        self._shot: Screenshot | None = None
+        self._shot_s = 0.0
+        self._url = self._title = ""
+        self._elements: tuple[Any, ...] = ()
+        self._last_error = ""
+
+    # ----------------------------------------------------------------------------------- API
+
+    async def reset(self, task: Task, *, seed: int | None = None, split: str = "train",
+                    episode_id: str = "") -> Observation:
+        """Start `task` on a fresh session (closing any earlier one) and return the first observation.
+
+        `seed` seeds the page where the task kind has randomness (MiniWoB; default: the task's
+        ``env_seed``); `split` picks the horizon table; `episode_id` is shown to the policy (the
+        random policy seeds itself with it)."""
+        await self.close()
+        kind = task_kind(task)
+        kind.check(self.settings)
+        self._forget()
+        self.task, self.kind, self._episode_id = task, kind, episode_id
+        self.horizon = kind.horizon(self.settings, split)
+        request = kind.session_request(self.settings, task.env_seed if seed is None else seed)
+        self.session = await self._create_session(request)
+        self._url, self._title = self.session.url, self.session.title
+        self.instruction = await kind.setup(self.session)
+        await self._take_screenshot()
+        if self.settings.elements:
+            await self._read_elements()
+        self.done = False
+        return self._observation()
+
+    async def step(self, action: Any) -> StepResult:
+        """Carry out the action of `action` (a `PolicyOutput` or an `AgentAction`); see the module
+        docstring. Raises `EpisodeOver` after the episode ended, `BrowserError` for infrastructure."""
+        if self.done or self.session is None or self._shot is None or self.kind is None:
+            raise EpisodeOver("the episode is over (or was never started): call reset(task) first")
+        output = _as_policy_output(action)
+        parsed: ParsedResponse = output.parsed
+        agent_action: AgentAction | None = parsed.action
+        shot = self._shot
+        step = Step(index=len(self.steps), screenshot=shot.data, screenshot_sha256=shot.sha256,
+                    messages=output.messages_json, response=output.response,
+                    action=agent_action.to_json() if agent_action is not None else "",
+                    action_error=parsed.error, memory=parsed.memory, url=self._url, title=self._title,
+                    finish_reason=output.finish_reason,
+                    usage=TokenUsage(output.prompt_tokens, output.completion_tokens),
+                    policy_version=output.policy_version, logprobs=tuple(output.logprobs))
+        self.steps.append(step)
+        execute_s = 0.0
+        terminated = False
+        if agent_action is not None and agent_action.ends_episode:
+            self.answer, terminated = agent_action.text, True
+        elif agent_action is not None:
+            began = time.perf_counter()
+            step.action_error = await self._execute(agent_action, (shot.width, shot.height))
+            execute_s = time.perf_counter() - began
+        truncated = not terminated and len(self.steps) >= self.horizon
+        step.latency = Latency(policy_s=float(output.latency_s), execute_s=execute_s,
+                               screenshot_s=self._shot_s)
+        began = time.perf_counter()
+        if not terminated:
+            # Whether the environment ended the episode, and (unless it is over) the next screenshot:
+            # asked together, one round trip.
+            outcome, _ = await asyncio.gather(
+                self.kind.validate(self.session),
+                self._take_screenshot() if not truncated else _nothing())
+            if outcome is not None:
+                self.outcome = outcome
+                if outcome.done:
+                    terminated, truncated = True, False
+        validate_s = time.perf_counter() - began
+        over = terminated or truncated
+        if not over:
+            step.same_as_next = self._shot.sha256 == step.screenshot_sha256
+        self._rounds.append(Round(step=step.index, screenshot=step.screenshot, response=step.response,
+                                  action=agent_action, url=step.url, title=step.title,
+                                  page_changed=over or not step.same_as_next, action_error=step.action_error))
+        self._last_error = step.action_error
+        if over:
+            self.done = True
+        elif self.settings.elements:
+            await self._read_elements()
+        outcome = self.outcome
+        reward = float(outcome.raw_reward or 0.0) if outcome is not None and outcome.done else 0.0
+        return StepResult(observation=self._observation(), reward=reward, terminated=terminated,
+                          truncated=truncated,
+                          info={"step": step, "outcome": outcome, "answer": self.answer,
+                                "timings": {"policy_s": step.latency.policy_s, "execute_s": execute_s,
+                                            "observe_s": validate_s}})
+
+    async def close(self) -> None:
+        """Close the session (a session that is already gone is no error)."""
+        session, self.session = self.session, None
+        self.done = True
+        if session is None:
+            return
+        try:
+            await session.close()
+        except RolloutError as exc:  # the server expires it anyway; nothing to do for the episode
+            log.info("closing session %s failed: %s", session.session_id, exc)
+
+    async def __aenter__(self) -> WebEnv:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------------------- helpers
+
+    def _observation(self) -> Observation:
+        shot = self._shot
+        assert shot is not None
+        # Grid coordinates refer to the screenshot: its size is the pixel frame actions are given in
+        # (a clipped screenshot, e.g. MiniWoB's task area, is shot at (0, 0) and scale 1).
+        return Observation(instruction=self.instruction, screenshot=shot.data,
+                           viewport=(shot.width, shot.height), step=len(self.steps), url=self._url,
+                           title=self._title, history=tuple(self._rounds), elements=self._elements,
+                           last_action_error=self._last_error, episode_id=self._episode_id)
+
+    async def _create_session(self, request: Any) -> BrowserSession:
+        deadline = time.monotonic() + self.settings.busy_wait_s
+        delay = 0.2
+        while True:
+            try:
+                return await self.client.create_session(request.start_url, viewport=request.viewport,
+                                                         environment=request.environment, seed=request.seed)
+            except ServerBusy:
+                # Every slot is taken (often by sessions of a killed run waiting for idle expiry):
+                # waiting is not a failure of this episode.
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 1.5)
+
+    async def _take_screenshot(self) -> None:
+        assert self.session is not None
+        began = time.perf_counter()
+        self._shot = await self.session.screenshot()
+        self._shot_s = time.perf_counter() - began
+
+    async def _read_elements(self) -> None:
+        assert self.session is not None
+        info = await self.session.page_info(elements=True)
+        self._elements = tuple(info.elements)
+        self._url, self._title = info.url, info.title
+
+    async def _execute(self, action: AgentAction, viewport: tuple[int, int]) -> str:
+        """Carry out a page action; returns the agent-level error ("" when it went fine)."""
+        assert self.session is not None
+        browser_action = action.to_browser_action(viewport)
+        if browser_action is None:  # navigate
+            try:
+                state = await self.session.navigate(action.url)
+            except (NavigationRefused, SiteBlocked) as exc:
+                return str(exc)  # the agent chose a forbidden URL: its mistake, a no-op step
+            self._url, self._title = state.url, state.title
+            return state.error
+        result = await self.session.execute(BrowserAction(**browser_action))
+        self._url, self._title = result.url, result.title
+        return result.error
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _as_policy_output(action: Any) -> Any:
+    from webgym_rollout.policy import PolicyOutput
+
+    if isinstance(action, PolicyOutput):
+        return action
+    if isinstance(action, AgentAction):
+        return PolicyOutput.scripted(action)
+    raise TypeError(f"step() takes a PolicyOutput (from Policy.act) or an AgentAction, "
+                    f"got {type(action).__name__}")
