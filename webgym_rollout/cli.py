@@ -16,6 +16,10 @@ COMMANDS = {
     "run": ("webgym_rollout.runner:run_command",
             "Roll out tasks with a policy against browser servers; write trajectories."),
     "view": ("webgym_rollout.viewer:view_command", "Write a static HTML report of a trajectory dataset."),
+    "report": ("webgym_rollout.report:report_command",
+               "Success rates with confidence intervals and run-to-run comparisons, as HTML."),
+    "judge-eval": ("webgym_rollout.judge_eval:judge_eval_command",
+                   "Measure a judge against labelled episodes (accuracy, precision, recall, F1)."),
     "push": ("webgym_rollout.dataset:push_command", "Publish a trajectory dataset to the Hugging Face Hub."),
 }
 
