@@ -6,7 +6,7 @@ import socket
 
 import psutil
 
-__all__ = ["free_port", "tree_cpu_s"]
+__all__ = ["free_port", "tree_cpu_s", "tree_rss_mb"]
 
 
 def free_port() -> int:
@@ -16,18 +16,33 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used so far by process `pid` and all its descendants."""
+def _tree(pid: int) -> list[psutil.Process]:
+    """Process `pid` and all its descendants (empty when it is gone)."""
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        return [root, *root.children(recursive=True)]
     except psutil.Error:
-        return 0.0
+        return []
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process `pid` and all its descendants."""
     total = 0.0
-    for proc in procs:
+    for proc in _tree(pid):
         try:
             times = proc.cpu_times()
             total += times.user + times.system
         except psutil.Error:
             continue
     return total
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of process `pid` and its descendants, in MiB."""
+    total = 0
+    for proc in _tree(pid):
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / 2**20

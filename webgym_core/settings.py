@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import functools
 import inspect
 import types
 import typing
@@ -55,8 +56,10 @@ def flat(factory: Callable[[], Any]) -> Any:
     return field(default_factory=factory, metadata={"flat": True})
 
 
+@functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each field of dataclass `cls` (whitespace collapsed), by field name."""
+    """The docstring under each field of dataclass `cls` (whitespace collapsed), by field name.
+    Read once per class (parsing the source is not free, and the help of a command asks often)."""
     body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
     return {node.target.id: " ".join(str(following.value.value).split())
             for node, following in zip(body, body[1:], strict=False)

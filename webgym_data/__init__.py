@@ -4,13 +4,18 @@ The core API, importable from here (the modules say the rest)::
 
     from webgym_data import Task, FactGroup, load_tasks, read_task_set, write_tasks, WebgymDataError
 
+    tasks = load_tasks("tasks.jsonl", skip_invalid=True)   # a TaskList: the valid tasks ...
+    tasks.invalid                                          # ... and the skipped rows' errors
+
 `webgym_data.schema` is the task contract, `webgym_data.loading` the one task reader; the build
 pipeline is `webgym_data.build` (``webgym-data build``). Every error raised here is a
 `WebgymDataError`.
 """
 
 from webgym_data.loading import (
+    InvalidTasksError,
     NotATaskSetError,
+    TaskList,
     TaskSourceError,
     load_tasks,
     read_task_set,
@@ -18,6 +23,7 @@ from webgym_data.loading import (
     write_tasks,
 )
 from webgym_data.schema import (
+    MAX_INSTRUCTION_CHARS,
     SCHEMA_VERSION,
     FactGroup,
     Task,
@@ -30,10 +36,13 @@ from webgym_data.schema import (
 __version__ = "0.2.0"
 
 __all__ = [
+    "MAX_INSTRUCTION_CHARS",
     "SCHEMA_VERSION",
     "FactGroup",
+    "InvalidTasksError",
     "NotATaskSetError",
     "Task",
+    "TaskList",
     "TaskSource",
     "TaskSourceError",
     "TaskValidationError",

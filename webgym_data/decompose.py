@@ -10,7 +10,10 @@ first (they are the easier tasks decomposition is for), then in the parent's gro
 The subtask instruction asks only for its groups. With an `LLMClient` it is rewritten by the LLM
 (purpose ``"decompose"``, cached on disk by the client) and the row says ``instruction_source =
 "llm"``; without one, or when the LLM's reply stays invalid after retries, a deterministic template
-is used (``"template"``).
+is used (``"template"``). Either stays within `MAX_INSTRUCTION_CHARS`.
+
+A subtask's difficulty level is its fact count: the parent's seed label (`seed_difficulty_level`)
+and seed criteria describe the whole task, so a subtask does not carry them.
 
 Exceptions::
 
@@ -27,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from webgym_data.schema import FactGroup, Task, WebgymDataError, make_task_id
+from webgym_data.schema import MAX_INSTRUCTION_CHARS, FactGroup, Task, WebgymDataError, make_task_id
 
 if TYPE_CHECKING:
     from webgym_data.llm import LLMClient
@@ -107,13 +110,23 @@ def _valid_subsets(groups: Sequence[FactGroup], threshold: int) -> Iterator[tupl
 
 
 def template_instruction(parent: Task, groups: Sequence[FactGroup]) -> str:
-    """A deterministic instruction that asks only for `groups` of the parent task."""
+    """A deterministic instruction that asks only for `groups` of the parent task, at most
+    `MAX_INSTRUCTION_CHARS` long (a long parent is quoted in part, long facts give way to the groups'
+    descriptions)."""
     parts = []
     for group in groups:
         facts = "; ".join(f.rstrip(".") for f in group.facts)
         parts.append(f"{group.description.rstrip('.')} ({facts})" if group.description else facts)
-    return (f"Part of the task \"{parent.task_name.rstrip()}\": do only the following and report "
-            f"what you find: {' and '.join(parts)}.")
+    asked = " and ".join(parts)
+    if len(asked) > MAX_INSTRUCTION_CHARS // 2:
+        asked = " and ".join(g.description.rstrip(".") or "; ".join(g.facts) for g in groups)
+        asked = _shorten(asked, MAX_INSTRUCTION_CHARS // 2)
+    quoted = _shorten(parent.task_name.rstrip(), MAX_INSTRUCTION_CHARS - len(asked) - 80)
+    return f"Part of the task \"{quoted}\": do only the following and report what you find: {asked}."
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:max(0, limit - 3)].rstrip() + "..."
 
 
 def _subtask(parent: Task, subset: tuple[int, ...], instruction: str, source: str) -> Task:
@@ -128,6 +141,8 @@ def _subtask(parent: Task, subset: tuple[int, ...], instruction: str, source: st
         difficulty=0,
         parent_task_id=parent.task_id,
         instruction_source=source,
+        seed_criteria=(),
+        seed_difficulty_level="",
     )
 
 
@@ -168,6 +183,8 @@ async def rewrite_instruction(parent: Task, groups: Sequence[FactGroup], client:
         text = " ".join(text.split())
         if text == parent.task_name:
             raise ValueError("the rewritten instruction equals the original one")
+        if len(text) > MAX_INSTRUCTION_CHARS:
+            raise ValueError(f"the instruction is longer than {MAX_INSTRUCTION_CHARS} characters")
         return text
 
     return await client.complete_json(

@@ -1,6 +1,6 @@
 """Task files: the one reader of tasks for the whole toolkit, and the JSONL writer.
 
-``load_tasks(source, split="train", limit=None)`` reads validated `Task` rows from
+``load_tasks(source, split="train", limit=None, skip_invalid=False)`` reads validated `Task` rows from
 
 - a JSONL file (one task row per line; ``.json`` holding a list of rows works too);
 - a parquet file of task rows;
@@ -15,6 +15,22 @@
 task id that appears twice is refused (a rollout identifies an episode by task id and attempt),
 and every error names the file, row and field.
 
+Invalid rows. Every row is validated before anything is returned, and all invalid rows are
+reported at once: one `InvalidTasksError` whose message lists them (the first
+`MAX_LISTED_ERRORS`, then a count) and whose ``errors`` holds each one (a `TaskValidationError`
+with file, row, field and reason). With ``skip_invalid=True`` the invalid rows are left out
+instead and come back with the tasks: `load_tasks` returns a `TaskList`, a list of the valid tasks
+whose ``invalid`` attribute holds the skipped rows' errors (``error.to_dict()`` for a report)::
+
+    tasks = load_tasks("tasks.jsonl", skip_invalid=True)
+    for error in tasks.invalid:
+        print(error.file, error.row, error.field, error.reason)
+
+A row is invalid when it is not JSON, fails `Task.from_row` (a missing instruction, a bad rubric,
+an instruction over `webgym_data.schema.MAX_INSTRUCTION_CHARS`, ...) or repeats a task id (the
+first row with the id is kept). With a `limit`, reading stops at that many valid tasks, so rows
+after them are not looked at. A source that cannot be read at all still raises `TaskSourceError`.
+
 `read_task_set` gives both splits of a build with its manifest; `task_shards` lists a build's
 parquet files per split (what ``stats``, ``diff`` and ``push`` read).
 
@@ -26,6 +42,7 @@ Exceptions::
 
     WebgymDataError
      └── TaskValidationError          a bad row (names the file, row and field)
+          ├── InvalidTasksError       every bad row of a source at once (`errors`: one per row)
           └── TaskSourceError         the file or folder itself: missing, unreadable, of an unknown
                │                      type, or without tasks of the split
                └── NotATaskSetError   a folder that is not a built task set (also a FileNotFoundError)
@@ -41,13 +58,15 @@ from typing import Any
 from webgym_core.files import TMP_PREFIX, write_atomic
 from webgym_data.schema import Task, TaskValidationError
 
-__all__ = ["MANIFEST", "SPLITS", "NotATaskSetError", "TaskSourceError", "load_tasks", "read_manifest",
-           "read_task_set", "task_shards", "write_tasks"]
+__all__ = ["MANIFEST", "MAX_LISTED_ERRORS", "SPLITS", "InvalidTasksError", "NotATaskSetError", "TaskList",
+           "TaskSourceError", "load_tasks", "read_manifest", "read_task_set", "task_shards", "write_tasks"]
 
 MANIFEST = "manifest.json"
 """The file that makes a folder a webgym-data build (versions, settings, counts, shard list)."""
 SPLITS = ("train", "test")
 """The splits a build writes."""
+MAX_LISTED_ERRORS = 20
+"""Invalid rows an `InvalidTasksError` message lists; the rest are counted (all are in ``errors``)."""
 
 
 class TaskSourceError(TaskValidationError):
@@ -57,6 +76,35 @@ class TaskSourceError(TaskValidationError):
 
 class NotATaskSetError(TaskSourceError, FileNotFoundError):
     """A folder is not a built task set (no such folder, or no task shards in it)."""
+
+
+class InvalidTasksError(TaskValidationError):
+    """Rows of a task source are invalid. `errors` holds every one (a `TaskValidationError` naming
+    file, row and field); the message lists the first `MAX_LISTED_ERRORS` and counts the rest."""
+
+    def __init__(self, errors: Sequence[TaskValidationError], *, source: str | None = None) -> None:
+        self.errors: tuple[TaskValidationError, ...] = tuple(errors)
+        if len(self.errors) == 1:
+            message = str(self.errors[0])
+        else:
+            shown = [f"  {error}" for error in self.errors[:MAX_LISTED_ERRORS]]
+            if len(self.errors) > MAX_LISTED_ERRORS:
+                shown.append(f"  ... and {len(self.errors) - MAX_LISTED_ERRORS} more invalid rows")
+            where = f" in {source}" if source else ""
+            message = "\n".join([f"{len(self.errors)} invalid task rows{where}:", *shown])
+        super().__init__(message)
+        # The attributes say where the first bad row is (the message says where each one is).
+        first = self.errors[0] if self.errors else TaskValidationError("", file=source)
+        self.file, self.row, self.field, self.reason = first.file, first.row, first.field, message
+
+
+class TaskList(list):
+    """What `load_tasks` returns: the valid tasks, in file order (a plain list of `Task`), and in
+    `invalid` the errors of the rows it left out with ``skip_invalid=True`` (empty otherwise)."""
+
+    def __init__(self, tasks: Iterable[Task] = (), invalid: Iterable[TaskValidationError] = ()) -> None:
+        super().__init__(tasks)
+        self.invalid: tuple[TaskValidationError, ...] = tuple(invalid)
 
 
 # ------------------------------------------------------------------------------------- builds
@@ -120,8 +168,8 @@ def read_task_set(folder: Path | str) -> tuple[list[Task], list[Task], dict[str,
     if manifest is None:
         raise NotATaskSetError(f"{folder}: not a webgym-data build (no {MANIFEST})")
     shards = task_shards(folder)
-    train = _read_files(shards["train"], limit=None)
-    test = _read_files(shards["test"], limit=None)
+    train = list(_read_files(shards["train"], limit=None, source=str(folder)))
+    test = list(_read_files(shards["test"], limit=None, source=str(folder)))
     return train, test, manifest
 
 
@@ -165,7 +213,8 @@ def _folder_files(folder: Path, split: str | None) -> list[Path]:
 
 
 def _rows(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(row number, row)`` of a task file."""
+    """``(row number, row)`` of a task file; a line that is not JSON gives its `TaskValidationError`
+    as the row (a bad row, reported with the others)."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -193,37 +242,65 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    yield number, json.loads(line)
+                    row = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise TaskValidationError(f"invalid JSON: {exc.msg} (column {exc.colno})",
-                                              file=str(path), row=number) from None
+                    row = TaskValidationError(f"invalid JSON: {exc.msg} (column {exc.colno})",
+                                              file=str(path), row=number)
+                yield number, row
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskSourceError(f"unreadable: {exc}", file=str(path)) from None
 
 
-def _read_files(files: Sequence[Path], *, limit: int | None) -> list[Task]:
-    tasks: list[Task] = []
+def _validated(files: Sequence[Path]) -> Iterator[Task | TaskValidationError]:
+    """Each row of `files` as a `Task`, or as the `TaskValidationError` that says why it is invalid
+    (a task id seen before is invalid too: the first row with it is kept)."""
     seen: dict[str, tuple[str, int]] = {}
     for file in files:
         for number, row in _rows(file):
-            task = Task.from_row(row, file=str(file), row_index=number)
+            if isinstance(row, TaskValidationError):
+                yield row
+                continue
+            try:
+                task = Task.from_row(row, file=str(file), row_index=number)
+            except TaskValidationError as exc:
+                yield exc
+                continue
             if task.task_id in seen:
                 first_file, first_row = seen[task.task_id]
-                raise TaskValidationError(f"duplicate task_id {task.task_id!r} (first in {first_file} "
-                                          f"row {first_row})", file=str(file), row=number, field="task_id")
+                yield TaskValidationError(f"duplicate task_id {task.task_id!r} (first in {first_file} row "
+                                          f"{first_row})", file=str(file), row=number, field="task_id")
+                continue
             seen[task.task_id] = (str(file), number)
-            tasks.append(task)
-            if limit is not None and len(tasks) >= limit:
-                return tasks
-    return tasks
+            yield task
 
 
-def load_tasks(source: Path | str, *, split: str | None = "train", limit: int | None = None) -> list[Task]:
+def _read_files(files: Sequence[Path], *, limit: int | None, skip_invalid: bool = False,
+                source: str | None = None) -> TaskList:
+    """The valid tasks of `files` (up to `limit`); the invalid rows raise one `InvalidTasksError`,
+    or, with `skip_invalid`, come back in the result's ``invalid``."""
+    tasks: list[Task] = []
+    invalid: list[TaskValidationError] = []
+    for item in _validated(files):
+        if isinstance(item, TaskValidationError):
+            invalid.append(item)
+            continue
+        tasks.append(item)
+        if limit is not None and len(tasks) >= limit:
+            break
+    if invalid and not skip_invalid:
+        raise InvalidTasksError(invalid, source=source)
+    return TaskList(tasks, invalid)
+
+
+def load_tasks(source: Path | str, *, split: str | None = "train", limit: int | None = None,
+               skip_invalid: bool = False) -> TaskList:
     """Validated tasks from a task file or folder (see the module docstring), in file order.
 
     `split` picks a folder's split (None: all of them; a file is read whole); `limit` stops after
-    that many tasks. Raises `TaskValidationError` naming the file, row and field of the first bad
-    row or of a task id seen twice, and `TaskSourceError` for a source that cannot be read.
+    that many valid tasks. Every row is validated first: invalid rows (bad JSON, a field that fails
+    `Task.from_row`, a task id seen before) raise one `InvalidTasksError` listing them all, or, with
+    `skip_invalid`, are left out and returned in the result's ``invalid`` (a `TaskList`). Raises
+    `TaskSourceError` for a source that cannot be read.
     """
     if limit is not None and limit < 0:
         raise TaskSourceError(f"limit: must be >= 0, got {limit}")
@@ -235,8 +312,8 @@ def load_tasks(source: Path | str, *, split: str | None = "train", limit: int | 
     else:
         raise TaskSourceError("no such file or folder", file=str(path))
     if limit == 0:
-        return []
-    return _read_files(files, limit=limit)
+        return TaskList()
+    return _read_files(files, limit=limit, skip_invalid=skip_invalid, source=str(path))
 
 
 # ------------------------------------------------------------------------------------- writing

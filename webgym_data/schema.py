@@ -4,11 +4,25 @@ Field names follow the published WebGym task set (``benchmark_name, task_name, d
 website, definite_answer, task_id, difficulty, evaluator_reference``) so that its rows load
 unchanged; the other fields are ours and all have defaults.
 
+Difficulty. `Task.difficulty` is the rubric's fact count and `Task.difficulty_level` its bucket
+(easy 1-3, medium 4-6, hard 7+), with two exceptions:
+
+- a seed that labels its tasks easy / medium / hard (DeepShop, Online-Mind2Web, a generic file with
+  such a column) gives `seed_difficulty_level`, which is the level as long as the rubric is not an
+  LLM's (`rubric_source` is not ``"llm"``): a rubric read from the seed's own criteria says less
+  about the effort than the seed's authors did;
+- a task with neither facts nor a label has the level ``"unknown"`` (`UNKNOWN_DIFFICULTY`), never
+  "easy": the rollout gives it the longest step budget of its split.
+
+Instructions are at most `MAX_INSTRUCTION_CHARS` characters (see there for where the number comes
+from); a longer one is refused by `Task.from_row` and skipped by the importers.
+
 Exceptions::
 
     WebgymDataError                 the root of every error webgym_data raises
      ├── TaskValidationError        task input that cannot be used (names the file, row and field; a
      │    │                         ValueError)
+     │    ├── InvalidTasksError     (webgym_data.loading) every invalid row of a task source at once
      │    └── TaskSourceError       (webgym_data.loading) the file or folder itself cannot be read
      │         └── NotATaskSetError (webgym_data.loading) a folder that is not a built task set
      └── RubricError                a malformed rubric value (a ValueError; `Task.from_row` reports it
@@ -26,6 +40,10 @@ from typing import Any
 __all__ = [
     "SCHEMA_VERSION",
     "DIFFICULTY_LEVELS",
+    "MAX_INSTRUCTION_CHARS",
+    "RUBRIC_SOURCES",
+    "TASK_DIFFICULTY_LEVELS",
+    "UNKNOWN_DIFFICULTY",
     "FactGroup",
     "RubricError",
     "Task",
@@ -33,16 +51,36 @@ __all__ = [
     "TaskValidationError",
     "WebgymDataError",
     "difficulty_level",
+    "instruction_too_long",
     "make_task_id",
     "normalise_evaluator_reference",
     "normalise_website",
+    "seed_difficulty_label",
     "task_features",
 ]
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
+"""1.1 added `seed_criteria`, `rubric_source` and `seed_difficulty_level`, and the level "unknown"."""
 
 # Difficulty is the number of rubric facts; the levels are the published buckets.
 DIFFICULTY_LEVELS = ("easy", "medium", "hard")
+"""The levels a fact count (or a seed's label) gives, easiest first."""
+UNKNOWN_DIFFICULTY = "unknown"
+"""The level of a task with neither rubric facts nor a seed label."""
+TASK_DIFFICULTY_LEVELS = (*DIFFICULTY_LEVELS, UNKNOWN_DIFFICULTY)
+"""Every value `difficulty_level` can hold."""
+
+RUBRIC_SOURCES = ("", "seed", "llm", "given")
+"""Where a task's rubric comes from: ``""`` none; ``"seed"`` an importer's reading of the seed's own
+criteria (InSTA-v3 criteria, Mind2Web-Live key nodes, Mind2Web-2 trees, DeepShop attributes), which
+``webgym-data build --rubrics all`` replaces with an LLM's; ``"llm"`` written by an LLM; ``"given"``
+carried by the row as a rubric (a published or user-made task file, a MiniWoB++ task), kept as is."""
+
+MAX_INSTRUCTION_CHARS = 4_000
+"""Longest accepted instruction (`task_name`), in characters. The longest instruction of the seed
+sets we import is 930 characters (an AgentSynth-Web composite task; the medians are 67-443), so
+this leaves over 4x headroom, while it keeps the instruction (about 1,000 tokens at most) a bounded
+share of a policy prompt, which repeats it at every step."""
 
 
 class WebgymDataError(Exception):
@@ -64,18 +102,33 @@ class TaskValidationError(WebgymDataError, ValueError):
             where.append(f"field '{field}'")
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
 
+    def to_dict(self) -> dict[str, Any]:
+        """``{file, row, field, reason}``, for a report that lists skipped rows (JSON-ready)."""
+        return {"file": self.file, "row": self.row, "field": self.field, "reason": self.reason}
+
 
 class RubricError(WebgymDataError, ValueError):
     """A rubric (a list of fact groups) is malformed; the message says which item and why."""
 
 
 def difficulty_level(difficulty: int) -> str:
-    """Map a fact count to its level: easy 1-3, medium 4-6, hard >= 7."""
+    """Map a fact count to its level: easy 1-3, medium 4-6, hard >= 7; no facts (0) is "unknown"."""
+    if difficulty <= 0:
+        return UNKNOWN_DIFFICULTY
     if difficulty <= 3:
         return "easy"
     if difficulty <= 6:
         return "medium"
     return "hard"
+
+
+def seed_difficulty_label(value: Any) -> str:
+    """A seed's difficulty label as a level: "easy" / "medium" / "hard" in any case (surrounding
+    blanks ignored), else ``""`` (not a label: numbers, "Level 2", empty)."""
+    if not isinstance(value, str):
+        return ""
+    label = value.strip().lower()
+    return label if label in DIFFICULTY_LEVELS else ""
 
 
 def make_task_id(*parts: str) -> str:
@@ -126,8 +179,9 @@ class TaskSource:
 
 @dataclass(frozen=True)
 class Task:
-    """One web task. `difficulty` and `difficulty_level` are derived from the rubric when it has
-    facts; a task without a rubric keeps the difficulty it was given (0 when unknown)."""
+    """One web task. `difficulty` is derived from the rubric when it has facts (a task without one
+    keeps the difficulty it was given: 0 when unknown); `difficulty_level` follows the rules in the
+    module docstring."""
 
     task_id: str
     task_name: str
@@ -144,13 +198,30 @@ class Task:
     environment: str = "web"
     env_seed: int = 0
     source: TaskSource = field(default_factory=TaskSource)
+    seed_criteria: tuple[str, ...] = ()
+    """The seed's own success criteria as text, one per item (InSTA-v3 criteria, Mind2Web-Live key
+    nodes, Mind2Web-2 rubric leaves, DeepShop's attribute / filter / sort): what an LLM writing the
+    rubric is shown as reference material; empty when the seed has none, and in subtasks."""
+    rubric_source: str = ""
+    """Where `evaluator_reference` comes from, one of `RUBRIC_SOURCES`; set from the rubric when
+    empty (no rubric: ``""``, a rubric: ``"given"``)."""
+    seed_difficulty_level: str = ""
+    """The seed's own label, easy / medium / hard, or ``""``: the level while the rubric is not an
+    LLM's (the label also stays in ``source.metadata``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "evaluator_reference", tuple(self.evaluator_reference))
-        if self.num_facts:
-            object.__setattr__(self, "difficulty", self.num_facts)
+        if type(self.seed_criteria) is not tuple:
+            object.__setattr__(self, "seed_criteria", tuple(self.seed_criteria))
+        facts = self.num_facts
+        if facts:
+            object.__setattr__(self, "difficulty", facts)
         if not self.start_url:
             object.__setattr__(self, "start_url", self.website)
+        if not self.evaluator_reference:
+            object.__setattr__(self, "rubric_source", "")
+        elif not self.rubric_source:
+            object.__setattr__(self, "rubric_source", "given")
 
     @property
     def num_facts(self) -> int:
@@ -158,6 +229,9 @@ class Task:
 
     @property
     def difficulty_level(self) -> str:
+        """easy / medium / hard, or "unknown" (see the module docstring)."""
+        if self.seed_difficulty_level and self.rubric_source != "llm":
+            return self.seed_difficulty_level
         return difficulty_level(self.difficulty)
 
     @property
@@ -175,6 +249,7 @@ class Task:
         """The row as stored in the dataset (see `task_features`)."""
         row = asdict(self)
         row["evaluator_reference"] = [g.to_dict() for g in self.evaluator_reference]
+        row["seed_criteria"] = list(self.seed_criteria)
         row["difficulty_level"] = self.difficulty_level
         row["fact_group_ids"] = self.fact_group_ids
         return row
@@ -186,6 +261,11 @@ class Task:
 
         Accepts the published format unchanged (missing fields of ours take their defaults) and the
         legacy `evaluator_reference` forms. Raises `TaskValidationError` naming file, row and field.
+
+        A row without a `seed_difficulty_level` field (a trajectory row, a row of another tool)
+        keeps a stored `difficulty_level` that its fact count does not explain as the seed's label,
+        so the level survives a round trip through rows that carry only the level. Not the "easy"
+        of a row without facts: builds before schema 1.1 wrote that for every task without a rubric.
         """
 
         def fail(name: str, message: str) -> TaskValidationError:
@@ -198,9 +278,13 @@ class Task:
             value = row.get(name)
             if not isinstance(value, str) or not value.strip():
                 raise fail(name, "is required and must be a non-empty string")
+        task_name = " ".join(row["task_name"].split())
+        if len(task_name) > MAX_INSTRUCTION_CHARS:
+            raise fail("task_name", instruction_too_long(task_name))
         strings = {}
         for name in ("task_id", "benchmark_name", "start_url", "domain", "subdomain",
-                     "definite_answer", "parent_task_id", "instruction_source", "environment"):
+                     "definite_answer", "parent_task_id", "instruction_source", "environment",
+                     "rubric_source", "seed_difficulty_level"):
             value = row.get(name)
             if value is None:
                 value = ""
@@ -215,7 +299,23 @@ class Task:
             raise fail("evaluator_reference", str(exc)) from None
         difficulty = row.get("difficulty") or 0
         if isinstance(difficulty, bool) or not isinstance(difficulty, (int, float)) or difficulty < 0:
-            raise fail("difficulty", f"must be a non-negative integer, got {difficulty!r}")
+            hint = (f"; a seed's label goes in seed_difficulty_level ({'/'.join(DIFFICULTY_LEVELS)})"
+                    if seed_difficulty_label(difficulty) else "")
+            raise fail("difficulty", f"must be a non-negative integer (a fact count), got {difficulty!r}"
+                                     + hint)
+        if strings["rubric_source"] not in RUBRIC_SOURCES:
+            raise fail("rubric_source", f"must be one of {', '.join(map(repr, RUBRIC_SOURCES))}, "
+                                        f"got {strings['rubric_source']!r}")
+        label = strings["seed_difficulty_level"]
+        if label and not seed_difficulty_label(label):
+            raise fail("seed_difficulty_level", f"must be one of {', '.join(DIFFICULTY_LEVELS)} or empty, "
+                                                f"got {label!r}")
+        if "seed_difficulty_level" not in row:
+            label = _stored_label(row.get("difficulty_level"), groups, int(difficulty))
+        try:
+            criteria = _strings(row.get("seed_criteria"))
+        except ValueError as exc:
+            raise fail("seed_criteria", str(exc)) from None
         env_seed = row.get("env_seed") or 0
         if isinstance(env_seed, bool) or not isinstance(env_seed, int):
             raise fail("env_seed", f"must be an integer, got {env_seed!r}")
@@ -228,7 +328,6 @@ class Task:
         if not isinstance(metadata, str):
             metadata = json.dumps(metadata, sort_keys=True, ensure_ascii=False)
         website = normalise_website(row["website"])
-        task_name = " ".join(row["task_name"].split())
         benchmark = strings["benchmark_name"]
         task_id = strings["task_id"] or make_task_id(benchmark, website, task_name)
         return cls(
@@ -252,7 +351,43 @@ class Task:
                 row=int(source.get("row", -1) if source.get("row") is not None else -1),
                 metadata=metadata,
             ),
+            seed_criteria=criteria,
+            rubric_source=strings["rubric_source"],
+            seed_difficulty_level=seed_difficulty_label(label),
         )
+
+
+def instruction_too_long(text: str) -> str:
+    """The reason an instruction over `MAX_INSTRUCTION_CHARS` is refused."""
+    return (f"is {len(text):,} characters long; instructions are limited to {MAX_INSTRUCTION_CHARS:,} "
+            "(webgym_data.schema.MAX_INSTRUCTION_CHARS)")
+
+
+def _stored_label(stored: Any, groups: tuple[FactGroup, ...], difficulty: int) -> str:
+    """A stored `difficulty_level` that the fact count does not explain, read as a seed label."""
+    label = seed_difficulty_label(stored)
+    facts = sum(len(g.facts) for g in groups) or difficulty
+    if not label or label == difficulty_level(facts) or (not facts and label == "easy"):
+        return ""
+    return label
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    """`seed_criteria` from a list of strings, a JSON list, or one string (one criterion)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                return (" ".join(text.split()),)
+        else:
+            return (" ".join(text.split()),)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"must be a list of strings, got {type(value).__name__}")
+    return tuple(" ".join(v.split()) for v in value if v.strip())
 
 
 def normalise_evaluator_reference(value: Any) -> tuple[FactGroup, ...]:
@@ -342,4 +477,7 @@ def task_features():
             "row": Value("int64"),
             "metadata": Value("string"),
         },
+        "seed_criteria": List(Value("string")),
+        "rubric_source": Value("string"),
+        "seed_difficulty_level": Value("string"),
     })

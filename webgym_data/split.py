@@ -10,9 +10,15 @@ so the test split has the same mix as the whole set as far as the sites allow. D
 always go where their parent goes. The choice depends only on the tasks and the seed.
 
 `dedupe` removes exact duplicates (same normalised instruction on the same site) and near
-duplicates (token-set Jaccard similarity >= ``threshold`` on the same site). Near duplicates are
-found exactly, without comparing all pairs, by prefix filtering (as in PPJoin): tokens are ordered
-by global rarity and two sets can only reach the threshold if their short rare-token prefixes meet.
+duplicates: on the same site, token-set Jaccard similarity >= ``threshold`` *and* the same key
+terms (`key_terms`: the numbers, the quoted strings and the names in the instruction). The second
+condition keeps tasks that differ in what they ask for, however similar their wording: "Find the
+'WANDA' dress in size M" and "Find the 'WERTA' dress in size M" (a quoted name), "... under $50"
+and "... under $80" (a number), "... flights to Paris" and "... flights to Rome" (a name), while a
+reworded copy ("Add to the cart the 'WANDA' dress in size M") keeps its key terms and is still
+removed. Near duplicates are found exactly, without comparing all pairs, by prefix filtering (as in
+PPJoin): tokens are ordered by global rarity and two sets can only reach the threshold if their
+short rare-token prefixes meet; only the pairs found are checked for key terms.
 
 Exceptions::
 
@@ -25,13 +31,15 @@ from __future__ import annotations
 import ipaddress
 import math
 import random
+import re
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from urllib.parse import urlsplit
 
-from webgym_data.schema import Task, WebgymDataError, difficulty_level
+from webgym_data.schema import Task, WebgymDataError
 
 __all__ = [
     "DedupeReport",
@@ -40,6 +48,7 @@ __all__ = [
     "SplitResult",
     "SplitSettings",
     "dedupe",
+    "key_terms",
     "normalise_instruction",
     "normalise_instructions",
     "registrable_domain",
@@ -114,6 +123,38 @@ def normalise_instruction(text: str) -> str:
     return normalise_instructions([text])[0]
 
 
+# Key terms. Quoted strings: between straight or curly quotes that do not touch a letter outside
+# (so the apostrophes of "men's" and "don't" are not quotes). Numbers: digit runs, with their
+# thousands separators and decimals ("15,000", "4.5"). Names: capitalised words that do not start a
+# sentence (the first word of a sentence is capitalised whatever it is), and "I" is not a name.
+_QUOTED = re.compile(r"""(?<![^\W_])(?:'([^'\n]+)'|"([^"\n]+)"|‘([^’\n]+)’|“([^”\n]+)”)(?![^\W_])""")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_SENTENCE = re.compile(r"(?:^|[.!?:;]\s+|\n)\W*")
+_WORD = re.compile(r"[^\W\d_][\w'’&-]*")
+
+
+@lru_cache(maxsize=1 << 16)
+def key_terms(instruction: str) -> frozenset[str]:
+    """What an instruction asks for by name: its numbers, quoted strings and names (capitalised
+    words that do not start a sentence), case-folded. Two instructions with different key terms are
+    never near duplicates: they differ in the product, place, quantity or quote they ask about.
+
+    >>> sorted(key_terms("Find the 'WANDA' dress in size M and add 2 to the cart"))
+    ['#2', 'm', 'wanda', '“wanda']
+    """
+    text = unicodedata.normalize("NFKC", instruction)
+    terms: set[str] = set()
+    for match in _QUOTED.finditer(text):
+        quoted = next(group for group in match.groups() if group is not None)
+        terms.add("“" + " ".join(quoted.casefold().split()))
+    terms.update("#" + number.replace(",", "") for number in _NUMBER.findall(text))
+    starts = {m.end() for m in _SENTENCE.finditer(text)}
+    for word in _WORD.finditer(text):
+        if word.start() not in starts and word.group()[0].isupper() and word.group() != "I":
+            terms.add(word.group().casefold().rstrip("'’-"))
+    return frozenset(terms)
+
+
 def _token_ranks(texts: Sequence[str]) -> list[list[int]]:
     """Each normalised text's distinct tokens as ids ranked by global rarity (rarest = smallest),
     sorted, so a set's prefix is its rarest tokens. Vectorised: the Python loop over 300k texts
@@ -134,8 +175,8 @@ class DedupeSettings:
     """How duplicate instructions are found."""
 
     near_threshold: float = 0.9
-    """Token-set Jaccard similarity at or above which two instructions on one site are duplicates
-    (1.0 keeps only exact-duplicate removal)."""
+    """Token-set Jaccard similarity at or above which two instructions on one site with the same
+    numbers, quoted strings and names are duplicates (1.0 keeps only exact-duplicate removal)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.near_threshold <= 1:
@@ -180,6 +221,10 @@ def dedupe(tasks: Sequence[Task], settings: DedupeSettings = DedupeSettings(), *
             copy_of[i] = first
 
     partners = _similar_pairs(texts, threshold) if threshold < 1 else {}
+    # Similar wording is not enough: the pair must ask for the same things (`key_terms`).
+    partners = {i: same for i, others in partners.items()
+                if (same := [j for j in others if key_terms(everything[i].task_name)
+                             == key_terms(everything[j].task_name)])}
     kept: set[int] = set()
     for i, task in enumerate(everything):
         if i < n_existing:
@@ -302,9 +347,9 @@ def split_tasks(tasks: Sequence[Task], settings: SplitSettings = SplitSettings()
     parent_site = {t.task_id: site_of_website[t.website] for t in tasks if not t.parent_task_id}
     sites = [parent_site.get(t.parent_task_id, site_of_website[t.website]) if t.parent_task_id
              else site_of_website[t.website] for t in tasks]
-    levels = {d: difficulty_level(d) for d in {t.difficulty for t in tasks}}
-    # Counted at C speed on (site, domain, level) triples, then grouped per site.
-    triples = Counter(zip(sites, (t.domain for t in tasks), (levels[t.difficulty] for t in tasks),
+    # Counted at C speed on (site, domain, level) triples, then grouped per site. A task without a
+    # rubric or a seed label is a stratum of its own ("unknown").
+    triples = Counter(zip(sites, (t.domain for t in tasks), (t.difficulty_level for t in tasks),
                           strict=True))
     strata_of_site: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
     totals: Counter[tuple[str, str]] = Counter()

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from webgym_data.loading import SPLITS, NotATaskSetError, task_shards
-from webgym_data.schema import DIFFICULTY_LEVELS, WebgymDataError
+from webgym_data.schema import TASK_DIFFICULTY_LEVELS, UNKNOWN_DIFFICULTY, WebgymDataError
 
 __all__ = [
     "NO_FACTS",
@@ -30,12 +30,16 @@ __all__ = [
 ]
 
 _COLUMNS = ("task_id", "benchmark_name", "domain", "difficulty", "difficulty_level", "website",
-            "parent_task_id")
-NO_FACTS = "(no rubric)"
+            "parent_task_id", "seed_difficulty_level")
+NO_FACTS = UNKNOWN_DIFFICULTY
+"""The level of tasks with neither rubric facts nor a seed label (kept as a name for older callers)."""
 
 
 def read_columns(folder: Path, columns: Iterable[str] = _COLUMNS):
-    """The given columns of every task of a built folder as one polars frame with a `split` column."""
+    """The given columns of every task of a built folder as one polars frame with a `split` column.
+
+    A column that a build of an earlier schema did not write (``seed_difficulty_level`` before 1.1)
+    is null."""
     columns = list(columns)
     import polars as pl
 
@@ -43,10 +47,13 @@ def read_columns(folder: Path, columns: Iterable[str] = _COLUMNS):
     for split, files in task_shards(folder).items():
         for path in files:
             try:
-                frame = pl.read_parquet(path, columns=columns)
+                present = set(pl.read_parquet_schema(path))
+                frame = pl.read_parquet(path, columns=[c for c in columns if c in present])
             except Exception as exc:  # polars raises several kinds; name the file either way
                 raise NotATaskSetError(f"cannot read as a task parquet file: {exc}", file=str(path)) from exc
-            frames.append(frame.with_columns(pl.lit(split).alias("split")))
+            missing = [pl.lit(None, dtype=pl.String).alias(c) for c in columns if c not in present]
+            frame = frame.with_columns(missing)
+            frames.append(frame.select(columns).with_columns(pl.lit(split).alias("split")))
     return pl.concat(frames, how="vertical") if frames else pl.DataFrame(
         {c: [] for c in (*columns, "split")}, schema={c: pl.String for c in (*columns, "split")})
 
@@ -62,9 +69,10 @@ def compute_stats(frame) -> dict[str, Any]:
     frame = frame.with_columns(
         pl.col("website").replace_strict(site_map, default="", return_dtype=pl.String).alias("site"),
         (pl.col("parent_task_id") != "").alias("is_subtask"),
-        # A task without facts has difficulty 0, which the schema files under "easy": count it apart.
-        pl.when(pl.col("difficulty") > 0).then(pl.col("difficulty_level")).otherwise(pl.lit(NO_FACTS))
-        .alias("difficulty_level"),
+        # Builds before schema 1.1 (no seed_difficulty_level column) filed a task without facts
+        # under "easy": count it as unknown, as the schema does now.
+        pl.when(pl.col("seed_difficulty_level").is_null() & (pl.col("difficulty") <= 0))
+        .then(pl.lit(UNKNOWN_DIFFICULTY)).otherwise(pl.col("difficulty_level")).alias("difficulty_level"),
     )
 
     def per(column: str) -> dict[str, dict[str, int]]:
@@ -86,7 +94,7 @@ def compute_stats(frame) -> dict[str, Any]:
         uniques[column]["total"] = frame.get_column(column).n_unique()
     difficulty = per("difficulty_level")
     difficulty = {level: difficulty.get(level, {s: 0 for s in SPLITS})
-                  for level in (*DIFFICULTY_LEVELS, NO_FACTS) if level != NO_FACTS or level in difficulty}
+                  for level in TASK_DIFFICULTY_LEVELS if level != UNKNOWN_DIFFICULTY or level in difficulty}
     return {
         "splits": splits,
         "subtasks": subtasks,
@@ -119,8 +127,8 @@ def stats_tables(stats: dict[str, Any]) -> list[tuple[str, list[str], list[list[
         ("Overview", ["", "train", "test", "total"], summary),
         counts("Tasks per seed set", "seed set", stats["seeds"]),
         counts("Tasks per domain", "domain", stats["domains"]),
-        counts("Tasks per difficulty level (easy 1-3 facts, medium 4-6, hard 7+)", "level",
-               stats["difficulty"]),
+        counts("Tasks per difficulty level (easy 1-3 facts, medium 4-6, hard 7+, or the seed's label "
+               "until an LLM rubric; unknown: neither)", "level", stats["difficulty"]),
     ]
 
 

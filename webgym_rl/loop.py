@@ -58,7 +58,9 @@ import click
 from webgym_core.errors import SettingsError
 from webgym_core.files import write_atomic
 from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+from webgym_data.loading import load_tasks
 from webgym_data.schema import Task
+from webgym_rl.async_loop import AsyncSettings
 from webgym_rl.errors import (
     LoopError,
     LoopSettingsError,
@@ -69,12 +71,15 @@ from webgym_rl.errors import (
     WebgymRLError,
 )
 from webgym_rl.loop_state import load_state, save_state
-from webgym_rl.services import LoopServices, PolicyEndpointSettings
+from webgym_rl.services import LoopServices, PolicyEndpointSettings, _die_with_parent
 from webgym_rl.train import TrainingSettings, TrainSettings
 from webgym_rollout.browser.pool import PoolSettings
 from webgym_rollout.env import EnvSettings
+from webgym_rollout.fleet import FleetSettings
 from webgym_rollout.judge import JudgeSettings
+from webgym_rollout.report import ReportSettings
 from webgym_rollout.runner import RolloutSettings
+from webgym_rollout.sampler import SamplerSettings, TaskHistory, TaskSampler, history_from
 from webgym_rollout.tasks import kind_names, task_kind
 
 __all__ = [
@@ -99,7 +104,7 @@ Bootstrap = Literal["random", "model"]
 
 
 def _environment_kinds() -> tuple[str, ...]:
-    """The task kinds `only_environment` may name (``web``, ``miniwob``, ...)."""
+    """The task kinds the samplers' kind filters may name (``web``, ``miniwob``, ...)."""
     return tuple(sorted({name.partition(":")[0] for name in kind_names()}))
 
 
@@ -119,26 +124,26 @@ class LoopSettings:
     """Iterations to have finished when the command ends (a rerun with a larger value continues)."""
     split: Split = "train"
     """Task split rolled out for training."""
-    only_environment: str = ""
-    """Roll out only tasks of this kind, e.g. 'miniwob' or 'web' ('' = all tasks)."""
-    limit: int | None = None
-    """Roll out only the first N tasks of the split (after the environment filter)."""
     bootstrap_policy: Bootstrap = "random"
     """Policy of iteration 0's rollout: 'random' (no model; successes bootstrap training) or 'model'."""
     servers: list[str] = field(default_factory=list)
     """Running browser servers (repeat); none = the loop runs one on 127.0.0.1 (see --pool-*)."""
+    fleet: FleetSettings = flat(FleetSettings)
+    """A browser fleet on Ray (--fleet NAME --ray-address ADDR) instead of --servers."""
     browser_token: str | None = field(default=None, metadata={"env": "WEBGYM_BROWSER_TOKEN"})
     """Bearer token of the browser servers."""
     eval_every: int = 0
-    """Evaluate the new checkpoint every M iterations (0 = never)."""
+    """Evaluate the new checkpoint every M iterations (0 = never). --mode async: every M published
+    versions, on a thread of its own while rollouts and training go on (OUT/evals/v-XXXX)."""
     eval_tasks: str | None = None
     """Evaluation task source (default: --tasks)."""
     eval_split: Split = "test"
     """Split of the evaluation tasks."""
-    eval_limit: int | None = None
-    """Evaluate on the first N tasks only."""
     eval_temperature: float = 0.0
     """Sampling temperature of the evaluation rollouts (train rollouts use --policy-temperature)."""
+    eval_horizons: Literal["split", "train", "test"] = "test"
+    """Step budgets of the evaluation rollouts: the test horizons (the paper's protocol), the
+    train ones, or those of the evaluation split."""
     push_to: str | None = None
     """Hub model repository to push each iteration's checkpoint to (none = no push)."""
     push_private: bool = False
@@ -152,8 +157,18 @@ class LoopSettings:
     """Seed of the rollouts and the training data order (each iteration derives its own)."""
     progress: bool = True
     """Show progress (rich) on the terminal."""
-    rollout: RolloutSettings = flat(lambda: RolloutSettings(concurrency=4))
+    rollout: RolloutSettings = flat(lambda: RolloutSettings(concurrency=4, mode="sync"))
+    """In the loop, --mode chooses the loop: sync (roll out, then train, then evaluate, in turn) or
+    async (rollouts and training at once, bounded by --max-staleness: `webgym_rl.async_loop`).
+    Episodes are scheduled asynchronously within a rollout either way."""
+    async_loop: AsyncSettings = flat(AsyncSettings)
     env: EnvSettings = flat(EnvSettings)
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    """Which training tasks each iteration rolls out (--sampler*: strategy, batch size, filters)."""
+    eval_sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    """Which evaluation tasks each evaluation rolls out (--eval-sampler*; default: all of them)."""
+    report: ReportSettings = field(default_factory=ReportSettings)
+    """The evaluation report written after each evaluation (--report-*)."""
     pool: PoolSettings = field(default_factory=lambda: PoolSettings(browsers=1, contexts_per_browser=4))
     """The loop's own browser server (used when --servers is not given)."""
     policy: PolicyEndpointSettings = field(default_factory=PolicyEndpointSettings)
@@ -169,12 +184,27 @@ class LoopSettings:
                 raise LoopSettingsError(f"{name}: {getattr(self, name)!r} is unknown; choose one of "
                                         f"{', '.join(repr(a) for a in get_args(allowed))}")
         kinds = _environment_kinds()
-        if self.only_environment and self.only_environment not in kinds:
-            raise LoopSettingsError(f"only_environment: {self.only_environment!r} is unknown; choose one of "
-                                    f"{', '.join(repr(k) for k in ('', *kinds))}")
+        for name in ("sampler", "eval_sampler"):
+            unknown = sorted(set(getattr(self, name).kinds) - set(kinds))
+            if unknown:
+                raise LoopSettingsError(f"{name}.kinds: {', '.join(unknown)} unknown; choose from "
+                                        f"{', '.join(kinds)}")
+        if self.policy.updater == "vllm_lora":
+            raise LoopSettingsError(
+                "policy.updater: vllm_lora is not usable by the loop yet: each version is published as a "
+                "merged checkpoint, which vLLM would load as an adapter of the original base; use "
+                "vllm_weights (or restart with --policy-command)")
+        if self.servers and self.fleet.enabled:
+            raise LoopSettingsError(f"servers: give browser server URLs or --fleet {self.fleet.fleet}, "
+                                    "not both")
         if self.iterations < 1:
             raise LoopSettingsError(f"iterations: must be >= 1, got {self.iterations}")
-        for name in ("eval_every", "limit", "eval_limit", "eval_temperature"):
+        endpoint = self.policy
+        if self.rollout.mode == "sync" and endpoint.endpoint.base_url and not (endpoint.command or
+                                                                                endpoint.reload_url):
+            raise LoopSettingsError(f"policy.updater: {endpoint.updater} switches versions in --mode async "
+                                    "only; --mode sync needs --policy-command or --policy-reload-url")
+        for name in ("eval_every", "eval_temperature"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise LoopSettingsError(f"{name}: must be >= 0, got {value}")
@@ -208,22 +238,39 @@ def _check_paths(settings: LoopSettings) -> None:
 
 # ----------------------------------------------------------------------------------------- phases
 
-def _task_source(settings: LoopSettings, source: str, split: str, label: str) -> Path:
-    """The task file/folder a rollout reads: `source` itself, or its tasks of one kind written once
-    to OUT/tasks/ (so that every rollout of the loop sees the very same rows)."""
-    if not settings.only_environment:
-        return Path(source)
-    kind = settings.only_environment
-    target = settings.out_dir / "tasks" / f"{label}-{split}-{kind}.jsonl"
-    if target.exists():
-        return target
-    from webgym_rollout.runner import load_tasks
+def _history(settings: LoopSettings, before: int) -> TaskHistory:
+    """What the rollouts of the iterations before `before` did with each task (judged episodes only:
+    an infrastructure failure says nothing about the policy)."""
+    from webgym_rollout.trajectory import EpisodeStatus, read_episodes
 
-    tasks = [t for t in load_tasks(source, split=split) if task_kind(t).name == kind]
+    outcomes = []
+    for iteration in range(before):
+        folder = settings.iteration_dir(iteration) / "trajectories"
+        if not (folder / "manifest.json").is_file():
+            continue
+        for batch in read_episodes(folder).batches(columns=["task_id", "reward", "status"], batch_size=1024):
+            for row in batch.to_pylist():
+                if not EpisodeStatus(row["status"]).is_error:
+                    outcomes.append((row["task_id"], iteration, (row["reward"] or 0.0) >= 1.0))
+    return history_from(outcomes)
+
+
+def _task_batch(settings: LoopSettings, *, source: str, split: str, sampler: SamplerSettings, iteration: int,
+                target: Path, history: Callable[[], TaskHistory] | None = None) -> Path:
+    """The tasks one rollout plays, drawn by `sampler` for `iteration` and written to `target` (JSONL)
+    before the rollout starts, so a resumed rollout plays the very same tasks; returns `target`."""
+    if target.is_file():
+        return target  # drawn before an interruption: never drawn again
+    sampled = TaskSampler(load_tasks(source, split=split), sampler)
+    tasks = sampled.batch(iteration, history() if history is not None and sampler.kind == "success_aware"
+                          else None)
     if not tasks:
-        raise LoopSettingsError(f"{source} has no '{split}' tasks of environment kind '{kind}'")
+        raise LoopSettingsError(f"{source}: no '{split}' task passes the sampler's filters "
+                                f"({settings_to_dict(sampler)})")
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(target, "".join(json.dumps(t.to_row(), ensure_ascii=False) + "\n" for t in tasks))
+    log.info("iteration %d: %d of %d tasks (%s sampler) -> %s", iteration, len(tasks), len(sampled.tasks),
+             sampler.kind, target)
     return target
 
 
@@ -239,20 +286,22 @@ def _needs_site_server(tasks: list[Task], env: EnvSettings) -> bool:
 
 
 def _rollout(settings: LoopSettings, services: LoopServices, *, iteration: int, tasks: Path, split: str,
-             out: Path, checkpoint: str | None, limit: int | None, seed: int,
-             temperature: float) -> dict[str, Any]:
+             out: Path, checkpoint: str | None, seed: int, temperature: float,
+             horizon_table: str = "split") -> dict[str, Any]:
     """One rollout into `out` (resumed if it exists) with `checkpoint` (None: the random policy),
     sampling at `temperature`."""
     from urllib.parse import urlsplit
 
     from webgym_rollout.browser.guard import is_loopback_host
     from webgym_rollout.policy import PolicySettings, RandomPolicySettings
-    from webgym_rollout.runner import RunSettings, load_tasks, run
+    from webgym_rollout.runner import RunSettings, run
     from webgym_rollout.trajectory import read_episodes
 
     env = settings.env
     if _needs_site_server(load_tasks(tasks, split=split), env):
         remote = [url for url in settings.servers if not is_loopback_host(urlsplit(url).hostname or "")]
+        if settings.fleet.enabled:
+            remote.append(f"fleet {settings.fleet.fleet}")
         if remote and not env.sites_url:
             # The browser opens the page, on its own machine: a site server here is out of its reach.
             raise LoopSettingsError(
@@ -269,12 +318,15 @@ def _rollout(settings: LoopSettings, services: LoopServices, *, iteration: int, 
             kind="openai", endpoint=dataclasses.replace(endpoint.endpoint, base_url=base_url, model=name),
             sampling=dataclasses.replace(endpoint.sampling, temperature=temperature), agent=endpoint.agent)
     run_settings = RunSettings(
-        tasks=tasks, servers=services.browser_urls(), out=out, split=split, limit=limit,  # type: ignore[arg-type]
-        resume=True, iteration=iteration, browser_token=settings.browser_token, progress=settings.progress,
-        rollout=settings.rollout, env=env, policy=policy, judge=settings.judge)
+        tasks=tasks, servers=services.browser_urls(), out=out, split=split,  # type: ignore[arg-type]
+        horizon_table=horizon_table, resume=True, iteration=iteration,  # type: ignore[arg-type]
+        browser_token=settings.browser_token, progress=settings.progress, fleet=settings.fleet,
+        rollout=dataclasses.replace(settings.rollout, mode="async"), env=env,
+        policy=policy, judge=settings.judge)
     report = asyncio.run(run(run_settings))
     stats = read_episodes(out).stats().as_dict()
-    return {"out": str(out), "checkpoint": checkpoint or "random", "steps_per_s": report.steps_per_s,
+    return {"out": str(out), "tasks": str(tasks), "checkpoint": checkpoint or "random",
+            "steps_per_s": report.steps_per_s,
             "elapsed_s": report.elapsed_s, "episodes_this_run": report.episodes, **stats}
 
 
@@ -362,7 +414,8 @@ def _train_launched(settings: LoopSettings, train_settings: TrainSettings) -> tu
     argv = [*shlex.split(settings.train_launcher), str(program), "train", "--config", str(config)]
     log.info("training: %s", shlex.join(argv))
     try:
-        finished = subprocess.run(argv, check=False)
+        # The trainer dies with the loop (even by SIGKILL): a rerun never races an orphan.
+        finished = subprocess.run(argv, check=False, preexec_fn=_die_with_parent)
     except OSError as exc:
         raise LoopError(f"--train-launcher could not start {argv[0]!r}: {exc}") from exc
     if finished.returncode != 0:
@@ -408,19 +461,54 @@ def _run_phase(settings: LoopSettings, services: LoopServices, state: dict[str, 
     if phase == "rollout":
         bootstrap = iteration == 0 and settings.bootstrap_policy == "random"
         checkpoint = _current_checkpoint(settings, state, iteration)
-        return _rollout(settings, services, iteration=iteration,
-                        tasks=_task_source(settings, settings.tasks, settings.split, "rollout"),
-                        split=settings.split, out=folder / "trajectories",
-                        checkpoint=None if bootstrap else checkpoint, limit=settings.limit, seed=seed,
+        tasks = _task_batch(settings, source=settings.tasks, split=settings.split, sampler=settings.sampler,
+                            iteration=iteration, target=folder / "tasks.jsonl",
+                            history=lambda: _history(settings, iteration))
+        return _rollout(settings, services, iteration=iteration, tasks=tasks, split=settings.split,
+                        out=folder / "trajectories", checkpoint=None if bootstrap else checkpoint, seed=seed,
                         temperature=settings.policy.sampling.temperature)
     if phase == "train":
         return _train(settings, iteration, _current_checkpoint(settings, state, iteration))
     if phase == "eval":
-        tasks = _task_source(settings, settings.eval_tasks or settings.tasks, settings.eval_split, "eval")
-        return _rollout(settings, services, iteration=iteration, tasks=tasks, split=settings.eval_split,
-                        out=folder / "eval", checkpoint=record["train"]["checkpoint"],
-                        limit=settings.eval_limit, seed=seed, temperature=settings.eval_temperature)
+        tasks = _task_batch(settings, source=settings.eval_tasks or settings.tasks, split=settings.eval_split,
+                            sampler=settings.eval_sampler, iteration=iteration,
+                            target=folder / "eval-tasks.jsonl")
+        result = _rollout(settings, services, iteration=iteration, tasks=tasks, split=settings.eval_split,
+                          out=folder / "eval", checkpoint=record["train"]["checkpoint"], seed=seed,
+                          temperature=settings.eval_temperature, horizon_table=settings.eval_horizons)
+        return {**result, **_evaluation_report(settings, state, iteration, folder / "eval")}
     return _push(settings, iteration, record)
+
+
+def _evaluation_report(settings: LoopSettings, state: dict[str, Any], iteration: int,
+                       evaluation: Path) -> dict[str, Any]:
+    """The report of this evaluation (success with intervals, breakdowns) and the learning curve so
+    far: train success of every rollout, test success of every evaluation, as OUT/learning_curve.png
+    and in the report of this iteration (OUT/iter-XXXX/report)."""
+    from webgym_rollout.charts import CurvePoint, write_learning_curve
+    from webgym_rollout.report import build_report, write_report
+
+    report = build_report([evaluation], settings.report, labels=[f"iteration {iteration}"])
+    overall = report.runs[0].overall
+    confidence = settings.report.confidence
+    points = []
+    for i in range(iteration + 1):
+        record = state["iterations"].get(str(i), {})
+        rollout = record.get("rollout")
+        if rollout and rollout["episodes"] > rollout["errors"]:  # infrastructure failures say nothing
+            judged = rollout["episodes"] - rollout["errors"]
+            points.append(CurvePoint.from_counts(i, "train", rollout["successes"], judged, confidence))
+        successes, trials = (overall.successes, overall.trials) if i == iteration else \
+            record.get("eval", {}).get("evaluated", (0, 0))
+        if trials:
+            points.append(CurvePoint.from_counts(i, "test", successes, trials, confidence))
+    curve = settings.out_dir / "learning_curve.png"
+    if points:
+        write_learning_curve(points, curve, title=f"{settings.out_dir.name}: success rate by iteration")
+    page = write_report(report, settings.iteration_dir(iteration) / "report", learning_curve=points or None)
+    return {"evaluated": [overall.successes, overall.trials], "success_low": overall.low,
+            "success_high": overall.high, "report": str(page),
+            "learning_curve": str(curve) if points else None}
 
 
 def _due(settings: LoopSettings, iteration: int, phase: str) -> bool:
@@ -448,6 +536,13 @@ def run_loop(settings: LoopSettings, *, services: LoopServices | None = None,
     with contextlib.ExitStack() as stack:
         if services is None:
             services = stack.enter_context(LoopServices(settings, on_event=emit))
+        if settings.rollout.mode == "async":
+            from webgym_rl.async_loop import run_async_loop
+
+            record = run_async_loop(settings, services, state, emit)
+            return LoopResult(out=out, checkpoint=record["versions"][-1]["checkpoint"],
+                              iterations=[{"train": b.get("train", {})} for _, b in
+                                          sorted(record["batches"].items(), key=lambda kv: int(kv[0]))])
         for iteration in range(settings.iterations):
             record = state["iterations"].setdefault(str(iteration), {})
             for phase in PHASES:
@@ -497,6 +592,35 @@ def _echo_event(kind: str, detail: dict[str, Any]) -> None:
         click.echo(f"[loop] {kind.replace('_', ' ')}: {detail.get('checkpoint', detail)}", err=True)
     elif kind in ("browser_started", "sites_started"):
         click.echo(f"[loop] {kind.replace('_', ' ')}: {detail['url']}", err=True)
+    elif kind == "async_started":
+        click.echo(f"[loop] async: from version {detail['version']}, {detail['batch_episodes']} episodes per "
+                   f"version, max staleness {detail['max_staleness']}", err=True)
+    elif kind == "chunk_started":
+        click.echo(f"[loop] async: chunk {detail['chunk']} started (trainer at v{detail['version']})",
+                   err=True)
+    elif kind == "batch_ready":
+        click.echo(f"[loop] async: batch for v{detail['version'] + 1} ready ({detail['episodes']} episodes, "
+                   f"{detail['dropped_stale']} too stale); training", err=True)
+    elif kind == "chunk_done":
+        click.echo(f"[loop] async: chunk {detail['chunk']} done ({detail['episodes']} episodes, "
+                   f"{detail['successes']} successes)", err=True)
+    elif kind == "version_published":
+        metrics = detail["metrics"]
+        histogram = " ".join(f"{k}:{v}" for k, v in metrics["staleness_histogram"].items()) or "-"
+        success = " ".join(f"v{v} {s['successes']}/{s['episodes']}"
+                           for v, s in metrics["success_by_version"].items()) or "-"
+        click.echo(f"[loop] async: v{detail['version']} published ({detail['checkpoint']}); "
+                   f"{metrics['versions_published']} versions in {metrics['elapsed_s']:.0f} s; staleness of "
+                   f"trained samples mean {metrics['staleness_mean']:.2f} max {metrics['staleness_max']} "
+                   f"(versions behind:samples {histogram}); rollout idle {metrics['rollout_idle_s']:.1f} s, "
+                   f"trainer idle {metrics['trainer_idle_s']:.1f} s; {metrics['episodes_per_s']:.2f} "
+                   f"episodes/s, {metrics['samples_per_s']:.2f} samples/s; success by policy version "
+                   f"{success}", err=True)
+    elif kind == "eval_started":
+        click.echo(f"[loop] async: evaluating v{detail['version']} (beside training)", err=True)
+    elif kind == "eval_done":
+        click.echo(f"[loop] async: v{detail['version']} evaluated: success {detail['success_rate']:.1%} of "
+                   f"{detail['evaluated'][1]} ({detail['report']})", err=True)
 
 
 @click.command("loop", context_settings={"help_option_names": ["-h", "--help"]})
@@ -514,6 +638,9 @@ def loop_command(config: str | None, **flags: Any) -> None:
       webgym-rl tiny-model out/tiny-qwen2vl
       webgym-rl loop --tasks out/tasks --only-environment miniwob --model out/tiny-qwen2vl \\
           --out out/loop --iterations 3 --eval-every 1 --max-steps 20
+      # rollouts and training at once, episodes at most 1 version stale:
+      webgym-rl loop --tasks out/tasks --model out/tiny-qwen2vl --out out/loop-async --mode async \\
+          --iterations 3 --max-staleness 1 --sampler-batch-size 4
       # vLLM on a GPU machine, restarted with each new checkpoint (not tested without a GPU):
       webgym-rl loop --config loop.yaml --policy-base-url http://127.0.0.1:8000/v1 \\
           --policy-command 'vllm serve {checkpoint} --port {port} --served-model-name {name}'

@@ -5,7 +5,9 @@
     {"version": 1,
      "identity": {"tasks": ..., "model": ..., "objective": ..., ...},   what defines this run
      "settings": {...},                                                  as `settings_to_dict` writes them
-     "iterations": {"0": {"rollout": {...}, "train": {...}, ...}, ...},  the record of each finished phase
+     "iterations": {"0": {"rollout": {...}, "train": {...}, ...}, ...},  --mode sync: each finished phase
+     "async": {"versions": [...], "position": {...}, "batches": {...},   --mode async (`webgym_rl.async_loop`)
+               "metrics": {...}},
      "last_error": null | {"iteration", "phase", "error", "at"}}
 
 The file is rewritten atomically (`webgym_core.files.write_json_atomic`) after every phase, so a
@@ -32,8 +34,8 @@ __all__ = ["IDENTITY", "STATE_FILE", "STATE_VERSION", "load_state", "save_state"
 
 STATE_FILE = "loop_state.json"
 STATE_VERSION = 1
-IDENTITY = ("tasks", "model", "objective", "bootstrap_policy", "attempts", "split", "only_environment",
-            "seed")
+IDENTITY = ("tasks", "model", "objective", "bootstrap_policy", "attempts", "split", "sampler",
+            "seed", "mode")
 """Settings that define what a loop folder holds (YAML keys): a rerun with other values is another run."""
 _SECRETS = ("api_key", "browser_token")
 

@@ -17,7 +17,7 @@ infrastructure failure (`EpisodeStatus.is_error`): those say nothing about the a
 skipped is counted in `SampleCounts`.
 
 Trajectories are read through `webgym_rollout.trajectory.read_episodes` (a rollout folder as its
-manifest lists it, or a Hub dataset; schema 1.1 and 1.2). Selection reads a few columns of the
+manifest lists it, or a Hub dataset; schema 1.1 to 1.3). Selection reads a few columns of the
 episode rows at the Arrow level, so no screenshot is decoded until a sample is drawn; a
 `StepSamples` item decodes only the screenshots its prompt shows.
 
@@ -117,6 +117,9 @@ class Sample:
     """1.0 for filtered_bc; the clipped advantage for reinforce."""
     episode_id: str
     step: int
+    behaviour_logprob: float | None = None
+    """Mean log-probability of the response tokens under the policy that produced them, as its
+    endpoint returned them (`Step.logprobs`); None when it returned none (the random policy)."""
 
 
 @dataclass
@@ -205,8 +208,13 @@ class StepSamples:
             return image.convert("RGB") if image.mode != "RGB" else image
 
         messages = expand_messages(step["messages"][ref.step].as_py(), image_for_step)
+        behaviour = None
+        if steps.type.get_field_index("logprobs") >= 0:  # schema 1.1 rows have none
+            logprobs = steps.field("logprobs")[ref.step].as_py() or []
+            behaviour = sum(logprobs) / len(logprobs) if logprobs else None
         return Sample(messages=messages, response=step["response"][ref.step].as_py() or "",
-                      advantage=self.advantages[index], episode_id=episode_id, step=ref.step)
+                      advantage=self.advantages[index], episode_id=episode_id, step=ref.step,
+                      behaviour_logprob=behaviour)
 
 
 # ------------------------------------------------------------------------------------------ reading

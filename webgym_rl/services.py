@@ -18,6 +18,13 @@ on Ctrl-C and on errors):
     ``{"model": CHECKPOINT}`` to ``reload_url`` for each new checkpoint (the CPU policy server's
     ``/reload`` speaks this; put a small hook of your own in front of a vLLM fleet).
 
+The asynchronous loop (``--mode async``) switches weights while episodes run, through a
+`webgym_rl.updater.PolicyUpdater` that `updater()` makes (``--policy-updater``): by default the CPU
+policy server runs as a child process of its own (``start_policy()``; generation then does not
+compete with the trainer for this process) and is reloaded in place; ``vllm_lora`` /
+``vllm_weights`` talk to a vLLM at ``--policy-base-url``; ``restart`` restarts ``--policy-command``.
+Child processes get SIGTERM when the loop dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``).
+
 Errors: `PolicyEndpointError` (the endpoint could not be started, reached or reloaded) and
 `LoopError` (the browser server did not start), from `webgym_rl.errors`.
 """
@@ -37,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from webgym_core.endpoint import Endpoint
 from webgym_core.settings import flat
@@ -47,6 +54,7 @@ from webgym_rollout.policy import SamplingSettings
 
 if TYPE_CHECKING:
     from webgym_rl.loop import LoopSettings
+    from webgym_rl.updater import PolicyUpdater
     from webgym_rollout.browser.pool import PoolSettings
 
 __all__ = ["LoopServices", "PolicyEndpointSettings"]
@@ -54,6 +62,7 @@ __all__ = ["LoopServices", "PolicyEndpointSettings"]
 log = logging.getLogger(__name__)
 
 _SERVED_NAME = "webgym-policy"
+UpdaterKind = Literal["auto", "cpu", "vllm_lora", "vllm_weights", "restart"]
 
 
 @dataclass(frozen=True)
@@ -76,13 +85,19 @@ class PolicyEndpointSettings:
     """How long a started --policy-command may take until /v1/models answers (also the reload's bound)."""
     max_new_tokens: int = 256
     """CPU policy server: most tokens generated per reply."""
+    updater: UpdaterKind = "auto"
+    """How the async loop switches the endpoint to each new version: auto (the CPU policy server's
+    /reload, or restart for --policy-command), cpu (POST /reload), vllm_lora (runtime LoRA adapters),
+    vllm_weights (vLLM's pause / update weights / resume), restart (restart --policy-command)."""
 
     def __post_init__(self) -> None:
         base_url = self.endpoint.base_url
-        if base_url and not (self.command or self.reload_url):
+        vllm_updater = self.updater in ("vllm_lora", "vllm_weights")
+        if base_url and not (self.command or self.reload_url or vllm_updater):
             raise LoopSettingsError(
                 "base_url: needs a way to switch the endpoint to each new checkpoint: --policy-command "
-                "(the loop restarts it) or --policy-reload-url (the loop POSTs to it)")
+                "(the loop restarts it) or --policy-reload-url (the loop POSTs to it); with --mode async "
+                "also --policy-updater vllm_lora / vllm_weights")
         if self.reload_url and not base_url:
             raise LoopSettingsError("reload_url: goes with --policy-base-url (the endpoint it reloads)")
         if self.command and not any("{checkpoint}" in arg for arg in self.argv):
@@ -92,6 +107,13 @@ class PolicyEndpointSettings:
             raise LoopSettingsError(f"start_timeout_s: must be > 0, got {self.start_timeout_s}")
         if self.max_new_tokens < 1:
             raise LoopSettingsError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+        if self.updater not in get_args(UpdaterKind):
+            raise LoopSettingsError(f"updater: {self.updater!r} is unknown; choose auto, cpu, vllm_lora, "
+                                    "vllm_weights or restart")
+        if self.updater in ("vllm_lora", "vllm_weights") and not base_url:
+            raise LoopSettingsError(f"updater: {self.updater} needs --policy-base-url (the vLLM server)")
+        if self.updater == "restart" and not self.command:
+            raise LoopSettingsError("updater: restart needs --policy-command (what to restart)")
 
     @property
     def served_name(self) -> str:
@@ -102,6 +124,15 @@ class PolicyEndpointSettings:
     def argv(self) -> list[str]:
         """`command` split into arguments (placeholders not yet replaced)."""
         return shlex.split(self.command)
+
+
+def _die_with_parent() -> None:
+    """In a child, before exec: get SIGTERM when the parent dies (Linux), so a SIGKILLed loop leaves
+    no policy server or trainer behind."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _free_port() -> int:
@@ -203,8 +234,9 @@ class LoopServices:
 
     # -- browsers
     def browser_urls(self) -> tuple[str, ...]:
-        """The browser servers: `servers`, or one run here (started on first use)."""
-        if self.settings.servers:
+        """The browser servers: `servers`, none with a fleet (the runner asks it), or one run here
+        (started on first use)."""
+        if self.settings.servers or self.settings.fleet.enabled:
             return tuple(self.settings.servers)
         if self._browser is None:
             began = time.perf_counter()
@@ -265,12 +297,14 @@ class LoopServices:
         self._on_event("policy_started", {"url": self._base_url, "checkpoint": checkpoint,
                                           "seconds": time.perf_counter() - began})
 
-    def _post_reload(self, url: str, checkpoint: str) -> None:
+    def _post_reload(self, url: str, checkpoint: str, version: int | None = None) -> None:
         import httpx
 
         began = time.perf_counter()
+        body: dict[str, Any] = {"model": checkpoint} if version is None else {"model": checkpoint,
+                                                                                "version": version}
         try:
-            reply = httpx.post(url, json={"model": checkpoint}, timeout=self.settings.policy.start_timeout_s)
+            reply = httpx.post(url, json=body, timeout=self.settings.policy.start_timeout_s)
         except httpx.HTTPError as exc:
             raise PolicyEndpointError(f"reloading the policy at {url} failed: {exc}") from exc
         if reply.status_code >= 400:
@@ -279,11 +313,11 @@ class LoopServices:
         self._on_event("policy_reloaded", {"url": url, "checkpoint": checkpoint,
                                            "seconds": time.perf_counter() - began})
 
-    def _start_process(self, checkpoint: str) -> None:
+    def _start_process(self, checkpoint: str, argv_template: list[str] | None = None) -> None:
         import httpx
 
         policy = self.settings.policy
-        if policy.endpoint.base_url:
+        if policy.endpoint.base_url and argv_template is None:
             base_url = policy.endpoint.base_url.rstrip("/")
             port = httpx.URL(base_url).port or 80
         else:
@@ -292,7 +326,7 @@ class LoopServices:
         # Plain replacement, not str.format: vLLM flags carry JSON with braces of their own.
         values = {"{checkpoint}": checkpoint, "{port}": str(port), "{name}": policy.served_name}
         argv = []
-        for arg in policy.argv:
+        for arg in argv_template if argv_template is not None else policy.argv:
             for placeholder, value in values.items():
                 arg = arg.replace(placeholder, value)
             argv.append(arg)
@@ -302,7 +336,8 @@ class LoopServices:
         began = time.perf_counter()
         try:
             # Its own process group: stopping it also stops the workers it forks (vLLM does).
-            popen = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+            popen = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
         except OSError as exc:
             log_file.close()
             raise PolicyEndpointError(f"--policy-command {argv[0]!r} could not start: {exc}") from exc
@@ -325,6 +360,59 @@ class LoopServices:
         self._base_url = base_url
         self._on_event("policy_started", {"url": base_url, "checkpoint": checkpoint, "pid": popen.pid,
                                           "seconds": time.perf_counter() - began})
+
+    # -- the async loop's policy endpoint
+    @property
+    def policy_pid(self) -> int | None:
+        """Process id of the policy server this object started as a child (None: none running)."""
+        return self._process.popen.pid if self._process is not None else None
+
+    def start_policy(self, checkpoint: str) -> tuple[str, str]:
+        """Start (or reach) the endpoint of the async loop serving `checkpoint` as version 0; returns
+        ``(base_url, served_name)``. Without --policy-base-url / --policy-command the CPU policy
+        server runs as a child process (`policy_server`), reloaded in place by `updater()`."""
+        import sys
+
+        policy = self.settings.policy
+        if self._base_url is not None:
+            return self._base_url, policy.served_name
+        if policy.command:
+            self._start_process(checkpoint)
+        elif policy.endpoint.base_url:
+            self._base_url = policy.endpoint.base_url
+            if policy.reload_url:  # the async loop's versions start at 0 with the starting model
+                self._post_reload(str(policy.reload_url), checkpoint, version=0)
+        else:
+            revision = [] if checkpoint != self.settings.model or not self.settings.model_revision else \
+                ["--revision", str(self.settings.model_revision)]
+            self._start_process(checkpoint, [
+                sys.executable, "-c", "from webgym_rollout.cli import main; main()", "serve-policy",
+                "--model", "{checkpoint}", "--host", "127.0.0.1", "--port", "{port}",
+                "--served-model-name", "{name}", "--max-new-tokens", str(policy.max_new_tokens), *revision])
+        self._serving = checkpoint
+        return str(self._base_url), policy.served_name
+
+    def updater(self) -> PolicyUpdater:
+        """The `PolicyUpdater` of the endpoint `start_policy` started (``--policy-updater``)."""
+        from webgym_rl.updater import CpuPolicyUpdater, RestartUpdater, VllmLoraUpdater, VllmWeightUpdater
+
+        policy = self.settings.policy
+        if self._base_url is None:
+            raise PolicyEndpointError("updater(): the policy endpoint is not started (call start_policy)")
+        kind = policy.updater
+        if kind == "auto":
+            kind = "restart" if policy.command else "cpu"
+        timeout = policy.start_timeout_s
+        if kind == "restart":
+            return RestartUpdater(self.serve, policy.served_name)
+        if kind == "vllm_lora":
+            return VllmLoraUpdater(self._base_url, policy.served_name, timeout_s=timeout)
+        if kind == "vllm_weights":
+            return VllmWeightUpdater(self._base_url, policy.served_name, timeout_s=timeout)
+        updater = CpuPolicyUpdater(self._base_url, policy.served_name, timeout_s=timeout)
+        if policy.reload_url:
+            updater.url = str(policy.reload_url)
+        return updater
 
     def _stop_process(self) -> None:
         process, self._process = self._process, None

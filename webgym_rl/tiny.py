@@ -1,10 +1,13 @@
 """Tiny random Qwen-VL checkpoints for tests, the demo and CPU runs (``webgym-rl tiny-model``).
 
 `build_tiny_model(out_dir, family=...)` writes a randomly initialised Qwen2-VL or Qwen3-VL
-checkpoint (two layers, hidden size 64) with a byte-level BPE tokenizer trained on the spot and
-an image-only processor, in the ordinary Hugging Face layout: it loads with
-`webgym_rollout.modeling.load_model` / `load_processor` like any Hub checkpoint. It produces
-gibberish, but every code path (processor, training, serving) is real.
+checkpoint (by default two layers, hidden size 64; sizes from `TinyModelSettings`, the command's
+flags) with a byte-level BPE tokenizer trained on the spot and an image-only processor, in the
+ordinary Hugging Face layout: it loads with `webgym_rollout.modeling.load_model` /
+`load_processor` like any Hub checkpoint. Untrained it produces gibberish, but every code path
+(processor, training, serving) is real, and a few minutes of training on MiniWoB++ make it click
+(``benchmarks/learning_miniwob.py``: Qwen3-VL, whose vision tower has absolute position embeddings,
+learns where to click; the Qwen2-VL tower has only relative ones).
 
 Errors: `webgym_rollout.modeling.UnknownFamilyError` for a family that is not Qwen2-VL or Qwen3-VL.
 """
@@ -15,9 +18,12 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
+from webgym_core.errors import SettingsError
+from webgym_core.settings import load_settings, settings_options
 from webgym_rollout.modeling import (
     ADDED_TOKENS,
     CHAT_TEMPLATE,
@@ -71,6 +77,23 @@ class TinyModelSettings:
     """Smallest image area after resizing (pixels)."""
     max_pixels: int = 256 * 256
     """Largest image area after resizing (pixels); small keeps CPU steps fast."""
+    heads: int = 4
+    """Attention heads of the language model (half as many key/value heads)."""
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise UnknownFamilyError(f"family: unknown {self.family!r}; expected one of {list(FAMILIES)}")
+        for name in ("num_layers", "vision_width", "heads", "min_pixels", "vocab_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.heads % 2 or self.hidden_size % self.heads or (self.hidden_size // self.heads) % 8:
+            raise ValueError(f"hidden_size: must split into {self.heads} heads (an even number) of a "
+                             f"multiple of 8 dimensions each, got {self.hidden_size}")
+        if self.vision_width % 16:
+            raise ValueError(f"vision_width: must be a multiple of 16 (2 heads, rotary halves), "
+                             f"got {self.vision_width}")
+        if self.max_pixels < self.min_pixels:
+            raise ValueError(f"max_pixels: must be >= min_pixels ({self.min_pixels}), got {self.max_pixels}")
 
 
 def _train_tokenizer(vocab_size: int):
@@ -103,7 +126,7 @@ def _tiny_config(settings: TinyModelSettings, tokenizer):
         ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    heads, kv_heads = 4, 2
+    heads, kv_heads = settings.heads, settings.heads // 2
     head_dim = settings.hidden_size // heads
     # M-RoPE splits each head's rotary half into (temporal, height, width) sections.
     half = head_dim // 2
@@ -138,18 +161,22 @@ def _tiny_config(settings: TinyModelSettings, tokenizer):
     raise UnknownFamilyError(f"unknown family {settings.family!r}; expected one of {list(FAMILIES)}")
 
 
-def build_tiny_model(out_dir: Path | str, *, family: Family = "qwen2_vl", seed: int = 0) -> Path:
+def build_tiny_model(out_dir: Path | str, *, family: Family = "qwen2_vl", seed: int = 0,
+                     settings: TinyModelSettings | None = None) -> Path:
     """Write a tiny randomly initialised Qwen-VL checkpoint (model, tokenizer, processor) to `out_dir`.
 
-    The result loads with `load_model` / `load_processor` like any Hub checkpoint. Returns `out_dir`.
+    `settings` gives every size (its family and seed then win over `family` and `seed`). The result
+    loads with `load_model` / `load_processor` like any Hub checkpoint. Returns `out_dir`.
     """
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    if family not in FAMILIES:
-        raise UnknownFamilyError(f"unknown family {family!r}; expected one of {list(FAMILIES)}")
-    settings = TinyModelSettings(family=family, seed=seed)
+    if settings is None:
+        if family not in FAMILIES:
+            raise UnknownFamilyError(f"unknown family {family!r}; expected one of {list(FAMILIES)}")
+        settings = TinyModelSettings(family=family, seed=seed)
+    family, seed = settings.family, settings.seed
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -181,21 +208,25 @@ def build_tiny_model(out_dir: Path | str, *, family: Family = "qwen2_vl", seed: 
 
 @click.command("tiny-model", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--family", type=click.Choice(FAMILIES), default="qwen2_vl", show_default=True,
-              help="Model family to build.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the random weights.")
-def tiny_model_command(out: Path, family: str, seed: int) -> None:
+@settings_options(TinyModelSettings)
+def tiny_model_command(out: Path, config: str | None, **flags: Any) -> None:
     """Write a tiny random Qwen-VL checkpoint to OUT (tests, demo, CPU runs).
 
-    Two layers, hidden size 64, a byte-level BPE tokenizer trained on the spot and an image-only
-    processor: it produces gibberish, but every code path (processor, training, serving) is real.
+    By default two layers, hidden size 64, a byte-level BPE tokenizer trained on the spot and an
+    image-only processor: untrained it produces gibberish, but every code path (processor,
+    training, serving) is real. The flags set its sizes.
 
     \b
     Example:
       webgym-rl tiny-model out/tiny-qwen2vl
       webgym-rl tiny-model out/tiny-qwen3vl --family qwen3_vl --seed 1
+      webgym-rl tiny-model out/tiny-qwen3vl-128 --family qwen3_vl --hidden-size 128 --num-layers 4
       webgym-rollout serve-policy --model out/tiny-qwen3vl
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    path = build_tiny_model(out, family=family, seed=seed)  # type: ignore[arg-type]
-    click.echo(f"wrote tiny {family} checkpoint to {path}")
+    try:
+        settings = load_settings(TinyModelSettings, config, flags)
+    except (SettingsError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    path = build_tiny_model(out, settings=settings)
+    click.echo(f"wrote tiny {settings.family} checkpoint to {path}")

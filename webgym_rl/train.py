@@ -26,6 +26,7 @@ Exceptions (`webgym_rl.errors`)::
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -71,6 +72,9 @@ class TrainingSettings:
     objective: Objective = Objective.FILTERED_BC
     """Training objective: which samples are kept and which loss trains on them."""
     samples: SampleSelection = flat(SampleSelection)
+    importance_clip: float = 2.0
+    """reinforce: truncate the importance weight of off-policy samples (trained model over the policy
+    that rolled them out, from the stored log-probabilities) at this value; 0 = no weights."""
     lora: bool = False
     """Train a LoRA adapter (peft) instead of all weights."""
     lora_rank: int = 16
@@ -125,7 +129,8 @@ class TrainingSettings:
         for name in ("per_device_batch_size", "gradient_accumulation_steps", "log_every", "lora_rank"):
             if getattr(self, name) < 1:
                 raise TrainSettingsError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "save_every", "max_steps", "max_grad_norm", "weight_decay"):
+        for name in ("warmup_steps", "save_every", "max_steps", "max_grad_norm", "weight_decay",
+                     "importance_clip"):
             if getattr(self, name) < 0:
                 raise TrainSettingsError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if not self.learning_rate > 0:
@@ -255,6 +260,18 @@ def _save_checkpoint(accelerator, model, processor, settings: TrainSettings, sta
     return ckpt
 
 
+def _with_behaviour(collator: Any, samples: list[Any]) -> dict[str, Any]:
+    """The collator's batch plus each sample's behaviour log-probability (NaN when unknown), which
+    reinforce's importance weights need (`webgym_rl.objectives.importance_weights`)."""
+    import torch
+
+    batch = collator(samples)
+    batch["behaviour_logprobs"] = torch.tensor(
+        [float("nan") if s.behaviour_logprob is None else s.behaviour_logprob for s in samples],
+        dtype=torch.float32)
+    return batch
+
+
 def train(settings: TrainSettings) -> TrainResult:
     """Check inputs, then train. Every bad input stops here, before the first step."""
     import torch
@@ -331,7 +348,7 @@ def train(settings: TrainSettings) -> TrainResult:
                                   lr=t.learning_rate, weight_decay=t.weight_decay)
     order = _EpochOrder(samples.weights, settings.seed)
     loader = torch.utils.data.DataLoader(samples, batch_size=t.per_device_batch_size, sampler=order,
-                                         collate_fn=collator)
+                                         collate_fn=functools.partial(_with_behaviour, collator))
     # Per-process batches after sharding, known before prepare() so the schedule can be sized.
     batches_per_epoch = math.ceil(len(loader) / accelerator.num_processes)
     steps_per_epoch = max(1, math.ceil(batches_per_epoch / t.gradient_accumulation_steps))
@@ -399,9 +416,13 @@ def train(settings: TrainSettings) -> TrainResult:
                         if state["batches_in_epoch"] else loader)
         for batch in epoch_loader:
             labels, advantages = batch.pop("labels"), batch.pop("advantages")
+            behaviour = batch.pop("behaviour_logprobs")
             with accelerator.accumulate(model):
                 logits = model(**batch).logits
-                loss, metrics = objective(logits, labels, advantages)
+                if Objective(t.objective) is Objective.REINFORCE:
+                    loss, metrics = objective(logits, labels, advantages, behaviour, t.importance_clip)
+                else:
+                    loss, metrics = objective(logits, labels, advantages)
                 accelerator.backward(loss)
                 grad_norm = None
                 if accelerator.sync_gradients and t.max_grad_norm > 0:

@@ -10,9 +10,11 @@ A reply (``memory`` variant) looks like::
     {"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [612, 240]}}
     </tool_call>
 
-The ``vanilla`` variant is the same without the Memory section. Only the tool call is required: a
-reply without a valid one is recorded on the step as a parse error and counts as a no-op
-(`parse_response` never raises).
+The ``vanilla`` variant is the same without the Memory section. The ``compact`` variant, for small
+models (a tiny CPU policy learns it in a few hundred steps), is the tool call alone, after a short
+system prompt (action names and one example, no JSON schema) and a user turn without URL and title.
+Only the tool call is required: a reply without a valid one is recorded on the step as a parse error
+and counts as a no-op (`parse_response` never raises).
 
 Context at step *i*: the system prompt (generated from `webgym_rollout.actions`), then the last
 ``full_rounds`` (default 4) earlier steps as full (screenshot, reply) turns, older steps as one-line
@@ -36,11 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webgym_rollout.actions import (
+    ACTIONS,
     GRID_SIZE,
     TOOL_NAME,
     ActionParseError,
     AgentAction,
     action_space_text,
+    example_action,
     parse_tool_call,
     tool_schema,
 )
@@ -61,10 +65,11 @@ __all__ = [
     "system_prompt",
 ]
 
-Variant = Literal["memory", "vanilla"]
+Variant = Literal["memory", "vanilla", "compact"]
 VARIANTS: tuple[str, ...] = typing.get_args(Variant)
 _SECTIONS = {"memory": ("Memory", "Progress", "Intention", "Action"),
-             "vanilla": ("Progress", "Intention", "Action")}
+             "vanilla": ("Progress", "Intention", "Action"),
+             "compact": ()}
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,8 @@ class AgentSettings:
     """How the agent's context is built and its replies read."""
 
     variant: Variant = "memory"
-    """memory (the reply carries a Memory section the model rewrites each step) or vanilla."""
+    """memory (the reply carries a Memory section the model rewrites each step), vanilla (no Memory)
+    or compact (the tool call alone, a short prompt without URL and title: for small models)."""
     full_rounds: int = 4
     """How many earlier steps are shown in full (screenshot + reply); older ones become summaries."""
     summary_chars: int = 80
@@ -141,6 +147,8 @@ def system_prompt(variant: str = "memory") -> str:
     """The system prompt of `variant`, generated from the action definitions."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown agent variant {variant!r}; expected one of {', '.join(VARIANTS)}")
+    if variant == "compact":
+        return _compact_system_prompt()
     guide = {
         "Memory": "every fact you have found so far that the task needs, with where you saw it. Rewrite "
                   "it in full at each step: it is all you keep from pages you have left.",
@@ -164,6 +172,15 @@ def system_prompt(variant: str = "memory") -> str:
         "fact the task asks for, as seen on the pages; say so if something could not be found.\n\n"
         f"# Tools\n\n<tools>\n{schema}\n</tools>"
     )
+
+
+def _compact_system_prompt() -> str:
+    """The short prompt of the compact variant: the same actions, by name, and one example call."""
+    names = ", ".join(spec.name for spec in ACTIONS)
+    example = json.dumps({"name": TOOL_NAME, "arguments": example_action("left_click").arguments()},
+                         ensure_ascii=False)
+    return (f"You are a web agent. Reply with one tool call, e.g.\n<tool_call>\n{example}\n</tool_call>\n"
+            f"Actions: {names}. Coordinates are [x, y] on a 0-{GRID_SIZE} grid over the screenshot.")
 
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -222,8 +239,8 @@ def format_response(action: AgentAction, *, variant: str = "memory", memory: str
     """Write a reply in the protocol's format (the inverse of `parse_response`)."""
     values = {"Memory": memory, "Progress": progress, "Intention": intention,
               "Action": action_text or action.describe()}
-    lines = [f"{name}: {' '.join(values[name].split()) or '-'}" for name in _SECTIONS[variant]]
-    return "\n".join(lines) + "\n" + action.to_tool_call()
+    lines = [f"{name}: {' '.join(values[name].split()) or '-'}\n" for name in _SECTIONS[variant]]
+    return "".join(lines) + action.to_tool_call()
 
 
 def _summary(round_: Round, chars: int) -> str:
@@ -236,7 +253,9 @@ def _summary(round_: Round, chars: int) -> str:
     return "; ".join(parts)
 
 
-def _observation_text(step: int, url: str, title: str, error: str) -> str:
+def _observation_text(step: int, url: str, title: str, error: str, variant: str) -> str:
+    if variant == "compact":
+        return f"Step {step}." + (f" Previous action failed: {error}" if error else "")
     text = f"Step {step}. URL: {url or '(unknown)'}\nTitle: {title or '(none)'}"
     if error:
         text += f"\nThe previous action did not work: {error}"
@@ -257,7 +276,7 @@ def build_messages(observation: Observation, settings: AgentSettings | None = No
     # Each observation shows the error of the action before it, as the policy saw it at the time.
     previous_error = older[-1].action_error if older else ""
     for index, round_ in enumerate(recent):
-        text = _observation_text(round_.step, round_.url, round_.title, previous_error)
+        text = _observation_text(round_.step, round_.url, round_.title, previous_error, settings.variant)
         previous_error = round_.action_error
         if index == 0:
             text = f"{intro}\n\n{text}"
@@ -265,7 +284,7 @@ def build_messages(observation: Observation, settings: AgentSettings | None = No
                                                      {"type": "image", "step": round_.step}]})
         messages.append({"role": "assistant", "content": strip_think(round_.response)})
     current = _observation_text(observation.step, observation.url, observation.title,
-                                observation.last_action_error)
+                                observation.last_action_error, settings.variant)
     if not recent:
         current = f"{intro}\n\n{current}"
     messages.append({"role": "user", "content": [{"type": "text", "text": current},

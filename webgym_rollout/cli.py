@@ -18,8 +18,12 @@ COMMANDS = {
     "view": ("webgym_rollout.viewer:view_command", "Write a static HTML report of a trajectory dataset."),
     "report": ("webgym_rollout.report:report_command",
                "Success rates with confidence intervals and run-to-run comparisons, as HTML."),
+    "rejudge": ("webgym_rollout.rejudge:rejudge_command",
+                "Score stored episodes again with another judge, without browsers; write a new dataset."),
     "judge-eval": ("webgym_rollout.judge_eval:judge_eval_command",
                    "Measure a judge against labelled episodes (accuracy, precision, recall, F1)."),
+    "fleet": ("webgym_rollout.fleet:fleet_group",
+              "Browser fleets on a Ray cluster: fleet up | status | down (needs webgym[ray])."),
     "push": ("webgym_rollout.dataset:push_command", "Publish a trajectory dataset to the Hugging Face Hub."),
 }
 

@@ -47,6 +47,7 @@ import click
 
 from webgym_core.cards import render_card
 from webgym_core.files import TMP_PREFIX, sha256_file, write_atomic, write_json_atomic
+from webgym_rollout.recording import RECORDINGS
 from webgym_rollout.trajectory import (
     MANIFEST,
     TRAJECTORY_SCHEMA_VERSION,
@@ -382,9 +383,12 @@ def push_trajectories(out_dir: str | Path, repo_id: str, *, private: bool = Fals
     api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
     # Only what the manifest vouches for: no temporary files, no shard a crash left unlisted.
     allow = ["README.md", MANIFEST, *(shard["path"] for shard in manifest["shards"])]
+    if (out_dir / RECORDINGS).is_dir():  # recorded traffic (webgym_rollout.recording); never temp files
+        allow.append(f"{RECORDINGS}/*")
     n = sum(shard["num_rows"] for shard in manifest["shards"])
     commit = api.upload_folder(folder_path=str(out_dir), repo_id=repo_id, repo_type="dataset",
                                revision=revision, allow_patterns=allow,
+                               ignore_patterns=[f"*/{TMP_PREFIX}*"],
                                commit_message=commit_message or f"Add {n} WebGym trajectories")
     return str(getattr(commit, "commit_url", commit))
 

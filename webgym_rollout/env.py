@@ -44,8 +44,9 @@ from webgym_data.schema import Task
 from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent import Observation, ParsedResponse, Round
 from webgym_rollout.browser.client import BrowserClient, BrowserSession
-from webgym_rollout.browser.protocol import BrowserAction, Screenshot
+from webgym_rollout.browser.protocol import BrowserAction, RecordingIndex, Screenshot
 from webgym_rollout.errors import NavigationRefused, RolloutError, ServerBusy, SiteBlocked
+from webgym_rollout.recording import RecordingStore, ReplaySource
 from webgym_rollout.tasks import TaskKind, task_kind
 from webgym_rollout.trajectory import Latency, Step, TaskOutcome, TokenUsage
 
@@ -143,24 +144,35 @@ class WebEnv:
         self._url = self._title = ""
         self._elements: tuple[Any, ...] = ()
         self._last_error = ""
+        self._record: RecordingStore | None = None
+        self._traffic = False
+        self.recording: RecordingIndex | None = None
+        """Recording: what the episode's session recorded, read when the session closed (its
+        bodies are in the `RecordingStore` given to `reset`); replaying: the requests the recording
+        lacked (`RecordingIndex.misses`). None otherwise."""
 
     # ----------------------------------------------------------------------------------- API
 
     async def reset(self, task: Task, *, seed: int | None = None, split: str = "train",
-                    episode_id: str = "") -> Observation:
+                    episode_id: str = "", record: RecordingStore | None = None,
+                    replay: ReplaySource | None = None) -> Observation:
         """Start `task` on a fresh session (closing any earlier one) and return the first observation.
 
         `seed` seeds the page where the task kind has randomness (MiniWoB; default: the task's
         ``env_seed``); `split` picks the horizon table; `episode_id` is shown to the policy (the
-        random policy seeds itself with it)."""
+        random policy seeds itself with it). `record`: record the session's network traffic, its
+        bodies into this store (`recording` holds the index once the session closes); `replay`:
+        serve the pages from a recording instead (`webgym_rollout.recording`)."""
         await self.close()
         kind = task_kind(task)
         kind.check(self.settings)
         self._forget()
         self.task, self.kind, self._episode_id = task, kind, episode_id
+        self._record = record
         self.horizon = kind.horizon(self.settings, split)
         request = kind.session_request(self.settings, task.env_seed if seed is None else seed)
-        self.session = await self._create_session(request)
+        self.session = await self._create_session(request, record=record is not None, replay=replay)
+        self._traffic = record is not None or replay is not None
         self._url, self._title = self.session.url, self.session.title
         self.instruction = await kind.setup(self.session)
         await self._take_screenshot()
@@ -192,7 +204,7 @@ class WebEnv:
             self.answer, terminated = agent_action.text, True
         elif agent_action is not None:
             began = time.perf_counter()
-            step.action_error = await self._execute(agent_action, (shot.width, shot.height))
+            step.action_error, step.popups = await self._execute(agent_action, (shot.width, shot.height))
             execute_s = time.perf_counter() - began
         truncated = not terminated and len(self.steps) >= self.horizon
         step.latency = Latency(policy_s=float(output.latency_s), execute_s=execute_s,
@@ -234,6 +246,12 @@ class WebEnv:
         self.done = True
         if session is None:
             return
+        if self._traffic:
+            self._traffic = False
+            try:
+                self.recording = await self._collect_recording(session)
+            except RolloutError as exc:  # a crashed session's recording is lost with it
+                log.info("reading the recording of session %s failed: %s", session.session_id, exc)
         try:
             await session.close()
         except RolloutError as exc:  # the server expires it anyway; nothing to do for the episode
@@ -257,13 +275,26 @@ class WebEnv:
                            title=self._title, history=tuple(self._rounds), elements=self._elements,
                            last_action_error=self._last_error, episode_id=self._episode_id)
 
-    async def _create_session(self, request: Any) -> BrowserSession:
+    async def _collect_recording(self, session: BrowserSession) -> RecordingIndex:
+        """The session's recording index; with a store, its bodies the store lacks are fetched."""
+        index = await session.recording()
+        if self._record is not None:
+            missing = [sha for sha in index.body_hashes if not self._record.has_body(sha)]
+            bodies = await session.recorded_bodies(missing)
+            store = self._record
+            await asyncio.to_thread(lambda: [store.put_body(sha, data) for sha, data in bodies.items()])
+        return index
+
+    async def _create_session(self, request: Any, *, record: bool = False,
+                              replay: ReplaySource | None = None) -> BrowserSession:
         deadline = time.monotonic() + self.settings.busy_wait_s
         delay = 0.2
         while True:
             try:
-                return await self.client.create_session(request.start_url, viewport=request.viewport,
-                                                         environment=request.environment, seed=request.seed)
+                return await self.client.create_session(
+                    request.start_url, viewport=request.viewport, environment=request.environment,
+                    seed=request.seed, record=record, replay=replay.options if replay else None,
+                    bodies=replay.body if replay else None)
             except ServerBusy:
                 # Every slot is taken (often by sessions of a killed run waiting for idle expiry):
                 # waiting is not a failure of this episode.
@@ -284,20 +315,21 @@ class WebEnv:
         self._elements = tuple(info.elements)
         self._url, self._title = info.url, info.title
 
-    async def _execute(self, action: AgentAction, viewport: tuple[int, int]) -> str:
-        """Carry out a page action; returns the agent-level error ("" when it went fine)."""
+    async def _execute(self, action: AgentAction, viewport: tuple[int, int]) -> tuple[str, tuple[str, ...]]:
+        """Carry out a page action; returns the agent-level error ("" when it went fine) and the URLs
+        of the popups the server closed (`Step.popups`)."""
         assert self.session is not None
         browser_action = action.to_browser_action(viewport)
         if browser_action is None:  # navigate
             try:
                 state = await self.session.navigate(action.url)
             except (NavigationRefused, SiteBlocked) as exc:
-                return str(exc)  # the agent chose a forbidden URL: its mistake, a no-op step
+                return str(exc), ()  # the agent chose a forbidden URL: its mistake, a no-op step
             self._url, self._title = state.url, state.title
-            return state.error
+            return state.error, ()
         result = await self.session.execute(BrowserAction(**browser_action))
         self._url, self._title = result.url, result.title
-        return result.error
+        return result.error, tuple(result.popups)
 
 
 async def _nothing() -> None:

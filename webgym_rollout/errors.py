@@ -13,8 +13,9 @@ data and come back as ``ExecuteResult(ok=False, error=...)`` instead. Retry deci
      │    ├── SessionNotFound          unknown or expired session id (HTTP 404)
      │    ├── BrowserCrashed           the session's page, context or browser process died (HTTP 502)
      │    ├── OperationTimeout         an operation ran past its bound: hung page, endless load (504)
-     │    ├── NavigationRefused        the URL guard refused a URL; names the URL (HTTP 403)
-     │    ├── SiteBlocked              the site is on the failure blocklist until it expires (HTTP 423)
+     │    ├── NavigationRefused        the URL guard or the egress proxy refused a URL; names it (403)
+     │    ├── SiteBlocked              the origin is on the failure blocklist until it expires or an
+     │    │                            operator lifts it (HTTP 423)
      │    ├── ServerBusy               an operation queue is full; transient, retry later (HTTP 429)
      │    ├── ServerUnavailable        no server answers / connection failed / 5xx (transient)
      │    ├── Unauthorized             missing or wrong bearer token (HTTP 401)
@@ -91,7 +92,8 @@ class OperationTimeout(BrowserError):
 
 
 class NavigationRefused(BrowserError):
-    """The URL guard refused a URL (scheme, private address, not allowlisted); names the URL."""
+    """The URL guard or the egress proxy refused a URL (scheme, private address or a name that
+    resolves to one, not allowlisted); names the URL."""
 
     kind = "navigation_refused"
     status_code = 403
@@ -102,7 +104,7 @@ class NavigationRefused(BrowserError):
 
 
 class SiteBlocked(BrowserError):
-    """The site failed repeatedly and is on the blocklist until its entry expires."""
+    """The origin failed repeatedly and is on the blocklist until its entry expires or is lifted."""
 
     kind = "site_blocked"
     status_code = 423

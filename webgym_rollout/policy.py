@@ -9,6 +9,8 @@
 - `RandomPolicy`: clicks the centre of a random interactive element or types words from the
   instruction; seeded, needs no model. It writes its replies in the agent protocol's format, so its
   successful episodes can bootstrap training and it benchmarks the rollout machinery alone.
+- `PixelRandomPolicy`: clicks a uniformly random point of the 0-1000 grid, with well-formed
+  replies; it reads nothing (no elements, no pixels): the floor a policy that learned must beat.
 
 A reply that does not parse is not an error here: `PolicyOutput.parsed` has ``action=None`` and the
 reason, and the runner records it as a no-op step. Failures of the endpoint raise::
@@ -46,7 +48,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors, Usage
 from webgym_core.settings import flat
-from webgym_rollout.actions import AgentAction, pixels_to_grid
+from webgym_rollout.actions import GRID_SIZE, AgentAction, pixels_to_grid
 from webgym_rollout.agent import (
     AgentSettings,
     Observation,
@@ -61,6 +63,7 @@ from webgym_rollout.errors import PolicyError
 
 __all__ = [
     "OpenAIPolicy",
+    "PixelRandomPolicy",
     "Policy",
     "PolicyOutput",
     "PolicyRejected",
@@ -107,7 +110,8 @@ class PolicyOutput:
     finish_reason: str = ""
     latency_s: float = 0.0
     policy_version: str = ""
-    """The checkpoint that produced the reply, as the endpoint named it (its reply's ``model``)."""
+    """The checkpoint that produced the reply, as the endpoint named it (its reply's
+    ``system_fingerprint`` when it sets one, e.g. the CPU policy server's ``v3``; else its ``model``)."""
     logprobs: tuple[float, ...] = ()
     """Log-probability of each reply token, when the endpoint returned them."""
 
@@ -184,8 +188,9 @@ class RandomPolicySettings:
 class PolicySettings:
     """Which policy plays, and how it is called (the ``--policy-*`` flags)."""
 
-    kind: Literal["random", "openai"] = "random"
-    """random (clicks element centres, types words of the instruction; no model) or openai (any
+    kind: Literal["random", "pixel_random", "openai"] = "random"
+    """random (clicks element centres, types words of the instruction; no model), pixel_random
+    (clicks uniformly random points of the 0-1000 grid; the floor of learning) or openai (any
     OpenAI-compatible chat endpoint: vLLM, the CPU policy server, an API)."""
     endpoint: Endpoint = flat(Endpoint)
     sampling: SamplingSettings = flat(SamplingSettings)
@@ -202,6 +207,8 @@ def make_policy(settings: PolicySettings) -> Policy:
     """The policy `settings` describe."""
     if settings.kind == "random":
         return RandomPolicy(settings.random, agent=settings.agent)
+    if settings.kind == "pixel_random":
+        return PixelRandomPolicy(settings.random, agent=settings.agent)
     return OpenAIPolicy(settings.endpoint, sampling=settings.sampling, agent=settings.agent)
 
 
@@ -263,7 +270,10 @@ class OpenAIPolicy:
             completion_tokens=(usage.completion_tokens or 0) if usage else 0,
             finish_reason=choice.finish_reason or "",
             latency_s=latency,
-            policy_version=str(getattr(completion, "model", "") or self.model_id),
+            # The weights' version when the server names it (the CPU policy server: ``v<N>``), else the
+            # model it answered as (a vLLM LoRA adapter per version: ``name-v<N>``).
+            policy_version=str(getattr(completion, "system_fingerprint", None)
+                               or getattr(completion, "model", "") or self.model_id),
             logprobs=_token_logprobs(choice),
         )
 
@@ -370,3 +380,38 @@ class RandomPolicy:
             if tag in _INTERACTIVE_TAGS or role in _INTERACTIVE_ROLES:
                 interactive.append((cx, cy, label))
         return interactive or visible
+
+
+class PixelRandomPolicy:
+    """Clicks a uniformly random point of the 0-1000 grid: the baseline of a policy that reads nothing.
+
+    Seeded like `RandomPolicy` (``RandomPolicySettings.seed``; the other fields do not apply): the
+    same (seed, episode, step) gives the same click. Replies are well formed, so its valid-action
+    rate is 100 % and its success rate is what blind clicking achieves on the page."""
+
+    model_id = "pixel_random"
+    observes_elements = False
+
+    def __init__(self, settings: RandomPolicySettings | None = None, *,
+                 agent: AgentSettings | None = None) -> None:
+        self.settings = settings or RandomPolicySettings()
+        self.agent = agent or AgentSettings()
+
+    async def act(self, observation: Observation) -> PolicyOutput:
+        started = time.perf_counter()
+        rng = random.Random(f"pixel|{self.settings.seed}|{observation.episode_id}|{observation.instruction}|"
+                            f"{observation.step}")
+        point = (rng.randint(0, GRID_SIZE), rng.randint(0, GRID_SIZE))
+        action = AgentAction(name="left_click", coordinate=point)
+        response = format_response(action, variant=self.agent.variant,
+                                   memory="Nothing recorded (random clicks).",
+                                   progress=f"Step {observation.step}.", intention="Click a random point.")
+        return PolicyOutput(
+            response=response,
+            parsed=parse_response(response, self.agent.variant),
+            messages=build_messages(observation, self.agent),
+            model=self.model_id,
+            finish_reason="stop",
+            latency_s=time.perf_counter() - started,
+            policy_version=self.model_id,
+        )

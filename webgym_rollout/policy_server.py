@@ -13,10 +13,13 @@ to vLLM in production, so tests, the demo and the CPU RL loop need no GPU:
   repetition penalty) come from the checkpoint's generation_config, as in vLLM. ``max_tokens`` is
   capped at ``--max-new-tokens``.
 - ``GET /v1/models``: the served model name, with the checkpoint it currently runs as ``root``.
-- ``POST /reload {"model": DIR}``: load another checkpoint and swap it in without a restart; the
-  served model name stays the same. A request already handed to the model finishes on the old one;
-  a failed load leaves the old model serving.
-- ``GET /health``: liveness, the checkpoint, and counters.
+- ``POST /reload {"model": DIR, "version": N}``: load another checkpoint and swap it in without a
+  restart; the served model name stays the same. A request already handed to the model finishes on
+  the old one; a failed load leaves the old model serving. ``version`` (an integer the trainer
+  publishes; default: the previous one + 1) names the weights: every chat reply carries the version
+  that produced it as ``system_fingerprint`` (``v<N>``; the first checkpoint is ``v0``, or
+  ``--policy-version``), so a trajectory step knows which weights wrote it.
+- ``GET /health``: liveness, the checkpoint, its version, the server's process id, and counters.
 
 Generation runs in one worker thread (one request at a time, in arrival order), so the event loop
 keeps accepting requests and answering ``/health`` while the model works. The checkpoint is loaded
@@ -46,6 +49,7 @@ import contextlib
 import functools
 import io
 import logging
+import os
 import socket
 import threading
 import time
@@ -73,6 +77,7 @@ __all__ = [
     "PolicyUnauthorized",
     "ReloadFailed",
     "create_app",
+    "version_fingerprint",
     "running_policy_server",
     "serve_policy_command",
 ]
@@ -139,8 +144,12 @@ class PolicyServerSettings:
     """Smallest image area after resizing (default: the checkpoint's value)."""
     max_pixels: int | None = None
     """Largest image area after resizing (default: the checkpoint's value)."""
+    policy_version: int = 0
+    """Version of --model (replies say ``system_fingerprint: v<N>``); /reload sets the next ones."""
 
     def __post_init__(self) -> None:
+        if self.policy_version < 0:
+            raise ValueError(f"policy_version: must be >= 0, got {self.policy_version}")
         if not self.model:
             raise ValueError("model: a checkpoint folder or Hub model id is required")
         if not 0 <= self.port <= 65535:
@@ -242,6 +251,8 @@ class ChatCompletionResponse(BaseModel):
     object: Literal["chat.completion"] = "chat.completion"
     created: int
     model: str
+    system_fingerprint: str
+    """``v<N>``: the version of the weights that produced this reply (`version_fingerprint`)."""
     choices: list[Choice]
     usage: Usage
 
@@ -262,12 +273,16 @@ class ModelList(BaseModel):
 class ReloadRequest(BaseModel):
     model: str
     revision: str | None = None
+    version: int | None = Field(None, ge=0)
+    """The version of the new weights (default: the serving version + 1)."""
 
 
 class ReloadResponse(BaseModel):
     model: str
     checkpoint: str
     previous_checkpoint: str
+    version: int
+    previous_version: int
     load_s: float
 
 
@@ -275,8 +290,16 @@ class HealthResponse(BaseModel):
     status: Literal["ok"] = "ok"
     model: str
     checkpoint: str
+    version: int
+    pid: int
+    """The server's process id (a reload keeps it: the weights are swapped, the process stays)."""
     requests_served: int
     reloads: int
+
+
+def version_fingerprint(version: int) -> str:
+    """The ``system_fingerprint`` of replies produced by weights of `version` (``v3``)."""
+    return f"v{version}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,6 +313,7 @@ class _Policy:
     checkpoint: str
     model: Any
     processor: Any
+    version: int = 0
     loaded_at: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -302,7 +326,8 @@ class _Generation:
     logprobs: list[TokenLogprob] | None
 
 
-def _load_policy(settings: PolicyServerSettings, checkpoint: str, revision: str | None) -> _Policy:
+def _load_policy(settings: PolicyServerSettings, checkpoint: str, revision: str | None,
+                 version: int) -> _Policy:
     import torch
 
     from webgym_rollout.modeling import load_model, load_processor
@@ -312,7 +337,7 @@ def _load_policy(settings: PolicyServerSettings, checkpoint: str, revision: str 
                                max_pixels=settings.max_pixels)
     model = load_model(checkpoint, revision=revision, dtype=dtype).to(settings.device)
     logger.info("loaded %s on %s", checkpoint, settings.device)
-    return _Policy(checkpoint=checkpoint, model=model, processor=processor)
+    return _Policy(checkpoint=checkpoint, model=model, processor=processor, version=version)
 
 
 def _decode_image_url(url: str, where: str):
@@ -449,7 +474,7 @@ class _PolicyService:
 
     def __init__(self, settings: PolicyServerSettings):
         self.settings = settings
-        self.policy = _load_policy(settings, settings.model, settings.revision)
+        self.policy = _load_policy(settings, settings.model, settings.revision, settings.policy_version)
         # One worker: generation is serialised, and the event loop never runs model code.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy-generate")
         self._reload_lock = asyncio.Lock()
@@ -478,6 +503,7 @@ class _PolicyService:
         self.requests_served += 1
         return ChatCompletionResponse(
             id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=request.model,
+            system_fingerprint=version_fingerprint(policy.version),
             choices=[Choice(message=AssistantMessage(content=result.text), finish_reason=result.finish_reason,
                             logprobs=ChoiceLogprobs(content=result.logprobs) if result.logprobs is not None
                             else None)],
@@ -489,18 +515,22 @@ class _PolicyService:
         from webgym_rollout.modeling import ModelingError
 
         async with self._reload_lock:
-            previous = self.policy.checkpoint
+            previous, previous_version = self.policy.checkpoint, self.policy.version
+            version = previous_version + 1 if request.version is None else request.version
             started = time.perf_counter()
             try:
-                policy = await asyncio.to_thread(_load_policy, self.settings, request.model, request.revision)
+                policy = await asyncio.to_thread(_load_policy, self.settings, request.model, request.revision,
+                                                 version)
             except (ModelingError, OSError, ValueError) as exc:
                 raise ReloadFailed(f"cannot load {request.model!r}; still serving {previous!r}: "
                                    f"{exc}") from exc
+            # One reference swap: a generation already running holds the old `_Policy` to its end.
             self.policy = policy
             self.reloads += 1
-            logger.info("reloaded: %s -> %s", previous, request.model)
+            logger.info("reloaded: %s (v%d) -> %s (v%d)", previous, previous_version, request.model, version)
             return ReloadResponse(model=self.settings.name, checkpoint=request.model,
-                                  previous_checkpoint=previous, load_s=time.perf_counter() - started)
+                                  previous_checkpoint=previous, version=version,
+                                  previous_version=previous_version, load_s=time.perf_counter() - started)
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
@@ -558,8 +588,10 @@ def create_app(settings: PolicyServerSettings):
 
     @app.get("/health", response_model=HealthResponse)
     async def health() -> HealthResponse:
-        return HealthResponse(model=settings.name, checkpoint=service.policy.checkpoint,
-                              requests_served=service.requests_served, reloads=service.reloads)
+        policy = service.policy
+        return HealthResponse(model=settings.name, checkpoint=policy.checkpoint, version=policy.version,
+                              pid=os.getpid(), requests_served=service.requests_served,
+                              reloads=service.reloads)
 
     return app
 

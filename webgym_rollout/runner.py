@@ -65,11 +65,15 @@ from webgym_rollout.errors import (
     NavigationRefused,
     PolicyError,
     RolloutError,
+    ServerUnavailable,
     SiteBlocked,
     Unauthorized,
 )
+from webgym_rollout.fleet import FleetSettings
 from webgym_rollout.judge import JudgeRequest, JudgeSettings, make_judge
 from webgym_rollout.policy import PolicySettings, make_policy
+from webgym_rollout.recording import RecordingStore, RecordSettings, ReplayLibrary
+from webgym_rollout.sampler import SamplerSettings, TaskSampler
 from webgym_rollout.tasks import task_kind
 from webgym_rollout.trajectory import Episode, EpisodeStatus, TaskOutcome, TrajectoryError
 
@@ -87,7 +91,9 @@ class RolloutSettings:
     attempts: int = 1
     """Episodes per task (independent attempts, e.g. for RL)."""
     mode: Literal["async", "sync"] = "async"
-    """async (no barriers) or sync (lockstep batches, the baseline for comparison)."""
+    """async (no barriers) or sync (lockstep batches, the baseline for comparison). In `webgym-rl
+    loop` it chooses the loop instead: sync (roll out, train, evaluate in turn) or async (rollouts and
+    training at once, bounded by --max-staleness)."""
     batch_size: int = 8
     """Sync mode: episodes per lockstep batch."""
     session_retries: int = 2
@@ -117,19 +123,29 @@ class RunSettings:
     out: Path | None = None
     """Output folder of the trajectory dataset (parquet shards + manifest)."""
     split: Literal["train", "test"] = "train"
-    """Which split of a task folder to run; also picks the horizon table."""
-    limit: int | None = None
-    """Run only the first N tasks (after the split is chosen)."""
+    """Which split of a task folder to run."""
+    horizon_table: Literal["split", "train", "test"] = "split"
+    """Step budgets: the split's own table (train or test horizons), or one table for every task
+    (evaluations use the test horizons whatever the split)."""
     resume: bool = False
     """Continue an interrupted run in --out: skip the episodes its manifest already lists."""
+    skip_invalid: bool = False
+    """Run the valid task rows and record the invalid ones in the run's manifest (default: stop
+    and list every invalid row)."""
     iteration: int = 0
     """RL iteration number written into every episode."""
     browser_token: str | None = field(default=None, metadata={"env": "WEBGYM_BROWSER_TOKEN"})
     """Bearer token of the browser servers (needed when they bind a non-loopback address)."""
     progress: bool = True
     """Show live progress on the terminal."""
+    fleet: FleetSettings = flat(FleetSettings)
+    """A browser fleet on Ray (--fleet NAME --ray-address ADDR) instead of --servers."""
     rollout: RolloutSettings = flat(RolloutSettings)
     env: EnvSettings = flat(EnvSettings)
+    traffic: RecordSettings = flat(RecordSettings)
+    """Record each episode's network traffic (--record), or replay a recorded run (--replay RUN)."""
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    """Which tasks of the split this run plays (its batch is the one of iteration --iteration)."""
     policy: PolicySettings = field(default_factory=PolicySettings)
     judge: JudgeSettings = field(default_factory=JudgeSettings)
 
@@ -138,10 +154,15 @@ class RunSettings:
             raise ValueError("tasks: a task file or folder is required")
         if self.out is None:
             raise ValueError("out: an output folder is required")
-        if not self.servers:
-            raise ValueError("servers: at least one browser server URL is needed")
-        if self.limit is not None and self.limit < 0:
-            raise ValueError(f"limit: must be >= 0, got {self.limit}")
+        if not self.servers and not self.fleet.enabled:
+            raise ValueError("servers: at least one browser server URL is needed (or --fleet NAME)")
+        if self.servers and self.fleet.enabled:
+            raise ValueError(f"servers: give browser server URLs or --fleet {self.fleet.fleet}, not both")
+
+    @property
+    def horizon_split(self) -> str:
+        """The split whose horizon table the episodes use."""
+        return self.split if self.horizon_table == "split" else self.horizon_table
 
 
 def episode_id(task_id: str, attempt: int, iteration: int) -> str:
@@ -197,6 +218,12 @@ class _Context:
     client: Any
     policy: Any
     stats: _Stats
+    server_failed: Callable[[], Awaitable[None]] | None = None
+    """Called when a browser server fails (a fleet then asks for its live servers again)."""
+    recordings: RecordingStore | None = None
+    """Where recorded traffic goes (--record)."""
+    replay: ReplayLibrary | None = None
+    """The recorded run the episodes replay (--replay)."""
 
 
 class _Episode:
@@ -219,8 +246,11 @@ class _Episode:
     async def observe(self) -> None:
         """Open the session and take the first observation, unless the episode has one."""
         if self._observation is None:
-            self._observation = await self.env.reset(self.job.task, split=self.ctx.settings.split,
-                                                     episode_id=self.job.episode_id)
+            replay = self.ctx.replay
+            self._observation = await self.env.reset(
+                self.job.task, split=self.ctx.settings.horizon_split, episode_id=self.job.episode_id,
+                record=self.ctx.recordings,
+                replay=replay.source_for(self.job.task.task_id, self.job.attempt) if replay else None)
 
     async def decide(self) -> None:
         """Ask the policy for this step's action."""
@@ -253,6 +283,8 @@ class _Episode:
             raise  # every episode would fail the same way: stop the run
         except BrowserError as exc:
             await self.env.close()
+            if isinstance(exc, ServerUnavailable) and self.ctx.server_failed is not None:
+                await self.ctx.server_failed()
             if isinstance(exc, _FINAL_BROWSER_ERRORS) or self.retries_left <= 0:
                 await self._finish(EpisodeStatus.for_error(exc.kind))
             else:
@@ -302,7 +334,7 @@ class _Finisher:
 
     def submit(self, ep: _Episode) -> None:
         self.stats.judging += 1
-        task = asyncio.create_task(self._finish(ep.episode(self.policy_model)),
+        task = asyncio.create_task(self._finish(ep.episode(self.policy_model), ep),
                                    name=f"judge-{ep.job.episode_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -311,8 +343,12 @@ class _Finisher:
         while self._tasks:
             await asyncio.gather(*list(self._tasks))
 
-    async def _finish(self, episode: Episode) -> None:
+    async def _finish(self, episode: Episode, ep: _Episode | None = None) -> None:
         episode.judge_model = getattr(self.judge, "model_id", "")
+        recordings = ep.ctx.recordings if ep is not None else None
+        if recordings is not None and ep.env.recording is not None:
+            # Written before the shard that lists the episode: a listed episode has its recording.
+            episode.recording = recordings.write_index(episode.episode_id, ep.env.recording)
         try:
             if not episode.status.is_error:
                 began = time.perf_counter()
@@ -467,10 +503,32 @@ class RunReport:
     elapsed_s: float
     session_retries: int
     parse_errors: int
+    invalid_rows: int = 0
+    """Task rows left out as invalid (--skip-invalid; listed in the run's manifest)."""
 
     @property
     def steps_per_s(self) -> float:
         return self.steps / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@contextlib.asynccontextmanager
+async def _browser_client(settings: RunSettings):
+    """The client of the run's browser servers: --servers, or the live servers of a --fleet, asked
+    again whenever one fails; yields (client, the callback for a failed server or None)."""
+    from webgym_rollout.browser.client import BrowserClient
+
+    if not settings.fleet.enabled:
+        async with BrowserClient(list(settings.servers), token=settings.browser_token) as client:
+            yield client, None
+        return
+    from webgym_rollout.fleet import FleetEndpoints
+
+    async with FleetEndpoints(settings.fleet) as fleet, \
+            BrowserClient(fleet.urls, token=settings.browser_token or fleet.token) as client:
+        async def server_failed() -> None:
+            await fleet.refresh(client)
+
+        yield client, server_failed
 
 
 def _jobs(tasks: Sequence[Task], settings: RunSettings, is_done: Callable[[str, int], bool]
@@ -492,10 +550,14 @@ async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None) -
     latency). A policy that reads the page's interactive elements says so with
     ``observes_elements = True`` (the random policy does): each step then reads them too.
     """
-    from webgym_rollout.browser.client import BrowserClient
     from webgym_rollout.dataset import TrajectoryWriter
 
-    tasks = load_tasks(settings.tasks, split=settings.split, limit=settings.limit)  # type: ignore[arg-type]
+    loaded = load_tasks(settings.tasks, split=settings.split, skip_invalid=settings.skip_invalid)  # type: ignore[arg-type]
+    for error in loaded.invalid:
+        log.warning("skipping an invalid task row: %s", error)
+    sampler = TaskSampler(loaded, settings.sampler)
+    tasks = sampler.batch(settings.iteration)
+    log.info("%d of %d tasks this run (%s sampler)", len(tasks), len(sampler.tasks), settings.sampler.kind)
     for task in tasks:
         try:
             task_kind(task).check(settings.env)
@@ -509,15 +571,20 @@ async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None) -
     run_info = {"policy": getattr(policy, "model_id", ""), "judge": getattr(judge, "model_id", ""),
                 "mode": settings.rollout.mode, "tasks": str(settings.tasks), "split": settings.split,
                 "attempts": settings.rollout.attempts, "iteration": settings.iteration,
-                "seed": settings.policy.random.seed}
+                "seed": settings.policy.random.seed, "tasks_played": len(tasks),
+                "invalid_task_rows": [error.to_dict() for error in loaded.invalid],
+                "record": settings.traffic.record, "replay": settings.traffic.replay or ""}
+    replay = (ReplayLibrary.open(settings.traffic.replay, live_fallback=settings.traffic.replay_live_fallback)
+              if settings.traffic.replay else None)
     with TrajectoryWriter(settings.out, resume=settings.resume,  # type: ignore[arg-type]
                           max_shard_episodes=settings.rollout.shard_episodes, run_info=run_info) as writer:
         jobs, skipped = _jobs(tasks, settings, writer.is_done)
         stats.total = len(jobs)
         if skipped:
             log.info("resume: %d episodes are already in %s; %d to go", skipped, settings.out, len(jobs))
-        async with BrowserClient(list(settings.servers), token=settings.browser_token) as client:
-            ctx = _Context(settings, env_settings, client, policy, stats)
+        async with _browser_client(settings) as (client, server_failed):
+            ctx = _Context(settings, env_settings, client, policy, stats, server_failed, replay=replay,
+                           recordings=RecordingStore(settings.out) if settings.traffic.record else None)
             finisher = _Finisher(settings, judge, writer, stats, getattr(policy, "model_id", ""))
             stats.started = time.monotonic()  # steps/s counts from here, not from loading the tasks
             watcher = asyncio.create_task(_watch(stats, settings, client))
@@ -536,6 +603,7 @@ async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None) -
                     if close is not None:
                         await close()
     return RunReport(out=settings.out, episodes=stats.done, skipped=skipped,  # type: ignore[arg-type]
+                     invalid_rows=len(loaded.invalid),
                      steps=stats.steps, successes=stats.successes, errors=dict(stats.errors),
                      elapsed_s=stats.elapsed, session_retries=stats.session_retries,
                      parse_errors=stats.parse_errors)
@@ -564,6 +632,15 @@ def run_command(config: str | None, **flags: Any) -> None:
           --policy openai --policy-base-url http://127.0.0.1:8500/v1 --policy-model qwen \\
           --policy-temperature 0 --judge rubric --judge-base-url http://127.0.0.1:8001/v1 \\
           --judge-model judge --out out/eval --resume
+      # 64 tasks of one benchmark, a new random batch per --iteration (without replacement):
+      webgym-rollout run --tasks out/tasks --servers http://127.0.0.1:8300 --sampler epoch \\
+          --sampler-batch-size 64 --sampler-benchmarks deepshop --iteration 3 --out out/iter-3
+      # record every episode's traffic once; later checkpoints replay the same web offline:
+      webgym-rollout run --tasks out/tasks --split test --servers http://127.0.0.1:8300 \\
+          --policy random --record --out out/eval-recorded
+      webgym-rollout run --tasks out/tasks --split test --servers http://127.0.0.1:8300 \\
+          --policy openai --policy-base-url http://127.0.0.1:8500/v1 --policy-model qwen \\
+          --replay out/eval-recorded --out out/eval-replayed
     """
     try:
         settings = load_settings(RunSettings, config, flags)
@@ -574,6 +651,7 @@ def run_command(config: str | None, **flags: Any) -> None:
     except (TaskValidationError, TrajectoryError, Unauthorized, SettingsError) as exc:
         raise click.ClickException(str(exc)) from exc
     errors = ", ".join(f"{k} {n}" for k, n in sorted(report.errors.items())) or "none"
-    click.echo(f"{report.episodes} episodes ({report.skipped} already done), {report.steps} steps in "
-               f"{report.elapsed_s:.1f} s ({report.steps_per_s:.2f} steps/s); reward 1: "
+    invalid = f"; {report.invalid_rows} invalid task rows skipped" if report.invalid_rows else ""
+    click.echo(f"{report.episodes} episodes ({report.skipped} already done{invalid}), {report.steps} steps "
+               f"in {report.elapsed_s:.1f} s ({report.steps_per_s:.2f} steps/s); reward 1: "
                f"{report.successes}/{report.episodes}; errors: {errors} -> {report.out}")

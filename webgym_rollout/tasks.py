@@ -85,9 +85,14 @@ class TaskKind:
         return None
 
     def horizon(self, settings: EnvSettings, split: str) -> int:
-        """The step budget: the horizon table of `split`, indexed by the task's difficulty level."""
+        """The step budget: the horizon table of `split`, indexed by the task's difficulty level. A
+        task of unknown difficulty (no rubric, no seed label) gets the table's longest budget: too
+        short a budget would fail a hard task for want of steps."""
         table = settings.test_horizons if split == "test" else settings.train_horizons
-        return table[DIFFICULTY_LEVELS.index(self.task.difficulty_level)]
+        level = self.task.difficulty_level
+        if level not in DIFFICULTY_LEVELS:  # "unknown"
+            return max(table)
+        return table[DIFFICULTY_LEVELS.index(level)]
 
     # ------------------------------------------------------------ server side (BrowserPool)
 

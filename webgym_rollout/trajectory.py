@@ -16,10 +16,12 @@ text the policy returned: the training target.
 
 Schema versions
 ---------------
-1.2 (written now) adds, per step, the policy version that produced it and the response's token
-log-probabilities as the endpoint returned them, and per episode the environment's own outcome
-(`TaskOutcome`). Shards are named after the run that wrote them. Schema 1.1 datasets are read
-unchanged: the new fields take their defaults.
+1.2 adds, per step, the policy version that produced it and the response's token log-probabilities
+as the endpoint returned them, and per episode the environment's own outcome (`TaskOutcome`).
+Shards are named after the run that wrote them. 1.3 (written now) adds, per step, the popups the
+browser server closed (`Step.popups`) and, per episode, the task's `seed_difficulty_level` and
+`rubric_source`. Schema 1.1 and 1.2 datasets are read unchanged: the new fields take their
+defaults.
 
 Exceptions: `TrajectoryError` (a `RolloutError`) for a source that is not a trajectory dataset or a
 row that does not fit the contract; the message names the source, shard or episode.
@@ -64,15 +66,15 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TRAJECTORY_SCHEMA_VERSION = "1.2"
-READABLE_SCHEMA_VERSIONS = ("1.1", "1.2")
+TRAJECTORY_SCHEMA_VERSION = "1.3"
+READABLE_SCHEMA_VERSIONS = ("1.1", "1.2", "1.3")
 MANIFEST = "manifest.json"
 
 # The task fields a trajectory row carries (the rest of a task row, e.g. its provenance, stays in
 # the task set): their features come from the task contract.
 TASK_COLUMNS = ("task_id", "task_name", "website", "start_url", "benchmark_name", "domain", "subdomain",
-                "difficulty", "difficulty_level", "evaluator_reference", "definite_answer", "parent_task_id",
-                "environment", "env_seed")
+                "difficulty", "difficulty_level", "seed_difficulty_level", "rubric_source",
+                "evaluator_reference", "definite_answer", "parent_task_id", "environment", "env_seed")
 
 
 class TrajectoryError(RolloutError):
@@ -225,6 +227,10 @@ class Step:
     logprobs: tuple[float, ...] = ()
     """Log-probability of each reply token as the endpoint returned it; empty if it returned none
     (schema 1.2)."""
+    popups: tuple[str, ...] = ()
+    """URLs of the pages (popups, new tabs) opened since the previous action, by this action or by
+    the page on its own, that the browser server closed at once: a session has one page
+    (`webgym_rollout.browser.protocol.ExecuteResult.popups`); empty in rows written before it."""
 
     def __post_init__(self) -> None:
         if self.screenshot and not self.screenshot_sha256:
@@ -279,6 +285,10 @@ class Episode:
     """Seconds from the start to the end of the episode (judging not included)."""
     judge_s: float = 0.0
     """Seconds the judge took."""
+    recording: str = ""
+    """Where the episode's recorded network traffic is, relative to the dataset folder
+    (``recordings/episodes/<episode_id>.json``, `webgym_rollout.recording`); "" when the run did not
+    record (and in rows written before it)."""
     steps: list[Step] = field(default_factory=list)
     """The steps, in order."""
 
@@ -310,7 +320,7 @@ class Episode:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Episode:
-        """An episode from a stored row (schema 1.1 or 1.2; screenshots as bytes, ``{"bytes", "path"}``
+        """An episode from a stored row (schema 1.1 to 1.3; screenshots as bytes, ``{"bytes", "path"}``
         or PIL images). Raises `TrajectoryError` naming the episode when the row does not fit."""
         episode = row.get("episode_id") or "(no episode_id)"
         try:
@@ -620,5 +630,6 @@ def read_episodes(source: str | Path, *, split: str | None = None,
         version = HfApi().dataset_info(repo_id, revision=revision).sha or revision
     except Exception:  # the version is informative only; the data did load
         version = revision
-    schema = "1.2" if "outcome" in dataset.column_names else "1.1"
+    columns = dataset.column_names
+    schema = "1.3" if "rubric_source" in columns else "1.2" if "outcome" in columns else "1.1"
     return TrajectorySet(repo_id, version, schema, dataset=dataset)

@@ -1,9 +1,13 @@
 """``webgym-rollout view OUT``: a static HTML report of a trajectory dataset.
 
-Per episode: the task, status, reward, final answer and the judge's verdicts; per step: the
-screenshot with the click point marked, the action (or the parse/action error), the memory, the
-URL and title, and the raw reply (folded). Screenshots are written as files next to the HTML
-(``report_files/``), so the report opens from disk or any static file server, with no script.
+The page opens with an index: a table of the episodes (task, benchmark, difficulty, reward, status,
+steps), each linking to its section below, sortable by any column (click its heading) and
+filtered by benchmark, difficulty level, status, outcome and a text search. A small inline script
+does the sorting and filtering; without it the table and its links still work. Then per episode:
+the task, status, reward, final answer and the judge's verdicts; per step: the screenshot with the
+click point marked, the action (or the parse/action error), the memory, the URL and title, and the
+raw reply (folded). Screenshots are written as files next to the HTML (``report_files/``), so the
+report opens from disk or any static file server.
 """
 
 from __future__ import annotations
@@ -38,6 +42,59 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 .memory { color: #555; white-space: pre-wrap; }
 .same { color: #888; font-style: italic; }
 pre { white-space: pre-wrap; font-size: 12px; background: #f6f8fa; padding: .5em; }
+.filters { margin: .5em 0; display: flex; flex-wrap: wrap; gap: .6em; align-items: center; }
+table.index { border-collapse: collapse; }
+table.index th, table.index td { border-bottom: 1px solid #ddd; padding: 2px 12px 2px 0; text-align: left; }
+table.index td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.index th button { font: inherit; font-weight: 600; border: 0; background: none; padding: 0;
+                        cursor: pointer; }
+table.index th[aria-sort=ascending] button::after { content: " \\25B2"; }
+table.index th[aria-sort=descending] button::after { content: " \\25BC"; }
+"""
+
+# Sorting and filtering of the index. Reads only data-* attributes and sets `hidden`; never writes
+# markup, so text from the data cannot become script.
+_INDEX_SCRIPT = """
+(function () {
+  const table = document.querySelector("table.index");
+  if (!table) return;
+  const body = table.tBodies[0];
+  const rows = Array.from(body.rows);
+  const controls = document.querySelector(".filters");
+  const shown = document.getElementById("shown");
+  controls.hidden = false;
+  function value(row, key) { return row.cells[Number(key)].dataset.value; }
+  table.querySelectorAll("th[data-column]").forEach(function (th) {
+    th.querySelector("button").addEventListener("click", function () {
+      const up = th.getAttribute("aria-sort") !== "ascending";
+      table.querySelectorAll("th[data-column]").forEach(function (o) { o.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", up ? "ascending" : "descending");
+      const numeric = th.dataset.type === "number";
+      const sign = up ? 1 : -1;
+      const sorted = rows.slice().sort(function (a, b) {
+        const x = value(a, th.dataset.column), y = value(b, th.dataset.column);
+        const order = numeric ? Number(x) - Number(y) : x.localeCompare(y);
+        return sign * order || Number(a.dataset.n) - Number(b.dataset.n);
+      });
+      sorted.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+  function filter() {
+    const text = document.getElementById("filter-text").value.trim().toLowerCase();
+    const wanted = {};
+    controls.querySelectorAll("select").forEach(function (s) { wanted[s.dataset.key] = s.value; });
+    let count = 0;
+    rows.forEach(function (row) {
+      let keep = !text || row.dataset.task.includes(text);
+      for (const key in wanted) { if (wanted[key] && row.dataset[key] !== wanted[key]) keep = false; }
+      row.hidden = !keep;
+      count += keep;
+    });
+    shown.textContent = count + " of " + rows.length + " episodes shown";
+  }
+  controls.addEventListener("input", filter);
+  controls.addEventListener("change", filter);
+})();
 """
 
 
@@ -108,6 +165,61 @@ def _episode_html(episode: Episode, number: int, assets: Path) -> str:
             f"<div class='steps'>{''.join(steps_html)}</div></section>")
 
 
+# The index's columns: (heading, sorts as numbers); the row cells below follow this order.
+_INDEX_COLUMNS = (("#", True), ("task", False), ("benchmark", False), ("difficulty", True), ("reward", True),
+                  ("status", False), ("steps", True))
+
+
+def _index_row(episode: Episode, number: int) -> dict[str, Any]:
+    task = episode.task
+    return {"n": number, "task": task.task_name, "benchmark": task.benchmark_name,
+            "level": task.difficulty_level, "difficulty": task.difficulty, "reward": episode.reward,
+            "status": episode.status.value, "steps": episode.num_steps,
+            "outcome": "success" if episode.success else "failure"}
+
+
+_LEVEL_ORDER = {"easy": 0, "medium": 1, "hard": 2, "unknown": 3}
+
+
+def _select(key: str, label: str, values: list[str]) -> str:
+    ordered = sorted(set(values), key=lambda v: (_LEVEL_ORDER.get(v, len(_LEVEL_ORDER)), v))
+    options = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in ordered)
+    return (f"<label>{_e(label)} <select id='filter-{key}' data-key='{key}'>"
+            f"<option value=''>all</option>{options}</select></label>")
+
+
+def _index_html(rows: list[dict[str, Any]]) -> str:
+    """The episode table: one row per episode linking to its section, with sort keys and filter
+    values in data-* attributes for the inline script."""
+    head = "".join(f"<th data-column='{i}' data-type='{'number' if numeric else 'text'}'>"
+                   f"<button type='button'>{_e(heading)}</button></th>"
+                   for i, (heading, numeric) in enumerate(_INDEX_COLUMNS))
+    body = []
+    for row in rows:
+        cells = [
+            f"<td class='num' data-value='{row['n']}'>{row['n']}</td>",
+            f"<td data-value='{_e(row['task'])}'><a href='#episode-{row['n']}'>{_e(row['task'])}</a></td>",
+            f"<td data-value='{_e(row['benchmark'])}'>{_e(row['benchmark'])}</td>",
+            f"<td class='num' data-value='{row['difficulty']}'>{_e(row['level'])} ({row['difficulty']})</td>",
+            f"<td class='num' data-value='{row['reward']}'>{row['reward']:g}</td>",
+            f"<td data-value='{_e(row['status'])}'>{_e(row['status'])}</td>",
+            f"<td class='num' data-value='{row['steps']}'>{row['steps']}</td>",
+        ]
+        body.append(f"<tr data-n='{row['n']}' data-task='{_e(str(row['task']).lower())}' "
+                    f"data-benchmark='{_e(row['benchmark'])}' data-level='{_e(row['level'])}' "
+                    f"data-status='{_e(row['status'])}' data-outcome='{row['outcome']}'>"
+                    f"{''.join(cells)}</tr>")
+    filters = ("<div class='filters' hidden><label>task <input type='search' id='filter-text' "
+               "placeholder='words in the task'></label>"
+               + _select("benchmark", "benchmark", [r["benchmark"] for r in rows])
+               + _select("level", "difficulty", [r["level"] for r in rows])
+               + _select("status", "status", [r["status"] for r in rows])
+               + _select("outcome", "outcome", [r["outcome"] for r in rows])
+               + f"<span id='shown'>{len(rows)} of {len(rows)} episodes shown</span></div>")
+    return (f"<section id='index'><h2>Episodes</h2>{filters}<table class='index'><thead><tr>{head}</tr>"
+            f"</thead><tbody>{''.join(body)}</tbody></table></section>")
+
+
 def render_report(out_dir: str | Path, html_path: str | Path | None = None, *,
                   limit: int | None = None) -> Path:
     """Write the HTML report of the dataset in `out_dir` (default ``OUT/report.html``); returns its path."""
@@ -116,11 +228,12 @@ def render_report(out_dir: str | Path, html_path: str | Path | None = None, *,
     assets = html_path.with_name(f"{html_path.stem}_files")
     assets.mkdir(parents=True, exist_ok=True)
     read_manifest(out_dir)  # a rollout folder: say so plainly when it is not one
-    sections, n, successes = [], 0, 0
+    sections, index, n, successes = [], [], 0, 0
     for episode in read_episodes(out_dir):
         if limit is not None and n >= limit:
             break
         sections.append(_episode_html(episode, n, assets))
+        index.append(_index_row(episode, n))
         n += 1
         successes += episode.success
     title = f"WebGym trajectories: {out_dir.name}"
@@ -128,7 +241,7 @@ def render_report(out_dir: str | Path, html_path: str | Path | None = None, *,
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
             f"<style>{_STYLE}</style></head><body><h1>{_e(title)}</h1>"
             f"<p class='summary' data-episodes='{n}'>{n} episodes, success rate {rate}</p>"
-            + "".join(sections) + "</body></html>")
+            + _index_html(index) + "".join(sections) + f"<script>{_INDEX_SCRIPT}</script></body></html>")
     html_path.parent.mkdir(parents=True, exist_ok=True)
     html_path.write_text(page, encoding="utf-8")
     logger.info("wrote %s (%d episodes)", html_path, n)

@@ -109,32 +109,51 @@ def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
     assert seeds == {s["task_id"] for s in sample}
     miniwob = [r for r in rows if r["environment"].startswith("miniwob:")]
     assert sorted((r["environment"], r["env_seed"]) for r in miniwob) == sorted(
-        (f"miniwob:{name}", seed) for name in ("click-test", "click-test-2") for seed in (0, 1))
+        (f"miniwob:{name}", seed) for name in ("click-test", "focus-text") for seed in (0, 1))
     assert summary["tasks"]["subtasks"] == sum(1 for r in rows if r["parent_task_id"]) > 0
 
-    for name, key in (("trajectories (random)", "random"), ("trajectories (trained)", "trained")):
-        episodes = _load(folders[name], cache, split="train")
+    # The baselines and the trained policy played the same held-out seeds, none of them a training seed.
+    heldout = summary["tasks"]["miniwob_heldout"]
+    played = {}
+    for name, key, split, model in (
+            ("trajectories (bootstrap)", "bootstrap", "train", "random"),
+            ("trajectories (pixel-random)", "pixel_random", "test", "pixel_random"),
+            ("trajectories (DOM-aware random)", "dom_random", "test", "random"),
+            ("trajectories (trained)", "trained", "test", "tiny-qwen3vl")):
+        episodes = _load(folders[name], cache, split=split)
         measured = summary["rollouts"][key]
-        assert measured["episodes"] == len(episodes) == summary["tasks"]["miniwob_train"]
+        assert measured["episodes"] == len(episodes) == (
+            summary["tasks"]["miniwob_train"] if key == "bootstrap" else heldout)
         assert measured["successes"] == sum(r >= 1.0 for r in episodes["reward"])
         assert measured["steps"] == sum(episodes["num_steps"])
         assert measured["valid_actions"] == sum(1 for row in episodes for s in row["steps"] if s["action"])
-        assert set(episodes["policy_model"]) == {"random" if key == "random" else "tiny-qwen2vl"}
+        assert set(episodes["policy_model"]) == {model}
+        played[key] = sorted(zip(episodes["environment"], episodes["env_seed"], strict=True))
+    assert played["pixel_random"] == played["dom_random"] == played["trained"]
+    assert {seed for _, seed in played["trained"]} == set(summary["heldout"]["seeds"])
+    assert not {seed for _, seed in played["trained"]} & {seed for _, seed in played["bootstrap"]}
+    assert summary["rollouts"]["pixel_random"]["valid_action_rate"] == 1.0
 
     # The trained checkpoint reloads and differs from the tiny model it started from.
     trained = load_model(folders["checkpoint (trained)"])
     load_processor(folders["checkpoint (trained)"])
-    start = load_model(out / "models" / "tiny-qwen2vl")
+    start = load_model(out / "models" / "tiny-qwen3vl")
     changed = [name for name, tensor in trained.state_dict().items()
                if not torch.equal(tensor, start.state_dict()[name])]
     assert changed and summary["training"]["steps"] >= 1
 
-    for name in ("report (random)", "report (trained)"):
+    for name in ("report (bootstrap)", "report (trained)"):
         html = folders[name].read_text()
-        assert f"data-episodes='{summary['tasks']['miniwob_train']}'" in html
-    # The printed summary carries the measured valid-action rate of the trained policy.
+        key = "bootstrap" if "bootstrap" in name else "trained"
+        assert f"data-episodes='{summary['rollouts'][key]['episodes']}'" in html
+    comparison = folders["report (held-out comparison)"].read_text()
+    assert all(label in comparison for label in ("pixel-random", "DOM-aware random", "trained tiny policy"))
+    assert folders["learning curve"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The printed summary names both baselines and carries the trained policy's measured figures.
+    printed = " ".join(stderr.split())
     rate = 100 * summary["rollouts"]["trained"]["valid_action_rate"]
-    assert f"parsed into a valid action in {rate:.1f}%" in " ".join(stderr.split())
+    assert f"parsed into a valid action in {rate:.1f}%" in printed
+    assert "pixel-random" in printed and "DOM-aware random" in printed
 
 
 def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path):

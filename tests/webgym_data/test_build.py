@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import datasets
@@ -107,6 +108,8 @@ def test_counts_match_the_importers_and_the_card(built, seeds_dir):
     imported = sum(i["tasks"] for i in manifest["inputs"])
     assert counts["normalise"]["imported"] == imported
     assert counts["rubrics"]["llm"] is False and counts["rubrics"]["missing"] > 0
+    # Offline, --rubrics all (the default) keeps the seed rubrics and says so.
+    assert counts["rubrics"]["mode"] == "all" and counts["rubrics"]["seed"] > 0
 
     train, test, _ = read_task_set(out)
     per_seed = Counter((t.benchmark_name, "test" if t in test else "train") for t in [*train, *test])
@@ -118,6 +121,9 @@ def test_counts_match_the_importers_and_the_card(built, seeds_dir):
         assert f"| {benchmark} | {n_train:,} | {n_test:,} | {n_train + n_test:,} |" in card
     assert manifest["content_hash"] in card
     assert "$" not in card.split("---", 2)[2].replace("$XDG", "")  # every placeholder filled
+    assert "`--rubrics all` needs an LLM endpoint: the seed rubrics were kept as imported" in card
+    seeded = counts["rubrics"]["seed"]
+    assert f"{seeded:,} seed tasks carry a rubric read from their seed's own criteria" in card
     # Subtasks carry template instructions offline, and their rubric is part of the parent's.
     by_id = {t.task_id: t for t in [*train, *test]}
     subtasks = [t for t in by_id.values() if t.parent_task_id]
@@ -229,7 +235,8 @@ def test_build_with_an_llm_generates_rubrics_instructions_and_taxonomy(tmp_path,
     tasks = [*train, *test]
     assert len(tasks) == 12                                   # 6 seeds + one subtask each ("Hours" alone)
     assert manifest["counts"]["rubrics"] | {"usage": None} == {
-        "llm": True, "missing": 0, "generated": 6, "failed": 0, "usage": None}
+        "llm": True, "mode": "all", "missing": 0, "seed": 0, "generated": 6, "replaced": 0, "kept_seed": 0,
+        "failed": 0, "usage": None}
     subtasks = [t for t in tasks if t.parent_task_id]
     assert len(subtasks) == 6
     assert all(t.instruction_source == "llm" for t in subtasks)
@@ -292,7 +299,7 @@ def test_help_has_an_example_and_a_flag_per_setting():
     for flag in ("--config", "--out", "--seeds", "--importer", "--extend", "--llm-base-url", "--llm-model",
                  "--llm-api-key-env", "--llm-max-retries", "--llm-max-concurrency", "--llm-cache-dir",
                  "--no-llm-cache", "--near-threshold", "--large-threshold", "--max-subtasks", "--test-size",
-                 "--seed", "--max-test-fraction", "--shard-rows", "--no-progress"):
+                 "--seed", "--max-test-fraction", "--shard-rows", "--no-progress", "--rubrics [missing|all]"):
         assert flag in result.output, flag
     assert "--llm-api-key " not in result.output        # secrets are never flags
 
@@ -345,4 +352,90 @@ def test_only_tasks_without_a_rubric_count_as_missing_and_are_sent_to_the_llm(tm
     asked = [r for r in llm.requests if r["response_format"]["json_schema"]["name"] == "rubric"]
     assert len(asked) == 3 and not any("MiniWoB" in r["messages"][-1]["content"] for r in asked)
     assert online["counts"]["rubrics"] | {"usage": None} == {
-        "llm": True, "missing": 0, "generated": 3, "failed": 0, "usage": None}
+        "llm": True, "mode": "all", "missing": 0, "seed": 0, "generated": 3, "replaced": 0, "kept_seed": 0,
+        "failed": 0, "usage": None}
+
+
+def test_tasks_of_unknown_difficulty_go_through_the_whole_data_path(built, seeds_dir, tmp_path):
+    out, manifest = built
+    train, test, _ = read_task_set(out)
+    tasks = [*train, *test]
+    unknown = [t for t in tasks if t.difficulty_level == "unknown"]
+    # No rubric and no label (GAIA-Web, TravelPlanner, AgentSynth-Web, Mind2Web-2 without a tree):
+    # "unknown", never "easy"; Online-Mind2Web's seed labels are levels.
+    assert unknown and all(not t.evaluator_reference and not t.seed_difficulty_level for t in unknown)
+    assert {t.benchmark_name for t in unknown} >= {"gaia-web", "travelplanner"}
+    assert not [t for t in tasks if t.difficulty == 0 and not t.seed_difficulty_level
+                and t.difficulty_level != "unknown"]
+    om2w = [t for t in tasks if t.benchmark_name == "online-mind2web"]
+    assert [t.difficulty_level for t in om2w] == [t.source.metadata_dict()["level"] for t in om2w]
+    assert len(om2w) > 250 and {t.difficulty_level for t in om2w} == {"easy", "medium", "hard"}
+    # Not decomposed; in both splits' strata; counted by the stats and on the card.
+    assert not [t for t in tasks if t.parent_task_id in {u.task_id for u in unknown}]
+    levels = manifest["stats"]["difficulty"]
+    assert list(levels) == ["easy", "medium", "hard", "unknown"]
+    per_split = Counter(("test" if t in test else "train", t.difficulty_level) for t in tasks)
+    assert levels["unknown"] == {split: per_split[(split, "unknown")] for split in ("train", "test")}
+    n = levels["unknown"]
+    assert f"| unknown | {n['train']:,} | {n['test']:,} | {n['train'] + n['test']:,} |" in (
+        out / "README.md").read_text()
+    # The stored rows say so, for load_tasks and for a plain load_dataset alike.
+    loaded = load(out, cache=tmp_path / "c")
+    stored = Counter(level for split in loaded.values() for level in split["difficulty_level"])
+    assert stored["unknown"] == len(unknown)
+    from webgym_data.loading import load_tasks
+
+    assert sum(t.difficulty_level == "unknown" for t in load_tasks(out, split=None)) == len(unknown)
+
+
+def test_a_seeds_folder_without_seeds_names_what_was_looked_for(tmp_path):
+    (tmp_path / "seeds").mkdir()
+    (tmp_path / "seeds" / "notes.txt").write_text("nothing")
+    result = CliRunner().invoke(build_command, ["--seeds", str(tmp_path / "seeds"),
+                                                "--out", str(tmp_path / "out"), "--no-progress"])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"Error: no seed sets found in {tmp_path / 'seeds'}; looked for insta_v3: ")
+    for looked_for in ("deepshop: deepshop/ or DeepShop/", "deepshop_test.jsonl", "Online_Mind2Web.json",
+                       "mind2web-live_*.json", "GAIA_web.jsonl", "browse_comp_test_set.csv"):
+        assert looked_for in line, looked_for
+
+
+def test_all_mode_has_the_llm_rewrite_seed_rubrics_with_their_criteria(seeds_dir, tmp_path, scripted_openai):
+    from tests.webgym_data.test_importers_formats import DEEPSHOP_ROWS
+
+    deepshop = write_jsonl(tmp_path / "deepshop_test.jsonl", DEEPSHOP_ROWS)
+    importers = (("mind2web2", str(seeds_dir / "mind2web2")), ("deepshop", str(deepshop)))
+    llm = scripted_openai(scripted_llm)
+    settings = BuildSettings(out=tmp_path / "out", importers=importers, progress=False,
+                             split=SplitSettings(test_size=0),
+                             llm=LLMSettings(endpoint=Endpoint(base_url=llm.base_url, model="m"),
+                                             cache=False))
+    offline = build(replace(settings, out=tmp_path / "offline", llm=LLMSettings()))
+    before = {t.task_id: t for t in offline.train if not t.parent_task_id}
+    assert len(llm.requests) == 0
+    seeded = [t for t in before.values() if t.rubric_source == "seed"]
+    # 4 Mind2Web-2 trees and the 3 DeepShop rows that are not garbled
+    assert len(seeded) == offline.manifest["counts"]["rubrics"]["seed"] == 4 + 3
+
+    manifest = build(settings).manifest
+    rubric_prompts = [r["messages"][-1]["content"] for r in llm.requests
+                      if r["response_format"]["json_schema"]["name"] == "rubric"]
+    assert len(rubric_prompts) == 10 + 5                                    # every seed task
+    for task in seeded:
+        prompt = next(p for p in rubric_prompts if f"Task: {task.task_name}\n" in p)
+        assert all(f"- {criterion}" in prompt for criterion in task.seed_criteria[:5])
+    assert manifest["counts"]["rubrics"] | {"usage": None} == {
+        "llm": True, "mode": "all", "missing": 0, "seed": 0, "generated": 15, "replaced": 7, "kept_seed": 0,
+        "failed": 0, "usage": None}
+    train, _, _ = read_task_set(tmp_path / "out")
+    seeds = [t for t in train if not t.parent_task_id]
+    assert {t.rubric_source for t in seeds} == {"llm"}
+    for task in seeds:
+        assert task.seed_criteria == before[task.task_id].seed_criteria     # kept as reference
+        assert task.difficulty_level == "medium"                            # 3 + 1 facts, whatever the label
+    # The LLM rubrics have the paper's shape, so every task decomposes (one subtask each here).
+    parents = Counter(t.parent_task_id for t in train if t.parent_task_id)
+    assert parents == Counter({t.task_id: 1 for t in seeds})
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "in place of a rubric read from the seed's criteria" in card

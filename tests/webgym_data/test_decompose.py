@@ -201,3 +201,31 @@ def test_subtask_ids_are_the_same_in_a_fresh_interpreter():
                                                                        "PYTHONHASHSEED": "123"})
     here = [s.task_id for t in (WORKED, make_task([("a", 3), ("b", 4), ("c", 1)])) for s in decompose_task(t)]
     assert run.stdout.split() == here and len(here) == 6
+
+
+def test_a_subtask_takes_its_level_from_its_facts_not_the_parents_seed_label():
+    from dataclasses import replace
+
+    labelled = replace(WORKED, seed_difficulty_level="hard", rubric_source="seed",
+                       seed_criteria=("Check all unit prices", "Add the cheapest to the cart"))
+    assert labelled.difficulty_level == "hard"
+    (sub,) = decompose_task(labelled)
+    assert (sub.seed_difficulty_level, sub.seed_criteria, sub.difficulty, sub.difficulty_level) == (
+        "", (), 3, "easy")
+    assert sub.rubric_source == "seed"                # its rubric is part of the parent's
+
+
+def test_a_template_instruction_stays_within_the_instruction_limit():
+    from webgym_data.schema import MAX_INSTRUCTION_CHARS
+
+    parent = make_task([("Specs", 3), ("Cart", 1)], name="Find a laptop and compare it. " * 130)
+    assert len(parent.task_name) < MAX_INSTRUCTION_CHARS
+    long_facts = (FactGroup("1", "Specs", tuple("a long condition " * 30 + str(i) for i in range(10))),
+                  FactGroup("2", "Cart", ("in the cart",)))
+    for groups in ([parent.evaluator_reference[0]], long_facts):
+        text = template_instruction(parent, groups)
+        assert len(text) <= MAX_INSTRUCTION_CHARS
+        assert text.startswith('Part of the task "Find a laptop') and "Specs" in text
+    # Short enough: the parent is quoted whole and the facts are listed.
+    short = template_instruction(WORKED, [WORKED.evaluator_reference[0]])
+    assert WORKED.task_name in short and "Check amounts of all items" in short

@@ -64,27 +64,98 @@ def test_browsecomp_with_a_wrong_canary_names_the_row_and_field(tmp_path):
     assert caught.value.file == str(path) and caught.value.row == 0 and caught.value.field == "problem"
 
 
+def _deepshop_row(number: int, ques: str, *, attribute: str = "None", filter: str = "None",  # noqa: A002
+                  sort: str = "None", difficulty: str = "easy", category: str = "Fashion") -> dict:
+    """A row in DeepShop's format (written here; the real file is read in test_importers_seeds)."""
+    return {"web_name": "Amazon", "id": f"Amazon--{number}", "ques": ques,
+            "web": "https://www.amazon.com/?language=en_US&currency=USD", "attribute": attribute,
+            "filter": filter, "sort": sort, "category": category, "difficulty": difficulty}
+
+
 DEEPSHOP_ROWS = [
-    {"web_name": "Amazon", "id": "deepshop_0", "ques": "Find a waterproof backpack under $80 with 4+ stars.",
-     "web": "https://www.amazon.com/", "attribute": "waterproof", "filter": "price<80", "sort": "",
-     "category": "Sports", "difficulty": "medium"},
-    {"web_name": "Amazon", "id": "deepshop_1", "ques": "Find the cheapest USB-C hub with 4 ports.",
-     "web": "www.amazon.com", "attribute": "", "filter": "", "sort": "price ascending",
-     "category": "Electronics", "difficulty": "easy"},
+    _deepshop_row(1, "Find a waterproof hiking backpack under $80 rated 4 stars or more.",
+                  attribute="Waterproof hiking backpack under $80", filter="Backpack rated 4 stars or more",
+                  difficulty="medium", category="Sports"),
+    _deepshop_row(2, "Find the cheapest USB-C hub with 4 ports.", attribute="USB-C hub with 4 ports",
+                  sort="USB-C hub sorted by lowest price", difficulty="Easy", category="Electronics"),
+    # Markdown emphasis is only markup, not a garbled part.
+    _deepshop_row(3, "Find the 'Trailblazer 2' tent for two with free returns, newest first.",
+                  attribute="**Trailblazer 2 tent** for two people",
+                  filter="**Trailblazer 2 tent** with free returns",
+                  sort="*Trailblazer 2* sorted by newest arrival", difficulty="hard"),
+    # Garbled the ways the public file's are: the generator's headings left in, a part reduced to
+    # "**", two parts interleaved (a glued list dash, a repeated phrase, a doubled word).
+    _deepshop_row(4, "Find a linen summer shirt in size L under $40 with 4.5 stars and free shipping.",
+                  attribute="**Product attribute**: Linen summer shirt- **Linen shirt in size L, under $40**",
+                  filter="**", sort="**Linen shirt with a customerFilter conditions**: rated 4.5 stars",
+                  difficulty="hard"),
+    _deepshop_row(5, "Find a ceramic teapot of at least 1 liter under $30 sorted by rating.",
+                  attribute="Ceramic teapot of at least 1 liter Ceramic teapot of at least 1 liter under $30",
+                  filter="Teapot teapot rated highly", sort="Sorted by rating", difficulty="hard"),
 ]
 
 
-def test_deepshop_keeps_difficulty_and_shopping_labels_as_metadata(tmp_path):
-    path = _write_jsonl(tmp_path / "deepshop.jsonl", DEEPSHOP_ROWS)
+def test_deepshop_parts_become_fact_groups_and_the_seed_label_sets_the_level(tmp_path):
+    path = _write_jsonl(tmp_path / "deepshop_test.jsonl", DEEPSHOP_ROWS)
     result = import_seed("deepshop", path)
-    first, second = result.tasks
+    assert result.skipped == [] and len(result.tasks) == 5           # garbled rows are kept
+    first, second, third = result.tasks[:3]
+    # One group of one fact per part that is not "None"; the rubric is the seed's reading.
+    assert [(g.id, g.facts) for g in first.evaluator_reference] == [
+        ("attribute", ("The product found matches: Waterproof hiking backpack under $80",)),
+        ("filter", ("The product found meets the filter conditions: Backpack rated 4 stars or more",))]
+    assert [g.id for g in second.evaluator_reference] == ["attribute", "sort"]
+    assert first.rubric_source == "seed" and first.seed_criteria == (
+        "attribute: Waterproof hiking backpack under $80", "filter: Backpack rated 4 stars or more")
+    # The seed's label is the level while the rubric is the seed's (2 facts alone would say "easy").
+    assert (first.difficulty, first.seed_difficulty_level, first.difficulty_level) == (2, "medium", "medium")
+    assert second.difficulty_level == "easy" and third.difficulty_level == "hard"
+    assert third.seed_criteria == ("attribute: Trailblazer 2 tent for two people",
+                                   "filter: Trailblazer 2 tent with free returns",
+                                   "sort: Trailblazer 2 sorted by newest arrival")
+    # The raw seed fields, the label among them, stay in the provenance.
     assert first.source.metadata_dict() == {
-        "web_name": "Amazon", "seed_id": "deepshop_0", "attribute": "waterproof", "filter": "price<80",
-        "category": "Sports", "difficulty": "medium"}
-    assert second.source.metadata_dict()["sort"] == "price ascending"
-    assert second.website == "https://www.amazon.com"  # a bare host becomes a URL
-    assert first.benchmark_name == "deepshop" and first.difficulty == 0  # seed labels are not fact counts
-    assert first.task_id != second.task_id
+        "web_name": "Amazon", "seed_id": "Amazon--1", "attribute": "Waterproof hiking backpack under $80",
+        "filter": "Backpack rated 4 stars or more", "sort": "None", "category": "Sports",
+        "difficulty": "medium"}
+    assert "garbled" not in third.source.metadata_dict()
+
+
+def test_deepshop_garbled_rows_are_flagged_kept_and_get_no_seed_rubric(tmp_path):
+    path = _write_jsonl(tmp_path / "deepshop_test.jsonl", DEEPSHOP_ROWS)
+    headings, interleaved = import_seed("deepshop", path).tasks[3:]
+    assert headings.source.metadata_dict()["garbled"] == ["attribute", "filter", "sort"]
+    assert interleaved.source.metadata_dict()["garbled"] == ["attribute", "filter"]
+    for task in (headings, interleaved):
+        assert task.evaluator_reference == () and task.rubric_source == ""
+        assert task.seed_criteria                                 # still reference material for an LLM
+        assert task.difficulty_level == "hard"                    # the label, not "unknown"
+    assert "filter: " not in " ".join(headings.seed_criteria)   # "**" was nothing
+
+
+def test_deepshop_is_found_by_its_upstream_names(tmp_path):
+    from webgym_data.importers import discover_seeds
+
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    _write_jsonl(flat / "deepshop_test.jsonl", DEEPSHOP_ROWS)
+    assert discover_seeds(flat) == [("deepshop", flat / "deepshop_test.jsonl")]
+    clone = tmp_path / "clone"
+    (clone / "DeepShop" / "data").mkdir(parents=True)
+    _write_jsonl(clone / "DeepShop" / "data" / "deepshop_test.jsonl", DEEPSHOP_ROWS)
+    assert discover_seeds(clone) == [("deepshop", clone / "DeepShop")]
+    assert len(import_seed("deepshop", clone / "DeepShop").tasks) == 5
+
+
+def test_an_instruction_over_the_limit_skips_its_row_and_says_why(tmp_path):
+    from webgym_data.schema import MAX_INSTRUCTION_CHARS
+
+    rows = [DEEPSHOP_ROWS[0], _deepshop_row(9, "Find " + "very " * MAX_INSTRUCTION_CHARS + "big shoes.")]
+    result = import_seed("deepshop", _write_jsonl(tmp_path / "deepshop.jsonl", rows))
+    assert len(result.tasks) == 1
+    (reason,) = result.skipped
+    assert "deepshop.jsonl, row 1: field 'ques' is 20,015 characters long" in reason
+    assert "limited to 4,000" in reason
 
 
 def test_pae_webvoyager_reads_webvoyager_rows_from_a_folder(tmp_path):
@@ -115,8 +186,11 @@ def test_insta_v3_parquet_criteria_become_one_fact_group(tmp_path):
     (group,) = first.evaluator_reference
     assert group.facts == ("A search for red bicycle was made", "A photo page is open")
     assert first.difficulty == 2
+    # The criteria are the seed's: an LLM rewrites the rubric with --rubrics all, shown these.
+    assert first.rubric_source == "seed" and first.seed_criteria == group.facts
     assert first.source.metadata_dict()["steps"] == rows[0]["steps"]
     assert second.evaluator_reference == () and second.difficulty == 0
+    assert (second.rubric_source, second.difficulty_level) == ("", "unknown")
 
 
 def test_insta_v3_bad_criteria_type_names_the_field(tmp_path):
@@ -170,3 +244,30 @@ def test_generic_parquet_and_mapping_errors(tmp_path):
 
 def test_generic_importer_is_the_registered_one_without_mapping():
     assert get_importer("generic").benchmark_name == "generic"
+
+
+def test_generic_difficulty_labels_are_seed_labels_in_any_case(tmp_path):
+    path = _write_jsonl(tmp_path / "mine.jsonl", [
+        {"task_name": "Find a hotel in Lima.", "website": "hotels.example", "difficulty": "Easy"},
+        {"task_name": "Plan a week in Oslo.", "website": "hotels.example", "difficulty": " HARD ",
+         "evaluator_reference": [{"id": "1", "description": "Plan", "facts": ["a", "b"]}],
+         "seed_criteria": "The plan covers seven days"},
+        {"task_name": "Find a hostel in Quito.", "website": "hotels.example", "difficulty": "3"},
+    ])
+    labelled, graded, counted = import_seed("generic", path).tasks
+    # A label: the level, the fact count still unknown, the label kept in the metadata.
+    assert (labelled.difficulty, labelled.seed_difficulty_level, labelled.difficulty_level) == (
+        0, "easy", "easy")
+    assert labelled.source.metadata_dict() == {"difficulty": "Easy"}
+    # A rubric column is "given" (kept by --rubrics all); the label still names the level.
+    assert (graded.difficulty, graded.difficulty_level, graded.rubric_source) == (2, "hard", "given")
+    assert graded.seed_criteria == ("The plan covers seven days",)
+    assert (counted.difficulty, counted.seed_difficulty_level, counted.difficulty_level) == (3, "", "easy")
+
+
+def test_generic_other_difficulty_strings_name_the_accepted_forms(tmp_path):
+    path = _write_jsonl(tmp_path / "mine.jsonl", [
+        {"task_name": "Find a hotel.", "website": "hotels.example", "level": "very hard"}])
+    with pytest.raises(TaskValidationError, match=r"field 'level': must be a fact count .* or a seed's label "
+                                                  r"\(easy, medium, hard, any case\), got 'very hard'"):
+        import_seed("generic", path, mapping={"difficulty": "level"})

@@ -48,6 +48,9 @@ def test_online_mind2web_300_tasks_on_139_sites_with_levels_kept(seeds_dir):
     assert len({t.task_id for t in tasks}) == 300
     levels = Counter(_metadata(t)["level"] for t in tasks)
     assert levels == Counter(r["level"] for r in raw) == Counter(easy=83, medium=143, hard=74)
+    # The tasks have no rubric: the seed's level is their difficulty level until an LLM writes one.
+    assert Counter(t.difficulty_level for t in tasks) == levels
+    assert {(t.difficulty, t.rubric_source) for t in tasks} == {(0, "")}
     by_seed_id = {_metadata(t)["seed_task_id"]: t for t in tasks}
     for row in raw:
         task = by_seed_id[row["task_id"]]
@@ -82,6 +85,8 @@ def test_mind2web_live_key_nodes_become_one_fact_each(seeds_dir, file_name, coun
             answer = node["content"]["reference_answer"].strip()
             assert any(answer in fact for fact in group.facts), answer
         assert _metadata(task)["reference_task_length"] == row["reference_task_length"]
+        # The key nodes are the seed's criteria, and the one group is the seed's reading of them.
+        assert task.seed_criteria == group.facts and task.rubric_source == "seed"
 
 
 def test_mind2web_live_folder_reads_both_files(seeds_dir):
@@ -129,6 +134,10 @@ def test_mind2web2_dev_tasks_and_rubric_trees_become_fact_groups(seeds_dir):
     descriptions = [g.description for g in parks.evaluator_reference]
     assert descriptions == [f"Park {i} evaluation node" for i in (1, 2, 3)]
     assert "Park name exists" in parks.evaluator_reference[0].facts
+    # Every leaf is one seed criterion, under its depth-1 node's description.
+    assert len(parks.seed_criteria) == flattened["find_parks"]["n_leaves"] and parks.rubric_source == "seed"
+    assert "Park 1 evaluation node: Park name exists" in parks.seed_criteria
+    assert {t.seed_criteria for t in by_seed.values() if not t.evaluator_reference} == {()}
 
 
 def test_gaia_web_final_answers_become_definite_answers(seeds_dir):
@@ -210,3 +219,52 @@ def test_mind2web2_task_examples_file_gives_the_same_tasks_and_rubrics(seeds_dir
         assert from_dev[task.task_id].evaluator_reference == task.evaluator_reference
         has_rubric = examples[task.source.metadata_dict()["seed_task_id"]]["rubric_path"] is not None
         assert bool(task.evaluator_reference) == has_rubric
+
+
+def _deepshop_file(seeds_dir: Path) -> Path:
+    found = [path for name, path in discover_seeds(seeds_dir) if name == "deepshop"]
+    if not found:
+        pytest.skip(f"DeepShop's public test file (deepshop_test.jsonl) is not in {seeds_dir}")
+    return found[0]
+
+
+def test_deepshop_public_file_levels_rubrics_and_garbled_rows(seeds_dir):
+    path = _deepshop_file(seeds_dir)
+    files = [path] if path.is_file() else get_importer("deepshop").files_in(path)
+    raw = [row for file in files for row in _jsonl(file)]
+    result = import_seed("deepshop", path)
+    tasks = result.tasks
+    assert len(tasks) == len(raw) and result.skipped == []                 # every row kept, garbled too
+    labels = Counter(r["difficulty"] for r in raw)
+    assert Counter(t.difficulty_level for t in tasks) == labels              # hard stays hard; none "unknown"
+    garbled = [t for t in tasks if "garbled" in _metadata(t)]
+    assert 0 < len(garbled) <= 10                                            # "a few rows"
+    for row, task in zip(raw, tasks, strict=True):
+        parts = [name for name in ("attribute", "filter", "sort") if row[name].strip() not in ("None", "")]
+        if "garbled" in _metadata(task):
+            assert task.evaluator_reference == ()
+        else:
+            assert [g.id for g in task.evaluator_reference] == parts
+            assert "**" not in " ".join(f for g in task.evaluator_reference for f in g.facts)
+        assert len(task.seed_criteria) <= len(parts)
+
+
+def test_the_upstream_file_names_are_found_in_a_flat_seeds_folder(seeds_dir, tmp_path):
+    # The upstream files dropped side by side, as downloaded (links to the read-only originals).
+    upstream = {name: seeds_dir / folder / name for folder, name in [
+        ("online_mind2web", "Online_Mind2Web.json"), ("mind2web_live", "mind2web-live_test_20241024.json"),
+        ("gaia_web", "GAIA_web.jsonl"), ("agentsynth_web", "summarized_task_sequences.jsonl"),
+        ("agentsynth_web", "task_sequences.jsonl")]}
+    for name, target in upstream.items():
+        (tmp_path / name).symlink_to(target)
+    found = discover_seeds(tmp_path)
+    assert found == [("agentsynth_web", tmp_path / "summarized_task_sequences.jsonl"),
+                     ("agentsynth_web", tmp_path / "task_sequences.jsonl"),
+                     ("mind2web_live", tmp_path / "mind2web-live_test_20241024.json"),
+                     ("online_mind2web", tmp_path / "Online_Mind2Web.json"),
+                     ("gaia_web", tmp_path / "GAIA_web.jsonl")]
+    assert sum(len(import_seed(name, path).tasks) for name, path in found) == 60 + 194 + 104 + 300 + 90
+    # An upstream repository's folder name is a seed folder too.
+    (tmp_path / "clone").mkdir()
+    (tmp_path / "clone" / "Online-Mind2Web").symlink_to(seeds_dir / "online_mind2web")
+    assert discover_seeds(tmp_path / "clone") == [("online_mind2web", tmp_path / "clone" / "Online-Mind2Web")]

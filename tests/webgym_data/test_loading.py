@@ -17,14 +17,17 @@ import yaml
 
 from webgym_data.build import BuildSettings, build
 from webgym_data.loading import (
+    MAX_LISTED_ERRORS,
+    InvalidTasksError,
     NotATaskSetError,
+    TaskList,
     TaskSourceError,
     load_tasks,
     read_task_set,
     task_shards,
     write_tasks,
 )
-from webgym_data.schema import Task, TaskValidationError, task_features
+from webgym_data.schema import MAX_INSTRUCTION_CHARS, Task, TaskValidationError, task_features
 from webgym_data.split import SplitSettings
 from webgym_data.stats import compute_stats, read_columns
 from webgym_data.versions import diff_task_sets
@@ -255,3 +258,83 @@ def test_write_tasks_round_trips_and_leaves_no_temp_file(tmp_path):
     pq.write_table(datasets.Dataset.from_list([t.to_row() for t in tasks], features=task_features())
                    .data.table, parquet)
     assert load_tasks(parquet) == tasks
+
+
+# ---------------------------------------------------------------- invalid rows: all at once, or skipped
+
+def mixed_rows(path: Path) -> Path:
+    """Three good rows and four bad ones of four kinds, in one JSONL file."""
+    good = [{"task_id": f"ok-{i}", "task_name": f"Find item {i}", "website": "shop.example"}
+            for i in range(3)]
+    lines = [json.dumps(good[0]),
+             json.dumps({"task_id": "no-name", "task_name": "", "website": "shop.example"}),      # row 1
+             "{not json",                                                                        # row 2
+             json.dumps(good[1]),
+             json.dumps({"task_id": "too-long", "task_name": "x" * (MAX_INSTRUCTION_CHARS + 1),  # row 4
+                         "website": "shop.example"}),
+             json.dumps(good[0]),                                                     # row 5: a repeat
+             json.dumps(good[2])]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_every_invalid_row_is_reported_at_once_with_file_row_and_field(tmp_path):
+    path = mixed_rows(tmp_path / "tasks.jsonl")
+    with pytest.raises(InvalidTasksError) as caught:
+        load_tasks(path)
+    error = caught.value
+    assert isinstance(error, TaskValidationError)          # callers catching the row error still do
+    assert [(e.file, e.row, e.field) for e in error.errors] == [
+        (str(path), 1, "task_name"), (str(path), 2, None), (str(path), 4, "task_name"),
+        (str(path), 5, "task_id")]
+    lines = str(error).splitlines()
+    assert lines[0] == f"4 invalid task rows in {path}:"
+    assert lines[1:] == [f"  {e}" for e in error.errors]
+    assert "invalid JSON" in lines[2] and "limited to 4,000" in lines[3]
+    assert "duplicate task_id 'ok-0'" in lines[4]
+    assert (error.file, error.row, error.field) == (str(path), 1, "task_name")   # the first one
+
+
+def test_skip_invalid_returns_the_valid_tasks_and_the_skipped_rows(tmp_path):
+    path = mixed_rows(tmp_path / "tasks.jsonl")
+    tasks = load_tasks(path, skip_invalid=True)
+    assert isinstance(tasks, TaskList) and isinstance(tasks, list)
+    assert [t.task_id for t in tasks] == ["ok-0", "ok-1", "ok-2"]          # the first of a repeated id wins
+    assert [e.to_dict()["row"] for e in tasks.invalid] == [1, 2, 4, 5]
+    assert tasks.invalid[0].to_dict() == {"file": str(path), "row": 1, "field": "task_name",
+                                          "reason": "is required and must be a non-empty string"}
+    json.dumps([e.to_dict() for e in tasks.invalid])                        # report-ready
+    # A limit counts valid tasks, and rows after the last one taken are not read.
+    limited = load_tasks(path, skip_invalid=True, limit=2)
+    assert [t.task_id for t in limited] == ["ok-0", "ok-1"] and len(limited.invalid) == 2
+    assert [t.task_id for t in load_tasks(path, limit=1)] == ["ok-0"]      # no bad row before it
+    with pytest.raises(InvalidTasksError, match="2 invalid task rows"):
+        load_tasks(path, limit=2)                                           # two bad rows before ok-1
+    assert load_tasks(path, skip_invalid=True, split=None) == tasks        # a file is read whole either way
+
+
+def test_a_long_list_of_invalid_rows_is_capped_in_the_message_not_in_errors(tmp_path):
+    rows = [{"task_name": "", "website": "shop.example"}] * (MAX_LISTED_ERRORS + 7)
+    path = write_jsonl(tmp_path / "bad.jsonl",
+                       [{"task_name": "Find a shoe", "website": "shop.example"}, *rows])
+    with pytest.raises(InvalidTasksError) as caught:
+        load_tasks(path)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == f"{MAX_LISTED_ERRORS + 7} invalid task rows in {path}:"
+    assert len(lines) == 1 + MAX_LISTED_ERRORS + 1 and lines[-1] == "  ... and 7 more invalid rows"
+    assert [e.row for e in caught.value.errors] == list(range(1, MAX_LISTED_ERRORS + 8))
+
+
+def test_a_task_folder_reports_the_invalid_rows_of_all_its_files(tmp_path):
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    write_jsonl(folder / "train-a.jsonl", [{"task_name": "Find a shoe", "website": "shop.example"},
+                                           {"task_name": "Find a hat", "website": ""}])
+    write_jsonl(folder / "train-b.jsonl", [{"task_name": "Find a sock", "website": "shop.example",
+                                            "difficulty": "hard"}])
+    with pytest.raises(InvalidTasksError) as caught:
+        load_tasks(folder)
+    assert [(Path(e.file).name, e.row, e.field) for e in caught.value.errors] == [
+        ("train-a.jsonl", 1, "website"), ("train-b.jsonl", 0, "difficulty")]
+    assert f"in {folder}:" in str(caught.value)
+    assert [t.task_name for t in load_tasks(folder, skip_invalid=True)] == ["Find a shoe"]

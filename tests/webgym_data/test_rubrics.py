@@ -20,6 +20,7 @@ from webgym_data.rubrics import (
     parse_rubric,
     rubric_messages,
     rubrics_command,
+    wants_rubric,
 )
 from webgym_data.schema import FactGroup, RubricError, Task, WebgymDataError, task_features
 
@@ -317,3 +318,78 @@ def test_cli_help_has_an_example():
     result = CliRunner().invoke(rubrics_command, ["--help"])
     assert result.exit_code == 0
     assert "Example:" in result.output and "--llm-base-url" in result.output and "--split" in result.output
+
+
+# -- rubrics for every task (--rubrics all) -----------------------------------------------------
+SEED_GROUP = [{"id": "criteria", "description": "Success criteria",
+               "facts": ["A search for hiking boots was made", "A product page is open"]}]
+
+
+def seed_task(name: str = "Find waterproof hiking boots in size 9", **kwargs) -> Task:
+    """A task whose rubric an importer read from its seed's criteria, with the seed's own label."""
+    return make_task(name, evaluator_reference=SEED_GROUP, rubric_source="seed", seed_difficulty_level="hard",
+                     seed_criteria=SEED_GROUP[0]["facts"], **kwargs)
+
+
+def test_all_mode_asks_for_seed_rubrics_too_and_shows_the_seed_criteria(scripted_openai):
+    server = scripted_openai(rubric_for)
+    seeded, bare = seed_task(), make_task("Find the store hours")
+    given = make_task("Already graded task",
+                      evaluator_reference=[{"id": "a", "description": "d", "facts": ["x"]}])
+    subtask = seed_task("Only search for the boots", parent_task_id=seeded.task_id)
+    assert given.rubric_source == "given"
+    report = generate_rubrics([seeded, bare, given, subtask], client_for(server.base_url), progress=False)
+    asked = sorted(body["messages"][-1]["content"] for body in server.requests)
+    assert len(asked) == 2                                 # the seeded and the bare task, not the others
+    assert asked[1] == ("Website: https://shop.example.com\nTask: Find waterproof hiking boots in size 9\n"
+                        "Reference criteria from the seed benchmark:\n"
+                        "- A search for hiking boots was made\n- A product page is open")
+    assert "reference criteria" in server.requests[0]["messages"][0]["content"]
+    new_seeded, new_bare, same_given, same_subtask = report.tasks
+    assert (report.generated, report.replaced, report.failed, report.kept_seed) == (2, 1, [], [])
+    assert new_seeded.rubric_source == "llm" and new_seeded.evaluator_reference[0].description == "Main goal"
+    assert new_seeded.seed_criteria == seeded.seed_criteria          # kept as reference material
+    # Now the fact count decides the level, not the seed's label.
+    assert (seeded.difficulty_level, new_seeded.difficulty, new_seeded.difficulty_level) == (
+        "hard", 3, "easy")
+    assert same_given is given and same_subtask is subtask
+
+
+def test_missing_mode_asks_only_for_tasks_without_a_rubric(scripted_openai):
+    server = scripted_openai(rubric_for)
+    seeded, bare = seed_task(), make_task("Find the store hours")
+    assert [wants_rubric(t, "missing") for t in (seeded, bare)] == [False, True]
+    assert [wants_rubric(t, "all") for t in (seeded, bare)] == [True, True]
+    report = generate_rubrics([seeded, bare], client_for(server.base_url), mode="missing", progress=False)
+    assert len(server.requests) == 1 and report.tasks[0] is seeded and report.replaced == 0
+    with pytest.raises(ValueError, match="mode: must be one of missing, all"):
+        wants_rubric(bare, "some")
+
+
+def test_a_seed_task_whose_replies_stay_invalid_keeps_its_seed_rubric(scripted_openai):
+    server = scripted_openai(['{"fact_groups": []}'])
+    seeded, bare = seed_task(), make_task("Find the store hours")
+    report = generate_rubrics([seeded, bare], client_for(server.base_url, max_retries=1), progress=False)
+    assert report.tasks == [seeded]                                   # the bare task is dropped
+    assert [task_id for task_id, _ in report.kept_seed] == [seeded.task_id]
+    assert [task_id for task_id, _ in report.failed] == [bare.task_id]
+    assert report.generated == 0 and len(server.requests) == 4
+
+
+def test_cli_rubrics_flag_picks_the_mode(scripted_openai, tmp_path):
+    server = scripted_openai(rubric_for)
+    source = tmp_path / "tasks.jsonl"
+    write_jsonl(source, [seed_task(), make_task("Find the store hours")])
+    base = [str(source), "--llm-base-url", server.base_url, "--llm-model", "scripted", "--no-llm-cache",
+            "--no-progress"]
+    result = CliRunner().invoke(rubrics_command, [*base, "--out", str(tmp_path / "a.jsonl"),
+                                                  "--rubrics", "missing"])
+    assert result.exit_code == 0, result.output
+    assert "1 rubrics generated, 0 failed (0 replaced a seed rubric" in result.output
+    result = CliRunner().invoke(rubrics_command, [*base, "--out", str(tmp_path / "b.jsonl")])  # default: all
+    assert result.exit_code == 0, result.output
+    assert "2 rubrics generated, 0 failed (1 replaced a seed rubric" in result.output
+    rows = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert [r["rubric_source"] for r in rows] == ["llm", "llm"]
+    assert rows[0]["seed_criteria"] == SEED_GROUP[0]["facts"]
+    assert "--rubrics [missing|all]" in CliRunner().invoke(rubrics_command, ["--help"]).output

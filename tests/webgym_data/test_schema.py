@@ -6,6 +6,7 @@ import pytest
 from datasets import Dataset
 
 from webgym_data.schema import (
+    MAX_INSTRUCTION_CHARS,
     FactGroup,
     RubricError,
     Task,
@@ -61,7 +62,7 @@ def test_legacy_rubric_forms_normalise(value, facts):
     assert [list(g.facts) for g in normalise_evaluator_reference(value)] == facts
 
 
-@pytest.mark.parametrize(("difficulty", "level"), [(1, "easy"), (3, "easy"), (4, "medium"),
+@pytest.mark.parametrize(("difficulty", "level"), [(0, "unknown"), (1, "easy"), (3, "easy"), (4, "medium"),
                                                    (6, "medium"), (7, "hard"), (30, "hard")])
 def test_difficulty_levels(difficulty, level):
     assert difficulty_level(difficulty) == level
@@ -126,3 +127,75 @@ def test_every_public_error_of_webgym_data_is_a_webgym_data_error():
                 found.append(value)
     assert len(found) > 15
     assert [cls.__qualname__ for cls in found if not issubclass(cls, WebgymDataError)] == []
+
+
+ONE_GROUP = [{"id": "attribute", "description": "Product", "facts": ["a red dress"]}]
+
+
+def test_a_task_without_facts_or_label_is_unknown_never_easy():
+    bare = Task.from_row({"task_name": "Find the hours", "website": "museum.org"})
+    assert (bare.difficulty, bare.difficulty_level, bare.rubric_source) == (0, "unknown", "")
+    assert bare.to_row()["difficulty_level"] == "unknown"
+
+
+@pytest.mark.parametrize(("rubric_source", "level"), [("seed", "hard"), ("given", "hard"), ("llm", "easy")])
+def test_a_seed_label_is_the_level_until_an_llm_writes_the_rubric(rubric_source, level):
+    task = Task.from_row({"task_name": "Find a red dress", "website": "shop.example",
+                          "rubric_source": rubric_source, "evaluator_reference": ONE_GROUP,
+                          "seed_difficulty_level": "Hard"})
+    assert task.seed_difficulty_level == "hard" and task.difficulty == 1
+    assert task.difficulty_level == level
+    labelled_only = Task.from_row({"task_name": "Find a red dress", "website": "shop.example",
+                                   "seed_difficulty_level": "medium"})
+    assert labelled_only.difficulty_level == "medium"      # no facts: the label, not "unknown"
+
+
+def test_new_fields_round_trip_through_the_declared_features():
+    task = Task.from_row({"task_name": "Find a red dress", "website": "shop.example", "rubric_source": "seed",
+                          "evaluator_reference": ONE_GROUP, "seed_difficulty_level": "hard",
+                          "seed_criteria": ["attribute: a red dress", "sort: None"]})
+    assert task.seed_criteria == ("attribute: a red dress", "sort: None")
+    row = Dataset.from_list([task.to_row()], features=task_features())[0]
+    new_fields = ("seed_criteria", "rubric_source", "seed_difficulty_level", "difficulty_level")
+    assert [row[name] for name in new_fields] == [
+        ["attribute: a red dress", "sort: None"], "seed", "hard", "hard"]
+    assert Task.from_row(row) == task
+
+
+def test_a_stored_level_the_facts_do_not_explain_survives_a_row_without_the_label_field():
+    # What a trajectory row carries: the level, not seed_difficulty_level.
+    row = {k: v for k, v in Task.from_row({"task_name": "Find a red dress", "website": "shop.example",
+                                           "evaluator_reference": ONE_GROUP,
+                                           "seed_difficulty_level": "hard"}).to_row().items()
+           if k in ("task_name", "website", "evaluator_reference", "difficulty", "difficulty_level")}
+    assert Task.from_row(row).difficulty_level == "hard"
+    # A build before schema 1.1 wrote "easy" for every task without facts: that is not a label.
+    legacy = Task.from_row({"task_name": "Find the hours", "website": "museum.org", "difficulty": 0,
+                            "difficulty_level": "easy"})
+    assert legacy.difficulty_level == "unknown"
+    # The published rows' levels are their fact counts: no label is read into them.
+    assert Task.from_row({**PUBLISHED_ROW, "difficulty_level": "medium"}).seed_difficulty_level == ""
+
+
+def test_bad_new_fields_name_the_field():
+    base = {"task_name": "Find", "website": "shop.example"}
+    for row, field, message in [
+        ({**base, "difficulty": "easy"}, "difficulty", "seed_difficulty_level"),
+        ({**base, "seed_difficulty_level": "very hard"}, "seed_difficulty_level", "easy, medium, hard"),
+        ({**base, "rubric_source": "gpt"}, "rubric_source", "'llm'"),
+        ({**base, "seed_criteria": [1, 2]}, "seed_criteria", "list of strings"),
+    ]:
+        with pytest.raises(TaskValidationError, match=message) as caught:
+            Task.from_row(row, file="t.jsonl", row_index=3)
+        assert (caught.value.file, caught.value.row, caught.value.field) == ("t.jsonl", 3, field)
+
+
+def test_an_instruction_over_the_limit_is_refused_with_the_limit_named():
+    ok = Task.from_row({"task_name": "x" * MAX_INSTRUCTION_CHARS, "website": "shop.example"})
+    assert len(ok.task_name) == MAX_INSTRUCTION_CHARS
+    with pytest.raises(TaskValidationError, match=r"field 'task_name': is 4,001 characters long; "
+                                                  r"instructions are limited to 4,000") as caught:
+        Task.from_row({"task_name": "x" * (MAX_INSTRUCTION_CHARS + 1), "website": "shop.example"},
+                      file="t.jsonl", row_index=0)
+    assert caught.value.to_dict() == {"file": "t.jsonl", "row": 0, "field": "task_name",
+                                      "reason": caught.value.reason}

@@ -20,6 +20,7 @@ from webgym_data.split import (
     SplitError,
     SplitSettings,
     dedupe,
+    key_terms,
     normalise_instruction,
     registrable_domain,
     site_assignment,
@@ -87,7 +88,7 @@ def test_dedupe_never_removes_existing_tasks():
 
 
 VOCABULARY = ("find buy the cheapest red blue laptop shirt book flight hotel paris rome "
-              "under dollars with free delivery review rating")
+              "under dollars with free delivery review rating Paris Rome 50 80 'red'")
 words = st.sampled_from(VOCABULARY.split(" "))
 
 
@@ -98,15 +99,79 @@ def test_dedupe_matches_brute_force(rows, threshold):
     tasks = [task(" ".join(ws), f"https://s{site}.com") for ws, site in rows]
     tasks = list({t.task_id: t for t in tasks}.values())
     report = dedupe(tasks, DedupeSettings(near_threshold=threshold))
-    # Brute force: keep a task unless it is within the threshold of an earlier kept task on its site.
+    # Brute force: keep a task unless it is within the threshold of an earlier kept task on its site
+    # with the same key terms, or the same text (exact).
     kept: list[Task] = []
     for t in tasks:
         a = set(normalise_instruction(t.task_name).split())
         same_site = [k for k in kept if registrable_domain(k.website) == registrable_domain(t.website)]
-        if not any(len(a & (b := set(normalise_instruction(k.task_name).split()))) / len(a | b) >= threshold
+        if not any(normalise_instruction(t.task_name) == normalise_instruction(k.task_name)
+                   or (len(a & (b := set(normalise_instruction(k.task_name).split()))) / len(a | b)
+                       >= threshold and key_terms(t.task_name) == key_terms(k.task_name))
                    for k in same_site):
             kept.append(t)
     assert [t.task_id for t in report.tasks] == [t.task_id for t in kept]
+
+
+def jaccard(a: str, b: str) -> float:
+    x, y = set(normalise_instruction(a).split()), set(normalise_instruction(b).split())
+    return len(x & y) / len(x | y)
+
+
+WANDA = "Find the 'WANDA' dress in size M and add it to the cart"
+WERTA = "Find the 'WERTA' dress in size M and add it to the cart"
+
+
+def test_instructions_differing_in_a_quoted_name_are_not_duplicates():
+    pair = [task(WANDA, "https://shop.com"), task(WERTA, "https://shop.com")]
+    assert len(dedupe(pair).tasks) == 2
+    # Even at a threshold the wording passes, the different names keep both.
+    assert 0.8 <= jaccard(WANDA, WERTA) < 0.9
+    report = dedupe(pair, DedupeSettings(near_threshold=0.8))
+    assert (len(report.tasks), report.near) == (2, 0)
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("Find a laptop under $500 with 16 GB of RAM, a backlit keyboard, a webcam and free delivery, then "
+     "add it to the cart", "Find a laptop under $800 with 16 GB of RAM, a backlit keyboard, a webcam and "
+     "free delivery, then add it to the cart"),                                           # a number
+    ("Find a laptop under $500 with 16 GB of RAM, a backlit keyboard, a webcam and free delivery, then "
+     "add it to the cart", "Find a laptop under $500 with 32 GB of RAM, a backlit keyboard, a webcam and "
+     "free delivery, then add it to the cart"),                                           # another number
+    ("Book the cheapest direct flight from Boston to Paris leaving next Friday morning with one checked "
+     "bag and a window seat", "Book the cheapest direct flight from Boston to Rome leaving next Friday "
+     "morning with one checked bag and a window seat"),                                   # a name
+    ('Search the catalogue for the album "blue train" on vinyl and report its price, its release year and '
+     'its label', 'Search the catalogue for the album "blue moon" on vinyl and report its price, its '
+     'release year and its label'),                                     # a quoted title (not capitalised)
+])
+def test_instructions_differing_in_a_number_name_or_quote_are_kept(first, second):
+    assert jaccard(first, second) >= 0.8          # similar enough that wording alone would merge them
+    pair = [task(first, "https://shop.com"), task(second, "https://shop.com")]
+    assert len(dedupe(pair, DedupeSettings(near_threshold=0.8)).tasks) == 2
+
+
+@pytest.mark.parametrize("copy", [
+    "Add it to the cart: find the 'WANDA' dress in size M",                        # reordered
+    "Find the 'WANDA' dress in size M and add it to the cart now",                 # a word more
+])
+def test_reworded_copies_are_still_near_duplicates(copy):
+    report = dedupe([task(WANDA, "https://shop.com"), task(copy, "https://shop.com")],
+                    DedupeSettings(near_threshold=0.8))
+    assert [t.task_name for t in report.tasks] == [WANDA] and report.near == 1
+    long = ("Find a laptop under $500 with 16 GB of RAM, a backlit keyboard, a webcam and free delivery, "
+            "then add it to the cart")
+    reworded = long.replace("then add it", "and then add it")       # default threshold: 21 of 22 tokens
+    kept = dedupe([task(long, "https://s.com"), task(reworded, "https://s.com")]).tasks
+    assert [t.task_name for t in kept] == [long]
+
+
+def test_key_terms_are_numbers_quotes_and_names_not_apostrophes_or_sentence_starts():
+    assert key_terms(WANDA) == {"“wanda", "wanda", "m"}
+    assert key_terms("Find men's shoes. Add them to the cart, don't wait") == frozenset()
+    assert key_terms("I want “Blue Moon” from 1,500 listings rated 4.5") == {
+        "“blue moon", "blue", "moon", "#1500", "#4.5"}
+    assert key_terms("Find a hotel in Paris") != key_terms("Find a hotel in Rome")
 
 
 def make_set(n_sites: int = 200, per_site: int = 3) -> list[Task]:

@@ -5,6 +5,7 @@ continues from exactly that phase."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -121,6 +122,12 @@ def test_two_iterations_then_resume_after_a_train_failure(tmp_path, tiny_qwen2_v
     assert measured["checkpoint"] == train1["checkpoint"]
     assert measured["episodes"] == len(evaluation)
     assert measured["successes"] == sum(r >= 1.0 for r in evaluation["reward"])
+    # The evaluation's report and the learning curve so far (train points of both rollouts, one test point)
+    figures = json.loads((out / "iter-0001" / "report" / "report.json").read_text())
+    assert figures["runs"][0]["overall"]["successes"] == measured["evaluated"][0] == measured["successes"]
+    assert [(p["iteration"], p["label"]) for p in figures["learning_curve"]] == [(0, "train"), (1, "train"),
+                                                                                (1, "test")]
+    assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert measured["valid_actions"] == sum(1 for row in evaluation for s in row["steps"] if s["action"])
     assert measured["steps"] == sum(evaluation["num_steps"])
     # One push per iteration, each of that iteration's checkpoint; the second card carries the
@@ -165,9 +172,14 @@ def test_settings_from_yaml_then_flags(tmp_path):
 @pytest.mark.parametrize(("changes", "message"), [
     ({"policy": {"base_url": "http://127.0.0.1:8000/v1"}}, "--policy-command .* or --policy-reload-url"),
     ({"policy": {"command": "vllm serve --port {port}"}}, "must contain {checkpoint}"),
-    ({"only_environment": "desktop"}, "only_environment: 'desktop' is unknown"),
+    ({"sampler": {"kinds": ["desktop"]}}, "sampler.kinds: desktop unknown"),
     ({"viewport": "wide"}, "expected WIDTHxHEIGHT"),
     ({"iterations": 0}, "iterations: must be >= 1"),
+    ({"servers": ["http://127.0.0.1:8300"], "fleet": "web", "ray_address": "127.0.0.1:6379"},
+     "servers: give browser server URLs or --fleet web, not both"),
+    ({"fleet": "web"}, "ray_address: --fleet web needs"),
+    ({"policy": {"base_url": "http://127.0.0.1:8000/v1", "updater": "vllm_lora"}, "mode": "async"},
+     "policy.updater: vllm_lora is not usable by the loop yet"),
     ({"tasks": "/nonexistent/tasks.jsonl"}, "--tasks /nonexistent/tasks.jsonl: no such file"),
 ])
 def test_bad_settings_stop_before_anything_starts(tmp_path, changes, message):
@@ -301,7 +313,8 @@ def test_each_rollout_gets_the_loops_groups_and_its_own_temperature(tmp_path, mo
     web = Task(task_id="w1", task_name="find it", website="http://127.0.0.1:9/", benchmark_name="t")
     with tasks.open("a") as handle:
         handle.write(json.dumps(web.to_row()) + "\n")
-    settings = _settings(tmp_path, tmp_path / "model", tasks=str(tasks), only_environment="miniwob",
+    settings = _settings(tmp_path, tmp_path / "model", tasks=str(tasks), sampler={"kinds": ["miniwob"]},
+                         eval_sampler={"kinds": ["miniwob"]},
                          policy={"temperature": 0.8, "top_p": 0.9}, eval_temperature=0.1, attempts=2,
                          judge={"kind": "programmatic"})
     state = {"iterations": {"0": {"train": {"checkpoint": "c0"}}, "1": {"train": {"checkpoint": "c1"}}}}
@@ -316,13 +329,77 @@ def test_each_rollout_gets_the_loops_groups_and_its_own_temperature(tmp_path, mo
     assert (evaluation.policy.sampling.temperature, evaluation.policy.sampling.top_p) == (0.1, 0.9)
     assert (rollout.split, evaluation.split, evaluation.iteration) == ("train", "train", 1)
     for run_settings in seen:
-        assert run_settings.rollout is settings.rollout and run_settings.judge is settings.judge
+        # Episodes are scheduled asynchronously inside a rollout whatever the loop's --mode.
+        assert run_settings.rollout == dataclasses.replace(settings.rollout, mode="async")
+        assert run_settings.judge is settings.judge
         assert run_settings.env.sites_url == "http://127.0.0.1:2"  # MiniWoB tasks need the site server
         assert run_settings.env.viewport == "320x240" and run_settings.env.miniwob_horizon == 3
         rows = [json.loads(line) for line in Path(run_settings.tasks).read_text().splitlines()]
         assert len(rows) == len(MINIWOB) and all(r["environment"].startswith("miniwob:") for r in rows)
     assert not loop._needs_site_server([web], EnvSettings())
-    only_web = _settings(tmp_path, tmp_path / "model", tasks=str(tasks), only_environment="web",
+    only_web = _settings(tmp_path, tmp_path / "model", tasks=str(tasks), sampler={"kinds": ["web"]},
                          out=str(tmp_path / "web-loop"))
-    written = loop._task_source(only_web, str(tasks), "train", "rollout")
+    written = loop._task_batch(only_web, source=str(tasks), split="train", sampler=only_web.sampler,
+                               iteration=0, target=tmp_path / "web-loop" / "tasks.jsonl")
     assert [json.loads(line)["task_id"] for line in written.read_text().splitlines()] == ["w1"]
+
+
+def test_each_iteration_draws_its_own_batch_and_the_same_seed_draws_the_same(tmp_path, monkeypatch):
+    """The runner is replaced (the batches are the subject): epoch batches without replacement across
+    iterations, recorded beside the iteration, the same on a rerun with the same seed."""
+    from webgym_rl import loop
+    from webgym_rollout.dataset import TrajectoryWriter
+    from webgym_rollout.runner import RunReport
+
+    played: list[list[str]] = []
+
+    async def fake_run(run_settings):
+        rows = Path(run_settings.tasks).read_text().splitlines()
+        played.append([json.loads(line)["task_id"] for line in rows])
+        with TrajectoryWriter(run_settings.out, resume=True):
+            pass
+        return RunReport(out=run_settings.out, episodes=0, skipped=0, steps=0, successes=0, errors={},
+                         elapsed_s=1.0, session_retries=0, parse_errors=0)
+
+    monkeypatch.setattr("webgym_rollout.runner.run", fake_run)
+
+    class Services:
+        def browser_urls(self):
+            return ("http://127.0.0.1:1",)
+
+        def sites_url(self):
+            return "http://127.0.0.1:2"
+
+        def serve(self, checkpoint):
+            return "http://127.0.0.1:3/v1", "webgym-policy"
+
+    def batches(out: str, seed: int) -> list[list[str]]:
+        settings = _settings(tmp_path, tmp_path / "model", out=str(tmp_path / out),
+                             sampler={"kind": "epoch", "batch_size": 2, "seed": seed})
+        state = {"iterations": {"0": {"train": {"checkpoint": "c0"}}, "1": {"train": {"checkpoint": "c1"}}}}
+        for iteration in (0, 1):
+            loop._run_phase(settings, Services(), state, iteration, "rollout")
+        return played[-2:]
+
+    first = batches("a", seed=5)
+    assert len(first[0]) == len(first[1]) == 2 and not set(first[0]) & set(first[1])  # no task twice
+    assert (tmp_path / "a" / "iter-0001" / "tasks.jsonl").is_file()  # recorded beside the iteration
+    assert batches("b", seed=5) == first  # the same seed draws the same batches
+    assert batches("a", seed=5) == first  # a rerun of the same folder plays the recorded batches
+    others = [batches(f"c{seed}", seed=seed) for seed in (6, 7, 8)]
+    assert any(other != first for other in others)
+
+
+def test_loop_help_shows_the_sampler_the_evaluation_and_the_ablation_settings():
+    from click.testing import CliRunner
+
+    from webgym_rl.loop import loop_command
+
+    text = CliRunner().invoke(loop_command, ["--help"], terminal_width=200).output
+    for flag in ("--sampler [all|epoch|uniform_difficulty|success_aware]", "--sampler-batch-size",
+                 "--sampler-benchmarks", "--sampler-domains", "--sampler-difficulties", "--sampler-websites",
+                 "--eval-sampler", "--eval-temperature", "--eval-horizons", "--train-horizons",
+                 "--test-horizons", "--policy-variant [memory|vanilla|compact]", "--policy-full-rounds",
+                 "--fleet", "--ray-address",
+                 "--judge-max-screenshots"):
+        assert flag in text, flag

@@ -44,7 +44,7 @@ def test_a_rerun_resumes_with_other_settings_but_not_with_another_identity(tmp_p
     assert resumed["iterations"] == {"0": {"rollout": {"episodes": 4}}}
     assert resumed["settings"]["learning_rate"] == 0.5
     for change, name in (({"objective": "reinforce"}, "objective"), ({"attempts": 2}, "attempts"),
-                         ({"only_environment": "web"}, "only_environment")):
+                         ({"sampler": {"kinds": ["web"]}}, "sampler")):
         with pytest.raises(LoopStateError, match=f"belongs to a run with {name}="):
             load_state(loop_settings(tmp_path, tmp_path / "model", **change))
 

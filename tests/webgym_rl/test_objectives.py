@@ -90,3 +90,32 @@ def test_a_negative_advantage_sample_pushes_a_real_model_the_other_way(tmp_path_
         grads.append(model.lm_head.weight.grad.clone())
     assert grads[0].abs().sum() > 0
     assert torch.allclose(grads[0], -grads[1], atol=1e-7)
+
+
+def test_importance_weights_are_truncated_ratios_and_one_without_behaviour():
+    from webgym_rl.objectives import importance_weights
+
+    per_sample = torch.tensor([-1.0, -1.0, -1.0, -1.0])
+    behaviour = torch.tensor([-1.0, -1.5, -4.0, float("nan")])
+    weights = importance_weights(per_sample, behaviour, clip=2.0)
+    assert torch.allclose(weights, torch.tensor([1.0, float(torch.exp(torch.tensor(0.5))), 2.0, 1.0]))
+    assert torch.equal(importance_weights(per_sample, behaviour, clip=0.0), torch.ones(4))
+    assert torch.equal(importance_weights(per_sample, None, clip=2.0), torch.ones(4))
+
+
+def test_reinforce_scales_each_sample_by_its_importance_weight_without_differentiating_it():
+    logits, labels = _batch()
+    logp, mask = response_logprobs(logits, labels)
+    per_sample = logp.sum(1) / mask.sum(1)
+    advantages = torch.tensor([1.0, 1.0])
+    # Sample 0 was rolled out by a policy that liked its reply much less (weight truncated at 2),
+    # sample 1 by the same policy (weight 1).
+    behaviour = torch.stack([per_sample[0] - 3.0, per_sample[1]])
+    loss, metrics = reinforce(logits, labels, advantages, behaviour, importance_clip=2.0)
+    assert torch.allclose(loss, -(2.0 * per_sample[0] + per_sample[1]) / 2)
+    assert torch.allclose(metrics["importance_weight_mean"], torch.tensor(1.5))
+    leaf = logits.clone().requires_grad_(True)
+    reinforce(leaf, labels, advantages, behaviour, importance_clip=2.0)[0].backward()
+    plain = logits.clone().requires_grad_(True)
+    (-(2.0 * (response_logprobs(plain, labels)[0].sum(1) / mask.sum(1))[0]) / 2).backward()
+    assert torch.allclose(leaf.grad[0], plain.grad[0])  # the weight is a constant factor

@@ -189,18 +189,18 @@ def test_a_schema_1_1_folder_gives_the_same_samples_as_today(tmp_path):
     episodes = [episode(task_id="a", attempt=0, reward=1.0, num_steps=3, same_as_next=[False, True, False]),
                 episode(task_id="a", attempt=1, reward=0.0, num_steps=2)]
     old = write_1_1(tmp_path / "v1.1", episodes)
-    new = write_shards(tmp_path / "v1.2", episodes)
+    new = write_shards(tmp_path / "v1.3", episodes)
     (shard,) = _load(old, cache_dir=tmp_path / "c")[0].files
     assert "policy_version" not in str(pq.read_schema(shard)) and "outcome" not in pq.read_schema(shard).names
     samples = {}
-    for name, folder in (("1.1", old), ("1.2", new)):
+    for name, folder in (("1.1", old), ("1.3", new)):
         (found,) = _load(folder, cache_dir=tmp_path / f"c{name}")
         assert found.schema_version == name
         samples[name] = build_samples([found], "reinforce")
-    assert _kept(samples["1.1"]) == _kept(samples["1.2"]) == [("a-it0-a0", 0), ("a-it0-a0", 2),
+    assert _kept(samples["1.1"]) == _kept(samples["1.3"]) == [("a-it0-a0", 0), ("a-it0-a0", 2),
                                                                ("a-it0-a1", 0), ("a-it0-a1", 1)]
     for i in range(len(samples["1.1"])):
-        old_sample, new_sample = samples["1.1"][i], samples["1.2"][i]
+        old_sample, new_sample = samples["1.1"][i], samples["1.3"][i]
         assert old_sample.response == new_sample.response and old_sample.advantage == new_sample.advantage
         old_parts, new_parts = old_sample.messages[1]["content"], new_sample.messages[1]["content"]
         assert [p.get("text") for p in old_parts] == [p.get("text") for p in new_parts]

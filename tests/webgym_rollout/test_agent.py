@@ -122,7 +122,7 @@ def test_image_type_is_read_from_the_bytes():
         image_data_url(b"GIF89a....")
 
 
-@pytest.mark.parametrize("variant", ["memory", "vanilla"])
+@pytest.mark.parametrize("variant", ["memory", "vanilla", "compact"])
 @pytest.mark.parametrize("name", [spec.name for spec in ACTIONS])
 def test_formatted_replies_parse_back(variant, name):
     action = example_action(name)
@@ -131,7 +131,10 @@ def test_formatted_replies_parse_back(variant, name):
     parsed = parse_response(reply, variant)
     assert parsed.action == action and parsed.error == ""
     assert parsed.memory == ("price $120 at UA" if variant == "memory" else "")
-    assert parsed.progress == "searched" and parsed.intention == "finish"
+    if variant == "compact":  # the tool call alone
+        assert reply == action.to_tool_call()
+    else:
+        assert parsed.progress == "searched" and parsed.intention == "finish"
     assert ("Memory:" in reply) == (variant == "memory")
 
 
@@ -179,3 +182,23 @@ def test_each_full_round_shows_the_error_of_the_action_before_it():
     assert "did not work" not in texts[0]
     assert "The previous action did not work: no page to go back to" in texts[1]
     assert "did not work" not in texts[2]
+
+
+def test_the_compact_variant_is_short_and_names_every_action():
+    compact, full = system_prompt("compact"), system_prompt("vanilla")
+    assert len(compact) * 5 < len(full)
+    for spec in ACTIONS:
+        assert spec.name in compact
+    # Its one example is a call the parser accepts.
+    example = "<tool_call>" + compact.split("<tool_call>", 1)[1].split("</tool_call>", 1)[0] + "</tool_call>"
+    assert parse_response(example, "compact").action == example_action("left_click")
+    messages = build_messages(observation_with_history(2), AgentSettings(variant="compact", full_rounds=1))
+    texts = [part["text"] for m in messages[1:] if isinstance(m["content"], list)
+             for part in m["content"] if part.get("type") == "text"]
+    assert texts[0].startswith("Task: Find the cheapest flight")
+    assert "Step 0: left_click" in texts[0]  # older rounds still summarised
+    assert not any("URL:" in text or "Title:" in text for text in texts)
+    assert image_steps(messages) == [1, 2]
+    failed = Observation(instruction="x", screenshot=png("red"), step=1, last_action_error="no such element")
+    last = build_messages(failed, AgentSettings(variant="compact"))[-1]["content"][0]["text"]
+    assert "no such element" in last

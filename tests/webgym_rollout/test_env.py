@@ -87,6 +87,22 @@ async def test_mistakes_are_data_and_the_horizon_truncates(client, sites_url):
     assert env.session is None  # the context manager closed it
 
 
+async def test_a_popup_the_action_opened_is_recorded_on_its_step(client):
+    """The page's click handler submits a form to a new tab: the server closes it, the step says so."""
+    from tests.webgym_rollout.fault_pages import FaultPages
+
+    with FaultPages() as pages:
+        task = Task.from_row({"task_id": "popup", "task_name": "Open it", "benchmark_name": "sandbox",
+                              "website": f"{pages.url}/popup-form"})
+        async with WebEnv(client, EnvSettings(train_horizons=(3, 3, 3))) as env:
+            observation = await env.reset(task)
+            click = AgentAction("left_click", coordinate=pixels_to_grid(150, 50, observation.viewport))
+            opened = (await env.step(reply(click))).info["step"]
+            assert opened.popups == (f"{pages.url}/ok?",) and opened.action_error == ""
+            still = (await env.step(reply(AgentAction("scroll", direction="down")))).info["step"]
+            assert still.popups == () and still.url == f"{pages.url}/popup-form"
+
+
 async def test_answer_ends_the_episode_and_reset_starts_afresh(client, sites_url):
     env = WebEnv(client, EnvSettings(sites_url=sites_url))
     await env.reset(miniwob("click-button", 3))

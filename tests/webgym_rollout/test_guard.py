@@ -1,4 +1,5 @@
-"""UrlGuard decisions (pure: no DNS, no network) and the SiteBlocklist with an injected clock."""
+"""The egress decision (pure: no DNS, no network): addresses, URLs, resolved names; and the
+per-origin SiteBlocklist with an injected clock."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webgym_rollout.browser.guard import SiteBlocklist, UrlGuard, is_loopback_host, site_of
+from webgym_rollout.browser.guard import (
+    SiteBlocklist,
+    UrlGuard,
+    address_reason,
+    ip_literal,
+    is_loopback_host,
+    origin_of,
+)
 from webgym_rollout.errors import NavigationRefused, SiteBlocked
 
 REFUSED = [
@@ -31,6 +39,12 @@ REFUSED = [
     "http://[::ffff:127.0.0.1]/",
     "http://2130706433/",  # 127.0.0.1 as one number
     "http://0x7f.1/",  # 127.0.0.1 in hex shorthand
+    "http://0xa9fea9fe/",  # 169.254.169.254 in hex
+    "http://2852039166/latest/meta-data/",  # 169.254.169.254 as one number
+    "http://0251.0376.0251.0376/",  # 169.254.169.254 in octal
+    "http://167772161/",  # 10.0.0.1 as one number
+    "http://[64:ff9b::a00:1]/",  # NAT64 form of 10.0.0.1
+    "http://[::ffff:a00:1]/",  # IPv4-mapped 10.0.0.1
     "http://localhost:3000/",
     "http://api.localhost/",
     "http://metadata.google.internal/",
@@ -57,6 +71,86 @@ def test_refused_by_default(url):
 @pytest.mark.parametrize("url", ALLOWED)
 def test_public_urls_allowed(url):
     assert UrlGuard().reason(url) is None
+
+
+# The decision on an address, as the egress proxy makes it after resolving a name.
+REFUSED_ADDRESSES = {
+    "169.254.169.254": "link-local",  # cloud instance metadata
+    "10.0.0.1": "private",
+    "10.255.255.254": "private",
+    "172.16.0.1": "private",
+    "172.31.255.254": "private",
+    "192.168.1.1": "private",
+    "100.64.0.1": "CGNAT",
+    "100.127.255.254": "CGNAT",
+    "127.0.0.2": "loopback",
+    "0.0.0.0": "reserved",
+    "224.0.0.1": "multicast",
+    "240.0.0.1": "reserved",
+    "255.255.255.255": "reserved",
+    "::1": "loopback",
+    "::": "reserved",
+    "fc00::1": "private",
+    "fdff:ffff::1": "private",
+    "fe80::1": "link-local",
+    "febf::1": "link-local",
+    "fec0::1": "site-local",
+    "ff02::1": "multicast",
+    "::ffff:10.0.0.1": "IPv4-mapped",
+    "::ffff:127.0.0.1": "IPv4-mapped",
+    "64:ff9b::a00:1": "NAT64",  # 10.0.0.1 behind NAT64
+    "64:ff9b::a9fe:a9fe": "NAT64",  # 169.254.169.254 behind NAT64
+    "64:ff9b:1::a00:1": "NAT64",  # the local-use NAT64 prefix
+    "2002:a00:1::1": "6to4",  # 10.0.0.1 in a 6to4 address
+}
+
+
+@pytest.mark.parametrize(("address", "kind"), REFUSED_ADDRESSES.items())
+def test_non_public_addresses_are_refused_and_named(address, kind):
+    why = address_reason(ipaddress.ip_address(address))
+    assert why is not None and kind in why
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2606:4700::1111",
+                                     "64:ff9b::808:808", "::ffff:8.8.8.8"])
+def test_public_addresses_pass(address):
+    """A translated address that carries a public IPv4 address is public (NAT64 networks work)."""
+    assert address_reason(ipaddress.ip_address(address)) is None
+
+
+@pytest.mark.parametrize(("spelled", "address"), [
+    ("2852039166", "169.254.169.254"), ("0xa9fea9fe", "169.254.169.254"),
+    ("0xA9.0xFE.0xA9.0xFE", "169.254.169.254"), ("0251.0376.0251.0376", "169.254.169.254"),
+    ("167772161", "10.0.0.1"), ("10.1", "10.0.0.1"),
+    ("0x7f.1", "127.0.0.1"), ("[::ffff:10.0.0.1]", "::ffff:10.0.0.1"), ("example.com", None), ("1e", None)])
+def test_ip_literal_reads_the_legacy_forms_browsers_accept(spelled, address):
+    assert ip_literal(spelled) == (ipaddress.ip_address(address) if address else None)
+    if address is not None:  # and the guard refuses each of them as a host
+        assert UrlGuard().host_reason(spelled, 80) is not None
+
+
+def test_connect_decision_on_resolved_addresses():
+    """The proxy resolves a name, then decides on the address it will connect to."""
+    guard = UrlGuard(["127.0.0.1:8400", "intranet.test"])
+    assert guard.host_reason("public.test", 80) is None  # a name: its address decides
+    why = guard.connect_reason("public.test", 80, ipaddress.ip_address("169.254.169.254"))
+    assert why is not None and "public.test resolves to 169.254.169.254" in why
+    assert guard.connect_reason("public.test", 443, ipaddress.ip_address("93.184.216.34")) is None
+    # An allowlisted name may go where it resolves to; an allowlisted address is opened only for
+    # URLs that spell it: a public name resolving to it is refused (DNS rebinding).
+    assert guard.connect_reason("intranet.test", 80, ipaddress.ip_address("10.1.2.3")) is None
+    assert guard.connect_reason("127.0.0.1", 8400, ipaddress.ip_address("127.0.0.1")) is None
+    assert guard.connect_reason("rebind.test", 8400, ipaddress.ip_address("127.0.0.1")) is not None
+    assert guard.connect_reason("127.0.0.1", 8401, ipaddress.ip_address("127.0.0.1")) is not None
+
+
+def test_a_refused_scheme_says_so_and_names_no_flag():
+    with pytest.raises(NavigationRefused) as scheme:
+        UrlGuard().check("file:///etc/passwd")
+    assert "scheme 'file' is not allowed" in str(scheme.value) and "--allow-hosts" not in str(scheme.value)
+    with pytest.raises(NavigationRefused) as host:
+        UrlGuard().check("http://10.0.0.1/")
+    assert "--allow-hosts" in str(host.value)
 
 
 def test_allowlist_opens_exactly_the_listed_hosts():
@@ -87,9 +181,12 @@ def test_every_private_ipv4_address_is_refused(net, offset, scheme, port):
     assert UrlGuard().reason(f"{scheme}://{address}:{port}/") is not None
 
 
-def test_site_of():
-    assert site_of("https://www.Example.com/a") == "example.com"
-    assert site_of("http://127.0.0.1:8400/x") == "127.0.0.1"
+def test_origin_of():
+    assert origin_of("https://www.Example.com/a?b#c") == "https://www.example.com"
+    assert origin_of("https://example.com:443/") == "https://example.com"
+    assert origin_of("http://127.0.0.1:8400/x") == "http://127.0.0.1:8400"
+    assert origin_of("http://[::1]:8400/x") == "http://[::1]:8400"
+    assert origin_of("about:blank") == "about:blank"
 
 
 def test_blocklist_counts_failures_within_window_and_expires():
@@ -98,13 +195,15 @@ def test_blocklist_counts_failures_within_window_and_expires():
     assert not blocklist.record_failure("https://slow.example/a", "timeout")
     now[0] = 70.0  # the first failure left the window
     assert not blocklist.record_failure("https://slow.example/b", "timeout")
-    assert not blocklist.record_failure("https://www.slow.example/c", "timeout")
+    assert not blocklist.record_failure("https://slow.example:443/c", "timeout")
     blocklist.check("https://slow.example/")  # two failures in the window: not blocked yet
     assert blocklist.record_failure("https://slow.example/d", "captcha page")
-    with pytest.raises(SiteBlocked, match="slow.example"):
+    with pytest.raises(SiteBlocked, match="https://slow.example is blocked"):
         blocklist.check("https://slow.example/other")
     blocklist.check("https://fast.example/")
-    assert [e.site for e in blocklist.entries()] == ["slow.example"]
+    blocklist.check("http://slow.example/")  # another scheme is another origin
+    blocklist.check("https://www.slow.example/")  # and so is another host
+    assert [e.origin for e in blocklist.entries()] == ["https://slow.example"]
     now[0] = 70.0 + 101
     blocklist.check("https://slow.example/")
     assert blocklist.entries() == []
@@ -121,8 +220,28 @@ def test_blocklist_success_resets_and_manual_block():
         blocklist.check("https://b.example/x")
     now[0] = 6
     blocklist.check("https://b.example/x")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^threshold: "):
         SiteBlocklist(threshold=0)
+
+
+def test_blocking_one_local_origin_leaves_the_other_ports_of_its_host():
+    """Three failures of a page on one port must not block the site server on another port."""
+    blocklist = SiteBlocklist(threshold=3)
+    for _ in range(3):
+        blocklist.record_failure("http://127.0.0.1:5000/redirect-loop", "net::ERR_TOO_MANY_REDIRECTS")
+    with pytest.raises(SiteBlocked, match="http://127.0.0.1:5000 "):
+        blocklist.check("http://127.0.0.1:5000/ok")
+    blocklist.check("http://127.0.0.1:8400/miniwob/click-test.html")
+
+
+def test_lifting_an_entry():
+    blocklist = SiteBlocklist(threshold=1)
+    blocklist.record_failure("http://127.0.0.1:5000/x", "timeout")
+    assert blocklist.lift("http://127.0.0.1:5001") is None  # not that origin
+    lifted = blocklist.lift("http://127.0.0.1:5000/any/path")  # any URL of the origin names it
+    assert lifted is not None and lifted.origin == "http://127.0.0.1:5000" and "timeout" in lifted.reason
+    blocklist.check("http://127.0.0.1:5000/x")
+    assert blocklist.entries() == [] and blocklist.lift("http://127.0.0.1:5000") is None
 
 
 @pytest.mark.parametrize(("host", "loopback"), [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from webgym_rollout.browser.egress import EgressStats
 from webgym_rollout.browser.lanes import Lane
 from webgym_rollout.browser.metrics import render_prometheus
 
@@ -25,6 +26,9 @@ def _text() -> str:
         sessions_expired=4,
         capture_retries=5,
         blocked_sites=7,
+        tabs={"4242": (3, 5), "17": (1, 2)},
+        popups_closed=9,
+        egress=EgressStats(connections=120, refused=4, failed=2, open=6, cpu_s=1.5),
     )
 
 
@@ -47,6 +51,16 @@ def test_every_series_is_written():
         "webgym_blocked_sites 7",
         'webgym_errors_total{kind="navigation_refused"} 1',
         'webgym_errors_total{kind="server_busy"} 3',
+        'webgym_browser_pages{browser="4242"} 3',
+        'webgym_browser_contexts{browser="4242"} 5',
+        'webgym_browser_pages{browser="17"} 1',
+        'webgym_browser_contexts{browser="17"} 2',
+        "webgym_popups_closed_total 9",
+        'webgym_egress_requests_total{outcome="forwarded"} 120',
+        'webgym_egress_requests_total{outcome="refused"} 4',
+        'webgym_egress_requests_total{outcome="failed"} 2',
+        "webgym_egress_open_connections 6",
+        "webgym_egress_cpu_seconds_total 1.5",
     ):
         assert sample in lines
 

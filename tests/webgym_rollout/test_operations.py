@@ -172,6 +172,8 @@ async def test_hung_page_and_endless_load_time_out(pool, faults, sites):
     with pytest.raises(OperationTimeout) as endless:
         await pool.navigate(sid, f"{faults}/never")
     assert endless.value.session_closed is False
+    # The message names the limit as configured (3 s here), not the internal bound behind it.
+    assert "did not finish within its limit of 3 s (--navigate-timeout-s)" in str(endless.value)
     assert (await pool.page_info(sid, PageInfoRequest())).title == "never"  # still usable
 
     other = (
@@ -180,6 +182,7 @@ async def test_hung_page_and_endless_load_time_out(pool, faults, sites):
     with pytest.raises(OperationTimeout) as hung:
         await pool.navigate(sid, f"{faults}/loop")
     assert hung.value.session_closed is True
+    assert "within its limit of 3 s (--navigate-timeout-s)" in str(hung.value)
     with pytest.raises(SessionNotFound):
         await pool.page_info(sid, PageInfoRequest())
     assert (await pool.page_info(other, PageInfoRequest())).title == "Sandbox form"
@@ -187,3 +190,12 @@ async def test_hung_page_and_endless_load_time_out(pool, faults, sites):
     assert (await pool.page_info(fresh, PageInfoRequest())).title == "ok"
     for s in (other, fresh):
         await pool.close_session(s)
+
+
+async def test_a_timed_out_action_names_its_limit(pool, faults):
+    sid = (await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))).session_id
+    await pool._sessions[sid].page.evaluate("() => setTimeout(() => { while (true) {} }, 0)")
+    with pytest.raises(OperationTimeout) as hung:
+        await pool.execute(sid, BrowserAction.click(5, 5))
+    assert f"execute on session {sid} did not finish within its limit of 3 s (--action-timeout-s)" in str(
+        hung.value)

@@ -14,6 +14,7 @@ from webgym_rollout.agent import AgentSettings, Observation, format_response
 from webgym_rollout.errors import PolicyError
 from webgym_rollout.policy import (
     OpenAIPolicy,
+    PixelRandomPolicy,
     Policy,
     PolicyRejected,
     PolicySettings,
@@ -82,6 +83,7 @@ async def test_the_policy_version_and_token_logprobs_are_kept(scripted_openai):
 
 def test_policy_settings_build_the_policy_they_describe():
     assert isinstance(make_policy(PolicySettings()), RandomPolicy)
+    assert isinstance(make_policy(PolicySettings(kind="pixel_random")), PixelRandomPolicy)
     with pytest.raises(ValueError, match="base_url: the openai policy needs"):
         PolicySettings(kind="openai")
     policy = make_policy(PolicySettings(kind="openai", endpoint=Endpoint(base_url="http://127.0.0.1:9/v1",
@@ -225,3 +227,26 @@ def test_a_call_returned_as_native_tool_calls_is_put_back_into_the_text():
     assert parse_response(text).action == AgentAction("go_back")
     plain = ChatCompletionMessage.model_validate({"role": "assistant", "content": GOOD_REPLY})
     assert _reply_text(plain) == GOOD_REPLY
+
+
+async def test_pixel_random_policy_clicks_anywhere_with_well_formed_replies():
+    policy = PixelRandomPolicy(RandomPolicySettings(seed=2), agent=AgentSettings(variant="compact"))
+    assert isinstance(policy, Policy) and not getattr(policy, "observes_elements", False)
+    points = []
+    for step in range(200):
+        output = await policy.act(random_observation(step, elements=()))
+        assert output.action is not None and output.action.name == "left_click" and output.parsed.error == ""
+        assert output.response == output.action.to_tool_call()  # compact: the call alone
+        points.append(output.action.coordinate)
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    assert 0 <= min(xs) < 100 and 900 < max(xs) <= 1000 and 0 <= min(ys) < 100 and 900 < max(ys) <= 1000
+    # Each quarter of the grid gets its share of 200 uniform clicks.
+    quarters = [sum(1 for x, y in points if (x < 500) == left and (y < 500) == top)
+                for left in (True, False) for top in (True, False)]
+    assert min(quarters) > 25
+    # Seeded by (seed, episode, step), blind to the page: other elements, same clicks.
+    again = [(await policy.act(random_observation(s, elements=ELEMENTS))).action.coordinate for s in range(5)]
+    assert again == points[:5]
+    reseeded = PixelRandomPolicy(RandomPolicySettings(seed=3))
+    other = [(await reseeded.act(random_observation(s))).action.coordinate for s in range(5)]
+    assert other != points[:5]

@@ -270,3 +270,42 @@ def test_flags_come_from_the_settings_and_the_token_from_the_environment(monkeyp
         "from-env", "0.0.0.0", 9, "float32")
     bad = CliRunner().invoke(rollout_main, ["serve-policy", "--model", "m", "--max-new-tokens", "0"])
     assert bad.exit_code == 2 and "max_new_tokens (--max-new-tokens): must be >= 1" in bad.output
+
+
+async def test_replies_name_the_version_and_a_reload_keeps_the_process(tiny_dir):
+    """The weights' version is on every reply (system_fingerprint) and on /health; /reload swaps the
+    weights in the same process; a request that started before a reload finishes on its weights."""
+    import os
+
+    other = tiny_model_dir("qwen2_vl", seed=7)
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny",
+                                    policy_version=4)
+    kw = dict(model="tiny", messages=_messages(_data_url((10, 200, 90))), temperature=0, max_tokens=6,
+              logprobs=True)
+    logprobs = lambda reply: [t.logprob for t in reply.choices[0].logprobs.content]  # noqa: E731
+    with running_policy_server(settings) as base_url:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        root = base_url.removesuffix("/v1")
+        async with httpx.AsyncClient(timeout=60) as http:
+            first = await client.chat.completions.create(**kw)
+            assert first.system_fingerprint == "v4"
+            health = (await http.get(f"{root}/health")).json()
+            assert (health["version"], health["pid"]) == (4, os.getpid())
+            # A generation in flight while the reload lands: it answers with the weights it started on.
+            racing = asyncio.create_task(client.chat.completions.create(**kw))
+            await asyncio.sleep(0)
+            reload = await http.post(f"{root}/reload", json={"model": str(other), "version": 5})
+            assert reload.status_code == 200 and reload.json()["version"] == 5
+            assert reload.json()["previous_version"] == 4
+            raced = await racing
+            after = await client.chat.completions.create(**kw)
+            assert after.system_fingerprint == "v5" and logprobs(after) != logprobs(first)
+            # Whichever weights the racing request got, its fingerprint names them.
+            assert (raced.system_fingerprint, logprobs(raced)) in [("v4", logprobs(first)),
+                                                                   ("v5", logprobs(after))]
+            # No version given: the next one.
+            assert (await http.post(f"{root}/reload", json={"model": str(tiny_dir)})).json()["version"] == 6
+            again = await client.chat.completions.create(**kw)
+            assert again.system_fingerprint == "v6" and logprobs(again) == logprobs(first)
+            health = (await http.get(f"{root}/health")).json()
+            assert (health["version"], health["reloads"], health["pid"]) == (6, 2, os.getpid())

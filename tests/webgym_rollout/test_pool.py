@@ -89,6 +89,11 @@ async def test_sessions_fill_their_slots_and_free_them(chromium_path, sites):
         assert pool.active_sessions == 2 and pool.sessions_created == 3
         metrics = pool.metrics_text()
         assert "webgym_sessions_created_total 3" in metrics and "webgym_active_sessions 2" in metrics
+        pid = pool.browser_pids()[0]
+        # Two sessions: two pages, and two contexts (the closed session's context was reused).
+        assert pool.tab_counts() == {str(pid): (2, 2)}
+        assert f'webgym_browser_pages{{browser="{pid}"}} 2' in metrics
+        assert f'webgym_browser_contexts{{browser="{pid}"}} 2' in metrics
         for sid in (b.session_id, c.session_id):
             await pool.close_session(sid)
 
@@ -103,7 +108,7 @@ async def test_a_start_url_that_does_not_load_closes_the_session(chromium_path, 
 
 
 @pytest.mark.browser
-async def test_blocklist_refuses_new_sessions_until_expiry(chromium_path, faults):
+async def test_blocklist_refuses_new_sessions_until_expiry(chromium_path, faults, sites):
     async with BrowserPool(
         _settings(chromium_path, blocklist_threshold=2, navigate_timeout_s=1.0)
     ) as pool:
@@ -111,12 +116,29 @@ async def test_blocklist_refuses_new_sessions_until_expiry(chromium_path, faults
         for _ in range(2):
             with pytest.raises(OperationTimeout):
                 await pool.navigate(sid, f"{faults}/never")
-        with pytest.raises(SiteBlocked):
+        with pytest.raises(SiteBlocked, match=f"{faults} is blocked"):
             await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))
         assert "webgym_blocked_sites 1" in pool.metrics_text()
+        # The origin is blocked, not its host: the site server on another port of 127.0.0.1 serves on.
+        assert faults.split(":")[:2] == sites.base_url.split(":")[:2]
+        other = await pool.create(CreateSessionRequest(start_url=f"{sites.base_url}/sandbox/form.html"))
+        assert other.title == "Sandbox form"
+        assert (await pool.navigate(other.session_id, f"{sites.base_url}/sandbox/next.html")).error == ""
+        await pool.close_session(other.session_id)
         pool.blocklist._clock = lambda: time.monotonic() + 10_000  # the entry expires
         again = await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))
         assert again.title == "ok"
+
+
+@pytest.mark.browser
+async def test_a_lifted_origin_opens_again(chromium_path, faults):
+    async with BrowserPool(_settings(chromium_path, blocklist_threshold=1)) as pool:
+        sid = (await pool.create(CreateSessionRequest(start_url=f"{faults}/captcha"))).session_id
+        with pytest.raises(SiteBlocked):
+            await pool.navigate(sid, f"{faults}/ok")
+        assert pool.lift_block(f"{faults}/any/page") is not None
+        assert (await pool.navigate(sid, f"{faults}/ok")).title == "ok"
+        assert pool.lift_block(faults) is None  # nothing left to lift
 
 
 @pytest.mark.browser
@@ -124,7 +146,7 @@ async def test_block_page_counts_as_a_failure(chromium_path, faults):
     async with BrowserPool(_settings(chromium_path, blocklist_threshold=1)) as pool:
         state = await pool.create(CreateSessionRequest(start_url=f"{faults}/captcha"))
         assert state.title == "Just a moment..."
-        with pytest.raises(SiteBlocked, match="127.0.0.1"):
+        with pytest.raises(SiteBlocked, match=f"{faults} is blocked"):
             await pool.navigate(state.session_id, f"{faults}/ok")
 
 

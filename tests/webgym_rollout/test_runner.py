@@ -170,7 +170,11 @@ async def test_judging_runs_after_the_session_closes_and_overlaps_the_next_episo
             async with BrowserClient(browser_url) as client:
                 (health,) = await client.health()
             events.append(("sessions", str(health.active_sessions)))
-            await asyncio.sleep(1.0)
+            if number == "0":  # wait (bounded) for the next episode to act: it must not wait for us
+                for _ in range(300):
+                    if ("act", episode_id("click-button-1", 0, 0)) in events:
+                        break
+                    await asyncio.sleep(0.1)
             events.append(("judged", number))
             return await super().score(request)
 
@@ -334,3 +338,42 @@ async def test_agent_mistakes_are_data_and_answer_ends_the_episode(tmp_path, sit
     # the screenshots travelled inline to the policy, never as paths
     assert all("data:image/png;base64," in json.dumps(r["messages"]) for r in llm.requests)
     assert row["reward"] == 0.0 and report.parse_errors == 1  # the programmatic judge: no env reward
+
+
+@pytest.mark.browser
+async def test_the_sampler_picks_the_tasks_of_the_run(tmp_path, sites_url, browser_url):
+    from webgym_data.loading import load_tasks
+    from webgym_rollout.sampler import SamplerSettings, TaskSampler
+
+    tasks = write_tasks(tmp_path / "tasks.jsonl", range(6))
+    sampler = SamplerSettings(kind="epoch", batch_size=2, seed=4)
+    expected = sorted(t.task_id for t in TaskSampler(load_tasks(tasks), sampler).batch(1))
+    settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), iteration=1, sampler=sampler,
+                         horizon_table="test", env={"sites_url": sites_url, "miniwob_horizon": 1})
+    report = await run(settings, policy=ProbePolicy())
+    assert report.episodes == 2
+    rows = _rows(settings.out)
+    assert sorted(r["task_id"] for r in rows) == expected and all(r["iteration"] == 1 for r in rows)
+
+
+def test_every_invalid_task_row_is_reported_at_once(tmp_path):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", range(2))
+    with tasks.open("a", encoding="utf-8") as handle:
+        handle.write('{"task_name": "", "website": "x.org"}\n{not json\n')
+    result = CliRunner().invoke(run_command, ["--tasks", str(tasks), "--servers", "http://127.0.0.1:1",
+                                              "--out", str(tmp_path / "out"), "--no-progress"])
+    assert result.exit_code == 1
+    assert "row 2, field 'task_name'" in result.output and "row 3: invalid JSON" in result.output
+
+
+@pytest.mark.browser
+async def test_skip_invalid_runs_the_valid_rows_and_records_the_others(tmp_path, sites_url, browser_url):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", range(2))
+    with tasks.open("a", encoding="utf-8") as handle:
+        handle.write('{"task_name": "", "website": "x.org"}\n')
+    settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), skip_invalid=True,
+                         env={"sites_url": sites_url, "miniwob_horizon": 1})
+    report = await run(settings, policy=ProbePolicy())
+    assert (report.episodes, report.invalid_rows) == (2, 1)
+    (invalid,) = json.loads((tmp_path / "out" / "manifest.json").read_text())["run"]["invalid_task_rows"]
+    assert invalid["row"] == 2 and invalid["field"] == "task_name" and invalid["file"].endswith("tasks.jsonl")

@@ -199,7 +199,42 @@ async def test_refusals_errors_and_metrics(server, sites):
     assert 'webgym_errors_total{kind="navigation_refused"}' in metrics
     assert 'webgym_errors_total{kind="session_not_found"}' in metrics
     assert "webgym_active_sessions" in metrics and "webgym_browser_restarts_total" in metrics
-    assert info["allow_hosts"] == ["127.0.0.1"]
+    assert "webgym_browser_pages{browser=" in metrics and "webgym_browser_contexts{browser=" in metrics
+    assert 'webgym_egress_requests_total{outcome="forwarded"}' in metrics
+    assert "webgym_egress_cpu_seconds_total" in metrics
+    assert info["allow_hosts"] == ["127.0.0.1"] and info["blocklist"] == []
+    assert (info["blocklist_threshold"], info["blocklist_ttl_s"]) == (3, 3600.0)
+
+
+@pytest.mark.browser
+async def test_pages_cannot_reach_the_server_itself(server, sites):
+    """127.0.0.1 is allowlisted (every port), yet the egress proxy never lets a page call the API."""
+    url, pool = server
+    async with BrowserClient(url) as client:
+        session = await client.create_session(f"{sites.base_url}/sandbox/form.html")
+        with pytest.raises(NavigationRefused, match="browser server's own"):
+            await session.navigate(f"{url}/health")
+        assert (await session.page_info()).title == "Sandbox form"
+        await session.close()
+
+
+@pytest.mark.browser
+async def test_lifting_a_block_needs_a_token(server):
+    url, pool = server
+    pool.blocklist.block("http://127.0.0.1:5000/", "an operator saw a captcha")
+    try:
+        async with httpx.AsyncClient(trust_env=False) as http:
+            refused = await http.delete(f"{url}/blocklist/http://127.0.0.1:5000")
+            info = (await http.get(f"{url}/info")).json()
+        assert refused.status_code == 401 and refused.json()["error"] == "unauthorized"
+        assert "runs without one" in refused.json()["message"] and "--token" in refused.json()["message"]
+        assert [e["origin"] for e in info["blocklist"]] == ["http://127.0.0.1:5000"]
+        assert info["blocklist"][0]["reason"] == "an operator saw a captcha"
+        async with BrowserClient(url) as client:
+            with pytest.raises(Unauthorized):
+                await client.unblock("http://127.0.0.1:5000")
+    finally:
+        pool.lift_block("http://127.0.0.1:5000")
 
 
 @pytest.mark.browser
@@ -275,7 +310,7 @@ async def test_screenshot_wire_formats_carry_the_same_image(server, sites):
 async def test_token_required_on_every_request(chromium_path, sites):
     settings = _settings(chromium_path, browsers=1)
     settings.token = "s3cret"
-    async with running_server(settings) as (url, _):
+    async with running_server(settings) as (url, pool):
         async with httpx.AsyncClient() as http:
             assert (await http.get(f"{url}/health")).status_code == 401
             assert (
@@ -288,6 +323,21 @@ async def test_token_required_on_every_request(chromium_path, sites):
             session = await client.create_session(f"{sites.base_url}/sandbox/form.html")
             assert (await session.page_info()).title == "Sandbox form"
             await session.close()
+
+        # With a token, an operator lifts a blocklist entry; /info shows it gone.
+        pool.blocklist.block("http://127.0.0.1:5000/", "an operator saw a captcha")
+        auth = {"Authorization": "Bearer s3cret"}
+        async with httpx.AsyncClient(trust_env=False, headers=auth) as http:
+            assert (await http.delete(f"{url}/blocklist/http://127.0.0.1:5000")).status_code == 200
+            assert (await http.get(f"{url}/info")).json()["blocklist"] == []
+            again = (await http.delete(f"{url}/blocklist/http://127.0.0.1:5000")).json()
+        assert again == {"origin": "http://127.0.0.1:5000", "lifted": False, "reason": ""}
+        pool.blocklist.block("http://127.0.0.1:5001/x", "timeouts")
+        async with BrowserClient(url, token="s3cret") as client:
+            assert await client.unblock("http://127.0.0.1:5001/some/page") is True
+            assert await client.unblock("http://127.0.0.1:5001") is False
+        async with httpx.AsyncClient(trust_env=False) as http:  # and without the token: 401
+            assert (await http.delete(f"{url}/blocklist/http://127.0.0.1:5001")).status_code == 401
 
 
 @pytest.mark.browser

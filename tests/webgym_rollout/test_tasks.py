@@ -36,4 +36,18 @@ def test_a_web_task_opens_its_start_url_and_has_a_horizon_per_difficulty():
         "https://shop.example/search", (800, 600), "web")
     assert [task_kind(task(n)).horizon(settings, "train") for n in (1, 5, 9)] == [10, 20, 30]
     assert [task_kind(task(n)).horizon(settings, "test") for n in (2, 6, 7)] == [30, 50, 70]
-    assert task_kind(task(0)).horizon(settings, "train") == 10  # no rubric: easy
+
+
+def test_a_task_of_unknown_difficulty_gets_the_longest_budget_of_its_split():
+    bare = Task.from_row({"task_name": "Find a red shoe", "website": "shop.example"})
+    assert bare.difficulty_level == "unknown"
+    settings = EnvSettings()
+    assert task_kind(bare).horizon(settings, "train") == 30
+    assert task_kind(bare).horizon(settings, "test") == 70
+    # "Longest", not "the third entry": a table whose hard budget is not the largest still gives the most.
+    odd = EnvSettings(train_horizons=(12, 40, 25), test_horizons=(5, 6, 7))
+    assert task_kind(bare).horizon(odd, "train") == 40 and task_kind(bare).horizon(odd, "test") == 7
+    # A seed's own label is a difficulty level: its budget, not the longest.
+    labelled = Task.from_row({"task_name": "Find a red shoe", "website": "shop.example",
+                              "seed_difficulty_level": "medium"})
+    assert task_kind(labelled).horizon(settings, "train") == 20

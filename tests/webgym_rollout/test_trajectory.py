@@ -53,7 +53,8 @@ def _episode(task_id: str = "t0", *, attempt: int = 0, name: str = "Find the pri
         steps=[Step(index=i, screenshot=png("red" if i else "blue"), messages="[]", response=f"reply {i}",
                     action='{"action":"wait"}', url=f"http://shop.example/{i}", title="Shop",
                     same_as_next=bool(i), finish_reason="stop", usage=TokenUsage(10, 2),
-                    latency=Latency(0.5, 0.25, 0.125), policy_version="ckpt-3", logprobs=(-0.5, -1.0))
+                    latency=Latency(0.5, 0.25, 0.125), policy_version="ckpt-3", logprobs=(-0.5, -1.0),
+                    popups=("http://shop.example/ad",) if i else ())
                for i in range(steps)])
 
 
@@ -121,7 +122,7 @@ def test_read_episodes_reads_a_run_folder_and_counts_without_screenshots(tmp_pat
         failed.status, failed.reward, failed.steps = EpisodeStatus.BROWSER_CRASHED, 0.0, []
         writer.add(failed)
     episodes = read_episodes(out)
-    assert len(episodes) == 4 and episodes.schema_version == "1.2" and len(episodes.files) == 2
+    assert len(episodes) == 4 and episodes.schema_version == "1.3" and len(episodes.files) == 2
     assert sorted(e.episode_id for e in episodes) == ["t0-0", "t1-0", "t2-0", "t9-0"]
     stats = episodes.stats()
     counts = (stats.episodes, stats.successes, stats.errors, stats.steps, stats.valid_actions)
@@ -143,6 +144,7 @@ def test_a_schema_1_1_folder_is_read_with_defaults_for_the_new_fields(tmp_path):
     assert (first.episode_id, second.episode_id) == ("a-0", "b-0")
     assert first.outcome == TaskOutcome()
     assert first.steps[0].policy_version == "" and first.steps[0].logprobs == ()
+    assert first.steps[0].popups == ()
     assert first.steps[1].response == "reply 1" and first.steps[0].screenshot == png("blue")
     assert episodes.stats().steps == 3
 

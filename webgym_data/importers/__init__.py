@@ -6,16 +6,22 @@ One module per seed, registered by name::
     insta_v3         insta-v3         insta_v3/ (*.parquet)                    data-for-agents/insta-150k-v3
     pae_webvoyager   pae-webvoyager   pae_webvoyager/ (*.jsonl)                yifeizhou/pae-data
     agentsynth_web   agentsynth-web   agentsynth_web/ (2 jsonl files)          sunblaze-ucb/AgentSynth
-    browsecomp       browsecomp       browsecomp/browse_comp_test_set.csv      -
+    browsecomp       browsecomp       browsecomp/ (browse_comp*.csv)           -
     travelplanner    travelplanner    travelplanner/ (*_queries.jsonl)         osunlp/TravelPlanner
     mind2web_live    mind2web-live    mind2web_live/ (*.json)                  iMeanAI/Mind2Web-Live
-    online_mind2web  online-mind2web  online_mind2web/Online_Mind2Web.json     osunlp/Online-Mind2Web
-    deepshop         deepshop         deepshop/deepshop.jsonl                  DeepShop/DeepShop
-    mind2web2        mind2web-2       mind2web2/dev_set_tasks.jsonl (+ trees)  osunlp/Mind2Web-2
-    gaia_web         gaia-web         gaia_web/GAIA_web.jsonl                  -
+    online_mind2web  online-mind2web  online_mind2web/ (Online_Mind2Web*.json) osunlp/Online-Mind2Web
+    deepshop         deepshop         deepshop/ (deepshop*.jsonl)              DeepShop/DeepShop
+    mind2web2        mind2web-2       mind2web2/ (dev_set_tasks.jsonl + trees) osunlp/Mind2Web-2
+    gaia_web         gaia-web         gaia_web/ (GAIA_web*.jsonl)              -
     webvoyager       webvoyager       (explicit path) WebVoyager_data.jsonl + reference_answer.json
     generic          generic          (explicit path) JSONL/JSON/CSV/parquet with a column mapping
     miniwob          miniwob          (explicit path) rows of MiniWoB++ task + seed(s)  -
+
+A seeds folder (``webgym-data build --seeds DIR``) may also use the upstream names: the upstream
+repository's folder name (``DeepShop/``, ``Online-Mind2Web/``, ``Mind2Web-Live/``, ...) or the upstream
+files themselves directly in DIR (``deepshop_test.jsonl``, ``Online_Mind2Web.json``,
+``mind2web-live_test_20241024.json``, ``GAIA_web.jsonl``, ``browse_comp_test_set.csv``, ...); see
+`discover_seeds` and `seed_search`.
 
 ``import_seed(name, source)`` reads a local path, or, when `source` is not a local path and looks
 like ``org/name``, loads that Hub dataset with ``datasets.load_dataset`` (online only).
@@ -78,6 +84,7 @@ __all__ = [
     "import_command",
     "import_seed",
     "run_import",
+    "seed_search",
 ]
 
 logger = logging.getLogger(__name__)
@@ -140,27 +147,44 @@ def get_importer(name: str) -> Importer:
 
 
 def discover_seeds(seeds_dir: Path) -> list[tuple[str, Path]]:
-    """``(importer name, path)`` for each seed importer whose default file or folder is in `seeds_dir`.
+    """``(importer name, path)`` for each seed set found in `seeds_dir`, in `SEED_IMPORTERS` order.
 
-    Covers the ten seed sets (`SEED_IMPORTERS`); a default folder counts only when it holds files the
-    importer reads (``seeds/insta_v3`` with only its SOURCE.txt is left out).
+    A seed is found by the first of its importer's `default_paths` (our folder name, the upstream
+    repository's) that holds files the importer reads (``seeds/insta_v3`` with only its SOURCE.txt
+    is left out), else by its upstream file names lying directly in `seeds_dir` (one entry per file:
+    ``deepshop_test.jsonl``, ``Online_Mind2Web.json``, ...). `seed_search` says what is looked for.
     """
     found = []
     for name in SEED_IMPORTERS:
         importer = _REGISTRY[name]
-        for relative in importer.default_paths:
-            path = Path(seeds_dir) / relative
-            if path.is_file():
-                found.append((name, path))
-                break
-            if path.is_dir():
-                try:
-                    importer.files_in(path)
-                except SeedNotFoundError:
-                    continue
-                found.append((name, path))
-                break
+        paths = [path for path in (Path(seeds_dir) / relative for relative in importer.default_paths)
+                 if path.is_file() or (path.is_dir() and _holds_seed_files(importer, path))][:1]
+        if not paths:
+            paths = sorted({path for pattern in importer.upstream_files
+                            for path in Path(seeds_dir).glob(pattern) if path.is_file()})
+        found.extend((name, path) for path in paths)
     return found
+
+
+def _holds_seed_files(importer: SeedImporter, folder: Path) -> bool:
+    try:
+        importer.files_in(folder)
+    except SeedNotFoundError:
+        return False
+    return True
+
+
+def seed_search() -> str:
+    """What `discover_seeds` looks for, one clause per seed set (for an error that finds none)."""
+    clauses = []
+    for name in SEED_IMPORTERS:
+        importer = _REGISTRY[name]
+        folders = " or ".join(f"{path}/" for path in importer.default_paths)
+        clause = f"{name}: {folders} (with {', '.join(importer.folder_files)})"
+        if importer.upstream_files:
+            clause += f" or {', '.join(importer.upstream_files)} in the folder itself"
+        clauses.append(clause)
+    return "; ".join(clauses)
 
 
 def _looks_like_hub_id(source: str) -> bool:

@@ -19,11 +19,13 @@ from typing import Any, ClassVar
 
 from webgym_data.loading import TaskSourceError
 from webgym_data.schema import (
+    MAX_INSTRUCTION_CHARS,
     FactGroup,
     Task,
     TaskSource,
     TaskValidationError,
     WebgymDataError,
+    instruction_too_long,
     make_task_id,
     normalise_evaluator_reference,
     normalise_website,
@@ -171,7 +173,11 @@ class SeedImporter:
     hub_configs: ClassVar[tuple[str, ...]] = ()
     """Configs to load from `hub_id` (empty: the default config)."""
     default_paths: ClassVar[tuple[str, ...]] = ()
-    """Paths relative to a seeds folder (the first that exists is the seed)."""
+    """Files or folders relative to a seeds folder, ours and the upstream repository's name (the
+    first that exists, holding files the importer reads, is the seed)."""
+    upstream_files: ClassVar[tuple[str, ...]] = ()
+    """The upstream release's own file names (glob patterns), found directly in a seeds folder when
+    no `default_paths` entry is there (``deepshop_test.jsonl`` dropped next to the other seeds)."""
     folder_files: ClassVar[tuple[str, ...]] = ()
     """File names (glob patterns) read, in this order, when `read` is given a folder."""
 
@@ -233,8 +239,15 @@ class SeedImporter:
     def make_task(self, *, file: str, row: int, task_name: str, website: str, source_id: str = "",
                   metadata: Mapping[str, Any] | None = None, website_field: str = "website",
                   evaluator_reference: Any = (), definite_answer: str = "", difficulty: Any = 0,
-                  start_url: str = "", domain: str = "", subdomain: str = "") -> Task:
-        """A validated `Task`; its id hashes the seed's own id when it has one, else site + text."""
+                  start_url: str = "", domain: str = "", subdomain: str = "",
+                  seed_criteria: Iterable[str] = (), rubric_source: str = "",
+                  seed_difficulty_level: str = "", task_name_field: str = "task_name") -> Task:
+        """A validated `Task`; its id hashes the seed's own id when it has one, else site + text.
+
+        `rubric_source` is ``"seed"`` when the importer made `evaluator_reference` from the seed's
+        own criteria (``--rubrics all`` then asks an LLM for a new one); unset, a rubric is
+        ``"given"``. An instruction over `MAX_INSTRUCTION_CHARS` skips the row (a value fault).
+        """
         website = normalise_website(website)
         if not site_url(website):
             # A value, not a structural fault (seen in real seeds: "a.org and b.net"): skip and count it.
@@ -244,6 +257,8 @@ class SeedImporter:
         if not task_name:
             raise TaskValidationError("is required and must be a non-empty string", file=file, row=row,
                                       field="task_name")
+        if len(task_name) > MAX_INSTRUCTION_CHARS:
+            raise Skip(f"field '{task_name_field}' {instruction_too_long(task_name)}")
         if not all(isinstance(g, FactGroup) for g in evaluator_reference or ()):
             try:
                 evaluator_reference = normalise_evaluator_reference(evaluator_reference)
@@ -261,6 +276,8 @@ class SeedImporter:
             definite_answer=definite_answer.strip(), difficulty=difficulty,
             source=TaskSource(importer=self.name, file=_display_name(file), row=row,
                               metadata=metadata_json(metadata)),
+            seed_criteria=tuple(dict.fromkeys(" ".join(c.split()) for c in seed_criteria if c.strip())),
+            rubric_source=rubric_source, seed_difficulty_level=seed_difficulty_level,
         )
 
 

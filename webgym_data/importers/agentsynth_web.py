@@ -23,7 +23,8 @@ class AgentSynthWebImporter(SeedImporter):
     name = "agentsynth_web"
     benchmark_name = "agentsynth-web"
     hub_id = "sunblaze-ucb/AgentSynth"
-    default_paths = ("agentsynth_web",)
+    default_paths = ("agentsynth_web", "AgentSynth", "AgentSynth/insta_data")
+    upstream_files = ("summarized_task_sequences.jsonl", "task_sequences.jsonl")
     folder_files = ("summarized_task_sequences.jsonl", "task_sequences.jsonl")
 
     def convert(self, record: Mapping[str, Any], *, file: str, row: int) -> Task:
@@ -37,6 +38,6 @@ class AgentSynthWebImporter(SeedImporter):
                 metadata[key] = record[key]
         return self.make_task(
             file=file, row=row,
-            task_name=require_text(record, "task", file=file, row=row),
+            task_name=require_text(record, "task", file=file, row=row), task_name_field="task",
             website=require_text(record, "website", file=file, row=row), metadata=metadata,
         )

@@ -49,7 +49,8 @@ class BrowseCompImporter(SeedImporter):
     benchmark_name = "browsecomp"
     # Not on the Hub: https://openaipublic.blob.core.windows.net/simple-evals/browse_comp_test_set.csv
     hub_id = None
-    default_paths = ("browsecomp/browse_comp_test_set.csv",)
+    default_paths = ("browsecomp", "browse_comp")
+    upstream_files = ("browse_comp_test_set.csv",)
     folder_files = ("browse_comp*.csv",)
 
     def convert(self, record: Mapping[str, Any], *, file: str, row: int) -> Task:
@@ -64,7 +65,8 @@ class BrowseCompImporter(SeedImporter):
             if not plain[name].strip():
                 raise TaskValidationError("decrypts to an empty string", file=file, row=row, field=name)
         return self.make_task(
-            file=file, row=row, task_name=plain["problem"], website=SEARCH_START_URL,
+            file=file, row=row, task_name=plain["problem"], task_name_field="problem",
+            website=SEARCH_START_URL,
             definite_answer=plain["answer"].strip(),
             metadata={"problem_topic": optional_text(record, "problem_topic")},
         )

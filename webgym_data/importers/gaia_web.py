@@ -20,13 +20,14 @@ class GaiaWebImporter(SeedImporter):
     name = "gaia_web"
     benchmark_name = "gaia-web"
     hub_id = None  # GitHub MinorJerry/WebVoyager data/GAIA_web.jsonl; the HF GAIA set is gated and differs
-    default_paths = ("gaia_web/GAIA_web.jsonl",)
+    default_paths = ("gaia_web", "WebVoyager/data")
+    upstream_files = ("GAIA_web.jsonl",)
     folder_files = ("GAIA_web*.jsonl",)
 
     def convert(self, record: Mapping[str, Any], *, file: str, row: int) -> Task:
         return self.make_task(
             file=file, row=row,
-            task_name=require_text(record, "ques", file=file, row=row),
+            task_name=require_text(record, "ques", file=file, row=row), task_name_field="ques",
             website=require_text(record, "web", file=file, row=row), website_field="web",
             source_id=require_text(record, "task_id", file=file, row=row),
             definite_answer=require_text(record, "Final answer", file=file, row=row),

@@ -4,6 +4,14 @@
 columns; a field without a mapping is read from the column of its own name when there is one, so
 files already in the task format (for example a published WebGym split) need no mapping. A
 `task_id` column is kept as is; other columns go to ``source.metadata``.
+
+``difficulty`` may be a fact count (an integer, or digits) or a seed's label: ``easy``, ``medium``
+or ``hard`` in any case. A label becomes the task's `seed_difficulty_level` (its difficulty level
+while the rubric is not an LLM's) and the fact count stays unknown (0) until a rubric gives one;
+the label is kept in ``source.metadata`` as ``difficulty``. Any other string is refused, naming the
+accepted forms. A rubric column is ``rubric_source = "given"`` (kept as is by ``--rubrics all``)
+unless a ``rubric_source`` column says otherwise; a ``seed_criteria`` column (a list of strings, or
+one string) is read as the seed's criteria.
 """
 
 from __future__ import annotations
@@ -13,16 +21,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from webgym_data.importers._base import SeedImporter, optional_text, require_text
-from webgym_data.schema import Task, TaskValidationError, WebgymDataError, make_task_id
+from webgym_data.schema import (
+    DIFFICULTY_LEVELS,
+    RUBRIC_SOURCES,
+    Task,
+    TaskValidationError,
+    WebgymDataError,
+    make_task_id,
+    seed_difficulty_label,
+)
 
 __all__ = ["TARGET_FIELDS", "GenericImporter", "MappingError"]
 
 TARGET_FIELDS = ("task_name", "website", "start_url", "task_id", "benchmark_name", "definite_answer",
-                 "evaluator_reference", "domain", "subdomain", "difficulty")
+                 "evaluator_reference", "domain", "subdomain", "difficulty", "seed_criteria")
 """Task fields a column can be mapped to."""
 
 _OURS = {"difficulty_level", "fact_group_ids", "parent_task_id", "instruction_source", "environment",
-         "env_seed", "source"}
+         "env_seed", "source", "rubric_source", "seed_difficulty_level"}
 
 
 class MappingError(WebgymDataError, ValueError):
@@ -60,16 +76,37 @@ class GenericImporter(SeedImporter):
         if reference not in (None, ""):
             fields["evaluator_reference"] = reference
         difficulty = record.get(columns["difficulty"])
+        label = seed_difficulty_label(difficulty)
+        labelled = bool(label)
+        label = label or seed_difficulty_label(record.get("seed_difficulty_level"))
+        if labelled:
+            difficulty = None  # a label, not a fact count
         if isinstance(difficulty, str) and difficulty.strip():
             if not difficulty.strip().isdigit():
-                raise TaskValidationError(f"must be a non-negative integer, got {difficulty!r}",
-                                          file=file, row=row, field=columns["difficulty"])
+                raise TaskValidationError(
+                    f"must be a fact count (a non-negative integer) or a seed's label "
+                    f"({', '.join(DIFFICULTY_LEVELS)}, any case), got {difficulty!r}",
+                    file=file, row=row, field=columns["difficulty"])
             difficulty = int(difficulty)
         if isinstance(difficulty, float) and difficulty.is_integer():
             difficulty = int(difficulty)
         if difficulty not in (None, ""):
             fields["difficulty"] = difficulty
-        used = {columns[t] for t in TARGET_FIELDS}
+        if label:
+            fields["seed_difficulty_level"] = label
+        criteria = record.get(columns["seed_criteria"])
+        if isinstance(criteria, str):
+            criteria = [criteria]
+        if criteria not in (None, []):
+            if not isinstance(criteria, (list, tuple)) or not all(isinstance(c, str) for c in criteria):
+                raise TaskValidationError("must be a list of strings", file=file, row=row,
+                                          field=columns["seed_criteria"])
+            fields["seed_criteria"] = criteria
+        rubric_source = optional_text(record, "rubric_source")
+        if rubric_source in RUBRIC_SOURCES:
+            fields["rubric_source"] = rubric_source
+        # A difficulty label stays in the metadata too (a fact count is the row's `difficulty`).
+        used = {columns[t] for t in TARGET_FIELDS if not (t == "difficulty" and labelled)}
         metadata = {k: v for k, v in record.items()
                     if k not in used and k not in _OURS and not k.startswith("_")}
         benchmark = optional_text(record, columns["benchmark_name"])
@@ -78,7 +115,8 @@ class GenericImporter(SeedImporter):
                 file=file, row=row,
                 task_name=require_text(record, columns["task_name"], file=file, row=row),
                 website=require_text(record, columns["website"], file=file, row=row),
-                website_field=columns["website"], metadata=metadata, **fields,
+                website_field=columns["website"], task_name_field=columns["task_name"],
+                metadata=metadata, **fields,
             )
         except TaskValidationError as exc:
             # Name the column the user knows, not the task field it was mapped to.

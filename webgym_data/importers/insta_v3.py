@@ -1,8 +1,8 @@
 """InSTA-v3 (data-for-agents): 146k tasks, one per website, each with success criteria.
 
-Parquet rows: ``website, instruction, steps (list[str]), criteria (list[str])``. The criteria become
-one fact group (they are what a judge must verify); the suggested steps are kept in
-``source.metadata``.
+Parquet rows: ``website, instruction, steps (list[str]), criteria (list[str])``. The criteria are
+the task's `seed_criteria` and, until an LLM writes the rubric (``webgym-data build --rubrics all``),
+its one fact group (``rubric_source = "seed"``); the suggested steps are kept in ``source.metadata``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class InstaV3Importer(SeedImporter):
     name = "insta_v3"
     benchmark_name = "insta-v3"
     hub_id = "data-for-agents/insta-150k-v3"
-    default_paths = ("insta_v3",)
+    default_paths = ("insta_v3", "insta-150k-v3")
     folder_files = ("*.parquet", "data/*.parquet")
 
     def convert(self, record: Mapping[str, Any], *, file: str, row: int) -> Task:
@@ -40,8 +40,8 @@ class InstaV3Importer(SeedImporter):
         groups = (FactGroup("criteria", GROUP_DESCRIPTION, tuple(criteria)),) if criteria else ()
         return self.make_task(
             file=file, row=row,
-            task_name=require_text(record, "instruction", file=file, row=row),
+            task_name=require_text(record, "instruction", file=file, row=row), task_name_field="instruction",
             website=require_text(record, "website", file=file, row=row),
-            evaluator_reference=groups,
+            evaluator_reference=groups, seed_criteria=criteria, rubric_source="seed",
             metadata={"steps": _strings(record, "steps", file=file, row=row)},
         )

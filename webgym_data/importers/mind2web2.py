@@ -5,7 +5,9 @@ Rows: ``task_id, task_description`` (``dev_set_tasks.jsonl``; ``task_examples.js
 (``eval_breakdown[0].verification_tree``: ``{id, desc, critical, strategy, children}``) is read from
 ``rubric_trees_from_gh_page/<task_id>_rubric.json`` next to the task file when present: each
 depth-1 node becomes a fact group and the leaves below it its facts (a depth-1 leaf is a group of
-one fact). The tasks have no site, so they start from a search engine.
+one fact), with ``rubric_source = "seed"`` (``webgym-data build --rubrics all`` has an LLM write
+the rubric instead); every leaf, prefixed by its depth-1 node's description, is one of the task's
+`seed_criteria`. The tasks have no site, so they start from a search engine.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from webgym_data.importers._base import (
 )
 from webgym_data.schema import FactGroup, Task, TaskValidationError
 
-__all__ = ["Mind2Web2Importer", "rubric_tree_to_groups"]
+__all__ = ["Mind2Web2Importer", "groups_as_criteria", "rubric_tree_to_groups"]
 
 RUBRIC_FOLDER = "rubric_trees_from_gh_page"
 
@@ -75,6 +77,12 @@ def rubric_tree_to_groups(tree: Mapping[str, Any], *, file: str = "") -> tuple[F
     return tuple(groups)
 
 
+def groups_as_criteria(groups: tuple[FactGroup, ...]) -> list[str]:
+    """One line per fact, prefixed by its group's description when that says something more."""
+    return [f"{group.description}: {fact}" if group.description and group.description != fact else fact
+            for group in groups for fact in group.facts]
+
+
 def _read_tree(path: Path) -> Mapping[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -91,7 +99,8 @@ class Mind2Web2Importer(SeedImporter):
     name = "mind2web2"
     benchmark_name = "mind2web-2"
     hub_id = "osunlp/Mind2Web-2"  # all 130 tasks
-    default_paths = ("mind2web2/dev_set_tasks.jsonl",)
+    default_paths = ("mind2web2", "Mind2Web-2")
+    upstream_files = ("dev_set_tasks.jsonl",)
     folder_files = ("dev_set_tasks.jsonl",)
 
     def prepare(self, records: Iterable[Any], *, file: str) -> Iterator[Any]:
@@ -122,6 +131,7 @@ class Mind2Web2Importer(SeedImporter):
         return self.make_task(
             file=file, row=row,
             task_name=require_text(record, "task_description", file=file, row=row),
-            website=SEARCH_START_URL, source_id=task_id,
+            task_name_field="task_description", website=SEARCH_START_URL, source_id=task_id,
             evaluator_reference=groups, metadata=metadata,
+            seed_criteria=groups_as_criteria(groups), rubric_source="seed",
         )

@@ -2,9 +2,10 @@
 
 Rows: ``index, task, reference_task_length, evaluation``, where ``evaluation`` lists key nodes
 ``{match_function_name, content: {key?, reference_answer, url, netloc?, path?}}``. Each key node
-becomes one readable rubric fact, all in one fact group. The rows carry no start URL: the website is
-the scheme and host of the first key node URL that is an http(s) URL; a row without one is skipped
-and counted in `ImportResult.unresolved_websites`.
+becomes one readable fact: the task's `seed_criteria`, and, until an LLM writes the rubric
+(``webgym-data build --rubrics all``), its one fact group (``rubric_source = "seed"``). The rows
+carry no start URL: the website is the scheme and host of the first key node URL that is an http(s)
+URL; a row without one is skipped and counted in `ImportResult.unresolved_websites`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class Mind2WebLiveImporter(SeedImporter):
     name = "mind2web_live"
     benchmark_name = "mind2web-live"
     hub_id = "iMeanAI/Mind2Web-Live"  # holds the 438-task train split as well
-    default_paths = ("mind2web_live",)
+    default_paths = ("mind2web_live", "Mind2Web-Live", "WebCanvas/data/example")
+    upstream_files = ("mind2web-live_*.json",)
     folder_files = ("mind2web-live_*.json", "example_*.json")
 
     def convert(self, record: Mapping[str, Any], *, file: str, row: int) -> Task:
@@ -84,8 +86,9 @@ class Mind2WebLiveImporter(SeedImporter):
             raise Skip("no http(s) URL in any evaluation key node to derive the website from",
                        unresolved_website=True)
         return self.make_task(
-            file=file, row=row, task_name=task_name, website=website,
+            file=file, row=row, task_name=task_name, task_name_field="task", website=website,
             evaluator_reference=(FactGroup("key_nodes", GROUP_DESCRIPTION, tuple(facts)),) if facts else (),
+            seed_criteria=facts, rubric_source="seed",
             metadata={"seed_index": record.get("index"),
                       "reference_task_length": record.get("reference_task_length"),
                       "match_functions": functions},

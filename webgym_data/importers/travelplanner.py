@@ -3,7 +3,8 @@
 Local rows are ``{idx, query}`` (``train_queries.jsonl``, ``validation_queries.jsonl``,
 ``validation_queries_with_example_plans.jsonl`` also carries ``plan``); Hub rows (configs
 ``train``/``validation``/``test``) add ``org, dest, days, level, ...``, which are kept in
-``source.metadata`` with the split. The benchmark is a sandbox, not one site, so tasks start from a
+``source.metadata`` with the split; their ``level`` (easy / medium / hard) is also the task's
+`seed_difficulty_level`. The benchmark is a sandbox, not one site, so tasks start from a
 search engine.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from webgym_data.importers._base import SEARCH_START_URL, SeedImporter, require_text
-from webgym_data.schema import Task
+from webgym_data.schema import Task, seed_difficulty_label
 
 __all__ = ["TravelPlannerImporter"]
 
@@ -27,7 +28,7 @@ class TravelPlannerImporter(SeedImporter):
     benchmark_name = "travelplanner"
     hub_id = "osunlp/TravelPlanner"
     hub_configs = ("train", "validation", "test")
-    default_paths = ("travelplanner",)
+    default_paths = ("travelplanner", "TravelPlanner")
     folder_files = ("train_queries.jsonl", "validation_queries.jsonl", "test_queries.jsonl")
 
     def convert(self, record: Mapping[str, Any], *, file: str, row: int) -> Task:
@@ -40,5 +41,6 @@ class TravelPlannerImporter(SeedImporter):
             metadata["split"] = split
         return self.make_task(
             file=file, row=row, task_name=require_text(record, "query", file=file, row=row),
-            website=SEARCH_START_URL, metadata=metadata,
+            task_name_field="query", website=SEARCH_START_URL, metadata=metadata,
+            seed_difficulty_level=seed_difficulty_label(record.get("level")),
         )

@@ -70,16 +70,18 @@ class WebVoyagerImporter(SeedImporter):
             metadata |= {"reference_answer": reference["ans"], "reference_answer_type": reference["type"]}
             if reference["notice"]:
                 metadata["reference_notice"] = reference["notice"]
-        metadata |= self.extra_metadata(record)
+        extra = self.extra_fields(record)
+        metadata |= extra.pop("metadata", {})
         return self.make_task(
             file=file, row=row,
-            task_name=require_text(record, "ques", file=file, row=row),
+            task_name=require_text(record, "ques", file=file, row=row), task_name_field="ques",
             website=require_text(record, "web", file=file, row=row), website_field="web",
             source_id=optional_text(record, "id"),
             definite_answer=reference["ans"] if reference.get("type") == "golden" else "",
-            metadata=metadata,
+            metadata=metadata, **extra,
         )
 
-    def extra_metadata(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        """Seed fields beyond the WebVoyager four (used by the WebVoyager-like seeds)."""
+    def extra_fields(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """What the WebVoyager-like seeds read beyond the WebVoyager four: keyword arguments of
+        `make_task` (``metadata`` is merged into the row's metadata)."""
         return {}

@@ -4,13 +4,14 @@
     client      BrowserClient / BrowserSession: the typed async client (http: its connection pool)
     server      the FastAPI server, ServerSettings and ``webgym-rollout serve``
     pool        BrowserPool and PoolSettings: the session table, composing the parts below
-    processes   the Chromium processes: launch, replace, recycle, memory bound, context reuse
+    egress      the egress proxy every connection of the browsers passes (resolves, decides, forwards)
+    processes   the Chromium processes: launch, replace, recycle, memory bound, context reuse, popups
     session     one session: a context + page on a process, its lock and navigation tracker
     navigation  the URL guard on every request of a page, and the tracking of its navigations
     operations  navigate, screenshot, execute, page_info, env_state: lanes, timeouts, typed errors
     lanes       Lane: one bounded queue + concurrency limit per operation kind
     metrics     the Prometheus text of /metrics
-    guard       where pages may go: the URL guard and the failure blocklist
+    guard       where pages may go: the one set of rules (URLs, resolved addresses), the blocklist
 
 Only the client side is imported here; the server side needs Playwright.
 """

@@ -24,11 +24,14 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from webgym_rollout.browser.http import ConnectionBroke, HttpPool, Response
 from webgym_rollout.browser.protocol import (
+    BlocklistLifted,
+    BodyHashes,
     BrowserAction,
     CreateSessionRequest,
     EnvState,
@@ -37,10 +40,13 @@ from webgym_rollout.browser.protocol import (
     PageInfo,
     PageInfoRequest,
     PageState,
+    RecordingIndex,
+    ReplayOptions,
     Screenshot,
     ScreenshotRequest,
     ServerHealth,
     SessionCreated,
+    decode_bodies,
     decode_screenshot,
 )
 from webgym_rollout.errors import (
@@ -110,11 +116,13 @@ class BrowserClient:
         await self._http.aclose()
 
     async def _call(
-        self, base: str, method: str, path: str, *, json: Any = None, idempotent: bool = False
+        self, base: str, method: str, path: str, *, json: Any = None, raw: bytes | None = None,
+        idempotent: bool = False,
     ) -> Response:
-        """One API call with retries on transient errors; raises the typed error tree."""
+        """One API call with retries on transient errors; raises the typed error tree. The body is
+        `json` encoded, or `raw` bytes as they are."""
         delay = 0.1
-        body = None if json is None else _dumps(json)
+        body = raw if raw is not None else None if json is None else _dumps(json)
         for attempt in range(self.retries + 1):
             may_have_run = False
             try:
@@ -152,6 +160,17 @@ class BrowserClient:
         found = await asyncio.gather(*(self._server_health(url) for url in self.urls))
         return [h for h in found if h is not None]
 
+    async def unblock(self, origin: str) -> bool:
+        """Lift the blocklist entry of `origin` (``http://127.0.0.1:8400``, or any URL of it) on every
+        server; True when one of them had it blocked. The servers must run with a token (this
+        client's): a server without one refuses (`Unauthorized`)."""
+        lifted = False
+        for url in self.urls:
+            response = await self._call(url, "DELETE", f"/blocklist/{quote(origin, safe=':/[]')}",
+                                        idempotent=True)
+            lifted |= BlocklistLifted.model_validate(response.json()).lifted
+        return lifted
+
     async def _servers_by_load(self) -> list[str]:
         if len(self.urls) == 1:
             return list(self.urls)
@@ -170,14 +189,24 @@ class BrowserClient:
         viewport: tuple[int, int] = (1280, 720),
         environment: str = "web",
         seed: int | None = None,
+        record: bool = False,
+        replay: ReplayOptions | None = None,
+        bodies: Callable[[str], bytes] | None = None,
     ) -> BrowserSession:
-        """Open a session on the least-loaded server; transient failures move on to the next one."""
+        """Open a session on the least-loaded server; transient failures move on to the next one.
+
+        `record`: record the page's traffic (`BrowserSession.recording`). `replay`: serve the page
+        from a recording; `bodies(sha256)` gives each recorded body, uploaded to the server first
+        when it does not hold it yet."""
         request = CreateSessionRequest(
-            start_url=start_url, viewport=viewport, environment=environment, seed=seed
+            start_url=start_url, viewport=viewport, environment=environment, seed=seed, record=record,
+            replay=replay,
         ).model_dump(mode="json")
         last: BrowserError | None = None
         for url in await self._servers_by_load():
             try:
+                if replay is not None:
+                    await self._upload_bodies(url, replay, bodies)
                 response = await self._call(url, "POST", "/sessions", json=request)
             except TRANSIENT_ERRORS as exc:
                 # "Full" says more than "unreachable" when both happened.
@@ -190,6 +219,21 @@ class BrowserClient:
             return BrowserSession(self, url, created)
         assert last is not None
         raise last
+
+
+    async def _upload_bodies(self, url: str, replay: ReplayOptions,
+                             bodies: Callable[[str], bytes] | None) -> None:
+        """Put the bodies `replay` needs on server `url` (only those it does not hold)."""
+        wanted = BodyHashes(sha256=list(dict.fromkeys(e.body_sha256 for e in replay.exchanges
+                                                      if e.body_sha256)))
+        if not wanted.sha256:
+            return
+        response = await self._call(url, "POST", "/bodies/missing", json=wanted.model_dump(), idempotent=True)
+        missing = BodyHashes.model_validate(response.json()).sha256
+        if missing and bodies is None:
+            raise ValueError("bodies: the replay needs recorded bodies the server lacks; pass bodies=")
+        for sha in missing:
+            await self._call(url, "PUT", f"/bodies/{sha}", raw=bodies(sha), idempotent=True)
 
 
 class BrowserSession:
@@ -246,6 +290,24 @@ class BrowserSession:
 
     async def env_state(self) -> EnvState:
         return EnvState.model_validate(await self._post("env_state", idempotent=True))
+
+    async def recording(self) -> RecordingIndex:
+        """What the session recorded (created with ``record=True``), or, replaying, the requests
+        its recording lacked."""
+        response = await self._client._call(
+            self.server_url, "GET", f"/sessions/{self.session_id}/recording", idempotent=True
+        )
+        return RecordingIndex.model_validate(response.json())
+
+    async def recorded_bodies(self, hashes: Sequence[str]) -> dict[str, bytes]:
+        """Bodies the session recorded (by their SHA-256, from `recording`), in one call."""
+        if not hashes:
+            return {}
+        response = await self._client._call(
+            self.server_url, "POST", f"/sessions/{self.session_id}/recording/bodies",
+            json=BodyHashes(sha256=list(hashes)).model_dump(), idempotent=True,
+        )
+        return decode_bodies(response.headers, response.content)
 
     async def close(self) -> None:
         """Close the session; closing one that is already gone is not an error."""

@@ -1,17 +1,31 @@
-"""Where the browsers may go: the URL guard and the per-site failure blocklist.
+"""Where the browsers may go: the egress decision, the URL guard and the per-origin failure blocklist.
 
-`UrlGuard.check` is a pure decision function (no DNS, no network): only ``http(s)`` URLs (and
-``about:blank``), and never a private, loopback, link-local or otherwise non-global IP literal, nor a
-``localhost``-style or single-label name, unless the host is on the allowlist. The browser pool
-applies it to every request a session's page makes, including each hop of a redirect chain and the
-subresources of pages the agent opens (see `webgym_rollout.browser.navigation`).
+One set of rules decides every destination, at two places:
 
-Known limits: names are not resolved, so a public name that resolves to a private address passes
-(DNS rebinding); WebSockets opened by workers are not intercepted (pages' WebSockets and workers'
-other requests are).
+- `UrlGuard.reason(url)`: before a request leaves the page (the page's request interception,
+  `webgym_rollout.browser.navigation`, and the server's checks of a navigate or create request).
+  Pure: no DNS. Only ``http(s)`` URLs (and ``about:blank``); never an IP literal that is not a
+  public address (`address_reason`), nor a ``localhost``-style or single-label name, unless the
+  host is allowlisted.
+- `UrlGuard.connect_reason(host, port, address)`: in the egress proxy
+  (`webgym_rollout.browser.egress`), which every connection of Chromium passes, after it resolved
+  the name itself: the address it is about to connect to must be public (`address_reason`) unless
+  the host, as spelled in the request, is allowlisted for that port.
 
-`SiteBlocklist` counts failures per site (timeouts, crashes, CAPTCHA or block pages) and refuses new
-sessions on a site that failed `threshold` times within `window_s`, until the entry expires.
+`address_reason` refuses loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), link-local
+(169.254/16, fe80::/10, where cloud metadata services live), CGNAT (100.64/10), multicast,
+reserved, unspecified and documentation ranges, and judges an IPv6 address that carries an IPv4
+address (IPv4-mapped ``::ffff:a.b.c.d``, NAT64 ``64:ff9b::/96`` and ``64:ff9b:1::/48``, 6to4
+``2002::/16``) by the IPv4 address it carries.
+
+Allowlist entries (``--allow-hosts``) open hosts the rules refuse: ``127.0.0.1`` (every port),
+``127.0.0.1:8400`` (that port only), ``intranet.example``, ``*.example`` (the domain and its
+subdomains). An entry matches the host as the URL spells it, never the address a name resolves to:
+a public name whose DNS answer points at an allowlisted local address is refused (DNS rebinding).
+
+`SiteBlocklist` counts failures per origin (scheme, host, port: `origin_of`) and refuses new
+sessions and navigations to an origin that failed ``threshold`` times within ``window_s``, for
+``ttl_s`` seconds or until an operator lifts the entry (`SiteBlocklist.lift`).
 
 Exceptions (from `webgym_rollout.errors`): `NavigationRefused` (names the URL), `SiteBlocked`.
 """
@@ -28,12 +42,27 @@ from urllib.parse import urlsplit
 
 from webgym_rollout.errors import NavigationRefused, SiteBlocked
 
-__all__ = ["BlockEntry", "SiteBlocklist", "UrlGuard", "is_loopback_host", "site_of"]
+__all__ = [
+    "BlockEntry",
+    "IPAddress",
+    "SiteBlocklist",
+    "UrlGuard",
+    "address_reason",
+    "ip_literal",
+    "is_loopback_host",
+    "origin_of",
+]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _INTERNAL_URLS = frozenset({"about:blank"})
 # Suffixes that name the local machine or a private network, never a public website.
 _LOCAL_SUFFIXES = (".localhost", ".local", ".internal", ".localdomain", ".home.arpa", ".lan")
-
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+# IPv6 prefixes whose last 32 bits are an IPv4 address the packets are translated to (NAT64).
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+# Deprecated site-local addresses: used as private ones, yet `is_global` calls them global.
+_SITE_LOCAL = ipaddress.ip_network("fec0::/10")
 
 
 def is_loopback_host(host: str) -> bool:
@@ -49,27 +78,63 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The address `host` spells literally, including legacy IPv4 forms (``2130706433``, ``0x7f.1``)."""
+def ip_literal(host: str) -> IPAddress | None:
+    """The address `host` spells literally, legacy IPv4 forms included (``2130706433``, ``0x7f.1``,
+    ``0177.0.0.1``); None for a name. Never does DNS."""
     host = host.strip("[]")
     try:
-        address = ipaddress.ip_address(host)
+        return ipaddress.ip_address(host)
     except ValueError:
         if not host or not all(part.isalnum() for part in host.split(".")):
             return None
         try:
             # inet_aton parses the shorthand/hex/octal forms browsers accept; it never does DNS.
-            address = ipaddress.IPv4Address(socket.inet_aton(host))
+            return ipaddress.IPv4Address(socket.inet_aton(host))
         except OSError:
             return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
+
+
+def _carried_ipv4(address: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | None:
+    """(what kind of translation, the IPv4 address) for an IPv6 address that carries one."""
+    if address.ipv4_mapped is not None:
+        return "IPv4-mapped", address.ipv4_mapped
+    if any(address in net for net in _NAT64):
+        return "NAT64", ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.sixtofour is not None:
+        return "6to4", address.sixtofour
+    return None
+
+
+def address_reason(address: IPAddress) -> str | None:
+    """Why a browser may not connect to `address`, or None for a public unicast address."""
+    if isinstance(address, ipaddress.IPv6Address):
+        carried = _carried_ipv4(address)
+        if carried is not None:
+            kind, inner = carried
+            why = address_reason(inner)
+            return None if why is None else f"{kind} address {address} carries {inner}: {why}"
+        if address in _SITE_LOCAL:
+            return f"address {address} is site-local (private)"
+    if address.is_loopback:
+        return f"address {address} is loopback"
+    if address.is_link_local:
+        return f"address {address} is link-local (e.g. a cloud metadata service)"
+    if address.is_multicast:
+        return f"address {address} is multicast"
+    if isinstance(address, ipaddress.IPv4Address) and address in ipaddress.IPv4Network("100.64.0.0/10"):
+        return f"address {address} is shared (CGNAT) address space"
+    if address.is_unspecified or address.is_reserved:
+        return f"address {address} is reserved"
+    if address.is_private or not address.is_global:
+        return f"address {address} is private"
+    return None
 
 
 def _host_matches(host: str, port: int | None, pattern: str) -> bool:
     pattern = pattern.lower().strip()
     want_host, _, want_port = pattern.rpartition(":") if pattern.count(":") == 1 else (pattern, "", "")
+    if pattern.startswith("[") and "]:" in pattern:  # [::1]:8400
+        want_host, _, want_port = pattern.rpartition(":")
     if want_port and (not want_port.isdigit() or port != int(want_port)):
         return False
     want_host = want_host.strip("[]")
@@ -79,7 +144,7 @@ def _host_matches(host: str, port: int | None, pattern: str) -> bool:
 
 
 class UrlGuard:
-    """Decides whether a browser may load a URL.
+    """Decides where a browser may go (see the module docstring for the rules).
 
     `allow_hosts` entries open hosts the default rules refuse: ``127.0.0.1``, ``127.0.0.1:8400``
     (that port only), ``intranet.example``, ``*.example`` (the domain and its subdomains).
@@ -87,6 +152,38 @@ class UrlGuard:
 
     def __init__(self, allow_hosts: Iterable[str] = ()):
         self.allow_hosts = tuple(h.strip().lower() for h in allow_hosts if h.strip())
+
+    def allowlisted(self, host: str, port: int | None) -> bool:
+        """Whether `host` (as the URL or the proxy request spells it) is allowlisted on `port`."""
+        host = host.strip("[]").rstrip(".").lower()
+        return any(_host_matches(host, port, pattern) for pattern in self.allow_hosts)
+
+    def host_reason(self, host: str, port: int | None) -> str | None:
+        """Why `host` on `port` is refused before any name is resolved, or None (a public IP
+        literal, an allowlisted host, or a name whose address decides: `connect_reason`)."""
+        host = host.strip("[]").rstrip(".").lower()
+        if not host:
+            return "URL has no host"
+        if self.allowlisted(host, port):
+            return None
+        address = ip_literal(host)
+        if address is not None:
+            return address_reason(address)
+        if host == "localhost" or host.endswith(_LOCAL_SUFFIXES):
+            return f"host '{host}' names a local machine"
+        if "." not in host:
+            return f"single-label host '{host}' names a private network machine"
+        return None
+
+    def connect_reason(self, host: str, port: int, address: IPAddress) -> str | None:
+        """Why the egress proxy may not connect to `address` (what it resolved `host` to) on
+        `port`, or None. An allowlisted host may go to any address; any other only to a public one."""
+        if self.allowlisted(host, port):
+            return None
+        why = address_reason(address)
+        if why is None or ip_literal(host.strip("[]")) == address:
+            return why
+        return f"{host} resolves to {address}: {why}"
 
     def reason(self, url: str) -> str | None:
         """Why `url` is refused, or None when it may be loaded. Pure: no DNS, no network."""
@@ -100,21 +197,7 @@ class UrlGuard:
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https"):
             return f"scheme '{scheme or '(none)'}' is not allowed (only http and https)"
-        host = (parts.hostname or "").rstrip(".").lower()
-        if not host:
-            return "URL has no host"
-        if any(_host_matches(host, port, pattern) for pattern in self.allow_hosts):
-            return None
-        address = _ip_literal(host)
-        if address is not None:
-            if not address.is_global or address.is_multicast:
-                return f"address {address} is private, loopback, link-local or reserved"
-            return None
-        if host == "localhost" or host.endswith(_LOCAL_SUFFIXES):
-            return f"host '{host}' names a local machine"
-        if "." not in host:
-            return f"single-label host '{host}' names a private network machine"
-        return None
+        return self.host_reason(parts.hostname or "", port or _DEFAULT_PORTS[scheme])
 
     def allows(self, url: str) -> bool:
         return self.reason(url) is None
@@ -123,29 +206,47 @@ class UrlGuard:
         """Raise `NavigationRefused` naming `url` when it may not be loaded."""
         why = self.reason(url)
         if why is not None:
-            raise NavigationRefused(f"refused {url}: {why}; use --allow-hosts to open a host", url=url)
+            raise NavigationRefused(f"refused {url}: {why}{refusal_hint(why)}", url=url)
 
 
-def site_of(url: str) -> str:
-    """The blocklist key of a URL: its lower-case host without a leading ``www.``."""
+def refusal_hint(reason: str) -> str:
+    """What an operator can do about a refusal: ``--allow-hosts`` opens hosts, never schemes."""
+    if reason.startswith(("scheme ", "malformed ", "URL has no host")):
+        return ""
+    return "; use --allow-hosts to open a host"
+
+
+def origin_of(url: str) -> str:
+    """The blocklist key of a URL: its origin, ``scheme://host[:port]`` in lower case, the port
+    left out when it is the scheme's default (``http://127.0.0.1:8400``, ``https://example.com``).
+    A URL without a host is its own key."""
     try:
-        host = (urlsplit(url).hostname or "").lower()
+        parts = urlsplit(url.strip())
+        port = parts.port
     except ValueError:
-        host = ""
-    return host.removeprefix("www.") or url
+        return url
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").rstrip(".").lower()
+    if not scheme or not host:
+        return url
+    if ":" in host:
+        host = f"[{host}]"
+    if port is None or port == _DEFAULT_PORTS.get(scheme):
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
 
 
 @dataclass(frozen=True)
 class BlockEntry:
-    site: str
+    origin: str
+    """``scheme://host[:port]`` (`origin_of`)."""
     reason: str
     until: float
     """`time.monotonic()` value at which the entry expires."""
 
 
 class SiteBlocklist:
-    """Per-site failure counts; a site with `threshold` failures within `window_s` is refused
-    for `ttl_s` seconds. Thread-safe; the clock is injectable for tests."""
+    """Per-origin failure counts; an origin with `threshold` failures within `window_s` is refused
+    for `ttl_s` seconds (or until `lift`). Thread-safe; the clock is injectable for tests."""
 
     def __init__(
         self,
@@ -156,7 +257,7 @@ class SiteBlocklist:
         clock: Callable[[], float] = time.monotonic,
     ):
         if threshold < 1:
-            raise ValueError(f"blocklist threshold must be >= 1, got {threshold}")
+            raise ValueError(f"threshold: must be >= 1, got {threshold}")
         self.threshold, self.window_s, self.ttl_s = threshold, window_s, ttl_s
         self._clock = clock
         self._failures: dict[str, list[float]] = {}
@@ -164,50 +265,59 @@ class SiteBlocklist:
         self._lock = threading.Lock()
 
     def record_failure(self, url: str, reason: str) -> bool:
-        """Count one failure of the site of `url`; True when the site is now blocked."""
-        site, now = site_of(url), self._clock()
+        """Count one failure of the origin of `url`; True when the origin is now blocked."""
+        origin, now = origin_of(url), self._clock()
         with self._lock:
-            recent = [t for t in self._failures.get(site, []) if now - t < self.window_s] + [now]
-            self._failures[site] = recent
+            recent = [t for t in self._failures.get(origin, []) if now - t < self.window_s] + [now]
+            self._failures[origin] = recent
             if len(recent) >= self.threshold:
-                self._blocked[site] = BlockEntry(
-                    site, f"{len(recent)} failures, last: {reason}", now + self.ttl_s
+                self._blocked[origin] = BlockEntry(
+                    origin, f"{len(recent)} failures, last: {reason}", now + self.ttl_s
                 )
-                self._failures.pop(site, None)
+                self._failures.pop(origin, None)
                 return True
             return False
 
     def record_success(self, url: str) -> None:
         with self._lock:
-            self._failures.pop(site_of(url), None)
+            self._failures.pop(origin_of(url), None)
 
     def block(self, url: str, reason: str, ttl_s: float | None = None) -> None:
-        """Block a site now (e.g. an operator or a client saw a CAPTCHA)."""
-        site = site_of(url)
+        """Block the origin of `url` now (e.g. an operator or a client saw a CAPTCHA)."""
+        origin = origin_of(url)
         with self._lock:
-            self._blocked[site] = BlockEntry(site, reason, self._clock() + (ttl_s or self.ttl_s))
+            self._blocked[origin] = BlockEntry(origin, reason, self._clock() + (ttl_s or self.ttl_s))
+
+    def lift(self, url: str) -> BlockEntry | None:
+        """Unblock the origin of `url` (an origin or any URL of it) and forget its failures;
+        returns the entry lifted, or None when it was not blocked."""
+        origin = origin_of(url)
+        with self._lock:
+            self._failures.pop(origin, None)
+            found = self._blocked.pop(origin, None)
+        return found if found is not None and found.until > self._clock() else None
 
     def entry(self, url: str) -> BlockEntry | None:
-        site, now = site_of(url), self._clock()
+        origin, now = origin_of(url), self._clock()
         with self._lock:
-            found = self._blocked.get(site)
+            found = self._blocked.get(origin)
             if found is not None and found.until <= now:
-                del self._blocked[site]
+                del self._blocked[origin]
                 return None
             return found
 
     def check(self, url: str) -> None:
-        """Raise `SiteBlocked` when the site of `url` is blocked."""
+        """Raise `SiteBlocked` when the origin of `url` is blocked."""
         found = self.entry(url)
         if found is not None:
             left = found.until - self._clock()
             raise SiteBlocked(
-                f"site {found.site} is blocked for another {left:.0f} s ({found.reason}); refusing {url}"
+                f"{found.origin} is blocked for another {left:.0f} s ({found.reason}); refusing {url}"
             )
 
     def entries(self) -> list[BlockEntry]:
         now = self._clock()
         with self._lock:
-            for site in [s for s, e in self._blocked.items() if e.until <= now]:
-                del self._blocked[site]
-            return sorted(self._blocked.values(), key=lambda e: e.site)
+            for origin in [o for o, e in self._blocked.items() if e.until <= now]:
+                del self._blocked[origin]
+            return sorted(self._blocked.values(), key=lambda e: e.origin)

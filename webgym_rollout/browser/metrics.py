@@ -1,16 +1,18 @@
 """The browser server's ``/metrics``: its counters and lanes in the Prometheus text format.
 
 `render_prometheus` writes the series (queue depth, running and finished operations and latency
-quantiles per operation kind; sessions, browsers, restarts, screenshot retries, blocked sites and
-errors by kind). The pool gathers the values (`BrowserPool.metrics_text`); the lanes are
-`webgym_rollout.browser.lanes`.
+quantiles per operation kind; sessions, browsers, open pages and contexts per browser, popups
+closed, restarts, screenshot retries, blocked origins, the egress proxy's requests, refusals and
+CPU seconds, and errors by kind). The pool gathers the values (`BrowserPool.metrics_text`); the
+lanes are `webgym_rollout.browser.lanes`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+from webgym_rollout.browser.egress import EgressStats
 from webgym_rollout.browser.lanes import Lane, percentile
 
 __all__ = ["render_prometheus"]
@@ -27,8 +29,12 @@ def render_prometheus(
     sessions_expired: int,
     capture_retries: int,
     blocked_sites: int,
+    tabs: Mapping[str, tuple[int, int]],
+    popups_closed: int,
+    egress: EgressStats,
 ) -> str:
-    """The server's metrics in the Prometheus text format."""
+    """The server's metrics in the Prometheus text format; `tabs` maps a browser's process id to
+    its (open pages, contexts)."""
     lanes = list(lanes)
     lines: list[str] = []
 
@@ -69,6 +75,24 @@ def render_prometheus(
     metric("active_sessions", "gauge", "Open browser sessions.", [("", active_sessions)])
     metric("browsers", "gauge", "Running browser processes.", [("", browsers)])
     metric(
+        "browser_pages",
+        "gauge",
+        "Open pages (tabs) per browser process: one per session; popups are closed at once.",
+        [(f'{{browser="{pid}"}}', pages) for pid, (pages, _contexts) in sorted(tabs.items())],
+    )
+    metric(
+        "browser_contexts",
+        "gauge",
+        "Browser contexts per browser process: one per session, plus cleared spare ones.",
+        [(f'{{browser="{pid}"}}', contexts) for pid, (_pages, contexts) in sorted(tabs.items())],
+    )
+    metric(
+        "popups_closed_total",
+        "counter",
+        "Pages a session's context opened (popups, new tabs) and the server closed at once.",
+        [("", popups_closed)],
+    )
+    metric(
         "browser_restarts_total",
         "counter",
         "Browsers replaced after a crash, recycling or memory bound.",
@@ -82,7 +106,22 @@ def render_prometheus(
         "Screenshots Chromium failed to capture on a live page and that were taken again.",
         [("", capture_retries)],
     )
-    metric("blocked_sites", "gauge", "Sites currently on the failure blocklist.", [("", blocked_sites)])
+    metric("blocked_sites", "gauge", "Origins currently on the failure blocklist.", [("", blocked_sites)])
+    metric(
+        "egress_requests_total",
+        "counter",
+        "Browser requests through the egress proxy, by outcome.",
+        [('{outcome="forwarded"}', egress.connections), ('{outcome="refused"}', egress.refused),
+         ('{outcome="failed"}', egress.failed)],
+    )
+    metric("egress_open_connections", "gauge", "Browser connections to the egress proxy open now.",
+           [("", egress.open)])
+    metric(
+        "egress_cpu_seconds_total",
+        "counter",
+        "CPU seconds of the egress proxy's thread.",
+        [("", egress.cpu_s)],
+    )
     metric(
         "errors_total",
         "counter",

@@ -1,10 +1,21 @@
 """Where a session's page goes: every request passes the URL guard, every navigation is tracked.
 
-Every request the page (and its workers) makes is paused by a CDP ``Fetch`` interception on the
+This is the fast layer, in front of the egress proxy (`webgym_rollout.browser.egress`) that every
+connection of Chromium passes: it refuses early, with clear errors, what the URL alone tells. Every
+request the page (and its dedicated workers) makes is paused by a CDP ``Fetch`` interception on the
 page, which (unlike Playwright routes) also sees each hop of a redirect chain, and is decided by
 the `UrlGuard` as it arrives: a refused navigation is answered 204 so that the current page stays,
 a refused subresource fails. The page's WebSockets go through a Playwright WebSocket route
-(`guard_context`), and popups open in the same tab, where the interception runs.
+(`guard_context`), and ``window.open`` and links with a target open in the same tab, where the
+interception runs. What this layer does not see (shared and service workers, workers'
+WebSockets, a form with a target submitted by script, names that resolve to private addresses)
+the egress proxy refuses; a page a script opens anyway is closed at once
+(`webgym_rollout.browser.processes.Tabs`).
+
+The same interception records a page's traffic or serves the page from a recording when its
+session asks for it (`NavigationTracker.traffic`, `webgym_rollout.browser.recording`): a request
+the guard allows is then answered from the recording instead of continuing, and the guard's
+refusals stay as they are.
 
 `NavigationTracker` also counts the main frame's navigations from the page's DevTools events, so
 that after an input event an action knows at once whether it started a navigation and can wait for
@@ -17,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,9 +37,10 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from webgym_rollout.browser.guard import UrlGuard
+from webgym_rollout.browser.recording import TrafficRecorder, TrafficReplayer
 from webgym_rollout.errors import NavigationRefused
 
-__all__ = ["NavigationTracker", "guard_context"]
+__all__ = ["NavigationTracker", "guard_context", "set_replaying"]
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +56,34 @@ _SAME_TAB_SCRIPT = """
 """
 
 
+_NETWORK_BUFFERS = {"maxTotalBufferSize": 256 * 2**20, "maxResourceBufferSize": 64 * 2**20}
+"""Response bodies a recorded page's DevTools session keeps for the recorder to read."""
+
+_REPLAYING: weakref.WeakSet[BrowserContext] = weakref.WeakSet()
+"""Contexts whose session replays a recording: their pages' WebSockets are refused."""
+
+
+def set_replaying(context: BrowserContext, replaying: bool) -> None:
+    """Mark `context` as serving a replay (its WebSockets are refused) or not (contexts are reused)."""
+    if replaying:
+        _REPLAYING.add(context)
+    else:
+        _REPLAYING.discard(context)
+
+
 async def guard_context(context: BrowserContext, guard: UrlGuard) -> None:
     """The guard's hooks on a new context: popups stay in their tab; refused WebSockets close."""
 
     def refuses(url: str) -> bool:
         # WebSockets never pass the page's request interception: Playwright routes those the
         # page opens (not those of workers), and only refused ones; allowed ones connect directly.
-        return guard.reason(url.replace("ws", "http", 1)) is not None
+        # A replayed page has no live WebSocket: a recording holds none.
+        return context in _REPLAYING or guard.reason(url.replace("ws", "http", 1)) is not None
 
     async def close(ws: Any) -> None:
-        log.info("refused WebSocket %s (%s)", ws.url, guard.reason(ws.url.replace("ws", "http", 1)))
+        why = "replay: WebSockets are not recorded" if context in _REPLAYING else guard.reason(
+            ws.url.replace("ws", "http", 1))
+        log.info("refused WebSocket %s (%s)", ws.url, why)
         await ws.close(code=1008, reason="refused by the URL guard")
 
     await context.add_init_script(_SAME_TAB_SCRIPT)
@@ -86,12 +117,23 @@ class NavigationTracker:
         """Set on a commit, a stopped load or a refused navigation: wakes a waiting `settle`."""
         self.refused: list[tuple[str, str]] = []
         """(url, reason) of document requests the guard refused since the last operation began."""
+        self.refusals = 0
+        """Requests of the page the guard refused over the session's life (documents and others)."""
+        self.window_opens = 0
+        """New windows (popups, new tabs) the page asked for over the session's life."""
+        self.document_url = ""
+        """The last main-frame document request the guard let through (the egress proxy may still
+        refuse it: `webgym_rollout.browser.egress.EgressProxy.outcome`)."""
+        self.traffic: TrafficRecorder | TrafficReplayer | None = None
+        """Records the page's traffic, or serves the page from a recording (set before `install`;
+        `webgym_rollout.browser.recording`)."""
         self._answers: set[asyncio.Task] = set()
 
     def begin_action(self) -> tuple[int, int]:
         """Forget the last operation's refusals and loads before an input event; returns the
         (document requests, commits) counters to hand to `settle` afterwards."""
         self.refused.clear()
+        self.document_url = ""
         self.loading = False
         return self.document_requests, self.commits
 
@@ -109,7 +151,7 @@ class NavigationTracker:
             request_id = event["requestId"]
             try:
                 if reason is None:
-                    await cdp.send("Fetch.continueRequest", {"requestId": request_id})
+                    await cdp.send(*self._pass(event))
                 elif event.get("resourceType") == "Document":
                     # A 204 answer cancels a navigation and leaves the current page in place
                     # (a failed request would replace it with an error page).
@@ -133,10 +175,13 @@ class NavigationTracker:
                 if reason is None:
                     parts = urlsplit(url)
                     self.origins.add(f"{parts.scheme}://{parts.netloc}")
+                    if event.get("frameId") == self.main_frame_id:
+                        self.document_url = url
                 else:
                     self.refused.append((url, reason))
                     self.committed.set()  # wake a waiting settle: this navigation ends here
             if reason is not None:
+                self.refusals += 1
                 log.info("session %s: refused %s (%s)", self.session_id, url, reason)
             task = asyncio.ensure_future(answer(event, reason))
             self._answers.add(task)
@@ -169,12 +214,46 @@ class NavigationTracker:
                 self.stops += 1
                 self.committed.set()
 
+        def on_window_open(_event: dict) -> None:
+            # Sent while the renderer opens the window, before the new page is announced: an
+            # action that opened one waits for it to be closed and reported (`Tabs.wait_seen`).
+            self.window_opens += 1
+
+        cdp.on("Page.windowOpen", on_window_open)
         cdp.on("Page.frameRequestedNavigation", on_requested)
         cdp.on("Page.frameStartedLoading", on_started)
         cdp.on("Page.frameStoppedLoading", on_stopped)
         await cdp.send("Page.enable")
         cdp.on("Fetch.requestPaused", on_paused)
+        if self.traffic is not None:
+            # A recorded page must fetch everything it shows (the HTTP cache, shared by the
+            # context's sessions, would hide responses from the recording); a replayed one must
+            # be answered from its recording, not from what an earlier session cached.
+            if isinstance(self.traffic, TrafficRecorder):
+                self.traffic.attach(cdp)
+            # Chromium keeps the bodies the recorder reads until then (the defaults are smaller).
+            await cdp.send("Network.enable", _NETWORK_BUFFERS if isinstance(self.traffic, TrafficRecorder)
+                           else {"maxTotalBufferSize": 0, "maxResourceBufferSize": 0})
+            await cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
         await cdp.send("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]})
+
+    def _pass(self, event: dict) -> tuple[str, dict]:
+        """The CDP command that lets an allowed request through: on to the network, or, in a
+        replay, answered from the recording (or failed, when the recording lacks it)."""
+        request_id = event["requestId"]
+        replay = self.traffic
+        if not isinstance(replay, TrafficReplayer) or event["request"]["url"].startswith(("data:", "blob:")):
+            return "Fetch.continueRequest", {"requestId": request_id}
+        exchange = replay.take(event["request"])
+        if exchange is not None:
+            return "Fetch.fulfillRequest", replay.fulfill_params(request_id, exchange)
+        request = event["request"]
+        replay.misses.append(f"{request.get('method', 'GET')} {request['url']}")
+        if replay.live_fallback:
+            replay.live += 1
+            return "Fetch.continueRequest", {"requestId": request_id}
+        log.info("session %s: replay has no %s; failing it", self.session_id, replay.misses[-1])
+        return "Fetch.failRequest", {"requestId": request_id, "errorReason": "InternetDisconnected"}
 
     async def settle(self, requests_before: int, commits_before: int, budget_s: float) -> None:
         """After an input event: if it started a navigation, wait (at most `budget_s`) for its
@@ -204,6 +283,15 @@ class NavigationTracker:
             await self.page.wait_for_load_state(
                 "domcontentloaded", timeout=max(1.0, deadline - time.monotonic()) * 1000
             )
+
+    async def wait_for_commit(self, commits_before: int, budget_s: float) -> None:
+        """Wait (at most `budget_s`) until a main-frame commit after `commits_before` was seen (a
+        failed navigation commits Chromium's error page a moment after Playwright reports it)."""
+        deadline = time.monotonic() + budget_s
+        while self.commits == commits_before and time.monotonic() < deadline:
+            self.committed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.committed.wait(), deadline - time.monotonic())
 
     async def stop(self) -> None:
         """Stop intercepting the page's requests (before its context is cleared for reuse)."""

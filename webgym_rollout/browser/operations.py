@@ -6,14 +6,20 @@ session run one at a time), then a slot of its kind's `Lane` (bounded queue + co
 sessions never wait for each other except there), and runs under a timeout (`run`). Failures
 stay with their session and come out typed:
 
-- a timeout (a page stuck in ``while(true){}``, a load that never ends) raises `OperationTimeout`;
-  if the page no longer answers, the session is discarded and its process checked;
+- a timeout (a page stuck in ``while(true){}``, a load that never ends) raises `OperationTimeout`,
+  whose message names the limit that ran out (``--navigate-timeout-s``, ...); if the page no longer
+  answers, the session is discarded and its process checked;
 - a dead page or browser process raises `BrowserCrashed` and the session is discarded;
 - any other Playwright failure raises `BrowserError` and the session stays;
 - agent mistakes (an unknown key, selecting on something that is not a ``<select>``, a click that
-  leads to a refused URL) come back as ``ExecuteResult(ok=False, error=...)``.
+  leads to a refused URL) come back as ``ExecuteResult(ok=False, error=...)``; pages the action
+  (or the page on its own) opened and the server closed come back in ``ExecuteResult.popups``.
 
-Navigations feed the `SiteBlocklist` (timeouts, network failures, block pages such as captchas).
+A navigation the egress proxy refused (a name that resolves to a private address) is named as a
+refusal like one the URL guard refused, and the page goes back to where it was: a refused
+navigation leaves the page in place, and every URL returned is the page actually shown (after a
+failed load, Chromium's error page). Navigations feed the `SiteBlocklist` (timeouts, network
+failures, block pages such as captchas), keyed on origin.
 A screenshot that Chromium fails to capture on a live page is taken again after the next frame.
 """
 
@@ -31,6 +37,7 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
+from webgym_rollout.browser.egress import EGRESS_HEADER, EGRESS_REASON_HEADER, EgressProxy
 from webgym_rollout.browser.guard import SiteBlocklist, UrlGuard
 from webgym_rollout.browser.lanes import Lane
 from webgym_rollout.browser.processes import ChromiumProcesses
@@ -47,7 +54,13 @@ from webgym_rollout.browser.protocol import (
     ScreenshotRequest,
 )
 from webgym_rollout.browser.session import Session
-from webgym_rollout.errors import BrowserCrashed, BrowserError, OperationTimeout, ServerBusy
+from webgym_rollout.errors import (
+    BrowserCrashed,
+    BrowserError,
+    NavigationRefused,
+    OperationTimeout,
+    ServerBusy,
+)
 
 if TYPE_CHECKING:
     from webgym_rollout.browser.pool import PoolSettings
@@ -94,6 +107,9 @@ _SELECT_SCRIPT = """([x, y, value]) => {
   return '';
 }"""
 _CAPTURE_ATTEMPTS = 3
+# How long a failed navigation may take to commit Chromium's error page (it usually takes ms; seconds
+# on a loaded machine); within the navigation's own limit.
+_ERROR_PAGE_COMMIT_S = 5.0
 _NEXT_FRAME = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 _BLOCK_TITLES = (
     "captcha",
@@ -103,6 +119,14 @@ _BLOCK_TITLES = (
     "are you a robot",
     "request blocked",
 )
+
+
+class _LimitReached(TimeoutError):
+    """A Playwright call ran out of its own time limit: the message names that limit."""
+
+    def __init__(self, seconds: float, flag: str):
+        super().__init__(f"{seconds:g} s ({flag})")
+        self.limit = str(self)
 
 
 class Operations:
@@ -120,17 +144,21 @@ class Operations:
         guard: UrlGuard,
         blocklist: SiteBlocklist,
         processes: ChromiumProcesses,
+        egress: EgressProxy,
         discard: Callable[[Session], Awaitable[None]],
     ):
         self.settings = settings
         self.lanes, self.guard, self.blocklist, self.processes = lanes, guard, blocklist, processes
+        self.egress = egress
         self._discard = discard
         self.capture_retries = 0
 
     # ------------------------------------------------------------------ lanes and failures
 
-    async def run(self, session: Session, kind: str, work: Awaitable[T], timeout_s: float) -> T:
-        """Run `work` for `session` under its lane and timeout; turn failures into typed errors."""
+    async def run(self, session: Session, kind: str, work: Awaitable[T], timeout_s: float, limit: str) -> T:
+        """Run `work` for `session` under its lane and `timeout_s`; turn failures into typed errors.
+        `limit` names the configured limit for the timeout's message (``"10 s (--action-timeout-s)"``):
+        `timeout_s` may hold some slack over it, so that Playwright's own timeout fires first."""
         if session.crashed or session.process.dead:
             _never_run(work)
             await self._discard(session)
@@ -150,8 +178,9 @@ class Operations:
             if not alive:
                 await self._discard(session)
                 self.processes.check_responsive(session.process)
+            ran_out = exc.limit if isinstance(exc, _LimitReached) else limit
             error = OperationTimeout(
-                f"{kind} on session {session.id} took longer than {timeout_s:g} s "
+                f"{kind} on session {session.id} did not finish within its limit of {ran_out} "
                 f"at {url}" + ("" if alive else "; the page hung and the session is closed")
             )
             error.session_closed = not alive
@@ -183,7 +212,8 @@ class Operations:
         navigate lane, bounded by ``create_timeout_s``)."""
         async with session.lock:
             work = self._open_page(session, request, argument)
-            return await self.run(session, "navigate", work, self.settings.create_timeout_s)
+            limit = f"{self.settings.create_timeout_s:g} s (--create-timeout-s)"
+            return await self.run(session, "navigate", work, self.settings.create_timeout_s, limit)
 
     async def _open_page(self, session: Session, request: CreateSessionRequest, argument: str) -> PageState:
         state = await self._goto(session, request.start_url)
@@ -201,32 +231,61 @@ class Operations:
     async def navigate(self, session: Session, url: str) -> PageState:
         self.guard.check(url)
         self.blocklist.check(url)
+        limit_s = self.settings.navigate_timeout_s
         async with session.lock:
-            return await self.run(
-                session, "navigate", self._goto(session, url), self.settings.navigate_timeout_s + 2
-            )
+            # Playwright's own timeout (limit_s) fires first; the slack only bounds a stuck call.
+            return await self.run(session, "navigate", self._goto(session, url), limit_s + 2,
+                                  f"{limit_s:g} s (--navigate-timeout-s)")
 
     async def _goto(self, session: Session, url: str) -> PageState:
         navigation = session.navigation
         navigation.refused.clear()
+        navigation.document_url = ""
+        egress_seq, commits_before = self.egress.last_seq, navigation.commits
         page = session.page
+        started = time.monotonic()
         try:
             response = await page.goto(
                 url, timeout=self.settings.navigate_timeout_s * 1000, wait_until="load"
             )
-        except PlaywrightTimeout:
+        except PlaywrightTimeout as exc:
             self.blocklist.record_failure(url, "navigation timeout")
-            raise
+            raise _LimitReached(self.settings.navigate_timeout_s, "--navigate-timeout-s") from exc
         except PlaywrightError as exc:
-            message = str(exc).splitlines()[0]
-            if navigation.refused:
-                raise navigation.refusal(url) from exc
+            message = str(exc).splitlines()[0].removeprefix("Page.goto: ")
             if session.dead:
                 raise
+            if "net::ERR_ABORTED" not in message:
+                # Chromium shows its error page: wait for its commit, so that the URL returned
+                # is the page actually shown, not the one before.
+                left = self.settings.navigate_timeout_s + 1.0 - (time.monotonic() - started)
+                await navigation.wait_for_commit(commits_before, max(0.0, min(_ERROR_PAGE_COMMIT_S, left)))
+            if navigation.refused:
+                await self._back_to_previous_page(session, navigation.refused[-1][0], commits_before)
+                raise navigation.refusal(url) from exc
+            if "net::ERR_UNSAFE_REDIRECT" in message:  # Chromium itself refuses e.g. file: targets
+                await self._back_to_previous_page(session, url, commits_before)
+                raise NavigationRefused(f"refused {url}: it redirects to a URL whose scheme is not "
+                                        "allowed (only http and https)", url=url) from exc
+            final_url = navigation.document_url or url
+            outcome = self.egress.outcome(final_url, after=egress_seq)
+            if outcome is not None and outcome.kind == "refused":  # a tunnel the proxy refused
+                await self._back_to_previous_page(session, final_url, commits_before)
+                raise _egress_refusal(final_url, url, outcome.reason) from exc
+            if outcome is not None and outcome.kind != "forwarded":
+                message = f"{message} (egress proxy: {outcome.reason})"
             self.blocklist.record_failure(url, message)
             return PageState(url=page.url, title=await _title(page), error=message)
         if navigation.refused:
             raise navigation.refusal(url)
+        answered = response.headers.get(EGRESS_HEADER) if response is not None else None
+        if answered is not None and response is not None:  # the egress proxy answered, not the site
+            reason = response.headers.get(EGRESS_REASON_HEADER, answered)
+            if answered == "refused":
+                await self._back_to_previous_page(session, response.url, commits_before)
+                raise _egress_refusal(response.url, url, reason)
+            self.blocklist.record_failure(url, reason)
+            return PageState(url=page.url, title=await _title(page), error=f"egress proxy: {reason}")
         title = navigation.title = await _title(page)
         if response is not None and response.status in (403, 429) or _looks_blocked(title):
             self.blocklist.record_failure(url, f"HTTP {response.status if response else '?'}: {title!r}")
@@ -234,13 +293,30 @@ class Operations:
             self.blocklist.record_success(url)
         return PageState(url=page.url, title=title)
 
+    async def _back_to_previous_page(self, session: Session, refused_url: str, commits_before: int) -> None:
+        """After a refused navigation: if it still replaced the page (with the proxy's refusal page
+        or Chromium's error page), go back to the page shown before, when there was one."""
+        page = session.page
+        if session.navigation.commits == commits_before or not (
+                page.url.startswith("chrome-error:") or page.url == refused_url):
+            return  # the page stayed in place (or moved on to a page that was allowed)
+        # A new session's first page has only about:blank behind it: going back there is fine
+        # (the session is closed anyway when its start URL is refused).
+        for attempt in range(2):  # the error page's commit may still be settling: try once more
+            try:
+                await page.go_back(timeout=self.settings.navigate_timeout_s * 1000)
+                break
+            except PlaywrightError as exc:
+                log.info("session %s: going back from a refused page failed (%s)%s", session.id,
+                         str(exc).splitlines()[0], "; trying again" if attempt == 0 else "")
+        session.navigation.title = None
+
     # ------------------------------------------------------------------ screenshots
 
     async def screenshot(self, session: Session, request: ScreenshotRequest) -> Screenshot:
         async with session.lock:
-            return await self.run(
-                session, "screenshot", self._screenshot(session, request), self.settings.action_timeout_s
-            )
+            return await self.run(session, "screenshot", self._screenshot(session, request),
+                                  self.settings.action_timeout_s, self._action_limit)
 
     async def _screenshot(self, session: Session, request: ScreenshotRequest) -> Screenshot:
         page = session.page
@@ -286,18 +362,20 @@ class Operations:
             # An agent's wait must not hold an execute slot: it only lets the page run.
             session.last_used = time.monotonic()
             await asyncio.sleep(action.seconds or 0)
-        async with session.lock:
-            return await self.run(
-                session,
-                "execute",
-                self._execute(session, action),
-                self.settings.action_timeout_s + (action.seconds or 0),
-            )
+        async with session.lock:  # (a wait has waited already: its bound starts after it)
+            return await self.run(session, "execute", self._execute(session, action),
+                                  self.settings.action_timeout_s, self._action_limit)
+
+    @property
+    def _action_limit(self) -> str:
+        return f"{self.settings.action_timeout_s:g} s (--action-timeout-s)"
 
     async def _execute(self, session: Session, action: BrowserAction) -> ExecuteResult:
         page = session.page
         navigation = session.navigation
         requests_before, commits_before = navigation.begin_action()
+        egress_seq = self.egress.last_seq
+        opens_before, seen_before = navigation.window_opens, session.tabs.seen
         error = ""
         try:
             if action.kind == "click":
@@ -323,7 +401,10 @@ class Operations:
                 if index <= 0 or (index == 1 and entries[0]["url"] == "about:blank"):
                     error = "there is no previous page"
                 else:
-                    await page.go_back(timeout=self.settings.navigate_timeout_s * 1000)
+                    try:
+                        await page.go_back(timeout=self.settings.navigate_timeout_s * 1000)
+                    except PlaywrightTimeout as exc:
+                        raise _LimitReached(self.settings.navigate_timeout_s, "--navigate-timeout-s") from exc
             elif action.kind == "select":
                 error = await page.evaluate(_SELECT_SCRIPT, [action.x, action.y, action.value])
         except PlaywrightTimeout:
@@ -338,23 +419,33 @@ class Operations:
                 raise
         if action.kind in ("click", "key", "type"):
             await navigation.settle(requests_before, commits_before, self.settings.action_timeout_s * 0.8)
+        if navigation.window_opens > opens_before:  # the action opened a page: report it now
+            await session.tabs.wait_seen(seen_before + navigation.window_opens - opens_before,
+                                         self.settings.action_timeout_s * 0.5)
         if navigation.refused and not error:
             refused_url, why = navigation.refused[-1]
             error = f"navigation to {refused_url} was refused: {why}"
+            await self._back_to_previous_page(session, refused_url, commits_before)
+        elif navigation.document_url and not error:
+            # The URL guard let the navigation through; the egress proxy may have refused it.
+            outcome = self.egress.outcome(navigation.document_url, after=egress_seq)
+            if outcome is not None and outcome.kind == "refused":
+                error = f"navigation to {navigation.document_url} was refused: {outcome.reason}"
+                await self._back_to_previous_page(session, navigation.document_url, commits_before)
         # Reading the title costs a round trip to the renderer, so it is re-read only after the
         # page navigated (a commit or a history-API change); a title a script changes in place
         # shows up at the next navigation or page_info.
         if navigation.commits != commits_before or navigation.title is None:
             navigation.title = await _title(page)
-        return ExecuteResult(ok=not error, error=error, url=page.url, title=navigation.title)
+        return ExecuteResult(ok=not error, error=error, url=page.url, title=navigation.title,
+                             popups=session.tabs.take_popups())
 
     # ------------------------------------------------------------------ reading the page
 
     async def page_info(self, session: Session, request: PageInfoRequest) -> PageInfo:
         async with session.lock:
-            return await self.run(
-                session, "page_info", self._page_info(session, request), self.settings.action_timeout_s
-            )
+            return await self.run(session, "page_info", self._page_info(session, request),
+                                  self.settings.action_timeout_s, self._action_limit)
 
     async def _page_info(self, session: Session, request: PageInfoRequest) -> PageInfo:
         page = session.page
@@ -364,10 +455,14 @@ class Operations:
 
     async def env_state(self, session: Session) -> EnvState:
         async with session.lock:
-            state = await self.run(
-                session, "page_info", session.kind.read_page(session.page), self.settings.action_timeout_s
-            )
+            state = await self.run(session, "page_info", session.kind.read_page(session.page),
+                                   self.settings.action_timeout_s, self._action_limit)
         return EnvState(**state) if state is not None else EnvState()
+
+
+def _egress_refusal(refused_url: str, url: str, reason: str) -> NavigationRefused:
+    via = "" if refused_url == url else f" (reached from {url})"
+    return NavigationRefused(f"refused {refused_url}{via}: {reason}", url=refused_url)
 
 
 def _never_run(work: Awaitable[object]) -> None:

@@ -2,10 +2,14 @@
 
 `BrowserPool` is what the server drives. It holds the session table and composes the parts:
 
+- `webgym_rollout.browser.egress`: the egress proxy every connection of every browser passes
+  (started first, closed last);
 - `webgym_rollout.browser.processes`: the Chromium processes (launch, replace, recycle, memory
-  bound) and the reuse of cleared contexts;
+  bound), the reuse of cleared contexts and the closing of popups;
 - `webgym_rollout.browser.navigation`: the URL guard on every request of a page, and the tracking
   of its navigations;
+- `webgym_rollout.browser.recording`: a session created with ``record`` keeps its page's traffic;
+  one created with ``replay`` is served from a recording (bodies uploaded to `BrowserPool.bodies`);
 - `webgym_rollout.browser.operations`: navigate, screenshot, execute, page_info and env_state, each
   in the `Lane` of its kind (`webgym_rollout.browser.lanes`) and under a timeout, with failures
   mapped to the typed errors of `webgym_rollout.errors`.
@@ -13,7 +17,10 @@
 `create` opens a session on the least-busy process and loads its start URL (the task kind, e.g.
 MiniWoB, prepares the page: `webgym_rollout.tasks`); `close_session` ends it and keeps its context
 for reuse. A maintenance task closes sessions idle for ``idle_timeout_s`` and keeps the processes
-healthy. Sites that fail repeatedly land on the `SiteBlocklist`. `health` and `metrics_text` report.
+healthy. Origins that fail repeatedly land on the `SiteBlocklist`. `health` and `metrics_text` report.
+
+The resolver the egress proxy uses to look up names can be given (`BrowserPool(resolver=...)`):
+tests pass a `webgym_rollout.browser.egress.MappingResolver` so that nothing does real DNS.
 """
 
 from __future__ import annotations
@@ -30,10 +37,11 @@ from dataclasses import dataclass, field
 
 from playwright.async_api import Error as PlaywrightError
 
-from webgym_rollout.browser.guard import SiteBlocklist, UrlGuard
+from webgym_rollout.browser.egress import EgressProxy, Resolver
+from webgym_rollout.browser.guard import BlockEntry, SiteBlocklist, UrlGuard
 from webgym_rollout.browser.lanes import Lane
 from webgym_rollout.browser.metrics import render_prometheus
-from webgym_rollout.browser.navigation import NavigationTracker, guard_context
+from webgym_rollout.browser.navigation import NavigationTracker, guard_context, set_replaying
 from webgym_rollout.browser.operations import Operations
 from webgym_rollout.browser.processes import (
     CHROMIUM_ARGS,
@@ -51,13 +59,15 @@ from webgym_rollout.browser.protocol import (
     PageInfo,
     PageInfoRequest,
     PageState,
+    RecordingIndex,
     Screenshot,
     ScreenshotRequest,
     ServerHealth,
     SessionCreated,
 )
+from webgym_rollout.browser.recording import BodyStore, TrafficRecorder, TrafficReplayer
 from webgym_rollout.browser.session import Session
-from webgym_rollout.errors import BrowserCrashed, BrowserError, ServerBusy, SessionNotFound
+from webgym_rollout.errors import BrowserCrashed, BrowserError, InvalidRequest, ServerBusy, SessionNotFound
 from webgym_rollout.tasks import kind_class
 
 # CHROMIUM_ARGS, DEFAULT_CHROMIUM and process_tree_pss_mib live in `processes`; they are named here
@@ -111,11 +121,15 @@ class PoolSettings:
     """Time limit of environments that keep one (MiniWoB pages: their own 10 s is too short for a
     slow policy); none = the environment's own."""
     blocklist_threshold: int = 3
-    """Failures (timeouts, crashes, block pages) after which a site is blocked."""
+    """Failures (timeouts, crashes, block pages) of one origin (scheme, host, port) within 10 minutes
+    after which the origin is blocked."""
     blocklist_ttl_s: float = 3600.0
-    """How long a site stays blocked."""
+    """How long an origin stays blocked (``DELETE /blocklist/{origin}`` lifts it sooner)."""
     extra_args: tuple[str, ...] = ()
     """More Chromium flags (on the command line as ``--extra-args=--some-flag``)."""
+    replay_cache_mib: float = 512.0
+    """Bodies of recordings kept for replays (``PUT /bodies/{sha256}``), in MiB; the least recently
+    used go first (a replay under way keeps its own)."""
 
     def __post_init__(self) -> None:
         for name in ("browsers", "contexts_per_browser", "recycle_after_sessions", "blocklist_threshold"):
@@ -125,7 +139,7 @@ class PoolSettings:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         for name in ("idle_timeout_s", "create_timeout_s", "navigate_timeout_s", "action_timeout_s",
-                     "max_browser_mib", "memory_check_s", "blocklist_ttl_s"):
+                     "max_browser_mib", "memory_check_s", "blocklist_ttl_s", "replay_cache_mib"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
         if self.episode_max_time_s is not None and not self.episode_max_time_s > 0:
@@ -150,9 +164,11 @@ class PoolSettings:
 class BrowserPool:
     """Browsers, sessions and the per-kind operation lanes. Use as an async context manager."""
 
-    def __init__(self, settings: PoolSettings | None = None):
+    def __init__(self, settings: PoolSettings | None = None, *, resolver: Resolver | None = None):
         self.settings = settings or PoolSettings()
         self.guard = UrlGuard(self.settings.allow_hosts)
+        self.egress = EgressProxy(self.guard, resolver)
+        """The forwarding proxy every browser connection passes (`webgym_rollout.browser.egress`)."""
         self.blocklist = SiteBlocklist(
             threshold=self.settings.blocklist_threshold, ttl_s=self.settings.blocklist_ttl_s
         )
@@ -169,6 +185,7 @@ class BrowserPool:
             self.settings,
             prepare_context=functools.partial(guard_context, guard=self.guard),
             on_lost=self._on_process_lost,
+            launch_args=lambda: self.egress.chromium_args,
         )
         self.operations = Operations(
             self.settings,
@@ -176,8 +193,11 @@ class BrowserPool:
             guard=self.guard,
             blocklist=self.blocklist,
             processes=self.processes,
+            egress=self.egress,
             discard=self._discard,
         )
+        self.bodies = BodyStore(int(self.settings.replay_cache_mib * 2**20))
+        """Recorded bodies uploaded for replays (`webgym_rollout.browser.recording`)."""
         self._sessions: dict[str, Session] = {}
         self._reserved = 0
         self._maintenance: asyncio.Task | None = None
@@ -202,7 +222,12 @@ class BrowserPool:
         await self.close()
 
     async def start(self) -> None:
-        await self.processes.start()
+        await self.egress.start()
+        try:
+            await self.processes.start()
+        except BaseException:
+            await self.egress.close()
+            raise
         self._maintenance = asyncio.create_task(self._maintain(), name="browser-pool-maintenance")
 
     async def close(self) -> None:
@@ -213,6 +238,7 @@ class BrowserPool:
                 await self._maintenance
         await self.processes.close()
         self._sessions.clear()
+        await self.egress.close()
 
     def _on_process_lost(self, process: ChromiumProcess) -> None:
         for session_id in process.active:
@@ -254,6 +280,15 @@ class BrowserPool:
             uptime_s=time.monotonic() - self.started_at,
         )
 
+    def tab_counts(self) -> dict[str, tuple[int, int]]:
+        """Open pages and contexts of each live browser, by its process id: what Playwright sees,
+        spare contexts (no page) included."""
+        counts = {}
+        for process in self.processes.live_processes():
+            contexts = process.browser.contexts
+            counts[str(process.pid)] = (sum(len(c.pages) for c in contexts), len(contexts))
+        return counts
+
     def metrics_text(self) -> str:
         return render_prometheus(
             lanes=self.lanes.values(),
@@ -265,6 +300,9 @@ class BrowserPool:
             sessions_expired=self.sessions_expired,
             capture_retries=self.capture_retries,
             blocked_sites=len(self.blocklist.entries()),
+            tabs=self.tab_counts(),
+            popups_closed=self.processes.popups_closed,
+            egress=self.egress.stats(),
         )
 
     def browser_pids(self) -> list[int]:
@@ -285,6 +323,8 @@ class BrowserPool:
         kind, argument = kind_class(request.environment)
         self.guard.check(request.start_url)
         self.blocklist.check(request.start_url)
+        traffic = (TrafficReplayer(request.replay, self.bodies) if request.replay is not None
+                   else TrafficRecorder() if request.record else None)
         async with self.lanes["create"].slot():
             process = self._pick_process()
             self._reserved += 1
@@ -292,21 +332,26 @@ class BrowserPool:
             process.active.add(reservation)
             session: Session | None = None
             try:
-                context, page = await asyncio.wait_for(
+                tabs = await asyncio.wait_for(
                     self.processes.open_context(process, request.viewport), self.settings.create_timeout_s
                 )
+                page = tabs.page
+                assert page is not None
                 session_id = secrets.token_urlsafe(12)
                 session = Session(
                     id=session_id,
                     process=process,
-                    context=context,
+                    context=tabs.context,
                     page=page,
                     kind=kind,
                     viewport=request.viewport,
                     navigation=NavigationTracker(page, self.guard, session_id),
+                    tabs=tabs,
                 )
                 page.on("crash", lambda _p: setattr(session, "crashed", True))
-                await session.navigation.install(context)
+                session.navigation.traffic = traffic
+                set_replaying(tabs.context, isinstance(traffic, TrafficReplayer))
+                await session.navigation.install(tabs.context)
                 self.processes.count_session(process)
                 process.active.add(session.id)
                 self._sessions[session.id] = session
@@ -351,11 +396,12 @@ class BrowserPool:
         process = session.process
         process.active.discard(session.id)
         session.navigation.cancel()
+        set_replaying(session.context, False)
         keep = reuse and not session.crashed and self.processes.takes_spare(process)
         try:
             if keep:
                 await asyncio.wait_for(self._clear(session), 5)
-                process.spare.append(session.context)
+                process.spare.append(session.tabs)
                 return
         except Exception as exc:
             log.info("context of session %s not reusable (%s); closing it", session.id, exc)
@@ -366,7 +412,14 @@ class BrowserPool:
     async def _clear(session: Session) -> None:
         navigation = session.navigation
         await navigation.stop()
-        await clear_context(session.context, session.page, navigation.cdp, navigation.origins)
+        await clear_context(session.tabs, navigation.cdp, navigation.origins)
+
+    def lift_block(self, origin: str) -> BlockEntry | None:
+        """Lift the blocklist entry of `origin` (or of any URL of it); the entry, or None."""
+        lifted = self.blocklist.lift(origin)
+        if lifted is not None:
+            log.info("blocklist entry of %s lifted (%s)", lifted.origin, lifted.reason)
+        return lifted
 
     async def close_session(self, session_id: str) -> None:
         session = self._get(session_id)
@@ -389,3 +442,22 @@ class BrowserPool:
 
     async def env_state(self, session_id: str) -> EnvState:
         return await self.operations.env_state(self._get(session_id))
+
+    # ------------------------------------------------------------------ recording and replay
+
+    async def recording(self, session_id: str) -> RecordingIndex:
+        """What the session recorded, or (replaying) the requests its recording lacked."""
+        traffic = self._get(session_id).navigation.traffic
+        if isinstance(traffic, TrafficRecorder):
+            return await traffic.index()
+        if isinstance(traffic, TrafficReplayer):
+            return traffic.index()
+        raise InvalidRequest(f"session {session_id} neither records nor replays (create it with record)")
+
+    def recorded_body(self, session_id: str, sha256: str) -> bytes:
+        """One body the session recorded."""
+        traffic = self._get(session_id).navigation.traffic
+        body = traffic.bodies.get(sha256) if isinstance(traffic, TrafficRecorder) else None
+        if body is None:
+            raise InvalidRequest(f"session {session_id} recorded no body {sha256}")
+        return body

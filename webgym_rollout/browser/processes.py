@@ -13,10 +13,16 @@ browser context each. The life of a process:
   when its process tree passes ``max_browser_mib`` of PSS (read every ``memory_check_s``), then
   closed once its last session ended (`maintain`), or killed if it will not close.
 
-A session's context is kept for the next session (up to ``spare_contexts`` per process) once
-`clear_context` has cleared its cookies, permissions and per-origin storage and closed its page (a
-new page has no history). A new context gets ``prepare_context`` (the URL guard's hooks, see
-`webgym_rollout.browser.navigation`) before its first page opens.
+Every connection of every process goes through the egress proxy: `ChromiumProcesses` launches
+Chromium with the flags its ``launch_args`` callable returns (`webgym_rollout.browser.egress`).
+
+A context holds one page, the session's own: any other page it opens (a popup a script opened
+despite the same-tab script of `webgym_rollout.browser.navigation`, e.g. a form with
+``target=_blank`` submitted by script) is closed at once and its URL kept for the session to
+report (`Tabs`). A session's context is kept for the next session (up to ``spare_contexts`` per
+process) once `clear_context` has cleared its cookies, permissions and per-origin storage and closed
+every page of it (a new page has no history). A new context gets ``prepare_context`` (the URL
+guard's hooks, see `webgym_rollout.browser.navigation`) before its first page opens.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import contextlib
 import logging
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +51,7 @@ __all__ = [
     "DEFAULT_CHROMIUM",
     "ChromiumProcess",
     "ChromiumProcesses",
+    "Tabs",
     "clear_context",
     "process_tree_pss_mib",
 ]
@@ -96,6 +104,77 @@ def _find_browser_pid(marker: str) -> int | None:
     return None
 
 
+class Tabs:
+    """The pages of one context: the session's own page, and every other page the context opens,
+    which is closed at once (its URL kept in `popups` until `take_popups`)."""
+
+    def __init__(self, context: BrowserContext, on_popup: Callable[[], None] = lambda: None):
+        self.context = context
+        self._on_popup = on_popup
+        self.page: Page | None = None
+        """The session's own page (None between sessions)."""
+        self.popups: list[str] = []
+        """URLs of the pages closed at once since the last `take_popups`."""
+        self.seen = 0
+        """Pages the context opened on its own (closed at once) over its life."""
+        self._seen_changed = asyncio.Event()
+        self._opening = False
+        self._closing: set[asyncio.Task] = set()
+        context.on("page", self._on_page)
+
+    async def new_page(self) -> Page:
+        """Open the session's own page (the one page of the context that is not closed at once)."""
+        self._opening = True
+        try:
+            self.page = await self.context.new_page()
+        finally:
+            self._opening = False
+        return self.page
+
+    def _on_page(self, page: Page) -> None:
+        # Playwright emits "page" before new_page returns: the page being opened is the session's.
+        if self._opening:
+            return
+        self.popups.append(page.url)
+        self.seen += 1
+        self._seen_changed.set()
+        log.info("closing a page the context opened: %s", page.url)
+        task = asyncio.ensure_future(_close_page(page, self._on_popup))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def wait_seen(self, count: int, budget_s: float) -> None:
+        """Wait (at most `budget_s`) until `seen` reaches `count` and those pages are closed: a
+        page the renderer asked for is announced a moment later, on another DevTools session."""
+        deadline = time.monotonic() + budget_s
+        while self.seen < count and time.monotonic() < deadline:
+            self._seen_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._seen_changed.wait(), deadline - time.monotonic())
+        if self._closing and time.monotonic() < deadline:
+            await asyncio.wait(set(self._closing), timeout=deadline - time.monotonic())
+
+    def take_popups(self) -> list[str]:
+        """The URLs of the pages closed at once since the last call."""
+        taken, self.popups = self.popups, []
+        return taken
+
+    async def close_all(self) -> None:
+        """Close every page of the context (the session's own included)."""
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+        for page in list(self.context.pages):
+            await page.close()
+        self.page = None
+        self.popups.clear()
+
+
+async def _close_page(page: Page, closed: Callable[[], None]) -> None:
+    with contextlib.suppress(PlaywrightError):
+        await page.close()
+    closed()
+
+
 @dataclass(eq=False)
 class ChromiumProcess:
     """One Chromium browser process and the sessions it hosts."""
@@ -105,30 +184,32 @@ class ChromiumProcess:
     sessions_served: int = 0
     active: set[str] = field(default_factory=set)
     """Ids of the sessions it hosts (and of places reserved for sessions being opened)."""
-    spare: list[BrowserContext] = field(default_factory=list)
-    """Cleared contexts waiting for the next session."""
+    spare: list[Tabs] = field(default_factory=list)
+    """Cleared contexts (with no page) waiting for the next session."""
     draining: bool = False
     """Takes no new sessions; closed once the last one ends."""
     dead: bool = False
 
 
-async def clear_context(context: BrowserContext, page: Page, cdp: CDPSession | None,
-                        origins: Iterable[str]) -> None:
+async def clear_context(tabs: Tabs, cdp: CDPSession | None, origins: Iterable[str]) -> None:
     """Make a used context fit for the next session: the storage of every origin its page visited,
-    its cookies and permissions are cleared and its page is closed (a new page has no history)."""
+    its cookies and permissions are cleared and every page of it is closed (a new page has no
+    history)."""
     if cdp is not None:
         for origin in origins:
             await cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
-    await context.clear_cookies()
-    await context.clear_permissions()
-    await page.close()
+    await tabs.context.clear_cookies()
+    await tabs.context.clear_permissions()
+    await tabs.close_all()
 
 
 class ChromiumProcesses:
     """The running Chromium processes (see the module docstring); `start` first, `close` last.
 
     `prepare_context(context)` runs on every new context; `on_lost(process)` is called when a
-    process died or stopped answering, so that its sessions can be marked as crashed.
+    process died or stopped answering, so that its sessions can be marked as crashed;
+    `launch_args()` gives the flags that route a new process through the egress proxy (required:
+    no browser starts outside it).
     """
 
     def __init__(
@@ -137,10 +218,14 @@ class ChromiumProcesses:
         *,
         prepare_context: Callable[[BrowserContext], Awaitable[None]],
         on_lost: Callable[[ChromiumProcess], None],
+        launch_args: Callable[[], Sequence[str]],
     ):
         self.settings = settings
+        self._launch_args = launch_args
         self.restarts = 0
         """Processes replaced after a crash, recycling or the memory bound."""
+        self.popups_closed = 0
+        """Pages closed at once (and done closing) because a session's context opened them (`Tabs`)."""
         self._prepare_context = prepare_context
         self._on_lost = on_lost
         self._playwright: Playwright | None = None
@@ -158,6 +243,10 @@ class ChromiumProcesses:
     def live(self) -> int:
         """Processes that have not died."""
         return sum(not p.dead for p in self._processes)
+
+    def live_processes(self) -> list[ChromiumProcess]:
+        """The processes that have not died (draining ones included)."""
+        return [p for p in self._processes if not p.dead]
 
     def pids(self) -> list[int]:
         """Process ids of the live processes."""
@@ -194,7 +283,7 @@ class ChromiumProcesses:
     async def _launch(self) -> ChromiumProcess:
         assert self._playwright is not None
         marker = f"--webgym-browser={secrets.token_hex(6)}"
-        args = [*CHROMIUM_ARGS, *self.settings.extra_args, marker]
+        args = [*CHROMIUM_ARGS, *self._launch_args(), *self.settings.extra_args, marker]
         browser = await self._playwright.chromium.launch(
             executable_path=self.settings.executable_path, args=args
         )
@@ -285,19 +374,17 @@ class ChromiumProcesses:
             process.draining = True
             self._spawn(self.ensure())
 
-    async def open_context(
-        self, process: ChromiumProcess, viewport: tuple[int, int]
-    ) -> tuple[BrowserContext, Page]:
+    async def open_context(self, process: ChromiumProcess, viewport: tuple[int, int]) -> Tabs:
         """A context with one new page at `viewport`: a spare one when there is one, else a new one."""
         while process.spare:
-            context = process.spare.pop()
+            tabs = process.spare.pop()
             try:
-                page = await context.new_page()
+                page = await tabs.new_page()
                 await page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
-                return context, page
+                return tabs
             except PlaywrightError:
                 with contextlib.suppress(Exception):
-                    await context.close()
+                    await tabs.context.close()
         context = await process.browser.new_context(
             viewport={"width": viewport[0], "height": viewport[1]},
             device_scale_factor=1,
@@ -305,7 +392,12 @@ class ChromiumProcesses:
             accept_downloads=False,
         )
         await self._prepare_context(context)
-        return context, await context.new_page()
+        tabs = Tabs(context, self._count_popup)
+        await tabs.new_page()
+        return tabs
+
+    def _count_popup(self) -> None:
+        self.popups_closed += 1
 
     def takes_spare(self, process: ChromiumProcess) -> bool:
         """Whether `process` keeps another cleared context for reuse."""

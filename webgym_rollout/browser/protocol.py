@@ -16,6 +16,8 @@ from webgym_rollout.errors import BrowserError
 
 __all__ = [
     "ActionKind",
+    "BlocklistLifted",
+    "BodyHashes",
     "BrowserAction",
     "CreateSessionRequest",
     "Element",
@@ -26,13 +28,19 @@ __all__ = [
     "PageInfo",
     "PageInfoRequest",
     "PageState",
+    "RecordedExchange",
+    "RecordingIndex",
+    "ReplayOptions",
     "SCREENSHOT_MEDIA_TYPE",
     "Screenshot",
     "ScreenshotRequest",
     "ScreenshotResponse",
     "ServerHealth",
     "SessionCreated",
+    "BODIES_MEDIA_TYPE",
+    "decode_bodies",
     "decode_screenshot",
+    "encode_bodies",
     "encode_screenshot",
 ]
 
@@ -130,17 +138,73 @@ def _all_action_fields() -> tuple[str, ...]:
 # ---------------------------------------------------------------- wire models (server <-> client)
 
 
+class RecordedExchange(BaseModel):
+    """One request of a recorded page and the response it got (`webgym_rollout.browser.recording`)."""
+
+    method: str
+    url: str
+    resource_type: str = ""
+    """Chromium's resource type (Document, Script, Image, XHR, Fetch, ...)."""
+    post_sha256: str = ""
+    """SHA-256 of the request body ("" without one): replay serves an exact body match first."""
+    status: int
+    headers: list[tuple[str, str]] = []
+    """Response headers as received (a redirect keeps its ``location``)."""
+    body_sha256: str = ""
+    """SHA-256 of the response body (the body as the page saw it, decoded); "" when it had none."""
+    body_size: int = 0
+
+
+class RecordingIndex(BaseModel):
+    """What a session recorded (``GET /sessions/{id}/recording``) or, in replay, could not serve."""
+
+    exchanges: list[RecordedExchange] = []
+    """Every response the page received, in the order they arrived."""
+    misses: list[str] = []
+    """Replay: ``METHOD URL`` of requests the recording did not hold (failed, or served live with
+    the fallback on)."""
+    live: int = 0
+    """Replay: misses that went to the live network (``live_fallback``)."""
+
+    @property
+    def body_hashes(self) -> list[str]:
+        """The distinct body hashes the exchanges reference, in first-use order."""
+        return list(dict.fromkeys(e.body_sha256 for e in self.exchanges if e.body_sha256))
+
+
+class ReplayOptions(BaseModel):
+    """Serve a session's requests from a recording (the bodies must be on the server: ``PUT
+    /bodies/{sha256}``)."""
+
+    exchanges: list[RecordedExchange] = []
+    live_fallback: bool = False
+    """Let a request the recording does not hold go to the live network (through the URL guard and
+    the egress proxy); default: it fails (``net::ERR_INTERNET_DISCONNECTED``)."""
+
+
+class BodyHashes(BaseModel):
+    """A list of body hashes (``POST /bodies/missing`` takes and answers one)."""
+
+    sha256: list[str] = []
+
+
 class CreateSessionRequest(BaseModel):
     start_url: str
     viewport: tuple[int, int] = (1280, 720)
     environment: str = "web"
     seed: int | None = None
+    record: bool = False
+    """Record the page's network traffic (``GET /sessions/{id}/recording`` before closing)."""
+    replay: ReplayOptions | None = None
+    """Serve the page from this recording instead of the network."""
 
     @model_validator(mode="after")
     def _viewport_sane(self) -> CreateSessionRequest:
         width, height = self.viewport
         if not (64 <= width <= 4096 and 64 <= height <= 4096):
             raise ValueError(f"viewport {width}x{height} is outside 64..4096 pixels")
+        if self.record and self.replay is not None:
+            raise ValueError("record: a session either records or replays, not both")
         return self
 
 
@@ -224,12 +288,45 @@ def decode_screenshot(headers: dict[str, str], body: bytes) -> Screenshot:
     return Screenshot(data=body[size:], **meta)
 
 
+BODIES_MEDIA_TYPE = "application/vnd.webgym.bodies"
+"""Recorded bodies on the wire (``POST /sessions/{id}/recording/bodies``): ``X-Webgym-Meta-Length:
+K``, then K bytes of JSON (``[[sha256, size], ...]``) followed by the bodies, one after another."""
+
+
+def encode_bodies(bodies: list[tuple[str, bytes]]) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a reply carrying several recorded bodies (`BODIES_MEDIA_TYPE`)."""
+    meta = json.dumps([[sha, len(data)] for sha, data in bodies]).encode()
+    return meta + b"".join(data for _, data in bodies), {_META_HEADER: str(len(meta))}
+
+
+def decode_bodies(headers: dict[str, str], content: bytes) -> dict[str, bytes]:
+    """Inverse of `encode_bodies`: sha256 -> bytes; `headers` has lower-case names."""
+    try:
+        size = int(headers[_META_HEADER])
+        meta = json.loads(content[:size])
+    except (KeyError, ValueError) as exc:
+        raise BrowserError(f"malformed bodies reply (no valid {_META_HEADER} header): {exc}") from exc
+    bodies, offset = {}, size
+    for sha, length in meta:
+        bodies[sha] = content[offset:offset + length]
+        offset += length
+    if offset != len(content):
+        raise BrowserError(f"malformed bodies reply: {len(content) - offset} bytes left over")
+    return bodies
+
+
 class ExecuteResult(BaseModel):
     ok: bool
     error: str = ""
     """Agent-level failure text ("" when ok): no element to select, unknown key, refused navigation."""
     url: str
+    """The page actually shown after the action."""
     title: str
+    popups: list[str] = []
+    """URLs of the pages (popups, new tabs) opened since the last action, by the action or by the
+    page on its own, that the server closed at once: a session has one page. ``window.open`` and
+    links with a target open in the page's own tab instead; what still opens a new page (e.g. a
+    form with ``target=_blank`` submitted by script) lands here."""
 
 
 class PageInfoRequest(BaseModel):
@@ -263,6 +360,17 @@ class ServerHealth(BaseModel):
     @property
     def load(self) -> float:
         return self.active_sessions / max(1, self.max_sessions)
+
+
+class BlocklistLifted(BaseModel):
+    """The answer to ``DELETE /blocklist/{origin}``."""
+
+    origin: str
+    """The origin the request named (``scheme://host[:port]``)."""
+    lifted: bool
+    """Whether the origin was blocked (and is not any more)."""
+    reason: str = ""
+    """Why it had been blocked."""
 
 
 class ErrorBody(BaseModel):

@@ -11,11 +11,24 @@ Routes (JSON bodies are the pydantic models of `webgym_rollout.browser.protocol`
     POST   /sessions/{id}/page_info        PageInfoRequest      -> PageInfo
     POST   /sessions/{id}/env_state                             -> EnvState
     DELETE /sessions/{id}
+    GET    /sessions/{id}/recording                             -> RecordingIndex (record / replay)
+    POST   /sessions/{id}/recording/bodies BodyHashes           -> those bodies (BODIES_MEDIA_TYPE)
+    POST   /bodies/missing                 BodyHashes           -> BodyHashes (those not held)
+    PUT    /bodies/{sha256}                raw bytes            (a body for replays)
     GET    /health  -> ServerHealth     GET /info     GET /metrics (Prometheus text)
+    DELETE /blocklist/{origin}                                  -> BlocklistLifted (needs the token)
 
 Errors are ``ErrorBody`` JSON with the HTTP status of their `webgym_rollout.errors` class. The server
 binds 127.0.0.1 by default; any other address needs ``--token``, and then every request must carry
 ``Authorization: Bearer <token>`` (401 otherwise). Stopping the server closes every browser.
+
+``/info`` lists the blocklist's entries (origin, reason, seconds left). ``DELETE
+/blocklist/{origin}`` (``/blocklist/http://127.0.0.1:8400``; any URL of the origin will do) lifts
+one, and is the one route that always needs the token: a server started without ``--token``
+answers it 401, since on loopback any local process, or a page of its own browsers where
+``--allow-hosts`` opens 127.0.0.1, could otherwise call it. Restart such a server with a token
+(or wait for ``--blocklist-ttl-s``). The egress proxy never forwards a browser's request to the
+server's own port on a loopback address.
 
 ``webgym-rollout serve`` takes its flags and ``--config`` YAML keys from `ServerSettings` (and the
 `PoolSettings` it holds, whose flags carry no prefix) through `webgym_core.settings`.
@@ -42,10 +55,14 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 
 from webgym_core.settings import flat, load_settings, settings_options
-from webgym_rollout.browser.guard import is_loopback_host
+from webgym_rollout.browser.egress import Resolver
+from webgym_rollout.browser.guard import is_loopback_host, origin_of
 from webgym_rollout.browser.pool import BrowserPool, PoolSettings
 from webgym_rollout.browser.protocol import (
+    BODIES_MEDIA_TYPE,
     SCREENSHOT_MEDIA_TYPE,
+    BlocklistLifted,
+    BodyHashes,
     BrowserAction,
     CreateSessionRequest,
     EnvState,
@@ -55,13 +72,15 @@ from webgym_rollout.browser.protocol import (
     PageInfo,
     PageInfoRequest,
     PageState,
+    RecordingIndex,
     ScreenshotRequest,
     ScreenshotResponse,
     ServerHealth,
     SessionCreated,
+    encode_bodies,
     encode_screenshot,
 )
-from webgym_rollout.errors import BrowserError
+from webgym_rollout.errors import BrowserError, Unauthorized
 from webgym_rollout.tasks import kind_names
 
 __all__ = ["ServerSettings", "check_bind", "create_app", "running_server", "serve_command"]
@@ -142,9 +161,12 @@ def _error_response(exc: BrowserError) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=exc.status_code)
 
 
-def create_app(settings: ServerSettings) -> FastAPI:
-    """The FastAPI app; its lifespan starts the pool and closes every browser on shutdown."""
-    pool = BrowserPool(settings.pool)
+def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) -> FastAPI:
+    """The FastAPI app; its lifespan starts the pool and closes every browser on shutdown.
+    `resolver` is the egress proxy's name lookup (tests: a `MappingResolver`; default: the OS)."""
+    pool = BrowserPool(settings.pool, resolver=resolver)
+    if settings.port:
+        pool.egress.protect_port(settings.port)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -216,6 +238,24 @@ def create_app(settings: ServerSettings) -> FastAPI:
         await pool.close_session(session_id)
         return Response(status_code=204)
 
+    @app.get("/sessions/{session_id}/recording", response_model=RecordingIndex)
+    async def recording(session_id: str) -> Response:
+        return _json(await pool.recording(session_id))
+
+    @app.post("/sessions/{session_id}/recording/bodies")
+    async def recorded_bodies(session_id: str, body: BodyHashes) -> Response:
+        content, headers = encode_bodies([(sha, pool.recorded_body(session_id, sha)) for sha in body.sha256])
+        return Response(content, media_type=BODIES_MEDIA_TYPE, headers=headers)
+
+    @app.post("/bodies/missing", response_model=BodyHashes)
+    async def missing_bodies(body: BodyHashes) -> BodyHashes:
+        return BodyHashes(sha256=pool.bodies.missing(body.sha256))
+
+    @app.put("/bodies/{sha256}", status_code=204)
+    async def put_body(sha256: str, request: Request) -> Response:
+        pool.bodies.put(sha256, await request.body())
+        return Response(status_code=204)
+
     @app.get("/health", response_model=ServerHealth)
     async def health() -> ServerHealth:
         return pool.health()
@@ -235,11 +275,28 @@ def create_app(settings: ServerSettings) -> FastAPI:
             "concurrency": s.lane_limits,
             "max_queue": s.max_queue,
             "environments": kind_names(),
-            "blocked_sites": [
-                {"site": e.site, "reason": e.reason, "expires_in_s": round(e.until - time.monotonic())}
+            "blocklist_threshold": s.blocklist_threshold,
+            "blocklist_ttl_s": s.blocklist_ttl_s,
+            "blocklist": [
+                {"origin": e.origin, "reason": e.reason, "expires_in_s": round(e.until - time.monotonic())}
                 for e in pool.blocklist.entries()
             ],
         }
+
+    @app.delete("/blocklist/{origin:path}", response_model=BlocklistLifted)
+    async def lift_block(origin: str, request: Request) -> BlocklistLifted:
+        if not settings.token:  # with a token, the middleware has checked it already
+            raise Unauthorized(
+                "DELETE /blocklist needs the server's token, and this server runs without one: "
+                "restart it with --token (or WEBGYM_BROWSER_TOKEN) to lift entries, or wait for "
+                "--blocklist-ttl-s"
+            )
+        if request.url.query:  # an origin never has one, but a URL given whole may
+            origin = f"{origin}?{request.url.query}"
+        lifted = pool.lift_block(origin)
+        if lifted is None:
+            return BlocklistLifted(origin=origin_of(origin), lifted=False)
+        return BlocklistLifted(origin=lifted.origin, lifted=True, reason=lifted.reason)
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
@@ -249,12 +306,15 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
 
 @contextlib.asynccontextmanager
-async def running_server(settings: ServerSettings) -> AsyncIterator[tuple[str, BrowserPool]]:
-    """Run the server on the current event loop (tests, benchmarks); yields (base_url, pool)."""
+async def running_server(
+    settings: ServerSettings, *, resolver: Resolver | None = None
+) -> AsyncIterator[tuple[str, BrowserPool]]:
+    """Run the server on the current event loop (tests, benchmarks); yields (base_url, pool).
+    `resolver`: the egress proxy's name lookup (see `create_app`)."""
     import uvicorn
 
     check_bind(settings.host, settings.token)
-    app = create_app(settings)
+    app = create_app(settings, resolver=resolver)
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="warning", lifespan="on", access_log=False
     )
@@ -267,6 +327,7 @@ async def running_server(settings: ServerSettings) -> AsyncIterator[tuple[str, B
             raise RuntimeError("browser server stopped while starting")
         await asyncio.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
+    app.state.pool.egress.protect_port(port)
     try:
         yield f"http://{settings.host}:{port}", app.state.pool
     finally:

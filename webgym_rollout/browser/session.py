@@ -2,7 +2,8 @@
 
 A `Session` is what the pool's session table holds and what every operation acts on. Its `lock`
 runs the operations of one session one at a time; its `navigation` tracker holds what the page
-did (requests refused by the URL guard, navigations); `dead` says whether anything can still run.
+did (requests refused by the URL guard, navigations); its `tabs` close every other page the context
+opens (popups); `dead` says whether anything can still run.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from playwright.async_api import BrowserContext, Page
 
 from webgym_rollout.browser.navigation import NavigationTracker
-from webgym_rollout.browser.processes import ChromiumProcess
+from webgym_rollout.browser.processes import ChromiumProcess, Tabs
 from webgym_rollout.tasks import TaskKind
 
 __all__ = ["Session"]
@@ -32,6 +33,8 @@ class Session:
     """The task kind of the page (`webgym_rollout.tasks`): its clip and page hooks."""
     viewport: tuple[int, int]
     navigation: NavigationTracker
+    tabs: Tabs
+    """The context's pages: `page`, and the popups closed at once."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_used: float = field(default_factory=time.monotonic)
     crashed: bool = False

@@ -1,0 +1,169 @@
+"""The asynchronous loop (`webgym_rl.async_loop`) with real parts: MiniWoB site server, Chromium
+browser server, the CPU policy server (a child process) with a tiny random Qwen2-VL, the trainer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.webgym_rl.loops import loop_settings
+from webgym_rl.async_loop import episode_staleness, step_version
+from webgym_rl.loop import run_loop
+from webgym_rollout.trajectory import read_episodes
+
+ASYNC = dict(mode="async", iterations=3, max_staleness=1, batch_episodes=2, eval_every=0,
+             sampler={"kind": "epoch", "batch_size": 2})
+
+
+def _episodes(folder: Path) -> dict[str, object]:
+    return {e.episode_id: e for chunk in sorted((folder / "rollouts").glob("chunk-*")) if chunk.is_dir()
+            for e in read_episodes(chunk)}
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_versions_roll_out_while_training_within_the_staleness_bound(tmp_path, tiny_qwen2_vl):
+    # Four versions: the chunks started at v0 play the random bootstrap, often done before the first
+    # training starts; the chunks admitted at v1 and v2 (the staleness window) play while v2 and v3
+    # train. Every judged episode is trained on (threshold 0), so no training round is skipped for
+    # want of a success. Version 3 is evaluated (two tasks) while v4 trains.
+    settings = loop_settings(tmp_path, tiny_qwen2_vl, **{**ASYNC, "iterations": 4, "eval_every": 3,
+                                                         "eval_sampler": {"batch_size": 2},
+                                                         "success_threshold": 0.0})
+    seen: list[dict] = []
+    base_url: list[str] = []
+
+    def on_event(kind, detail):
+        if kind == "async_started":
+            base_url.append(detail["base_url"])
+        if kind == "version_published":
+            # Asked right after the publish: the same process now serves the new version.
+            health = httpx.get(base_url[0].removesuffix("/v1") + "/health", timeout=30).json()
+            seen.append({"version": detail["version"], "pid": detail["pid"], "health": health})
+
+    result = run_loop(settings, on_event=on_event)
+    out = Path(settings.out)
+    state = json.loads((out / "loop_state.json").read_text())["async"]
+
+    # Four versions published, each answered at once by the same policy server process.
+    assert [v["version"] for v in state["versions"]] == [0, 1, 2, 3, 4]
+    assert [s["health"]["version"] for s in seen] == [1, 2, 3, 4]
+    assert len({s["pid"] for s in seen} | {s["health"]["pid"] for s in seen}) == 1
+    assert seen[-1]["health"]["reloads"] == 4
+    assert result.checkpoint == state["versions"][-1]["checkpoint"]
+
+    # Steps of at least two versions were played while the trainer trained.
+    episodes = _episodes(out)
+    windows = [(b["train_started_at"], b["train_done_at"]) for b in state["batches"].values()]
+    overlapping = {step_version(s.policy_version) for e in episodes.values() for s in e.steps
+                   if any(e.started_at < end and e.started_at + e.duration_s > start
+                          for start, end in windows)}
+    assert len(overlapping) >= 2, (overlapping, windows)
+    # Model replies name the version that produced them (the random bootstrap names none: v0).
+    versions = {s.policy_version for e in episodes.values() for s in e.steps}
+    assert versions & {"v1", "v2", "v3", "v4"}, versions
+    assert all(s.logprobs for e in episodes.values() for s in e.steps if s.policy_version.startswith("v"))
+
+    # Each batch: its episodes once, none beyond the bound; the trainer's data is exactly that batch.
+    ids = [i for b in state["batches"].values() for i in b["episodes"]]
+    assert len(ids) == len(set(ids)) == 8 and set(ids) <= set(episodes)
+    for version, batch in state["batches"].items():
+        trained = list(read_episodes(batch["folder"]))
+        assert {e.episode_id for e in trained} == set(batch["episodes"]) - set(batch["dropped_stale"])
+        assert all(episode_staleness(e, int(version)) <= 1 for e in trained)
+        assert all(int(k) <= 1 for k in batch["staleness"])
+    metrics = state["metrics"]
+    assert metrics["versions_published"] == 4 and metrics["staleness_max"] <= 1
+    assert sum(metrics["staleness_histogram"].values()) == sum(
+        sum(b["staleness"].values()) for b in state["batches"].values())
+    assert metrics["episodes_per_s"] > 0 and metrics["rollout_idle_s"] >= 0 and metrics["trainer_idle_s"] >= 0
+    assert metrics["samples_per_s"] >= 0 and 0 <= metrics["staleness_mean"] <= metrics["staleness_max"]
+    assert sum(v["episodes"] for v in metrics["success_by_version"].values()) >= 8
+
+    # The evaluation of v3 ran on its own schedule: it began before v3 was published, its episodes
+    # were not trained on, its steps were answered by v3 (or v4, once published: the record says),
+    # and it wrote its report with the learning curve so far.
+    assert set(state["evals"]) == {"3"}
+    evaluation = state["evals"]["3"]
+    assert evaluation["started_at"] < state["versions"][4]["published_at"]
+    # (Evaluated on train tasks here: an episode id, a hash of task, attempt and iteration, can equal
+    # a rollout's; the start time tells the two episodes apart.)
+    evaluated = {(e.episode_id, e.started_at)
+                 for e in read_episodes(out / "evals" / "v-0003" / "trajectories")}
+    assert len(evaluated) == evaluation["episodes"] == 2
+    batched = {(e.episode_id, e.started_at)
+               for b in state["batches"].values() for e in read_episodes(b["folder"])}
+    assert len(batched) == 8 and not evaluated & batched
+    assert evaluation["step_versions"] and set(evaluation["step_versions"]) <= {"v3", "v4"}
+    report = Path(evaluation["report"])
+    assert report.is_file() and (out / "learning_curve.png").is_file()
+    curve = json.loads((report.parent / "report.json").read_text())["learning_curve"]
+    assert {(p["iteration"], p["label"]) for p in curve} >= {(0, "train"), (3, "test")}
+
+    # A rerun with the same settings has nothing left to do.
+    again = run_loop(settings)
+    assert again.checkpoint == result.checkpoint
+
+
+def _committed(out: Path) -> set[str]:
+    return set(_episodes(out))
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_sigkill_at_several_points_then_rerun_loses_nothing_and_trains_nothing_twice(tmp_path, tiny_qwen2_vl):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    from webgym_core.settings import settings_to_dict
+
+    settings = loop_settings(tmp_path, tiny_qwen2_vl, **ASYNC)
+    config = tmp_path / "loop.yaml"
+    config.write_text(yaml.safe_dump({**settings_to_dict(settings), "progress": True}))
+    out = Path(settings.out)
+    command = [sys.executable, "-c", "from webgym_rl.cli import main; main()", "loop",
+               "--config", str(config)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # Killed while training for v1, right after v1 is published, and while chunk 2 plays.
+    kill_points = ["batch for v1 ready", "v1 published", "chunk 2 started"]
+    for point in kill_points:
+        before = _committed(out) if out.exists() else set()
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                   env=env)
+        lines = []
+        for line in process.stderr:  # type: ignore[union-attr]
+            lines.append(line)
+            if point in line:
+                os.kill(process.pid, signal.SIGKILL)
+                break
+        process.wait(timeout=120)
+        assert process.returncode == -signal.SIGKILL, "".join(lines[-30:])
+        # Nothing committed before is lost.
+        assert before <= _committed(out)
+    finished = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    state = json.loads((out / "loop_state.json").read_text())["async"]
+    assert [v["version"] for v in state["versions"]] == [0, 1, 2, 3]
+    # Each version's checkpoint is complete (a batch with nothing to train on keeps the previous one).
+    for entry in state["versions"][1:]:
+        assert (Path(entry["checkpoint"]) / "config.json").is_file()
+    assert (out / "checkpoints" / "v-0001" / "config.json").is_file()  # v1 trains on random successes
+    ids = [i for b in state["batches"].values() for i in b["episodes"]]
+    assert len(ids) == len(set(ids)) == 6  # no episode trained twice
+    committed = _committed(out)
+    assert set(ids) <= committed
+    # No episode was played twice (one row per episode id across the chunk folders).
+    rows = sum(len(read_episodes(c)) for c in (out / "rollouts").glob("chunk-*") if c.is_dir())
+    assert rows == len(committed)
+    # The stream position covers exactly the trained episodes' shards: nothing re-read, nothing skipped.
+    assert state["position"] == state["batches"]["2"]["position"]
+    # No policy server outlived its loop (each child got SIGTERM with its parent's death).
+    assert "v3 published" in finished.stderr
+    assert "success by policy version" in finished.stderr  # the progress line of each version

@@ -1,0 +1,151 @@
+"""Learning you can see on one CPU: the tiny model's size from its settings, the shuffled-screenshot
+control (a policy that learned from the screenshot falls back to pixel-random when it is shown the
+screenshots of other episodes) and a cut-down run of ``benchmarks/learning_miniwob.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.webgym_rl.synthetic import task, write_shards
+from webgym_rl.tiny import TinyModelSettings, build_tiny_model
+from webgym_rollout.actions import AgentAction
+from webgym_rollout.agent import AgentSettings, Observation, build_messages, format_response
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPACT = AgentSettings(variant="compact", full_rounds=0)
+INSTRUCTION = "Click the left half on a red page, the right half on a blue page."
+# Where the trained policy is taught to click: the centre of the half its page's colour names.
+TARGET = {"red": (250, 500), "blue": (750, 500)}
+
+
+def test_tiny_model_sizes_come_from_the_settings(tmp_path):
+    from webgym_rollout.modeling import load_model
+
+    small = TinyModelSettings(family="qwen3_vl", hidden_size=32, num_layers=1, vision_width=16, seed=1)
+    model = load_model(build_tiny_model(tmp_path / "small", settings=small))
+    text = model.config.text_config
+    assert (text.hidden_size, text.num_hidden_layers) == (32, 1)
+    assert model.config.vision_config.hidden_size == 16
+    default = load_model(build_tiny_model(tmp_path / "default", family="qwen3_vl"))
+    assert sum(p.numel() for p in model.parameters()) < sum(p.numel() for p in default.parameters())
+    for bad, field in ((dict(hidden_size=60), "hidden_size"), (dict(num_layers=0), "num_layers"),
+                       (dict(vision_width=20), "vision_width"), (dict(max_pixels=100), "max_pixels")):
+        with pytest.raises(ValueError, match=f"^{field}: "):
+            TinyModelSettings(**bad)
+
+
+def _page(colour: str, rng: random.Random) -> bytes:
+    """A 160x210 page of one shade of `colour` (the shade varies, the colour decides the click)."""
+    shade = rng.randrange(150, 256)
+    other = rng.randrange(0, 60)
+    pixel = (shade, other, other) if colour == "red" else (other, other, shade)
+    buffer = io.BytesIO()
+    Image.new("RGB", (160, 210), pixel).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _observation(colour: str, rng: random.Random, index: int) -> tuple[Observation, str]:
+    return (Observation(instruction=INSTRUCTION, screenshot=_page(colour, rng), viewport=(160, 210),
+                        episode_id=f"{colour}-{index}"), colour)
+
+
+def _training_episodes(count: int):
+    from webgym_rollout.trajectory import Episode, EpisodeStatus, Step
+
+    rng = random.Random(0)
+    episodes = []
+    for i in range(count):
+        observation, colour = _observation("red" if i % 2 else "blue", rng, i)
+        action = AgentAction("left_click", coordinate=TARGET[colour])
+        reply = format_response(action, variant="compact")
+        step = Step(index=0, screenshot=observation.screenshot, response=reply, action=reply,
+                    messages=json.dumps(build_messages(observation, COMPACT)), same_as_next=False)
+        episodes.append(Episode(task=task(f"page{i}"), episode_id=f"page{i}", split="train",
+                                instruction=INSTRUCTION, reward=1.0, status=EpisodeStatus.OK, steps=[step]))
+    return episodes
+
+
+def _hit(action: AgentAction | None, colour: str) -> bool:
+    """The click landed on the half the page's colour names (what pixel-random hits half the time)."""
+    if action is None or action.name != "left_click" or action.coordinate is None:
+        return False
+    return (action.coordinate[0] < 500) == (colour == "red")
+
+
+async def _success(policy, cases) -> float:
+    hits = [_hit((await policy.act(observation)).action, colour) for observation, colour in cases]
+    return sum(hits) / len(hits)
+
+
+def test_shuffled_screenshots_fall_back_to_pixel_random(tmp_path):
+    """A checkpoint trained here reads the page colour from the screenshot; shown the screenshots of
+    other episodes it scores what blind clicking scores."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from learning_miniwob import ShuffledScreenshots
+
+    from webgym_core.endpoint import Endpoint
+    from webgym_rl.train import TrainingSettings, TrainSettings, train
+    from webgym_rollout.policy import OpenAIPolicy, PixelRandomPolicy, RandomPolicySettings, SamplingSettings
+    from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
+
+    tiny = TinyModelSettings(family="qwen3_vl", hidden_size=128, vision_width=64)
+    model = build_tiny_model(tmp_path / "model", settings=tiny)
+    data = write_shards(tmp_path / "pages", _training_episodes(32))
+    result = train(TrainSettings(model=str(model), data=[str(data)], out=str(tmp_path / "train"), seed=0,
+                                 training=TrainingSettings(learning_rate=1e-3, max_steps=80,
+                                                           per_device_batch_size=4, log_with="none")))
+    rng = random.Random(1)  # shades never seen in training
+    cases = [_observation(colour, rng, 100 + i) for i, colour in enumerate(["red", "blue"] * 12)]
+    pool = [observation.screenshot for observation, _ in cases]
+    server = PolicyServerSettings(model=str(result.checkpoint), port=0, served_model_name="tiny",
+                                  max_new_tokens=40)
+    greedy = SamplingSettings(temperature=0.0, max_tokens=40)
+
+    async def measure(base_url: str) -> dict[str, float]:
+        endpoint = Endpoint(base_url=base_url, model="tiny")
+        async with OpenAIPolicy(endpoint, sampling=greedy, agent=COMPACT) as p:
+            return {"screenshots": await _success(p, cases),
+                    "shuffled": await _success(ShuffledScreenshots(p, pool, seed=0), cases),
+                    "pixel_random": await _success(PixelRandomPolicy(RandomPolicySettings(seed=0),
+                                                                     agent=COMPACT), cases)}
+
+    with running_policy_server(server) as base_url:
+        rates = asyncio.run(measure(base_url))
+    assert rates["screenshots"] >= 0.9, rates
+    # Blind clicking hits the named half about half the time; so does the policy shown other pages.
+    assert 0.25 <= rates["pixel_random"] <= 0.75, rates
+    assert abs(rates["shuffled"] - rates["pixel_random"]) <= 0.25, rates
+    assert rates["screenshots"] - rates["shuffled"] >= 0.25, rates
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_cut_down_benchmark_run_learns(tmp_path):
+    """One loop iteration on MiniWoB++ (the benchmark runs two): the trained policy writes valid
+    actions where the untrained one does not, and solves more held-out episodes than pixel-random on
+    the same seeds."""
+    out = tmp_path / "learning"
+    finished = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "learning_miniwob.py"), "--out", str(out),
+         "--iterations", "1", "--train-seeds", "60", "--heldout-seeds", "15", "--max-steps", "200"],
+        capture_output=True, text=True, timeout=3600, cwd=ROOT)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    final, untrained, pixel = results["iterations"][-1]["eval"], results["untrained"], results["pixel_random"]
+    assert final["episodes"] == untrained["episodes"] == pixel["episodes"] == 30
+    assert final["valid_action_rate"] > untrained["valid_action_rate"]
+    assert (out / "learning_miniwob.png").read_bytes()[:4] == b"\x89PNG"
+    assert "pixel-random" in (out / "report" / "report.html").read_text()
+    if final["success_rate"] <= pixel["success_rate"]:
+        # Issue 16 is open: the tiny model learns the format and one click per task, not yet to read
+        # the screenshot, so beating pixel-random on held-out seeds is a coin toss today.
+        pytest.xfail(f"success {final['success_rate']:.3f} <= pixel-random {pixel['success_rate']:.3f}")

@@ -1,0 +1,177 @@
+"""Switching a running policy endpoint to new weights: one small interface, `PolicyUpdater`.
+
+The asynchronous loop (`webgym_rl.async_loop`) publishes integer policy versions (0 = the starting
+model, then 1, 2, ... one per training round) and calls ``updater.update(checkpoint, version)``
+while episodes keep running. After it returns, new requests are answered by `version`; requests
+already running finish on the weights they started with. ``updater.model_name(version)`` is the
+model name a request must ask for to get that version (the served name, except for LoRA adapters).
+
+- `CpuPolicyUpdater`: the CPU policy server (`webgym_rollout.policy_server`): ``POST /reload
+  {"model", "version"}`` swaps the weights between generations in the same process; its replies
+  carry ``system_fingerprint: v<N>``.
+- `VllmLoraUpdater` (LoRA runs on vLLM, started with ``--enable-lora`` and
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``): ``POST /v1/load_lora_adapter {"lora_name":
+  "<name>-v<N>", "lora_path": CHECKPOINT}``, then ``POST /v1/unload_lora_adapter`` of the adapter
+  `keep` versions older (requests still running on recent ones are not cut off). A reply's ``model``
+  (the adapter name) says which version answered it.
+- `VllmWeightUpdater` (full fine-tunes on vLLM started with ``VLLM_SERVER_DEV_MODE=1``): ``POST
+  /pause?mode=wait`` (running requests finish, new ones queue), ``POST /collective_rpc`` with the
+  worker method that loads the weights from the checkpoint folder, ``POST /resume``. vLLM's replies
+  do not name the weights; the loop's client stamps each step with the version it asked for.
+- `RestartUpdater`: the fallback, restart the serve command with the new checkpoint
+  (`webgym_rl.services.LoopServices.serve`); requests running at that moment fail and their
+  episodes are recorded as policy errors.
+
+The vLLM updaters are tested at the HTTP boundary only (against a stand-in that speaks those
+endpoints): vLLM needs GPUs. Errors: `PolicyEndpointError` (`webgym_rl.errors`) naming the URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from webgym_rl.errors import PolicyEndpointError
+
+__all__ = [
+    "CpuPolicyUpdater",
+    "PolicyUpdater",
+    "RestartUpdater",
+    "VllmLoraUpdater",
+    "VllmWeightUpdater",
+    "version_of",
+]
+
+log = logging.getLogger(__name__)
+
+_VERSION = re.compile(r"(?:^|[-@_])v(\d+)$")
+
+
+def version_of(policy_version: str) -> int | None:
+    """The integer version a step's ``policy_version`` names (``v3``, ``webgym-policy-v3``), or None
+    when it names none (the random policy, an endpoint that does not say)."""
+    match = _VERSION.search(policy_version or "")
+    return int(match.group(1)) if match else None
+
+
+class PolicyUpdater(Protocol):
+    """Switches a running endpoint to new weights without stopping the rollouts."""
+
+    stamps_versions: bool
+    """True when the endpoint's replies do not name the version, so the client must stamp each step
+    with the version it asked for (`VllmWeightUpdater`)."""
+
+    def update(self, checkpoint: str, version: int) -> None:
+        """Serve `checkpoint` as `version` from now on; raises `PolicyEndpointError` on failure."""
+
+    def model_name(self, version: int) -> str:
+        """The model name requests use to be answered by `version`."""
+
+
+def _post(url: str, *, timeout: float, json: Any = None, params: dict[str, Any] | None = None) -> Any:
+    import httpx
+
+    try:
+        reply = httpx.post(url, json=json, params=params, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise PolicyEndpointError(f"POST {url} failed: {exc}") from exc
+    if reply.status_code >= 400:
+        raise PolicyEndpointError(f"POST {url} failed: HTTP {reply.status_code}: {reply.text[:300]}")
+    return reply
+
+
+def _root(base_url: str) -> str:
+    """``http://host:port`` of an OpenAI base URL (``http://host:port/v1``)."""
+    return base_url.rstrip("/").removesuffix("/v1")
+
+
+class CpuPolicyUpdater:
+    """The CPU policy server's ``/reload``: same process, weights swapped between generations."""
+
+    stamps_versions = False
+
+    def __init__(self, base_url: str, served_name: str, *, timeout_s: float = 900.0):
+        self.url = _root(base_url) + "/reload"
+        self.served_name = served_name
+        self.timeout_s = timeout_s
+
+    def update(self, checkpoint: str, version: int) -> None:
+        _post(self.url, json={"model": checkpoint, "version": version}, timeout=self.timeout_s)
+        log.info("policy server now serves v%d (%s)", version, checkpoint)
+
+    def model_name(self, version: int) -> str:
+        return self.served_name
+
+
+class VllmLoraUpdater:
+    """vLLM's runtime LoRA loading: one adapter per version, named ``<served_name>-v<N>``."""
+
+    stamps_versions = False
+
+    def __init__(self, base_url: str, served_name: str, *, keep: int = 2, timeout_s: float = 900.0):
+        if keep < 1:
+            raise ValueError(f"keep: must be >= 1, got {keep}")
+        self.base_url = base_url.rstrip("/")
+        self.served_name = served_name
+        self.keep = keep
+        self.timeout_s = timeout_s
+        self.loaded: list[int] = []
+
+    def model_name(self, version: int) -> str:
+        return f"{self.served_name}-v{version}"
+
+    def update(self, checkpoint: str, version: int) -> None:
+        _post(f"{self.base_url}/load_lora_adapter", timeout=self.timeout_s,
+              json={"lora_name": self.model_name(version), "lora_path": checkpoint})
+        self.loaded.append(version)
+        while len(self.loaded) > self.keep:
+            old = self.loaded.pop(0)
+            _post(f"{self.base_url}/unload_lora_adapter", timeout=self.timeout_s,
+                  json={"lora_name": self.model_name(old)})
+        log.info("vLLM serves LoRA adapter %s (%s)", self.model_name(version), checkpoint)
+
+
+class VllmWeightUpdater:
+    """vLLM's RL weight-update endpoints (``VLLM_SERVER_DEV_MODE=1``): pause, load, resume."""
+
+    stamps_versions = True
+
+    def __init__(self, base_url: str, served_name: str, *, rpc_method: str = "reload_weights",
+                 timeout_s: float = 900.0):
+        self.root = _root(base_url)
+        self.served_name = served_name
+        self.rpc_method = rpc_method
+        self.timeout_s = timeout_s
+
+    def model_name(self, version: int) -> str:
+        return self.served_name
+
+    def update(self, checkpoint: str, version: int) -> None:
+        # mode=wait: running requests finish on the old weights; new ones wait for /resume.
+        # (vLLM before the ``mode`` parameter spelled it wait_for_inflight_requests=true.)
+        _post(f"{self.root}/pause", params={"mode": "wait", "wait_for_inflight_requests": "true"},
+              timeout=self.timeout_s)
+        try:
+            _post(f"{self.root}/collective_rpc", timeout=self.timeout_s,
+                  json={"method": self.rpc_method, "kwargs": {"weights_path": checkpoint}})
+        finally:
+            _post(f"{self.root}/resume", timeout=self.timeout_s)
+        log.info("vLLM weights updated to v%d (%s)", version, checkpoint)
+
+
+class RestartUpdater:
+    """The fallback: restart the serve command on the new checkpoint (`serve(checkpoint)`)."""
+
+    stamps_versions = True
+
+    def __init__(self, serve: Callable[[str], Any], served_name: str):
+        self._serve = serve
+        self.served_name = served_name
+
+    def model_name(self, version: int) -> str:
+        return self.served_name
+
+    def update(self, checkpoint: str, version: int) -> None:
+        self._serve(checkpoint)
