@@ -17,6 +17,13 @@ Two workers share the loop folder:
   V+1 (``OUT/checkpoints/v-XXXX``, atomically) and switches the endpoint to it through a
   `webgym_rl.updater.PolicyUpdater` while episodes keep running.
 
+**LoRA** (``--lora``): the run trains one adapter of the starting model throughout: the first round
+makes it, each later round trains the newest version's adapter on (never a new adapter on a merged
+checkpoint). Version V+1 is published twice: its adapter, ``OUT/adapters/v-XXXX`` (what
+``--policy-updater vllm_lora`` loads into a vLLM serving the starting model), and the adapter merged
+into the starting model's weights, ``OUT/checkpoints/v-XXXX`` (what the CPU policy server, the
+evaluations and the model card use). A round with nothing to train on keeps both.
+
 **Staleness** of an episode trained at trainer version V: V minus the version of its oldest step
 (the random bootstrap and replies that name no version count as version 0). filtered_bc drops
 episodes staler than ``max_staleness`` (they are recorded as dropped); reinforce keeps them and
@@ -28,7 +35,8 @@ versions, and for each training batch its episodes and the stream position after
 before training starts. A rerun of the same command after a crash (even SIGKILL) resumes the
 chunks' trajectory folders (nothing committed is lost or played twice), rebuilds an unrecorded
 batch from the recorded position (so no episode is trained twice), resumes the trainer from its
-last complete checkpoint, and continues the version numbering from the last published version.
+last complete checkpoint, and continues the version numbering (and a LoRA run its adapter) from
+the last published version.
 
 **Evaluation** (``--eval-every M``): after each version V with ``V % M == 0`` is published, the
 evaluation tasks are played at ``--eval-temperature`` on a thread of their own while the rollout
@@ -58,8 +66,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webgym_core.settings import settings_to_dict
-from webgym_rl.errors import LoopError, LoopSettingsError, NoTrainingDataError
-from webgym_rl.loop_state import save_state
+from webgym_rl.errors import LoopError, LoopSettingsError, LoopStateError, NoTrainingDataError
+from webgym_rl.loop_state import STATE_FILE, save_state
 from webgym_rl.stream import StreamPosition, TrajectoryStream
 from webgym_rl.updater import version_of
 
@@ -581,20 +589,32 @@ def _trainer_main() -> None:
 
 
 
-def _train_batch(settings: LoopSettings, version: int, model: str, data: Path,
+def _starting_point(settings: LoopSettings, published: dict[str, Any]) -> tuple[str, str | None]:
+    """What the training round after the `published` version starts from, and its Hub revision. A
+    full fine-tune trains the published checkpoint on; a LoRA run trains the published adapter on
+    (the starting model for the first round), so each version's adapter adapts the starting model."""
+    if settings.training.lora:
+        return published.get("adapter") or settings.model, settings.model_revision
+    checkpoint = published["checkpoint"]
+    return checkpoint, settings.model_revision if checkpoint == settings.model else None
+
+
+def _train_batch(settings: LoopSettings, published: dict[str, Any], data: Path,
                  trainer: _TrainerProcess) -> dict[str, Any]:
-    """Train `model` on the batch folder `data`; returns the trainer's final checkpoint and record."""
+    """Train the `published` version on the batch folder `data`; returns the trainer's final
+    checkpoint and record."""
     import json
 
     from webgym_rl.loop import _train_launched
     from webgym_rl.train import STATE_FILE as TRAINER_STATE
     from webgym_rl.train import TrainSettings, complete_checkpoints, train
 
+    version = published["version"]
     out = settings.out_dir / "train" / f"batch-{version:04d}" / "trainer"
     # The batch is the data: no "last K iterations" window inside it.
     samples = dataclasses.replace(settings.training.samples, last_k_iterations=0)
     training = dataclasses.replace(settings.training, samples=samples)
-    revision = settings.model_revision if model == settings.model else None
+    model, revision = _starting_point(settings, published)
     train_settings = TrainSettings(model=model, model_revision=revision, data=[str(data)], out=str(out),
                                    resume=bool(complete_checkpoints(out)),
                                    seed=settings.seed * 1000 + version, training=training)
@@ -613,23 +633,43 @@ def _train_batch(settings: LoopSettings, version: int, model: str, data: Path,
             "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None}
 
 
-def _publish(settings: LoopSettings, version: int, trainer_checkpoint: str, base: str) -> str:
+def _publish(settings: LoopSettings, version: int, trainer_checkpoint: str) -> dict[str, Any]:
+    """Publish the trainer's final checkpoint as `version`: ``checkpoint`` (full weights,
+    OUT/checkpoints/v-XXXX) and, in a LoRA run, ``adapter`` (OUT/adapters/v-XXXX, merged into the
+    starting model for the checkpoint). Each folder is written atomically; one that a crash left
+    published is kept."""
     from webgym_rl.loop import _publish_checkpoint
     from webgym_rl.merge import merge_adapter
 
-    target = settings.out_dir / "checkpoints" / f"v-{version:04d}"
-    if target.is_dir():
-        return str(target)  # published before a crash (the publish is atomic)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if settings.training.lora:
-        tmp = target.with_name(f".{target.name}.merge")
-        shutil.rmtree(tmp, ignore_errors=True)
-        merge_adapter(Path(trainer_checkpoint), tmp, base=base,
-                      revision=settings.model_revision if base == settings.model else None)
-        tmp.replace(target)
-    else:
-        _publish_checkpoint(Path(trainer_checkpoint), target)
-    return str(target)
+    name = f"v-{version:04d}"
+    target = settings.out_dir / "checkpoints" / name
+    adapter = settings.out_dir / "adapters" / name if settings.training.lora else None
+    if adapter is not None and not adapter.is_dir():
+        _publish_checkpoint(Path(trainer_checkpoint), adapter)
+    if not target.is_dir():
+        if adapter is not None:
+            merge_adapter(adapter, target, base=settings.model, revision=settings.model_revision)
+        else:
+            _publish_checkpoint(Path(trainer_checkpoint), target)
+    return {"checkpoint": str(target), "adapter": str(adapter) if adapter else None}
+
+
+def _serve(updater: PolicyUpdater, published: dict[str, Any]) -> None:
+    """Switch the endpoint to the `published` version: its adapter where the updater loads adapters
+    (None: the version is the starting model itself), else its checkpoint."""
+    weights = published.get("adapter") if updater.loads_adapters else published["checkpoint"]
+    updater.update(weights, published["version"])
+
+
+def _check_adapters(settings: LoopSettings, versions: list[dict[str, Any]]) -> None:
+    """A LoRA run trains one adapter of the starting model throughout: each published version has
+    its adapter, or is the starting model itself (no training yet)."""
+    for published in versions[1:]:
+        if published.get("adapter") is None and published["checkpoint"] != settings.model:
+            raise LoopStateError(
+                f"{settings.out_dir / STATE_FILE}: version {published['version']} was published "
+                f"without a LoRA adapter ({published['checkpoint']}), so --lora cannot train one adapter "
+                "of --model on from it: rerun without --lora, or choose a new --out folder")
 
 
 class _Scalars:
@@ -710,17 +750,19 @@ def run_async_loop(settings: LoopSettings, services: LoopServices, state: dict[s
     bound = settings.async_loop.max_staleness
     target = settings.iterations
     version = len(record["versions"]) - 1
-    checkpoint = record["versions"][-1]["checkpoint"]
+    published = record["versions"][-1]
+    if settings.training.lora:
+        _check_adapters(settings, record["versions"])
     evaluations = _Evaluations(settings, services, emit)
     _collect_evaluations(record, evaluations)
     save_state(settings, state)
     if version >= target and not evaluations.unfinished(version):
         return record
 
-    base_url, _ = services.start_policy(checkpoint)
+    base_url, _ = services.start_policy(published["checkpoint"])
     updater = services.updater()
     if version > 0:
-        updater.update(checkpoint, version)  # a resumed run: the endpoint starts as v0, name the version
+        _serve(updater, published)  # a resumed run: the endpoint starts as v0, name the version
     board = _Board(version, lambda v: (v + bound + 1) * size)
     # Episodes the run needs: every batch up to the last version (a later rerun adds more chunks).
     needed = -(-target * size // chunk) * chunk
@@ -762,25 +804,23 @@ def run_async_loop(settings: LoopSettings, services: LoopServices, state: dict[s
             batch = record["batches"][key]
             batch["train_started_at"] = time.time()
             try:
-                batch["train"] = _train_batch(settings, version, checkpoint, folder, trainer)
-                new_checkpoint = _publish(settings, version + 1, batch["train"]["trainer_checkpoint"],
-                                          checkpoint)
+                batch["train"] = _train_batch(settings, published, folder, trainer)
+                weights = _publish(settings, version + 1, batch["train"]["trainer_checkpoint"])
             except NoTrainingDataError as exc:
                 if not settings.skip_empty_train:
                     raise
                 log.warning("batch %d: nothing to train on (%s); version %d keeps %s", version, exc,
-                            version + 1, checkpoint)
+                            version + 1, published["checkpoint"])
                 batch["train"] = {"skipped": " ".join(str(exc).split()), "samples": 0}
-                new_checkpoint = checkpoint
+                weights = {"checkpoint": published["checkpoint"], "adapter": published.get("adapter")}
             batch["train_done_at"] = time.time()
             version += 1
-            checkpoint = new_checkpoint
-            record["versions"].append({"version": version, "checkpoint": checkpoint,
-                                       "published_at": time.time()})
+            published = {"version": version, **weights, "published_at": time.time()}
+            record["versions"].append(published)
             record["metrics"] = _metrics(record, board, began, _episodes(record))
             _collect_evaluations(record, evaluations)
             save_state(settings, state)
-            updater.update(checkpoint, version)
+            _serve(updater, published)
             board.publish(version)
             if evaluations.due(version):
                 evaluations.submit(version, _train_success(record))
@@ -791,7 +831,7 @@ def run_async_loop(settings: LoopSettings, services: LoopServices, state: dict[s
                          "async/episodes_per_s": metrics["episodes_per_s"],
                          "async/samples_per_s": metrics["samples_per_s"],
                          "async/staleness_max": metrics["staleness_max"]}, version)
-            emit("version_published", {"version": version, "checkpoint": checkpoint,
+            emit("version_published", {"version": version, "checkpoint": published["checkpoint"],
                                        "pid": services.policy_pid, "metrics": record["metrics"]})
         # Training is done: the rollout stops; the evaluations still due finish.
         board.finish()

@@ -12,7 +12,8 @@
      │    └── NoTrainingDataError            nothing left to train on (empty, reward-free, all filtered)
      ├── CollationError (ValueError)         a sample that cannot be encoded (`webgym_rl.collate`)
      │    └── PromptPrefixError              the tokenised prompt is not a prefix of prompt + response
-     ├── MergeError (ValueError)             a LoRA adapter that cannot be merged (`webgym_rl.merge`)
+     ├── MergeError (ValueError)             a LoRA adapter that does not fit its base model or cannot
+     │                                       be merged (`webgym_rl.merge`)
      ├── PushError (ValueError)              a checkpoint or value that cannot be pushed (`webgym_rl.hub`)
      └── LoopError (RuntimeError)            the online loop (`webgym_rl.loop`)
           ├── LoopSettingsError (ValueError) a bad setting (names the field or flag)
@@ -91,7 +92,8 @@ class PromptPrefixError(CollationError):
 # --------------------------------------------------------------------------------- checkpoints
 
 class MergeError(WebgymRLError, ValueError):
-    """A LoRA adapter checkpoint that cannot be folded into its base model (names the folder)."""
+    """A LoRA adapter checkpoint that does not fit its base model or cannot be folded into it (names
+    the folder)."""
 
 
 class PushError(WebgymRLError, ValueError):

@@ -189,11 +189,10 @@ class LoopSettings:
             if unknown:
                 raise LoopSettingsError(f"{name}.kinds: {', '.join(unknown)} unknown; choose from "
                                         f"{', '.join(kinds)}")
-        if self.policy.updater == "vllm_lora":
+        if self.policy.updater == "vllm_lora" and not self.training.lora:
             raise LoopSettingsError(
-                "policy.updater: vllm_lora is not usable by the loop yet: each version is published as a "
-                "merged checkpoint, which vLLM would load as an adapter of the original base; use "
-                "vllm_weights (or restart with --policy-command)")
+                "policy.updater: vllm_lora loads each version as a LoRA adapter of --model, so it needs "
+                "training.lora (--lora); for a full fine-tune use --policy-updater vllm_weights")
         if self.servers and self.fleet.enabled:
             raise LoopSettingsError(f"servers: give browser server URLs or --fleet {self.fleet.fleet}, "
                                     "not both")

@@ -1,8 +1,10 @@
-"""``webgym-rl merge``: fold a LoRA adapter checkpoint into its base model's weights.
+"""LoRA adapter checkpoints, and ``webgym-rl merge``: fold one into its base model's weights.
 
-``webgym-rl train --lora`` saves adapters only; vLLM, the CPU policy server and the next RL
-iteration's trainer load ordinary checkpoints. `merge_adapter(adapter_dir, out_dir)` writes one
-(the loop calls it after each LoRA training phase).
+``webgym-rl train --lora`` saves adapters only; the CPU policy server and the sync loop's next
+iteration load ordinary checkpoints. `merge_adapter(adapter_dir, out_dir)` writes one (the loop
+calls it after each LoRA training phase). `is_adapter` tells an adapter folder, `adapter_base`
+names the model it adapts, `apply_adapter` puts it on that model (trainable, for a trainer that
+trains the adapter on).
 
 Errors: `MergeError` (`webgym_rl.errors`): not an adapter, a base model that does not load, an
 adapter whose weights do not fit the base model; the message names the folder.
@@ -22,7 +24,8 @@ import click
 from webgym_rl.errors import MergeError
 from webgym_rollout.modeling import ModelingError, load_model
 
-__all__ = ["ADAPTER_CONFIG", "merge_adapter", "merge_command"]
+__all__ = ["ADAPTER_CONFIG", "adapter_base", "apply_adapter", "is_adapter", "merge_adapter",
+           "merge_command"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +33,55 @@ ADAPTER_CONFIG = "adapter_config.json"
 # Files a merged checkpoint does not carry over from the adapter folder: the adapter itself and
 # peft's own README. Folders (the optimizer state of the adapter's parameters) are left out too.
 _ADAPTER_ONLY = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", "README.md")
+
+
+def is_adapter(path: str | Path) -> bool:
+    """Is `path` a LoRA adapter checkpoint folder (one with an ``adapter_config.json``)?"""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def _adapter_config(adapter_dir: Path) -> Path:
+    """The adapter_config.json of `adapter_dir`; refuses a folder that is not an adapter."""
+    if not is_adapter(adapter_dir):
+        raise MergeError(f"{adapter_dir} has no {ADAPTER_CONFIG}: not a LoRA adapter checkpoint")
+    return adapter_dir / ADAPTER_CONFIG
+
+
+def adapter_base(adapter_dir: str | Path) -> tuple[str, str | None]:
+    """The base model the LoRA adapter in `adapter_dir` adapts (``base_model_name_or_path`` of its
+    adapter_config.json) and the Hub revision its training started from (from its
+    ``trainer_state.json``; None when it does not say)."""
+    adapter_dir = Path(adapter_dir)
+    config_file = _adapter_config(adapter_dir)
+    base = json.loads(config_file.read_text()).get("base_model_name_or_path") or ""
+    if not base:
+        raise MergeError(f"{config_file} does not name its base model (base_model_name_or_path); "
+                         "give the base model explicitly")
+    trainer_state = adapter_dir / "trainer_state.json"
+    revision = json.loads(trainer_state.read_text()).get("base_model_revision") \
+        if trainer_state.is_file() else None
+    return str(base), revision
+
+
+def apply_adapter(model, adapter_dir: str | Path, *, trainable: bool = False):
+    """`model` with the LoRA adapter of `adapter_dir` on it (a peft ``PeftModel``); `trainable`: the
+    adapter's weights train on (the base model's stay frozen). Every weight of the adapter must fit
+    a module of `model`: peft would only warn, and the result would silently be another model."""
+    from peft import PeftModel
+    from peft.utils import get_peft_model_state_dict, load_peft_weights
+
+    base = getattr(model, "name_or_path", "") or type(model).__name__
+    try:
+        saved = load_peft_weights(str(adapter_dir), device="cpu")
+        adapted = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=trainable)
+    except (OSError, ValueError, RuntimeError) as exc:  # missing weights, shapes of another model
+        raise MergeError(f"cannot apply the adapter {adapter_dir} to {base}: {exc}") from exc
+    loaded = get_peft_model_state_dict(adapted)
+    unused = sorted(k for k, v in saved.items() if k not in loaded or loaded[k].shape != v.shape)
+    if unused:
+        raise MergeError(f"cannot apply the adapter {adapter_dir} to {base}: {len(unused)} of its "
+                         f"{len(saved)} weights match no module of the base model (first: {unused[0]})")
+    return adapted
 
 
 def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base: str | Path | None = None,
@@ -41,36 +93,16 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base: str | P
     copied along, so the result is a complete checkpoint. `out_dir` is replaced by renames, so it
     never holds a partly written checkpoint. Returns `out_dir`.
     """
-    from peft import PeftModel
-    from peft.utils import get_peft_model_state_dict, load_peft_weights
-
     adapter_dir, out_dir = Path(adapter_dir), Path(out_dir)
-    config_file = adapter_dir / ADAPTER_CONFIG
-    if not config_file.is_file():
-        raise MergeError(f"{adapter_dir} has no {ADAPTER_CONFIG}: not a LoRA adapter checkpoint")
+    _adapter_config(adapter_dir)
     if base is None:
-        base = json.loads(config_file.read_text()).get("base_model_name_or_path") or ""
-        if not base:
-            raise MergeError(f"{config_file} does not name its base model; give it with --base")
-        trainer_state = adapter_dir / "trainer_state.json"
-        if revision is None and trainer_state.is_file():  # the revision training started from
-            revision = json.loads(trainer_state.read_text()).get("base_model_revision")
+        base, recorded = adapter_base(adapter_dir)
+        revision = revision if revision is not None else recorded  # the revision training started from
     try:
         model = load_model(base, revision=revision)
     except ModelingError as exc:
         raise MergeError(f"cannot load the base model of {adapter_dir}: {exc}") from exc
-    try:
-        saved = load_peft_weights(str(adapter_dir), device="cpu")
-        adapted = PeftModel.from_pretrained(model, str(adapter_dir))
-    except (OSError, ValueError, RuntimeError) as exc:  # missing weights, shapes of another model
-        raise MergeError(f"cannot apply the adapter {adapter_dir} to {base}: {exc}") from exc
-    # peft only warns about adapter weights it found no module for; a merge without them would be a
-    # silently different model.
-    loaded = get_peft_model_state_dict(adapted)
-    unused = sorted(k for k, v in saved.items() if k not in loaded or loaded[k].shape != v.shape)
-    if unused:
-        raise MergeError(f"cannot apply the adapter {adapter_dir} to {base}: {len(unused)} of its "
-                              f"{len(saved)} weights match no module of the base model (first: {unused[0]})")
+    adapted = apply_adapter(model, adapter_dir)
     merged = adapted.merge_and_unload()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.merging-", dir=out_dir.parent))
@@ -102,9 +134,10 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base: str | P
 def merge_command(adapter: Path, out: Path, base: str | None, revision: str | None) -> None:
     """Merge the LoRA adapter checkpoint ADAPTER into its base model's weights.
 
-    ``webgym-rl train --lora`` saves adapters only; serving them (vLLM, ``webgym-rollout
-    serve-policy``) or training on from them needs an ordinary checkpoint. ``webgym-rl loop`` merges
-    by itself after each LoRA training phase.
+    ``webgym-rl train --lora`` saves adapters only; ``webgym-rollout serve-policy``, vLLM without
+    --enable-lora and a full fine-tune need an ordinary checkpoint (``train --lora --model ADAPTER``
+    trains the adapter on as it is). ``webgym-rl loop`` merges by itself after each LoRA training
+    phase.
 
     \b
     Example:

@@ -87,8 +87,9 @@ class PolicyEndpointSettings:
     """CPU policy server: most tokens generated per reply."""
     updater: UpdaterKind = "auto"
     """How the async loop switches the endpoint to each new version: auto (the CPU policy server's
-    /reload, or restart for --policy-command), cpu (POST /reload), vllm_lora (runtime LoRA adapters),
-    vllm_weights (vLLM's pause / update weights / resume), restart (restart --policy-command)."""
+    /reload, or restart for --policy-command), cpu (POST /reload), vllm_lora (with --lora: each
+    version's LoRA adapter loaded into a vLLM serving --model), vllm_weights (vLLM's pause / update
+    weights / resume), restart (restart --policy-command)."""
 
     def __post_init__(self) -> None:
         base_url = self.endpoint.base_url

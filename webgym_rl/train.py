@@ -20,8 +20,9 @@ Exceptions (`webgym_rl.errors`)::
     TrainingError (RuntimeError)
      ├── TrainSettingsError   a bad setting (names the field; a ValueError too)
      └── ResumeError          --resume without a complete checkpoint in OUT, or one of another run
-    (and, from the steps it runs: TrainingDataError, CollationError, and
-     webgym_rollout.modeling.ModelingError; the CLI turns each into one clear message)
+    (and, from the steps it runs: TrainingDataError, CollationError, MergeError for a starting
+     adapter that does not fit its base model, and webgym_rollout.modeling.ModelingError; the CLI
+     turns each into one clear message)
 """
 
 from __future__ import annotations
@@ -145,9 +146,12 @@ class TrainSettings:
     a YAML file, then CLI flags (`webgym_core.settings.load_settings`)."""
 
     model: str = ""
-    """Starting checkpoint: a local folder or a Hub model id (any Qwen2-VL / Qwen2.5-VL / Qwen3-VL)."""
+    """Starting checkpoint: a local folder or a Hub model id (any Qwen2-VL / Qwen2.5-VL / Qwen3-VL),
+    or a LoRA adapter folder (with --lora: that adapter trains on, on the base model its
+    adapter_config.json names, so the result is again an adapter of that base model)."""
     model_revision: str | None = None
-    """Hub revision of --model (branch, tag or commit); "main" when --model is a Hub id."""
+    """Hub revision of --model, or of its base model when --model is an adapter folder (branch, tag
+    or commit); "main" when the model is a Hub id."""
     data: list[str] = field(default_factory=list)
     """Trajectory sources: rollout folders or Hub dataset ids (id or id@revision)."""
     out: str = ""
@@ -229,6 +233,48 @@ def complete_checkpoints(out: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
 
 
+def _starting_point(settings: TrainSettings) -> tuple[str, str | None, Path | None]:
+    """The model `settings.model` names: (base model, its Hub revision, the LoRA adapter to train on
+    or None)."""
+    from webgym_rl.errors import MergeError
+    from webgym_rl.merge import adapter_base, is_adapter
+
+    model, revision, adapter = settings.model, settings.model_revision, None
+    if is_adapter(model):
+        if not settings.training.lora:
+            raise TrainSettingsError(f"model: {model} is a LoRA adapter; train it on with --lora, or merge "
+                                     "it into its base model first (webgym-rl merge) for a full fine-tune")
+        adapter = Path(model)
+        try:
+            model, recorded = adapter_base(adapter)
+        except MergeError as exc:
+            raise TrainSettingsError(f"model: {exc}") from exc
+        revision = revision if revision is not None else recorded
+        _check_adapter_shape(settings.training, adapter)
+    if revision is None and not Path(model).exists():
+        revision = "main"
+    return model, revision, adapter
+
+
+def _check_adapter_shape(t: TrainingSettings, adapter: Path) -> None:
+    """An adapter trains on with the rank, scale, dropout and modules it has: refuse settings that
+    ask for others (they would be silently ignored)."""
+    from webgym_rl.merge import ADAPTER_CONFIG
+
+    config = json.loads((adapter / ADAPTER_CONFIG).read_text())
+    targets = config.get("target_modules")
+    shape = {"lora_rank": (t.lora_rank, config.get("r")),
+             "lora_alpha": (t.lora_alpha, config.get("lora_alpha")),
+             "lora_dropout": (t.lora_dropout, config.get("lora_dropout")),
+             "lora_target_modules": (sorted(t.lora_target_modules),
+                                     sorted(targets) if isinstance(targets, list) else targets)}
+    for name, (wanted, found) in shape.items():
+        if wanted != found:
+            raise TrainSettingsError(f"{name}: {wanted!r}, but the adapter {adapter} has {found!r}; an "
+                                     "adapter trains on with its own shape: give the same value, or start "
+                                     "from its merged checkpoint (webgym-rl merge)")
+
+
 def _mixed_precision(setting: str) -> str | None:
     if setting != "auto":
         return setting
@@ -294,9 +340,7 @@ def train(settings: TrainSettings) -> TrainResult:
             raise ResumeError(f"--resume: no complete checkpoint "
                               f"({CHECKPOINT_PREFIX}N/{STATE_FILE}) in {out}")
         resume_from = complete[-1]
-    revision = settings.model_revision
-    if revision is None and not Path(settings.model).exists():
-        revision = "main"
+    base, revision, adapter = _starting_point(settings)
 
     # 1. Accelerate owns devices, processes and precision (creating it trains nothing).
     accelerator = Accelerator(
@@ -320,7 +364,7 @@ def train(settings: TrainSettings) -> TrainResult:
                 raise ResumeError(f"--resume: {resume_from} was trained with {key} {saved.get(key)!r}, this "
                                   f"run has {value!r}; an exact resume needs the same {key} (to start a new "
                                   f"run from that checkpoint, pass it as --model)")
-    processor = load_processor(settings.model, revision=revision, min_pixels=t.min_pixels,
+    processor = load_processor(base, revision=revision, min_pixels=t.min_pixels,
                                max_pixels=t.max_pixels)
     collator = Collator(processor)
     collator([samples[0]])  # a sample the processor rejects stops the run now, not at step 1000
@@ -328,7 +372,7 @@ def train(settings: TrainSettings) -> TrainResult:
     set_seed(settings.seed)
     if accelerator.is_main_process:
         log.info("%s", samples.counts.summary())
-    model = load_model(settings.model, revision=revision, dtype=getattr(torch, t.model_dtype))
+    model = load_model(base, revision=revision, dtype=getattr(torch, t.model_dtype))
     model.train()
     if t.gradient_checkpointing:
         model.config.use_cache = False
@@ -339,11 +383,16 @@ def train(settings: TrainSettings) -> TrainResult:
     if t.lora:
         from peft import LoraConfig, get_peft_model
 
+        from webgym_rl.merge import apply_adapter
+
         if t.gradient_checkpointing:
             model.enable_input_require_grads()
-        model = get_peft_model(model, LoraConfig(
-            r=t.lora_rank, lora_alpha=t.lora_alpha, lora_dropout=t.lora_dropout,
-            target_modules=list(t.lora_target_modules)))
+        if adapter is not None:  # the same adapter trains on: the result still adapts `base`
+            model = apply_adapter(model, adapter, trainable=True)
+        else:
+            model = get_peft_model(model, LoraConfig(
+                r=t.lora_rank, lora_alpha=t.lora_alpha, lora_dropout=t.lora_dropout,
+                target_modules=list(t.lora_target_modules)))
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                                   lr=t.learning_rate, weight_decay=t.weight_decay)
     order = _EpochOrder(samples.weights, settings.seed)
@@ -362,7 +411,8 @@ def train(settings: TrainSettings) -> TrainResult:
 
     state: dict[str, Any] = {
         "step": 0, "epoch": 0, "batches_in_epoch": 0, "log_history": [],
-        "base_model": settings.model, "base_model_revision": revision, "objective": objective_name,
+        "base_model": base, "base_model_revision": revision,
+        "start_adapter": str(adapter) if adapter else None, "objective": objective_name,
         "data": describe_sources(sources), "counts": samples.counts.as_dict(),
         "num_processes": accelerator.num_processes, "settings": settings_to_dict(settings),
     }

@@ -1,19 +1,24 @@
 """Switching a running policy endpoint to new weights: one small interface, `PolicyUpdater`.
 
 The asynchronous loop (`webgym_rl.async_loop`) publishes integer policy versions (0 = the starting
-model, then 1, 2, ... one per training round) and calls ``updater.update(checkpoint, version)``
-while episodes keep running. After it returns, new requests are answered by `version`; requests
-already running finish on the weights they started with. ``updater.model_name(version)`` is the
-model name a request must ask for to get that version (the served name, except for LoRA adapters).
+model, then 1, 2, ... one per training round) and calls ``updater.update(weights, version)`` while
+episodes keep running: `weights` is the version's checkpoint folder, or, for an updater that
+``loads_adapters``, its LoRA adapter folder (an adapter of the starting model the endpoint serves;
+None for a version that is the starting model itself). After it returns, new requests are answered
+by `version`; requests already running finish on the weights they started with.
+``updater.model_name(version)`` is the model name a request must ask for to get that version (the
+served name, except for LoRA adapters).
 
 - `CpuPolicyUpdater`: the CPU policy server (`webgym_rollout.policy_server`): ``POST /reload
   {"model", "version"}`` swaps the weights between generations in the same process; its replies
   carry ``system_fingerprint: v<N>``.
-- `VllmLoraUpdater` (LoRA runs on vLLM, started with ``--enable-lora`` and
-  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``): ``POST /v1/load_lora_adapter {"lora_name":
-  "<name>-v<N>", "lora_path": CHECKPOINT}``, then ``POST /v1/unload_lora_adapter`` of the adapter
+- `VllmLoraUpdater` (LoRA runs on vLLM serving the starting model, started with ``--enable-lora``
+  and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``): ``POST /v1/load_lora_adapter {"lora_name":
+  "<name>-v<N>", "lora_path": ADAPTER}``, then ``POST /v1/unload_lora_adapter`` of the adapter
   `keep` versions older (requests still running on recent ones are not cut off). A reply's ``model``
-  (the adapter name) says which version answered it.
+  (the adapter name) says which version answered it. Adapters named ``<name>-v<N>`` that the
+  endpoint already holds when the first update comes (loaded by a run of the loop that crashed) are
+  unloaded first: vLLM refuses to load a name twice.
 - `VllmWeightUpdater` (full fine-tunes on vLLM started with ``VLLM_SERVER_DEV_MODE=1``): ``POST
   /pause?mode=wait`` (running requests finish, new ones queue), ``POST /collective_rpc`` with the
   worker method that loads the weights from the checkpoint folder, ``POST /resume``. vLLM's replies
@@ -62,24 +67,32 @@ class PolicyUpdater(Protocol):
     stamps_versions: bool
     """True when the endpoint's replies do not name the version, so the client must stamp each step
     with the version it asked for (`VllmWeightUpdater`)."""
+    loads_adapters: bool
+    """True when `update` is given each version's LoRA adapter folder instead of its checkpoint
+    (`VllmLoraUpdater`)."""
 
-    def update(self, checkpoint: str, version: int) -> None:
-        """Serve `checkpoint` as `version` from now on; raises `PolicyEndpointError` on failure."""
+    def update(self, weights: str | None, version: int) -> None:
+        """Serve `weights` (a checkpoint folder; a LoRA adapter folder or None where the updater
+        `loads_adapters`) as `version` from now on; raises `PolicyEndpointError` on failure."""
 
     def model_name(self, version: int) -> str:
         """The model name requests use to be answered by `version`."""
 
 
-def _post(url: str, *, timeout: float, json: Any = None, params: dict[str, Any] | None = None) -> Any:
+def _request(method: str, url: str, *, timeout: float, **kwargs: Any) -> Any:
     import httpx
 
     try:
-        reply = httpx.post(url, json=json, params=params, timeout=timeout)
+        reply = httpx.request(method, url, timeout=timeout, **kwargs)
     except httpx.HTTPError as exc:
-        raise PolicyEndpointError(f"POST {url} failed: {exc}") from exc
+        raise PolicyEndpointError(f"{method} {url} failed: {exc}") from exc
     if reply.status_code >= 400:
-        raise PolicyEndpointError(f"POST {url} failed: HTTP {reply.status_code}: {reply.text[:300]}")
+        raise PolicyEndpointError(f"{method} {url} failed: HTTP {reply.status_code}: {reply.text[:300]}")
     return reply
+
+
+def _post(url: str, *, timeout: float, json: Any = None, params: dict[str, Any] | None = None) -> Any:
+    return _request("POST", url, timeout=timeout, json=json, params=params)
 
 
 def _root(base_url: str) -> str:
@@ -91,6 +104,7 @@ class CpuPolicyUpdater:
     """The CPU policy server's ``/reload``: same process, weights swapped between generations."""
 
     stamps_versions = False
+    loads_adapters = False
 
     def __init__(self, base_url: str, served_name: str, *, timeout_s: float = 900.0):
         self.url = _root(base_url) + "/reload"
@@ -106,9 +120,11 @@ class CpuPolicyUpdater:
 
 
 class VllmLoraUpdater:
-    """vLLM's runtime LoRA loading: one adapter per version, named ``<served_name>-v<N>``."""
+    """vLLM's runtime LoRA loading: one adapter per version, named ``<served_name>-v<N>``, on the
+    starting model vLLM serves under ``served_name`` (version 0, and any version without an adapter)."""
 
     stamps_versions = False
+    loads_adapters = True
 
     def __init__(self, base_url: str, served_name: str, *, keep: int = 2, timeout_s: float = 900.0):
         if keep < 1:
@@ -118,25 +134,47 @@ class VllmLoraUpdater:
         self.keep = keep
         self.timeout_s = timeout_s
         self.loaded: list[int] = []
+        self._base_versions: set[int] = {0}
+        self._updated = False
 
     def model_name(self, version: int) -> str:
-        return f"{self.served_name}-v{version}"
+        return self.served_name if version in self._base_versions else f"{self.served_name}-v{version}"
 
-    def update(self, checkpoint: str, version: int) -> None:
+    def update(self, weights: str | None, version: int) -> None:
+        if not self._updated:
+            self._unload_earlier_runs()
+            self._updated = True
+        if weights is None:  # no training yet: the version is the starting model itself
+            self._base_versions.add(version)
+            log.info("vLLM serves v%d as the base model %s", version, self.served_name)
+            return
         _post(f"{self.base_url}/load_lora_adapter", timeout=self.timeout_s,
-              json={"lora_name": self.model_name(version), "lora_path": checkpoint})
+              json={"lora_name": self.model_name(version), "lora_path": weights})
         self.loaded.append(version)
         while len(self.loaded) > self.keep:
-            old = self.loaded.pop(0)
-            _post(f"{self.base_url}/unload_lora_adapter", timeout=self.timeout_s,
-                  json={"lora_name": self.model_name(old)})
-        log.info("vLLM serves LoRA adapter %s (%s)", self.model_name(version), checkpoint)
+            self._unload(self.model_name(self.loaded.pop(0)))
+        log.info("vLLM serves LoRA adapter %s (%s)", self.model_name(version), weights)
+
+    def _unload(self, name: str) -> None:
+        _post(f"{self.base_url}/unload_lora_adapter", timeout=self.timeout_s, json={"lora_name": name})
+
+    def _unload_earlier_runs(self) -> None:
+        """Unload the adapters of this name that an earlier run of the loop left loaded (vLLM outlives
+        a crashed loop, and refuses to load a name it holds)."""
+        served = _request("GET", f"{self.base_url}/models", timeout=self.timeout_s).json().get("data", [])
+        for model in served:
+            name = str(model.get("id", ""))
+            version = version_of(name)
+            if version is not None and name == f"{self.served_name}-v{version}":
+                log.info("unloading %s, left by an earlier run of the loop", name)
+                self._unload(name)
 
 
 class VllmWeightUpdater:
     """vLLM's RL weight-update endpoints (``VLLM_SERVER_DEV_MODE=1``): pause, load, resume."""
 
     stamps_versions = True
+    loads_adapters = False
 
     def __init__(self, base_url: str, served_name: str, *, rpc_method: str = "reload_weights",
                  timeout_s: float = 900.0):
@@ -165,6 +203,7 @@ class RestartUpdater:
     """The fallback: restart the serve command on the new checkpoint (`serve(checkpoint)`)."""
 
     stamps_versions = True
+    loads_adapters = False
 
     def __init__(self, serve: Callable[[str], Any], served_name: str):
         self._serve = serve

@@ -167,3 +167,88 @@ def test_sigkill_at_several_points_then_rerun_loses_nothing_and_trains_nothing_t
     # No policy server outlived its loop (each child got SIGTERM with its parent's death).
     assert "v3 published" in finished.stderr
     assert "success by policy version" in finished.stderr  # the progress line of each version
+
+
+@pytest.mark.browser
+def test_lora_versions_are_adapters_of_the_starting_model_loaded_into_vllm(tmp_path, tiny_qwen2_vl):
+    # vLLM (here a stand-in speaking its LoRA and chat endpoints) serves the starting model; each
+    # version is loaded as a LoRA adapter of it. One episode per version, on-policy: chunk 0 is the
+    # random bootstrap, chunk 1 plays v1, chunk 2 plays v2 in a rerun with one more iteration (a new
+    # process, as after a crash, while vLLM still holds the adapters of the first).
+    import dataclasses
+    import itertools
+
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    from tests.webgym_rl.vllm_stand_in import serving, vllm_stand_in
+    from webgym_rollout.agent import AgentAction, format_response
+    from webgym_rollout.modeling import load_model
+
+    calls: list[tuple[str, dict, dict]] = []
+    reply = format_response(AgentAction("left_click", coordinate=(500, 500)), memory="clicked")
+    with serving(vllm_stand_in(calls, served_name="policy", reply=reply)) as base_url:
+        settings = loop_settings(tmp_path, tiny_qwen2_vl, **{
+            **ASYNC, "iterations": 2, "max_staleness": 0, "batch_episodes": 1,
+            "sampler": {"kind": "epoch", "batch_size": 1}, "success_threshold": 0.0,
+            "lora": True, "lora_rank": 4, "lora_alpha": 8, "learning_rate": 0.05,
+            "policy": {"base_url": base_url, "model": "policy", "updater": "vllm_lora"}})
+        run_loop(settings)
+        loads_before_rerun = sum(1 for name, _, _ in calls if name == "load_lora_adapter")
+        run_loop(dataclasses.replace(settings, iterations=3))
+    out = Path(settings.out)
+    versions = json.loads((out / "loop_state.json").read_text())["async"]["versions"]
+    adapters = {v["version"]: Path(v["adapter"]) for v in versions[1:]}
+    assert list(adapters) == [1, 2, 3] and versions[0].get("adapter") is None
+
+    # Each published adapter folder was loaded under its version's name; the rerun first unloaded
+    # what the first run left loaded (vLLM refuses a name it holds), then loaded v2 again.
+    loads = [(body["lora_name"], body["lora_path"]) for name, _, body in calls if name == "load_lora_adapter"]
+    assert loads == [("policy-v1", str(adapters[1])), ("policy-v2", str(adapters[2])),
+                     ("policy-v2", str(adapters[2])), ("policy-v3", str(adapters[3]))]
+    assert loads_before_rerun == 2
+    assert [body["lora_name"] for name, _, body in calls if name == "unload_lora_adapter"] == [
+        "policy-v1", "policy-v2"]
+
+    # Requests asked for the newest adapter once it was loaded (the stand-in answers 404 for a model
+    # it does not hold); the steps record the version that answered.
+    order = [(name, body.get("lora_name") or body.get("model")) for name, _, body in calls]
+    asked = [model for name, model in order if name == "chat_completions"]
+    assert [model for model, _ in itertools.groupby(asked)] == ["policy-v1", "policy-v2"]
+    last_v2_load = max(i for i, call in enumerate(order) if call == ("load_lora_adapter", "policy-v2"))
+    assert order.index(("chat_completions", "policy-v2")) > last_v2_load
+    for chunk, version in (("chunk-0001", "policy-v1"), ("chunk-0002", "policy-v2")):
+        steps = [s for e in read_episodes(out / "rollouts" / chunk) for s in e.steps]
+        assert steps and {s.policy_version for s in steps} == {version}
+
+    # Every adapter adapts the starting model; v2 trained v1's adapter on (it did not start afresh).
+    for version, folder in adapters.items():
+        config = json.loads((folder / "adapter_config.json").read_text())
+        assert config["base_model_name_or_path"] == str(tiny_qwen2_vl), version
+    trained_from = {v: json.loads((adapters[v] / "trainer_state.json").read_text())["start_adapter"]
+                    for v in adapters}
+    assert trained_from == {1: None, 2: str(adapters[1]), 3: str(adapters[2])}
+    first, second = (load_file(adapters[v] / "adapter_model.safetensors") for v in (1, 2))
+    assert first.keys() == second.keys() and any(not torch.equal(first[k], second[k]) for k in first)
+    # Merged onto the starting model, adapter v2 reproduces the published checkpoint of v2.
+    merged = PeftModel.from_pretrained(load_model(tiny_qwen2_vl), adapters[2]).merge_and_unload().state_dict()
+    published = load_model(versions[2]["checkpoint"]).state_dict()
+    assert merged.keys() == published.keys()
+    assert all(torch.allclose(merged[k], published[k], atol=1e-6) for k in merged)
+    base = load_model(tiny_qwen2_vl).state_dict()
+    assert any(not torch.equal(base[k], published[k]) for k in base)
+
+
+def test_a_lora_run_refuses_to_go_on_from_versions_without_an_adapter(tmp_path, tiny_qwen2_vl):
+    from webgym_rl.async_loop import run_async_loop
+    from webgym_rl.errors import LoopStateError
+
+    # Versions of a full fine-tune (or of a run before adapters were kept): --lora has no adapter
+    # of the starting model to train on, and would silently start over from the starting model.
+    settings = loop_settings(tmp_path, tiny_qwen2_vl, **ASYNC, lora=True)
+    versions = [{"version": 0, "checkpoint": str(tiny_qwen2_vl)},
+                {"version": 1, "checkpoint": str(tmp_path / "loop" / "checkpoints" / "v-0001")}]
+    state = {"async": {"versions": versions, "position": {}, "batches": {}}}
+    with pytest.raises(LoopStateError, match="loop_state.json: version 1 was published without a LoRA"):
+        run_async_loop(settings, None, state, lambda kind, detail: None)  # type: ignore[arg-type]

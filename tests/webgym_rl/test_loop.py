@@ -179,7 +179,7 @@ def test_settings_from_yaml_then_flags(tmp_path):
      "servers: give browser server URLs or --fleet web, not both"),
     ({"fleet": "web"}, "ray_address: --fleet web needs"),
     ({"policy": {"base_url": "http://127.0.0.1:8000/v1", "updater": "vllm_lora"}, "mode": "async"},
-     "policy.updater: vllm_lora is not usable by the loop yet"),
+     "policy.updater: vllm_lora loads each version as a LoRA adapter of --model, so it needs training.lora"),
     ({"tasks": "/nonexistent/tasks.jsonl"}, "--tasks /nonexistent/tasks.jsonl: no such file"),
 ])
 def test_bad_settings_stop_before_anything_starts(tmp_path, changes, message):

@@ -117,6 +117,36 @@ def test_qwen3_vl_reinforce_with_lora_through_the_cli(tmp_path_factory, tmp_path
         assert not torch.allclose(base(**inputs).logits, tuned(**inputs).logits)
 
 
+def test_lora_from_an_adapter_folder_trains_that_adapter_on_relative_to_its_base(tmp_path_factory, tmp_path):
+    from safetensors.torch import load_file
+
+    model = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
+    data = standard_iteration(tmp_path / "iter-0", tasks=2)
+    lora = dict(lora=True, lora_rank=4, lora_alpha=8, max_steps=2, save_every=0, warmup_steps=0,
+                log_with="none")
+    first = train(_settings(model, [data], tmp_path / "first", learning_rate=0.05, **lora))
+    # A learning rate too small to move anything: what comes out is what went in.
+    second = train(_settings(first.checkpoint, [data], tmp_path / "second", learning_rate=1e-12, **lora))
+    config = json.loads((second.checkpoint / "adapter_config.json").read_text())
+    state = json.loads((second.checkpoint / "trainer_state.json").read_text())
+    assert config["base_model_name_or_path"] == str(model)  # still an adapter of the base model
+    assert state["base_model"] == str(model) and state["start_adapter"] == str(first.checkpoint)
+    before = load_file(first.checkpoint / "adapter_model.safetensors")
+    after = load_file(second.checkpoint / "adapter_model.safetensors")
+    assert before.keys() == after.keys()
+    assert all(torch.allclose(before[k], after[k], atol=1e-6) for k in before)
+    assert any("lora_B" in k and before[k].abs().max() > 0 for k in before)  # trained: not a fresh one
+    trainable = {n for n, p in second.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+
+    # The adapter keeps its shape and needs --lora: other settings are refused, naming the field.
+    with pytest.raises(TrainSettingsError, match="lora_rank: 8, but the adapter .* has 4"):
+        train(_settings(first.checkpoint, [data], tmp_path / "third", **{**lora, "lora_rank": 8}))
+    with pytest.raises(TrainSettingsError, match="model: .* is a LoRA adapter; train it on with --lora"):
+        train(_settings(first.checkpoint, [data], tmp_path / "third", max_steps=1))
+    assert not (tmp_path / "third").exists()
+
+
 def test_settings_come_from_yaml_then_flags(tmp_path, monkeypatch):
     config = tmp_path / "c.yaml"
     config.write_text("model: m\ndata: [a, b]\nout: o\nlearning-rate: 0.25\nmax_steps: 7\n")

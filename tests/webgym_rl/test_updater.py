@@ -1,84 +1,66 @@
 """webgym_rl.updater at the HTTP boundary: a small FastAPI stand-in on 127.0.0.1 speaks vLLM's runtime
-LoRA endpoints and its RL weight-update endpoints and records every call (vLLM needs GPUs)."""
+LoRA endpoints and its RL weight-update endpoints and records every call (vLLM needs GPUs;
+`tests.webgym_rl.vllm_stand_in`)."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
-import time
 
 import pytest
-import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 
+from tests.webgym_rl.vllm_stand_in import serving as _serving
+from tests.webgym_rl.vllm_stand_in import vllm_stand_in as _stand_in
 from webgym_rl.errors import PolicyEndpointError
 from webgym_rl.updater import VllmLoraUpdater, VllmWeightUpdater, version_of
-
-
-def _stand_in(calls: list[tuple[str, dict, dict]]) -> FastAPI:
-    app = FastAPI()
-    adapters: set[str] = set()
-
-    @app.post("/v1/load_lora_adapter")
-    async def load(request: Request):
-        body = await request.json()
-        calls.append(("load_lora_adapter", dict(request.query_params), body))
-        adapters.add(body["lora_name"])
-        return JSONResponse(f"Success: LoRA adapter '{body['lora_name']}' added successfully.")
-
-    @app.post("/v1/unload_lora_adapter")
-    async def unload(request: Request):
-        body = await request.json()
-        calls.append(("unload_lora_adapter", dict(request.query_params), body))
-        if body["lora_name"] not in adapters:
-            return JSONResponse({"error": {"message": f"{body['lora_name']} not found"}}, status_code=404)
-        adapters.discard(body["lora_name"])
-        return JSONResponse("ok")
-
-    for route in ("/pause", "/resume", "/collective_rpc"):
-        @app.post(route)
-        async def record(request: Request, route=route):
-            body = await request.json() if await request.body() else {}
-            calls.append((route.strip("/"), dict(request.query_params), body))
-            if route == "/collective_rpc" and body["kwargs"]["weights_path"].endswith("broken"):
-                return JSONResponse({"error": "no such checkpoint"}, status_code=500)
-            return JSONResponse({"results": []} if route == "/collective_rpc" else {"status": "ok"})
-    return app
-
-
-@contextlib.contextmanager
-def _serving(app: FastAPI):
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def test_lora_updater_loads_one_adapter_per_version_and_unloads_old_ones():
     calls: list = []
     with _serving(_stand_in(calls)) as base_url:
         updater = VllmLoraUpdater(base_url, "policy", keep=2)
+        assert updater.loads_adapters and updater.model_name(0) == "policy"  # v0: the served base model
         for version in (1, 2, 3):
             updater.update(f"/ckpt/v-{version}", version)
         assert updater.model_name(3) == "policy-v3" and version_of(updater.model_name(3)) == 3
     assert [(name, body) for name, _, body in calls] == [
+        ("models", {}),  # the first update looks for adapters an earlier run left: none here
         ("load_lora_adapter", {"lora_name": "policy-v1", "lora_path": "/ckpt/v-1"}),
         ("load_lora_adapter", {"lora_name": "policy-v2", "lora_path": "/ckpt/v-2"}),
         ("load_lora_adapter", {"lora_name": "policy-v3", "lora_path": "/ckpt/v-3"}),
         ("unload_lora_adapter", {"lora_name": "policy-v1"}),
     ]
     assert not updater.stamps_versions  # the reply's model (the adapter) names the version
+
+
+def test_a_rerun_replaces_the_adapters_a_crashed_run_left_loaded():
+    calls: list = []
+    with _serving(_stand_in(calls)) as base_url:
+        crashed = VllmLoraUpdater(base_url, "policy")
+        for version in (1, 2):
+            crashed.update(f"/ckpt/v-{version}", version)
+        calls.clear()
+        # vLLM outlived the loop and holds policy-v1 and policy-v2; it refuses to load a name twice.
+        resumed = VllmLoraUpdater(base_url, "policy")
+        resumed.update("/ckpt/v-2", 2)
+        resumed.update("/ckpt/v-3", 3)
+    assert [(name, body) for name, _, body in calls] == [
+        ("models", {}),
+        ("unload_lora_adapter", {"lora_name": "policy-v1"}),
+        ("unload_lora_adapter", {"lora_name": "policy-v2"}),
+        ("load_lora_adapter", {"lora_name": "policy-v2", "lora_path": "/ckpt/v-2"}),
+        ("load_lora_adapter", {"lora_name": "policy-v3", "lora_path": "/ckpt/v-3"}),
+    ]
+
+
+def test_a_version_without_an_adapter_is_the_served_base_model():
+    calls: list = []
+    with _serving(_stand_in(calls)) as base_url:
+        updater = VllmLoraUpdater(base_url, "policy")
+        updater.update(None, 1)  # the first training round had nothing to train on
+        assert updater.model_name(1) == "policy"
+        updater.update("/ckpt/v-2", 2)
+        assert updater.model_name(2) == "policy-v2"
+    assert [name for name, _, _ in calls] == ["models", "load_lora_adapter"]
 
 
 def test_weight_updater_pauses_updates_and_resumes_even_when_the_update_fails():
@@ -116,6 +98,7 @@ def test_the_loop_drives_a_vllm_endpoint_without_a_reload_hook_in_async_mode_onl
     from webgym_rl.errors import LoopSettingsError
     from webgym_rl.loop import LoopSettings
     from webgym_rl.services import LoopServices, PolicyEndpointSettings
+    from webgym_rl.train import TrainingSettings
     from webgym_rollout.runner import RolloutSettings
 
     calls: list[tuple[str, dict, dict]] = []
@@ -136,8 +119,10 @@ def test_the_loop_drives_a_vllm_endpoint_without_a_reload_hook_in_async_mode_onl
     with pytest.raises(LoopSettingsError, match="policy.updater: vllm_weights switches versions in --mode"):
         LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=policy,
                      rollout=RolloutSettings(mode="sync"))
-    # Runtime LoRA adapters would be loaded from merged checkpoints: refused until the loop keeps them.
-    with pytest.raises(LoopSettingsError, match="policy.updater: vllm_lora is not usable by the loop yet"):
-        LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"),
-                     policy=dataclasses.replace(policy, updater="vllm_lora"),
+    # Runtime LoRA adapters are adapters of the served model: a full fine-tune has none to load.
+    lora_policy = dataclasses.replace(policy, updater="vllm_lora")
+    with pytest.raises(LoopSettingsError, match=r"policy.updater: vllm_lora .* needs training.lora"):
+        LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=lora_policy,
                      rollout=RolloutSettings(mode="async"))
+    LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=lora_policy,
+                 rollout=RolloutSettings(mode="async"), training=TrainingSettings(lora=True))
