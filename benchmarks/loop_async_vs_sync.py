@@ -40,15 +40,12 @@ on a shared machine.
 from __future__ import annotations
 
 import argparse
-import http.server
 import json
 import logging
 import math
 import os
-import random
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,84 +56,44 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from common import free_port  # noqa: E402  (benchmarks/common.py)
-from rollout_async_vs_sync import start_browser_server  # noqa: E402
-
-from webgym_rollout.actions import GRID_SIZE, AgentAction  # noqa: E402
-from webgym_rollout.agent import format_response  # noqa: E402
+from rollout_async_vs_sync import LatencyPolicyServer, start_browser_server  # noqa: E402
 
 DEFAULT_KINDS = ("click-button", "click-link", "click-dialog", "click-tab", "click-checkboxes",
                  "click-option", "focus-text", "click-test-2")
 SERVED_NAME = "stand-in"
 
 
-class VersionedLatencyServer:
-    """The policy stand-in: pixel-random replies after a log-normal delay, versioned weights.
+class VersionedLatencyServer(LatencyPolicyServer):
+    """The policy stand-in: the rollout benchmark's latency server (pixel-random replies after a
+    log-normal delay, at most `concurrency` at once) with versioned weights, speaking the CPU policy
+    server's ``/reload`` and ``/health``. A request answers with the version serving when it
+    arrived (in-flight requests finish on their version, as on the CPU policy server)."""
 
-    At most `concurrency` requests are served at once (the rest queue), the delay taken while
-    holding a slot, as a GPU server's batch slot is held while generating. A request answers with
-    the version serving when it arrived (in-flight requests finish on their version, as on the CPU
-    policy server)."""
+    served_name = SERVED_NAME
 
     def __init__(self, concurrency: int, seed: int, median_s: float, p95_s: float):
-        self._slots = threading.BoundedSemaphore(concurrency)
-        self._seed = seed
-        self._lock = threading.Lock()
-        self.mu = math.log(median_s) if median_s > 0 else 0.0
-        self.sigma = math.log(p95_s / median_s) / 1.6448536269514722 if median_s > 0 else 0.0
-        self.enabled = median_s > 0
+        super().__init__(concurrency, seed)
+        self._latency = (median_s, p95_s)
         self.version, self.checkpoint, self.reloads = 0, "", 0
         self.reset()
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format, *args):  # noqa: A002 - stdlib signature
-                pass
-
-            def _send(self, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                if self.path.endswith("/health"):
-                    self._send({"status": "ok", "version": server.version, "pid": os.getpid(),
-                                "reloads": server.reloads, "checkpoint": server.checkpoint})
-                else:
-                    self._send({"object": "list", "data": [{"id": SERVED_NAME, "object": "model"}]})
-
-            def do_POST(self):
-                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if self.path.endswith("/reload"):
-                    self._send(server.reload(request))
-                    return
-                version = server.version
-                with server._slots:
-                    delay, reply = server._draw()
-                    if delay > 0:
-                        time.sleep(delay)
-                self._send({
-                    "id": "chatcmpl-stand-in", "object": "chat.completion", "created": int(time.time()),
-                    "model": request.get("model", SERVED_NAME), "system_fingerprint": f"v{version}",
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": reply}}],
-                    "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-                })
-
-        self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._http.daemon_threads = True
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
 
     def reset(self) -> None:
         """Every phase draws the same latency and action sequence, from version 0."""
         with self._lock:
-            self._rng = random.Random(self._seed)
-            self.latencies: list[float] = []
+            self.set_latency(*self._latency)
             self.version, self.reloads = 0, 0
+
+    def get(self, path: str) -> dict[str, Any]:
+        if path.endswith("/health"):
+            return {"status": "ok", "version": self.version, "pid": os.getpid(), "reloads": self.reloads,
+                    "checkpoint": self.checkpoint}
+        return super().get(path)
+
+    def post(self, path: str, request: dict[str, Any]) -> dict[str, Any]:
+        return self.reload(request) if path.endswith("/reload") else super().post(path, request)
+
+    def completion_fields(self) -> dict[str, Any]:
+        return {"system_fingerprint": f"v{self.version}"}
 
     def reload(self, request: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -146,29 +103,6 @@ class VersionedLatencyServer:
             self.reloads += 1
         return {"model": SERVED_NAME, "checkpoint": self.checkpoint, "previous_checkpoint": "",
                 "version": self.version, "previous_version": previous, "load_s": 0.0}
-
-    def _draw(self) -> tuple[float, str]:
-        with self._lock:
-            delay = self._rng.lognormvariate(self.mu, self.sigma) if self.enabled else 0.0
-            self.latencies.append(delay)
-            if self._rng.random() < 0.1:
-                action = AgentAction(name="scroll", direction="down")
-            else:
-                action = AgentAction(name="left_click", coordinate=(self._rng.randint(0, GRID_SIZE),
-                                                                    self._rng.randint(0, GRID_SIZE)))
-        return delay, format_response(action, memory="-", progress="-", intention="random")
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._http.server_address[1]}/v1"
-
-    def __enter__(self) -> VersionedLatencyServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._http.shutdown()
-        self._http.server_close()
 
 
 def write_tasks(path: Path, kinds: list[str], count: int) -> Path:

@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -75,8 +76,11 @@ class LatencyPolicyServer:
     """OpenAI-compatible chat endpoint: random-policy replies after a log-normal delay.
 
     At most `concurrency` requests are served at once (the rest queue); the delay is taken while
-    holding a slot, as a GPU server's batch slot would be held while generating.
+    holding a slot, as a GPU server's batch slot would be held while generating. Subclasses answer
+    more paths by overriding `get` / `post` (benchmarks/loop_async_vs_sync.py adds /reload).
     """
+
+    served_name = "random-latency"
 
     def __init__(self, concurrency: int, seed: int):
         self.concurrency = concurrency
@@ -105,25 +109,36 @@ class LatencyPolicyServer:
                 self.wfile.write(data)
 
             def do_GET(self):
-                self._send({"object": "list", "data": [{"id": "random-latency", "object": "model"}]})
+                self._send(server.get(self.path))
 
             def do_POST(self):
-                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                with server._slots:
-                    delay, reply = server._draw()
-                    if delay > 0:
-                        time.sleep(delay)
-                self._send({
-                    "id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()),
-                    "model": request.get("model", "random-latency"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": reply}}],
-                    "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-                })
+                self._send(server.post(self.path, json.loads(
+                    self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")))
 
         self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._http.daemon_threads = True
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+
+    def get(self, path: str) -> dict[str, Any]:
+        """A GET: the model list."""
+        return {"object": "list", "data": [{"id": self.served_name, "object": "model"}]}
+
+    def post(self, path: str, request: dict[str, Any]) -> dict[str, Any]:
+        """A POST: a chat completion, answered after its delay (taken holding a slot)."""
+        extra = self.completion_fields()  # what the endpoint is when the request arrives
+        with self._slots:
+            delay, reply = self._draw()
+            if delay > 0:
+                time.sleep(delay)
+        return {"id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()),
+                "model": request.get("model", self.served_name), **extra,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": reply}}],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+
+    def completion_fields(self) -> dict[str, Any]:
+        """Extra fields of a completion (none here)."""
+        return {}
 
     def set_latency(self, median_s: float, p95_s: float) -> None:
         self._rng = random.Random(self._seed)  # every phase draws the same latency sequence
