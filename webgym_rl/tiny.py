@@ -5,9 +5,9 @@ checkpoint (by default two layers, hidden size 64; sizes from `TinyModelSettings
 flags) with a byte-level BPE tokenizer trained on the spot and an image-only processor, in the
 ordinary Hugging Face layout: it loads with `webgym_rollout.modeling.load_model` /
 `load_processor` like any Hub checkpoint. Untrained it produces gibberish, but every code path
-(processor, training, serving) is real, and a few minutes of training on MiniWoB++ make it click
-(``benchmarks/learning_miniwob.py``: Qwen3-VL, whose vision tower has absolute position embeddings,
-learns where to click; the Qwen2-VL tower has only relative ones).
+(processor, training, serving) is real, and a few minutes of training on MiniWoB++ teach it the
+reply format (``benchmarks/learning_miniwob.py``); where to click on the screenshot it has not
+learned yet (benchmarks/RESULTS.md, 2026-12-04: the diagnosis).
 
 Errors: `webgym_rollout.modeling.UnknownFamilyError` for a family that is not Qwen2-VL or Qwen3-VL.
 """
