@@ -5,7 +5,10 @@ One run, all on 127.0.0.1:
 1. task files: each MiniWoB++ kind (default: click-test and focus-text, a click and a focus task
    whose target moves with the seed) with `--train-seeds` training seeds and `--heldout-seeds`
    other seeds (from 100000 on) for evaluation only;
-2. a tiny Qwen-VL built here from a config (`webgym_rl.tiny.TinyModelSettings`: no download);
+2. a tiny Qwen-VL built here from a config (`webgym_rl.tiny.TinyModelSettings`: no download),
+   whose processor maps white pixels to zero (``--image-mean 1.0``; with Qwen's usual 0.5 the
+   random vision tower's image tokens are one large constant and the model never learns where
+   to click: benchmarks/RESULTS.md);
 3. on the held-out seeds: the pixel-random baseline (uniform clicks on the 0-1000 grid,
    well-formed replies), the DOM-aware random bootstrap policy and the untrained model (temperature 0);
 4. `webgym_rl.loop.run_loop`: iteration 0 rolls out the DOM-aware random policy, every iteration
@@ -51,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", type=Path, default=Path("out/learning-miniwob"))
     parser.add_argument("--kinds", default="click-test,focus-text", help="MiniWoB++ tasks, comma separated")
-    parser.add_argument("--train-seeds", type=int, default=60, help="training seeds per kind")
+    parser.add_argument("--train-seeds", type=int, default=500, help="training seeds per kind")
     parser.add_argument("--heldout-seeds", type=int, default=15, help="held-out seeds per kind")
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--horizon", type=int, default=2, help="steps per MiniWoB episode")
@@ -60,10 +63,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--vision-width", type=int, default=32)
     parser.add_argument("--min-pixels", type=int, default=56 * 56, help="image area after resizing, at least")
+    parser.add_argument("--image-mean", type=float, default=1.0,
+                        help="pixel value the processor maps to zero (1.0: white; 0.5: Qwen's usual)")
     parser.add_argument("--variant", default="compact", choices=("compact", "vanilla", "memory"))
     parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--max-steps", type=int, default=200, help="optimizer steps per iteration")
-    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--max-steps", type=int, default=1500, help="optimizer steps per iteration")
+    parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--last-k", type=int, default=4, help="train on the last K iterations' rollouts")
     parser.add_argument("--temperature", type=float, default=1.0, help="of the model's train rollouts")
     parser.add_argument("--max-new-tokens", type=int, default=48)
@@ -145,7 +150,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     train_tasks, heldout_tasks = write_task_files(out / "tasks", kinds, args.train_seeds, args.heldout_seeds)
     tiny = TinyModelSettings(family=args.family, seed=args.seed, hidden_size=args.hidden_size,
                              num_layers=args.num_layers, vision_width=args.vision_width,
-                             min_pixels=args.min_pixels, max_pixels=max(args.min_pixels, 256 * 256))
+                             min_pixels=args.min_pixels, max_pixels=max(args.min_pixels, 256 * 256),
+                             image_mean=args.image_mean)
     model_dir = out / "model"
     if not (model_dir / "config.json").is_file():
         build_tiny_model(model_dir, settings=tiny)
@@ -304,7 +310,7 @@ def _plot(path: Path, results: dict[str, Any]) -> None:
         axes.set_title(title)
         axes.grid(alpha=0.3)
         if index == 0:
-            axes.legend(loc="upper left", fontsize=8)
+            axes.legend(loc="center right", fontsize=8)
     figure.suptitle(f"MiniWoB++ ({', '.join(results['kinds'])}), held-out seeds")
     figure.tight_layout()
     figure.savefig(path, format="png")

@@ -74,15 +74,17 @@ class _Size:
     """Longest reply; the compact variant's tool call takes about 45 tokens of the tiny tokenizer."""
     max_steps: int
     """Optimizer steps of the training."""
+    batch_size: int
+    """Samples per optimizer step."""
     test_size: int
 
 
 # A click task and a focus task whose target moves with the seed: the policy must read the screenshot.
 _SIZES: dict[str, _Size] = {
-    "small": _Size(miniwob_tasks=("click-test", "focus-text"), train_seeds=40, heldout_seeds=12, horizon=2,
-                   max_new_tokens=56, max_steps=200, test_size=4),
+    "small": _Size(miniwob_tasks=("click-test", "focus-text"), train_seeds=200, heldout_seeds=12, horizon=2,
+                   max_new_tokens=56, max_steps=1200, batch_size=8, test_size=4),
     "tiny": _Size(miniwob_tasks=("click-test", "focus-text"), train_seeds=2, heldout_seeds=1, horizon=2,
-                  max_new_tokens=8, max_steps=2, test_size=2),
+                  max_new_tokens=8, max_steps=2, batch_size=4, test_size=2),
 }
 
 
@@ -93,7 +95,7 @@ class DemoSettings:
     out: Path = Path("out/demo")
     """Output folder (replaced if it holds an earlier demo; any other non-empty folder is refused)."""
     size: Literal["small", "tiny"] = "small"
-    """small: 80 bootstrap and 24 held-out MiniWoB++ episodes (a few minutes on 2 cores); tiny: tests."""
+    """small: 400 bootstrap and 24 held-out MiniWoB++ episodes (about 5 minutes on 2 cores); tiny: tests."""
     seed: int = 0
     """Seed of the tiny model, the split, the random policies and the training order."""
     concurrency: int = 4
@@ -330,7 +332,8 @@ def run_demo(settings: DemoSettings) -> DemoResult:
                                       max_new_tokens=preset.max_new_tokens,
                                       sampling=SamplingSettings(max_tokens=preset.max_new_tokens)),
         training=TrainingSettings(objective=Objective.FILTERED_BC, learning_rate=settings.learning_rate,
-                                  max_steps=preset.max_steps, per_device_batch_size=4, log_with="none"))
+                                  max_steps=preset.max_steps, per_device_batch_size=preset.batch_size,
+                                  log_with="none"))
 
     def on_event(kind: str, detail: dict[str, Any]) -> None:
         phase = detail.get("phase")
@@ -436,8 +439,8 @@ def run_demo(settings: DemoSettings) -> DemoResult:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/demo"),
               show_default=True, help="Output folder (an earlier demo there is replaced).")
 @click.option("--size", type=click.Choice(list(_SIZES)), default="small", show_default=True,
-              help="small: 80 bootstrap and 24 held-out MiniWoB episodes (a few minutes on 2 cores); tiny: "
-                   "4 and 2 (tests).")
+              help="small: 400 bootstrap and 24 held-out MiniWoB episodes (about 5 minutes on 2 "
+                   "cores); tiny: 4 and 2 (tests).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the model, split and policy.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Episodes running at once.")

@@ -5,9 +5,12 @@ checkpoint (by default two layers, hidden size 64; sizes from `TinyModelSettings
 flags) with a byte-level BPE tokenizer trained on the spot and an image-only processor, in the
 ordinary Hugging Face layout: it loads with `webgym_rollout.modeling.load_model` /
 `load_processor` like any Hub checkpoint. Untrained it produces gibberish, but every code path
-(processor, training, serving) is real, and a few minutes of training on MiniWoB++ teach it the
-reply format (``benchmarks/learning_miniwob.py``); where to click on the screenshot it has not
-learned yet (benchmarks/RESULTS.md, 2026-12-04: the diagnosis).
+(processor, training, serving) is real, and a few minutes of filtered-BC training on MiniWoB++
+teach it the reply format and where the target is on the screenshot
+(``benchmarks/learning_miniwob.py``). That needs its processor to map white, the background of
+web pages, to zero (`TinyModelSettings.image_mean`, the default): with Qwen's usual 0.5 every
+image token of a random vision tower is one large constant plus a small trace of the page, and
+the model learns one typical click per task instead (benchmarks/RESULTS.md, 2026-12-04).
 
 Errors: `webgym_rollout.modeling.UnknownFamilyError` for a family that is not Qwen2-VL or Qwen3-VL.
 """
@@ -79,6 +82,13 @@ class TinyModelSettings:
     """Largest image area after resizing (pixels); small keeps CPU steps fast."""
     heads: int = 4
     """Attention heads of the language model (half as many key/value heads)."""
+    image_mean: float = 1.0
+    """The pixel value (0-1, every channel) the processor's normalisation maps to zero. 1.0, white,
+    the background of most web pages, makes a random vision tower's image tokens differ by what
+    is drawn on the page rather than carry one large constant: with Qwen's usual 0.5 a tiny model
+    cannot learn where a MiniWoB button is (benchmarks/RESULTS.md, 2026-12-04)."""
+    image_std: float = 0.5
+    """The pixel spread (every channel) that normalises to one."""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -94,6 +104,10 @@ class TinyModelSettings:
                              f"got {self.vision_width}")
         if self.max_pixels < self.min_pixels:
             raise ValueError(f"max_pixels: must be >= min_pixels ({self.min_pixels}), got {self.max_pixels}")
+        if not 0.0 <= self.image_mean <= 1.0:
+            raise ValueError(f"image_mean: must be a pixel value in [0, 1], got {self.image_mean}")
+        if not self.image_std > 0:
+            raise ValueError(f"image_std: must be > 0, got {self.image_std}")
 
 
 def _train_tokenizer(vocab_size: int):
@@ -185,8 +199,8 @@ def build_tiny_model(out_dir: Path | str, *, family: Family = "qwen2_vl", seed: 
     image_processor = Qwen2VLImageProcessorPil(
         patch_size=patch, merge_size=2, temporal_patch_size=2,
         min_pixels=settings.min_pixels, max_pixels=settings.max_pixels,
-        # Qwen's own normalisation constants differ by family; the values only need to be consistent.
-        image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+        # Stored with the checkpoint: training, serving and vLLM normalise alike.
+        image_mean=[settings.image_mean] * 3, image_std=[settings.image_std] * 3,
     )
     processor = ImageOnlyQwenVLProcessor(image_processor, tokenizer, chat_template=CHAT_TEMPLATE)
     processor.stock_class_name = STOCK_PROCESSORS[family]
