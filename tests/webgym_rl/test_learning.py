@@ -44,7 +44,6 @@ def test_tiny_model_sizes_come_from_the_settings(tmp_path):
             TinyModelSettings(**bad)
 
 
-
 @pytest.mark.parametrize("image_mean, white", [(None, 0.0), (0.5, 1.0)])
 def test_the_checkpoint_normalises_pixels_around_its_image_mean(tmp_path, image_mean, white):
     """By default a white page (the background of most web pages) becomes zeros, so the image tokens
@@ -64,6 +63,7 @@ def test_the_checkpoint_normalises_pixels_around_its_image_mean(tmp_path, image_
     assert sum(1 for v in values if abs(v - white) < 1e-3) > 0.8 * len(values)
     assert any(abs(v - black) < 1e-3 for v in values)
     assert all(black - 1e-3 <= v <= white + 1e-3 for v in values)
+
 
 def _page(colour: str, rng: random.Random) -> bytes:
     """A 160x210 page of one shade of `colour` (the shade varies, the colour decides the click)."""
