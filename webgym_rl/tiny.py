@@ -86,7 +86,8 @@ class TinyModelSettings:
     """The pixel value (0-1, every channel) the processor's normalisation maps to zero. 1.0, white,
     the background of most web pages, makes a random vision tower's image tokens differ by what
     is drawn on the page rather than carry one large constant: with Qwen's usual 0.5 a tiny model
-    cannot learn where a MiniWoB button is (benchmarks/RESULTS.md, 2026-12-04)."""
+    cannot learn where a MiniWoB button is (benchmarks/RESULTS.md, 2026-12-04). Screens mostly of
+    another colour (dark themes) want that colour's value instead."""
     image_std: float = 0.5
     """The pixel spread (every channel) that normalises to one."""
 

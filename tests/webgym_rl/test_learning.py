@@ -119,7 +119,9 @@ def test_shuffled_screenshots_fall_back_to_pixel_random(tmp_path):
     from webgym_rollout.policy import OpenAIPolicy, PixelRandomPolicy, RandomPolicySettings, SamplingSettings
     from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
 
-    tiny = TinyModelSettings(family="qwen3_vl", hidden_size=128, vision_width=64)
+    # Pages of one saturated colour, no white: normalised around mid-grey, so that neither colour is
+    # a large constant in every patch (the default, white, suits web pages).
+    tiny = TinyModelSettings(family="qwen3_vl", hidden_size=128, vision_width=64, image_mean=0.5)
     model = build_tiny_model(tmp_path / "model", settings=tiny)
     data = write_shards(tmp_path / "pages", _training_episodes(32))
     result = train(TrainSettings(model=str(model), data=[str(data)], out=str(tmp_path / "train"), seed=0,
