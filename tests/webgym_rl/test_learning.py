@@ -44,14 +44,13 @@ def test_tiny_model_sizes_come_from_the_settings(tmp_path):
             TinyModelSettings(**bad)
 
 
-@pytest.mark.parametrize("image_mean, white", [(None, 0.0), (0.5, 1.0)])
-def test_the_checkpoint_normalises_pixels_around_its_image_mean(tmp_path, image_mean, white):
+@pytest.mark.parametrize("overrides, white", [({}, 0.0), ({"image_mean": 0.5}, 1.0)])
+def test_the_checkpoint_normalises_pixels_around_its_image_mean(tmp_path, overrides, white):
     """By default a white page (the background of most web pages) becomes zeros, so the image tokens
     carry what is drawn on the page; the setting is stored with the checkpoint's processor."""
     from webgym_rollout.modeling import load_processor
 
-    settings = TinyModelSettings(family="qwen3_vl") if image_mean is None else TinyModelSettings(
-        family="qwen3_vl", image_mean=image_mean)
+    settings = TinyModelSettings(family="qwen3_vl", **overrides)
     processor = load_processor(build_tiny_model(tmp_path / "model", settings=settings))
     page = Image.new("RGB", (160, 210), (255, 255, 255))
     page.paste((0, 0, 0), (40, 40, 80, 60))  # a black button
