@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
+import gc
 import io
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,11 +22,19 @@ from PIL import Image
 
 from tests.models import tiny_model_dir
 from webgym_rollout.cli import main as rollout_main
-from webgym_rollout.modeling import load_processor
+from webgym_rollout.modeling import load_model, load_processor
 from webgym_rollout.policy_server import (
     PolicyServerError,
     PolicyServerSettings,
+    PolicyUnauthorized,
+    SharedMemoryUnavailable,
+    WeightsPushFailed,
+    WeightsRejected,
     _check_bind,
+    _safetensors_bytes,
+    _write_shared_file,
+    create_app,
+    push_weights,
     running_policy_server,
 )
 
@@ -309,3 +324,516 @@ async def test_replies_name_the_version_and_a_reload_keeps_the_process(tiny_dir)
             assert again.system_fingerprint == "v6" and logprobs(again) == logprobs(first)
             health = (await http.get(f"{root}/health")).json()
             assert (health["version"], health["reloads"], health["pid"]) == (6, 2, os.getpid())
+
+
+# --------------------------------------------------------------------------------------------
+# POST /weights and push_weights: new weights from memory (an HTTP body or a shared-memory file)
+
+
+def _reply(reply) -> tuple:
+    """What a reply says, minus its id and time: the text, the finish, the log-probabilities, the
+    usage and the fingerprint (equal tuples: byte-identical answers)."""
+    return reply.system_fingerprint, reply.choices[0].model_dump(), reply.usage.model_dump()
+
+
+_OCTETS = {"content-type": "application/octet-stream"}
+
+
+@pytest.fixture
+def shm_dir(monkeypatch) -> Iterator[Path]:
+    """A private stand-in for /dev/shm (a fresh folder on the same tmpfs) for client and server,
+    which run in this process: a test can say exactly which weights files are left."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm on this machine")
+    folder = Path(tempfile.mkdtemp(prefix="webgym-test-", dir="/dev/shm"))
+    monkeypatch.setattr("webgym_rollout.policy_server.SHM_DIR", str(folder))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _mapped(folder: Path) -> set[str]:
+    """The weights files of `folder` this process has mapped now (the server runs in this process;
+    a file whose name was removed is listed with " (deleted)")."""
+    lines = Path("/proc/self/maps").read_text().splitlines()
+    return {line.split(maxsplit=5)[5] for line in lines if f"{folder}/webgym-weights-" in line}
+
+
+def _mapped_soon(folder: Path, count: int) -> set[str]:
+    """`_mapped(folder)` once it lists `count` files (the server frees replaced weights on another
+    thread just after answering), or as it is after 5 s."""
+    import time
+
+    deadline = time.monotonic() + 5
+    while len(mapped := _mapped(folder)) != count and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    return mapped
+
+
+def _tied_checkpoint(out: Path, seed: int) -> Path:
+    """A tiny checkpoint whose output layer is tied to its input embeddings (shared storage)."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    base = tiny_model_dir("qwen2_vl")
+    config = load_model(base).config
+    config.tie_word_embeddings = config.text_config.tie_word_embeddings = True
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    model.generation_config = load_model(base).generation_config
+    model.save_pretrained(out)
+    load_processor(base).save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize("transport", ["http", "shm"])
+async def test_pushed_weights_answer_like_a_reload_of_their_checkpoint(tiny_dir, shm_dir, transport):
+    """Pushing the state dict of a second checkpoint gives the replies /reload of that folder gives,
+    byte for byte, with the pushed version as fingerprint; the processor and root stay. Shared
+    memory: no file is left, and each push's mapping goes when the next push or a /reload replaces
+    its weights."""
+    other = tiny_model_dir("qwen2_vl", seed=1)
+    weights = load_model(other).state_dict()
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
+    kw = dict(model="tiny", messages=_messages(_data_url((200, 120, 30))), temperature=0, max_tokens=6,
+              logprobs=True, top_logprobs=3)
+    with running_policy_server(settings) as base_url:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        root = base_url.removesuffix("/v1")
+        before = await client.chat.completions.create(**kw)
+        assert before.system_fingerprint == "v0"
+
+        pushed = push_weights(base_url, weights, version=3, transport=transport)
+        assert (pushed.version, pushed.previous_version, pushed.tensors) == (3, 0, len(weights))
+        assert pushed.transport == transport and (pushed.client_write_s is None) == (transport == "http")
+        assert pushed.received_bytes == len(_safetensors_bytes(weights))
+        assert pushed.checkpoint == str(tiny_dir)
+        assert list(shm_dir.iterdir()) == []
+        after = await client.chat.completions.create(**kw)
+        assert after.system_fingerprint == "v3"
+        assert _reply(after)[1] != _reply(before)[1]
+        mapped = _mapped(shm_dir)
+        assert len(mapped) == (transport == "shm") and all(m.endswith(" (deleted)") for m in mapped)
+
+        async with httpx.AsyncClient(timeout=60) as http:
+            reload = await http.post(f"{root}/reload", json={"model": str(other), "version": 3})
+            assert reload.status_code == 200, reload.text
+            reloaded = await client.chat.completions.create(**kw)
+            assert _reply(reloaded) == _reply(after)
+            assert _mapped_soon(shm_dir, 0) == set()  # the reload dropped the pushed weights, mapping too
+            # And back from memory: the first weights' replies exactly; no version given: the next one.
+            back = push_weights(root, load_model(tiny_dir).state_dict(), transport=transport)
+            assert (back.version, back.previous_version) == (4, 3)
+            again = await client.chat.completions.create(**kw)
+            assert _reply(again)[1:] == _reply(before)[1:] and again.system_fingerprint == "v4"
+            last = push_weights(root, weights, transport=transport)
+            assert last.version == 5
+            assert _reply(await client.chat.completions.create(**kw))[1:] == _reply(after)[1:]
+            assert len(_mapped_soon(shm_dir, transport == "shm")) == (transport == "shm")  # v4's went with v4
+            health = (await http.get(f"{root}/health")).json()
+            assert (health["version"], health["weight_pushes"], health["reloads"]) == (5, 3, 1)
+            models = await client.models.list()
+            assert models.data[0].model_extra["root"] == str(other)  # the /reload's; a push keeps it
+        assert list(shm_dir.iterdir()) == []
+
+
+def test_auto_uses_shared_memory_on_loopback_and_falls_back_to_http(tiny_dir, shm_dir, monkeypatch):
+    """transport="auto": a loopback server gets the file in the real /dev/shm; when the handover
+    cannot work (the server sees no file, or the client cannot write one) the same push goes as an
+    HTTP body, and no file is left; transport="shm" raises instead."""
+    import webgym_rollout.policy_server as ps
+
+    weights = load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict()
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, served_model_name="tiny")
+    with running_policy_server(settings) as base_url:
+        with monkeypatch.context() as real:
+            real.setattr(ps, "SHM_DIR", "/dev/shm")
+            assert push_weights(base_url, weights).transport == "shm"
+
+        def not_here(path: str, limit: int):
+            raise SharedMemoryUnavailable(f"shm {path!r} does not exist for the server", param="shm")
+
+        with monkeypatch.context() as elsewhere:  # as for a server in another container
+            elsewhere.setattr(ps, "_map_shared_weights", not_here)
+            with pytest.raises(SharedMemoryUnavailable, match="refused the weights: shm '.*' does not exist"):
+                push_weights(base_url, weights, transport="shm")
+            assert push_weights(base_url, weights).transport == "http"
+
+        def full(path: str, state_dict) -> int:
+            Path(path).write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        with monkeypatch.context() as no_room:
+            no_room.setattr(ps, "_write_shared_file", full)
+            with pytest.raises(SharedMemoryUnavailable, match="cannot write the weights to .*No space left"):
+                push_weights(base_url, weights, transport="shm")
+            pushed = push_weights(base_url, weights)
+            assert (pushed.transport, pushed.version) == ("http", 3)
+        assert push_weights(base_url, weights, transport="http").transport == "http"
+    assert list(shm_dir.iterdir()) == []
+
+
+def _bad_bodies(weights: dict) -> list[tuple[str, bytes | dict, str, str | None]]:
+    """(case, body or state dict, words the error must contain, the key it must name)."""
+    import torch
+
+    keys = list(weights)
+    first, last = keys[0], keys[-1]
+    missing = {k: v for k, v in weights.items() if k != first}
+    unexpected = {**weights, "lm_head.extra": torch.zeros(2)}
+    # The last key is bad: a server that copied while checking would already have changed the rest.
+    reshaped = {**weights, last: weights[last].reshape(-1)[:-1].clone()}
+    retyped = {**weights, last: weights[last].to(torch.bfloat16)}
+    expected = f"expected F32 {list(weights[last].shape)}"
+    good = _safetensors_bytes(weights)
+    return [
+        ("garbage", b"this is not a safetensors file at all", "not a safetensors file", None),
+        ("empty", b"", "not a safetensors file", None),
+        ("truncated", good[:1000], "not a safetensors file", None),
+        ("missing key", missing, f"missing key {first!r} (expected F32", first),
+        ("unexpected key", unexpected, "unexpected key 'lm_head.extra' (F32 [2])", "lm_head.extra"),
+        ("wrong shape", reshaped, f"{last!r}: {expected}, received F32 [{weights[last].numel() - 1}]", last),
+        ("wrong dtype", retyped, f"{last!r}: {expected}, received BF16 {list(weights[last].shape)}", last),
+    ]
+
+
+async def test_bad_weights_are_refused_and_the_old_ones_keep_serving(tiny_dir, shm_dir):
+    """Each bad body or file gets a 400 naming what is wrong (the first bad key, expected vs
+    received), and the replies afterwards are identical to those before: nothing was copied or
+    mapped in; no refused file is left in shared memory."""
+    weights = load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict()
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
+    kw = dict(model="tiny", messages=_messages(_data_url((40, 160, 220))), temperature=0, max_tokens=6,
+              logprobs=True, top_logprobs=3)
+    with running_policy_server(settings) as base_url:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        root = base_url.removesuffix("/v1")
+        before = _reply(await client.chat.completions.create(**kw))
+        async with httpx.AsyncClient(timeout=60) as http:
+            for case, body, words, key in _bad_bodies(weights):
+                if isinstance(body, dict):  # through the client: a typed error naming the URL and key
+                    for transport in ("shm", "http"):
+                        with pytest.raises(WeightsRejected) as info:
+                            push_weights(base_url, body, version=9, transport=transport)
+                        assert f"{root}/weights refused the weights" in str(info.value), case
+                        assert words in str(info.value) and info.value.param == key, (case, str(info.value))
+                        assert list(shm_dir.iterdir()) == [], (case, transport)
+                    body = _safetensors_bytes(body)
+                answer = await http.post(f"{root}/weights", content=body, headers=_OCTETS)
+                if body:  # the same bytes as a shared-memory file, named by a request
+                    shm = shm_dir / "webgym-weights-bad.safetensors"
+                    shm.write_bytes(body)
+                    shm.chmod(0o600)
+                    named = await http.post(f"{root}/weights", json={"shm": str(shm)})
+                    assert named.status_code == 400, (case, named.text)
+                    assert shm.exists(), case  # a refused file stays: its writer removes it
+                    message = named.json()["error"]["message"]
+                    assert named.json()["error"]["param"] == key, (case, named.text)
+                    assert words.replace("the body", "") in message and str(shm) in message, (case, message)
+                    shm.unlink()
+                    gc.collect()
+                    assert _mapped(shm_dir) == set(), case  # refused: unmapped at once
+                assert answer.status_code == 400, (case, answer.text)
+                error = answer.json()["error"]
+                assert error["code"] == "weights_rejected" and error["param"] == key, (case, error)
+                assert words in error["message"] and "v0" in error["message"], (case, error["message"])
+                assert _reply(await client.chat.completions.create(**kw)) == before, case
+            health = (await http.get(f"{root}/health")).json()
+            assert (health["version"], health["weight_pushes"]) == (0, 0)
+            bad_version = await http.post(f"{root}/weights", params={"version": -1},
+                                          content=_safetensors_bytes(weights), headers=_OCTETS)
+            assert bad_version.status_code == 400 and "version" in bad_version.text
+            # A body a web page could send without a CORS preflight (text/plain, no type) is refused.
+            for headers in ({"content-type": "text/plain"}, {}):
+                plain = await http.post(f"{root}/weights", content=_safetensors_bytes(weights),
+                                        headers=headers)
+                assert plain.status_code == 400, plain.text
+                assert plain.json()["error"]["param"] == "content-type", plain.text
+            assert _reply(await client.chat.completions.create(**kw)) == before
+        # Good weights still go in afterwards, also as written by safetensors itself.
+        from safetensors.torch import save
+
+        async with httpx.AsyncClient(timeout=60) as http:
+            answer = await http.post(f"{root}/weights", content=save(weights), headers=_OCTETS)
+            assert answer.status_code == 200 and answer.json()["version"] == 1, answer.text
+        assert push_weights(base_url, weights).version == 2
+        assert _reply(await client.chat.completions.create(**kw))[1] != before[1]
+    assert list(shm_dir.iterdir()) == []
+
+
+async def test_shm_paths_the_server_does_not_read_are_refused(tiny_dir, shm_dir, tmp_path):
+    """Only a regular file of the server's user, named SHM_DIR/webgym-weights-<name>.safetensors,
+    with one link and no write permission for others, is mapped: everything else gets a 400 naming
+    ``shm``, nothing is read or removed, and the old weights keep serving."""
+    good = _safetensors_bytes(load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict())
+    outside = tmp_path / "webgym-weights-outside.safetensors"
+    outside.write_bytes(good)
+    link = shm_dir / "webgym-weights-link.safetensors"
+    link.symlink_to(outside)
+    hard = shm_dir / "webgym-weights-hard.safetensors"
+    hard.write_bytes(good)
+    (shm_dir / "hard-link.safetensors").hardlink_to(hard)
+    shared = shm_dir / "webgym-weights-shared.safetensors"
+    shared.write_bytes(good)
+    shared.chmod(0o666)
+    folder = shm_dir / "webgym-weights-folder.safetensors"
+    folder.mkdir()
+    other_name = shm_dir / "weights.safetensors"
+    other_name.write_bytes(good)
+    cases = [
+        (str(outside), "is not a file this server reads"),
+        (str(other_name), "is not a file this server reads"),
+        (f"{shm_dir}/../{shm_dir.name}/webgym-weights-hard.safetensors", "is not a file this server reads"),
+        (f"{shm_dir}/sub/webgym-weights-x.safetensors", "is not a file this server reads"),
+        (f"{shm_dir}/webgym-weights-x.safetensors/../../etc", "is not a file this server reads"),
+        ("webgym-weights-hard.safetensors", "is not a file this server reads"),
+        (str(link), "is a symbolic link"),
+        (str(hard), "has 2 hard links"),
+        (str(shared), "is writable by others (mode 666)"),
+        (str(folder), "cannot be opened: Is a directory"),
+        (str(shm_dir / "webgym-weights-missing.safetensors"), "does not exist for the server"),
+    ]
+    files = sorted(shm_dir.iterdir())
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=4, served_model_name="tiny")
+    kw = dict(model="tiny", messages=_messages(_data_url((10, 200, 90))), temperature=0, max_tokens=4,
+              logprobs=True)
+    with running_policy_server(settings) as base_url:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        root = base_url.removesuffix("/v1")
+        before = _reply(await client.chat.completions.create(**kw))
+        async with httpx.AsyncClient(timeout=60) as http:
+            for path, words in cases:
+                answer = await http.post(f"{root}/weights", json={"shm": path, "version": 7})
+                assert answer.status_code == 400, (path, answer.text)
+                error = answer.json()["error"]
+                assert error["param"] == "shm" and words in error["message"], (path, error)
+                code = "shm_unavailable" if "missing" in path else "weights_rejected"
+                assert error["code"] == code, (path, error)
+            for body, param in (({"shm": str(hard), "extra": 1}, "extra"), ({"path": str(hard)}, "shm"),
+                                ({"shm": str(hard), "version": -1}, "version")):
+                answer = await http.post(f"{root}/weights", json=body)
+                assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
+            disagree = await http.post(f"{root}/weights", params={"version": 2},
+                                       json={"shm": "x", "version": 3})
+            assert disagree.status_code == 400 and "disagree" in disagree.text
+            health = (await http.get(f"{root}/health")).json()
+            assert (health["version"], health["weight_pushes"]) == (0, 0)
+        assert _reply(await client.chat.completions.create(**kw)) == before
+    assert sorted(shm_dir.iterdir()) == files and outside.read_bytes() == good
+    gc.collect()
+    assert _mapped(shm_dir) == set()
+
+
+@pytest.mark.parametrize("transport", ["http", "shm"])
+async def test_weights_need_the_token_when_set(tiny_dir, shm_dir, transport):
+    weights = load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict()
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, token="s3cret", served_model_name="tiny")
+    with running_policy_server(settings) as base_url:
+        for token in (None, "wrong"):
+            with pytest.raises(PolicyUnauthorized, match="bearer token"):
+                push_weights(base_url, weights, token=token, transport=transport)
+        assert list(shm_dir.iterdir()) == []
+        # Without the token the server does not even look at the file.
+        shm = shm_dir / "webgym-weights-untouched.safetensors"
+        shm.write_bytes(_safetensors_bytes(weights))
+        shm.chmod(0o600)
+        async with httpx.AsyncClient() as http:
+            answer = await http.post(base_url.removesuffix("/v1") + "/weights", json={"shm": str(shm)})
+        assert answer.status_code == 401 and shm.exists()
+        shm.unlink()
+        assert push_weights(base_url, weights, token="s3cret", transport=transport).version == 1
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="s3cret", max_retries=0)
+        reply = await client.chat.completions.create(model="tiny", messages=_messages(_data_url((9, 9, 9))),
+                                                     max_tokens=2, temperature=0)
+        assert reply.system_fingerprint == "v1"
+        async with httpx.AsyncClient() as http:
+            health = (await http.get(base_url.removesuffix("/v1") + "/health")).json()
+        assert (health["version"], health["weight_pushes"]) == (1, 1)
+    assert list(shm_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("transport", ["http", "shm"])
+def test_push_to_no_server_names_the_url(shm_dir, transport):
+    import torch
+
+    from tests.conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(WeightsPushFailed, match=f"to {url.removesuffix('/v1')}/weights failed: ConnectError"):
+        push_weights(url, {"w": torch.zeros(2)}, timeout_s=5, transport=transport)
+    assert list(shm_dir.iterdir()) == []
+
+
+def test_the_client_writes_safetensors_that_safetensors_reads(shm_dir):
+    """push_weights writes the format itself (no copy of the model, tied tensors allowed, which
+    safetensors.torch.save refuses), as a body and as a file: safetensors reads back every key,
+    dtype and value."""
+    import torch
+    from safetensors.torch import load, save
+
+    weight = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    tied = {"embed.weight": weight, "lm_head.weight": weight}
+    with pytest.raises(RuntimeError, match="share memory"):
+        save(tied)
+    state = {**tied, "proj.weight": weight.t(), "norm.weight": torch.linspace(-1, 1, 5, dtype=torch.bfloat16),
+             "mask": torch.tensor([True, False]), "step": torch.tensor(7), "empty": torch.zeros(0, 3),
+             "param": torch.nn.Parameter(torch.ones(2, 2))}
+    path = shm_dir / "webgym-weights-check.safetensors"
+    assert _write_shared_file(str(path), state) == path.stat().st_size
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_bytes() == _safetensors_bytes(state)
+    with pytest.raises(FileExistsError):  # never written through an existing file or link
+        _write_shared_file(str(path), state)
+    loaded = load(_safetensors_bytes(state))
+    assert set(loaded) == set(state)
+    for key, tensor in state.items():
+        assert loaded[key].dtype == tensor.dtype and torch.equal(loaded[key], tensor.detach()), key
+
+
+@pytest.mark.parametrize("transport", ["http", "shm"])
+async def test_tied_weights_land_in_the_shared_tensor(tmp_path, shm_dir, transport):
+    """A model with tied embeddings: its state_dict() names the shared tensor twice; the push
+    carries both and the replies equal those of /reload of the pushed model's folder; on the server
+    the two names still share one tensor (in the mapped file, for shared memory)."""
+    import torch
+
+    served = _tied_checkpoint(tmp_path / "tied-0", seed=0)
+    other = _tied_checkpoint(tmp_path / "tied-1", seed=1)
+    weights = load_model(other).state_dict()
+    embeddings = weights["model.language_model.embed_tokens.weight"]
+    assert weights["lm_head.weight"].data_ptr() == embeddings.data_ptr()
+    settings = PolicyServerSettings(model=str(served), port=0, max_new_tokens=6, served_model_name="tiny")
+    app = create_app(settings)
+    service = app.state.service
+    chat = dict(model="tiny", messages=_messages(_data_url((90, 10, 140))), temperature=0, max_tokens=6,
+                logprobs=True, top_logprobs=3)
+    try:
+        transport_ = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport_, base_url="http://policy", timeout=60) as http:
+            before = (await http.post("/v1/chat/completions", json=chat)).json()
+            if transport == "shm":
+                path = shm_dir / "webgym-weights-tied.safetensors"
+                _write_shared_file(str(path), weights)
+                answer = await http.post("/weights", json={"shm": str(path)})
+                assert not path.exists()  # taken: the server removed the name
+            else:
+                answer = await http.post("/weights", content=_safetensors_bytes(weights), headers=_OCTETS)
+            assert answer.status_code == 200 and answer.json()["tensors"] == len(weights), answer.text
+            model = service.policy.model
+            assert model.lm_head.weight is model.model.language_model.embed_tokens.weight
+            served_state = model.state_dict()
+            for key in weights:
+                assert torch.equal(served_state[key], weights[key]), key
+            assert len(_mapped(shm_dir)) == (transport == "shm")
+            if transport == "shm":  # zero copy: the served tensor lies in the mapped file
+                pointer = model.lm_head.weight.data_ptr()
+                maps = Path("/proc/self/maps").read_text().splitlines()
+                spans = [line.split()[0].split("-") for line in maps if f"{shm_dir}/webgym-weights-" in line]
+                assert any(int(start, 16) <= pointer < int(end, 16) for start, end in spans)
+            pushed = (await http.post("/v1/chat/completions", json=chat)).json()
+            assert pushed["system_fingerprint"] == "v1" and pushed["choices"] != before["choices"]
+            reload = await http.post("/reload", json={"model": str(other), "version": 1})
+            assert reload.status_code == 200, reload.text
+            reloaded = (await http.post("/v1/chat/completions", json=chat)).json()
+            assert reloaded["choices"] == pushed["choices"]
+    finally:
+        service.close()
+
+
+@pytest.mark.parametrize("transport", ["http", "shm"])
+async def test_a_push_waits_for_the_generation_running_and_replies_name_their_weights(tiny_dir, shm_dir,
+                                                                                       transport):
+    """Deterministic ordering on the one generation worker: a chat accepted before the push runs on
+    the old weights and says v0; one accepted after runs on the new weights and says v1."""
+    import threading
+
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
+    app = create_app(settings)
+    service = app.state.service
+    submitted: list[str] = []
+    submit = service._worker.submit
+
+    def recording_submit(fn, *args, **kwargs):
+        submitted.append(getattr(getattr(fn, "func", fn), "__name__", repr(fn)))  # a partial: its function
+        return submit(fn, *args, **kwargs)
+
+    service._worker.submit = recording_submit
+    chat = dict(model="tiny", messages=_messages(_data_url((250, 200, 10))), temperature=0, max_tokens=6,
+                logprobs=True)
+    weights = load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict()
+    if transport == "shm":
+        path = shm_dir / "webgym-weights-queued.safetensors"
+        _write_shared_file(str(path), weights)
+        request, job = {"json": {"shm": str(path)}}, "_point_weights"
+    else:
+        request, job = {"content": _safetensors_bytes(weights), "headers": _OCTETS}, "_copy_weights"
+
+    async def until(count: int) -> None:
+        for _ in range(2000):
+            if len(submitted) >= count:
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError(f"only {submitted} reached the worker")
+
+    try:
+        transport_ = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport_, base_url="http://policy", timeout=60) as http:
+            old = (await http.post("/v1/chat/completions", json=chat)).json()
+            gate = threading.Event()
+            service._worker.submit(gate.wait)  # the worker is busy: everything after queues in order
+            running = asyncio.create_task(http.post("/v1/chat/completions", json=chat))
+            await until(3)
+            push = asyncio.create_task(http.post("/weights", **request))
+            await until(4)
+            later = asyncio.create_task(http.post("/v1/chat/completions", json=chat))
+            await until(5)
+            gate.set()
+            running, push, later = (await running).json(), (await push).json(), (await later).json()
+            assert submitted == ["_generate_now", "wait", "_generate_now", job, "_generate_now"]
+            assert push["version"] == 1 and push["queued_s"] > 0 and push["transport"] == transport
+            assert (running["system_fingerprint"], running["choices"]) == ("v0", old["choices"])
+            assert later["system_fingerprint"] == "v1" and later["choices"] != old["choices"]
+            reloaded = await http.post("/reload", json={"model": str(tiny_model_dir("qwen2_vl", seed=1))})
+            assert reloaded.status_code == 200
+            assert (await http.post("/v1/chat/completions", json=chat)).json()["choices"] == later["choices"]
+    finally:
+        service.close()
+    assert list(shm_dir.iterdir()) == []
+
+
+async def test_a_body_larger_than_the_weights_is_refused_unread(tiny_dir, shm_dir, monkeypatch):
+    monkeypatch.setattr("webgym_rollout.policy_server._WEIGHTS_HEADER_ALLOWANCE", 0)
+    app = create_app(PolicyServerSettings(model=str(tiny_dir), port=0, served_model_name="tiny"))
+    weights = load_model(tiny_dir).state_dict()
+    body = _safetensors_bytes(weights)  # header + weights > weights alone
+    path = shm_dir / "webgym-weights-large.safetensors"
+    _write_shared_file(str(path), weights)
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://policy") as http:
+            answer = await http.post("/weights", content=body, headers=_OCTETS)
+            named = await http.post("/weights", json={"shm": str(path)})
+        assert answer.status_code == 400
+        assert f"the body ({len(body)} bytes) is larger than" in answer.json()["error"]["message"]
+        assert named.status_code == 400 and f"holds {len(body)} bytes" in named.json()["error"]["message"]
+    finally:
+        app.state.service.close()
+
+
+def test_views_stand_in_only_for_whole_aligned_cpu_tensors():
+    """Where the served tensors overlap partially, or a slot is not aligned to its element size,
+    the server copies from the file instead of pointing at it (`_view_groups` says None)."""
+    import torch
+
+    from webgym_rollout.policy_server import _TensorSlot, _view_groups
+
+    weight = torch.zeros(4, 4)
+    tied = {"a": weight, "b": weight, "c": torch.zeros(3)}
+    slots = {key: _TensorSlot("F32", tuple(t.shape), 8 + 64 * i, 8 + 64 * i + t.numel() * 4)
+             for i, (key, t) in enumerate(tied.items())}
+    assert _view_groups(tied, slots) == [["a", "b"], ["c"]]
+    assert _view_groups(tied, {**slots, "c": _TensorSlot("F32", (3,), 10, 22)}) is None
+    assert _view_groups({"a": weight, "row": weight[1]}, {"a": slots["a"], "row": slots["c"]}) is None
