@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 
 import psutil
 
-__all__ = ["free_port", "tree_cpu_s", "tree_rss_mb"]
+__all__ = ["free_port", "stop", "tree_cpu_s", "tree_rss_mb"]
 
 
 def free_port() -> int:
@@ -46,3 +47,13 @@ def tree_rss_mb(pid: int) -> float:
         except psutil.Error:
             continue
     return total / 2**20
+
+
+def stop(process: subprocess.Popen, timeout_s: float = 30) -> None:
+    """Terminate `process`, and kill it if it has not exited within `timeout_s`."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -11,9 +11,10 @@ One run, all on 127.0.0.1:
    to click: benchmarks/RESULTS.md);
 3. on the held-out seeds: the pixel-random baseline (uniform clicks on the 0-1000 grid,
    well-formed replies), the DOM-aware random bootstrap policy and the untrained model (temperature 0);
-4. `webgym_rl.loop.run_loop`: iteration 0 rolls out the DOM-aware random policy, every iteration
-   trains filtered_bc on the successes of the last iterations and evaluates the new checkpoint on
-   the held-out seeds at temperature 0; later iterations roll out the model (temperature 1);
+4. `webgym_rl.loop.run_loop` with the shipped recipe ``miniwob-cpu`` (``webgym-rl loop --config
+   miniwob-cpu``): round 0 rolls out the DOM-aware random policy, every round trains filtered_bc on
+   the successes of the last rounds (the resident trainer) and evaluates the new version on the
+   held-out seeds at temperature 0; later rounds roll out the model (temperature 1);
 5. optionally the shuffled-screenshot control: the final checkpoint evaluated on the held-out seeds
    with each screenshot swapped for one from another episode (`--control`);
 6. prints a table, writes OUT/learning_miniwob.png (success and valid-action rate per iteration
@@ -48,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 HELDOUT_SEED_BASE = 100_000
 """Held-out seeds start here: no training seed reaches it."""
+RECIPE = "miniwob-cpu"
+"""The shipped loop recipe this benchmark runs (`webgym_rl.loop.recipes`), with its own sizes."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -114,16 +117,15 @@ def screenshot_pool(trajectories: Path) -> list[bytes]:
 
 def rollout(tasks: Path, out: Path, policy_settings: Any, services: Any, loop: Any, *,
             policy: Any = None, split: str = "test") -> dict[str, Any]:
-    """Roll out `tasks` into `out` as `split` episodes (held-out: test); the stats of the dataset."""
-    from webgym_rollout.runner import RunSettings, run
+    """Roll out `tasks` into `out` as `split` episodes (held-out: test), with the loop's own rollout
+    settings (`webgym_rl.loop.phases.run_settings`); the stats of the dataset."""
+    from webgym_rl.loop.phases import run_settings
+    from webgym_rollout.runner import run
     from webgym_rollout.trajectory import read_episodes
 
-    env = dataclasses.replace(loop.env, sites_url=services.sites_url())
-    # Episodes run asynchronously, as in the loop's own rollouts (its --mode is about the loop).
-    schedule = dataclasses.replace(loop.rollout, mode="async")
-    settings = RunSettings(tasks=tasks, servers=services.browser_urls(), out=out, split=split,
-                           horizon_table=split, resume=True, progress=loop.progress, rollout=schedule,
-                           env=env, policy=policy_settings, judge=loop.judge)
+    settings = dataclasses.replace(
+        run_settings(loop, services, tasks=tasks, out=out, split=split, index=0, horizon_table=split),
+        policy=policy_settings)
     began = time.perf_counter()
     asyncio.run(run(settings, policy=policy))
     stats = read_episodes(out).stats().as_dict()
@@ -132,16 +134,9 @@ def rollout(tasks: Path, out: Path, policy_settings: Any, services: Any, loop: A
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     from webgym_core.endpoint import Endpoint
-    from webgym_rl.loop import LoopSettings, run_loop
-    from webgym_rl.samples import Objective, SampleSelection
-    from webgym_rl.services import LoopServices, PolicyEndpointSettings
+    from webgym_rl.loop import LoopServices, load_recipe, run_loop
     from webgym_rl.tiny import TinyModelSettings, build_tiny_model
-    from webgym_rl.train import TrainingSettings
-    from webgym_rollout.agent import AgentSettings
-    from webgym_rollout.browser.pool import PoolSettings
-    from webgym_rollout.env import EnvSettings
     from webgym_rollout.policy import OpenAIPolicy, PolicySettings, RandomPolicySettings, SamplingSettings
-    from webgym_rollout.runner import RolloutSettings
 
     started = time.perf_counter()
     out: Path = args.out
@@ -155,26 +150,19 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     model_dir = out / "model"
     if not (model_dir / "config.json").is_file():
         build_tiny_model(model_dir, settings=tiny)
-    agent = AgentSettings(variant=args.variant, full_rounds=1)
-    loop = LoopSettings(
-        tasks=str(train_tasks), model=str(model_dir), out=str(out / "loop"), iterations=args.iterations,
-        split="train", bootstrap_policy="random", eval_every=1, eval_tasks=str(heldout_tasks),
-        eval_split="test", eval_temperature=0.0, seed=args.seed, progress=args.progress,
-        rollout=RolloutSettings(concurrency=args.concurrency, mode="sync"),
-        env=EnvSettings(viewport="320x240", miniwob_horizon=args.horizon),
-        pool=PoolSettings(browsers=1, contexts_per_browser=args.concurrency),
-        policy=PolicyEndpointSettings(endpoint=Endpoint(model="tiny-policy"),
-                                      max_new_tokens=args.max_new_tokens,
-                                      sampling=SamplingSettings(temperature=args.temperature,
-                                                                max_tokens=args.max_new_tokens),
-                                      agent=agent),
-        training=TrainingSettings(objective=Objective.FILTERED_BC, learning_rate=args.learning_rate,
-                                  max_steps=args.max_steps, per_device_batch_size=args.batch_size,
-                                  samples=SampleSelection(last_k_iterations=args.last_k),
-                                  log_with="none", log_every=50))
+    # The shipped CPU recipe, with this run's sizes.
+    loop = load_recipe(
+        RECIPE, tasks=str(train_tasks), model=str(model_dir), out=str(out / "loop"),
+        iterations=args.iterations, eval_tasks=str(heldout_tasks), seed=args.seed, progress=args.progress,
+        concurrency=args.concurrency, pool={"contexts_per_browser": args.concurrency},
+        miniwob_horizon=args.horizon, learning_rate=args.learning_rate, max_steps=args.max_steps,
+        per_device_batch_size=args.batch_size, last_k_iterations=args.last_k,
+        policy={"model": "tiny-policy", "max_new_tokens": args.max_new_tokens,
+                "max_tokens": args.max_new_tokens, "temperature": args.temperature, "variant": args.variant})
+    agent = loop.policy.agent
     results: dict[str, Any] = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "kinds": kinds, "model": dataclasses.asdict(tiny)}
+        "kinds": kinds, "model": dataclasses.asdict(tiny), "recipe": RECIPE}
     baselines = out / "baselines"
     with LoopServices(loop) as services:
         results["pixel_random"] = rollout(heldout_tasks, baselines / "pixel-random",
@@ -186,33 +174,30 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                                                        random=RandomPolicySettings(seed=args.seed)),
                                         services, loop)
         greedy = SamplingSettings(temperature=0.0, max_tokens=args.max_new_tokens)
-
-        def model_policy(checkpoint: str) -> PolicySettings:
-            base_url, name = services.serve(checkpoint)
-            return PolicySettings(kind="openai", endpoint=Endpoint(base_url=base_url, model=name),
-                                  sampling=greedy, agent=agent)
-
-        results["untrained"] = rollout(heldout_tasks, baselines / "untrained", model_policy(str(model_dir)),
-                                       services, loop)
+        # The loop's policy endpoint, started here with the untrained model (version 0); the loop
+        # then publishes each trained version to it, and it serves the last one when the loop ends.
+        served = PolicySettings(kind="openai", sampling=greedy, agent=agent, endpoint=Endpoint(
+            base_url=services.start_policy(str(model_dir)), model=loop.policy.served_name))
+        results["untrained"] = rollout(heldout_tasks, baselines / "untrained", served, services, loop)
         log_line(results)
         loop_began = time.perf_counter()
         loop_result = run_loop(loop, services=services)
         results["loop_seconds"] = time.perf_counter() - loop_began
         results["iterations"] = []
-        for i, record in enumerate(loop_result.iterations):
-            evaluation, train = record.get("eval", {}), record.get("train", {})
-            roll = record.get("rollout", {})
+        for i, record in enumerate(loop_result.rounds):
+            evaluation = record.eval.model_dump() if record.eval else {}
+            train = record.train.model_dump() if record.train else {}
             results["iterations"].append({
-                "iteration": i, "eval": _stats(evaluation), "rollout": _stats(roll),
-                "train": {k: train.get(k) for k in ("steps", "first_loss", "last_loss", "seconds", "skipped")}
-                | {"samples": (train.get("counts") or {}).get("steps_kept")},
+                "iteration": i, "eval": _stats(evaluation),
+                "rollout": _stats(record.rollout.model_dump() if record.rollout else {}),
+                "train": {k: train.get(k) for k in ("steps", "first_loss", "last_loss", "seconds", "skipped",
+                                                    "samples")},
                 "eval_out": evaluation.get("out")})
         if args.control:
             pool = screenshot_pool(Path(results["iterations"][-1]["eval_out"]))
-            settings = model_policy(loop_result.checkpoint)
-            wrapped = ShuffledScreenshots(OpenAIPolicy(settings.endpoint, sampling=greedy, agent=agent), pool,
+            wrapped = ShuffledScreenshots(OpenAIPolicy(served.endpoint, sampling=greedy, agent=agent), pool,
                                           seed=args.seed)
-            results["shuffled"] = rollout(heldout_tasks, baselines / "shuffled", settings, services, loop,
+            results["shuffled"] = rollout(heldout_tasks, baselines / "shuffled", served, services, loop,
                                           policy=wrapped)
     results["seconds"] = time.perf_counter() - started
     write_outputs(out, results)

@@ -1,5 +1,5 @@
-"""Asynchronous vs synchronous rollout: steps/s of ``webgym-rollout run --mode async`` and
-``--mode sync`` on the same tasks, browsers and policy, measured side by side in one run.
+"""Asynchronous vs synchronous rollout: steps/s of ``webgym-rollout run`` (asynchronous) and
+``--lockstep`` on the same tasks, browsers and policy, measured side by side in one run.
 
 Set-up (all on 127.0.0.1, started and stopped by this script):
 
@@ -14,7 +14,7 @@ Set-up (all on 127.0.0.1, started and stopped by this script):
   ends some at once, others run to the horizon).
 
 Phases: (1) browser capacity: async with no added latency (the browsers are the bottleneck);
-(2) ``--mode async`` with ``--concurrency`` episodes; (3) ``--mode sync`` with batches of the same
+(2) asynchronous with ``--concurrency`` episodes; (3) ``--lockstep`` with batches of the same
 size. Reported: steps/s of each, the ratio async/sync (target >= 5x), and async steps/s as a
 fraction of the bound min(browser capacity, policy concurrency / mean latency) (target >= 80 %).
 The async run keeps a few more episodes in flight than the policy serves at once, so the policy
@@ -258,7 +258,7 @@ async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_p
     endpoint = Endpoint(base_url=policy_url, model="random-latency", max_concurrency=concurrency)
     settings = RunSettings(
         tasks=tasks, servers=(server_url,), out=work / name, progress=False,
-        rollout=RolloutSettings(concurrency=concurrency, batch_size=concurrency, mode=mode,
+        rollout=RolloutSettings(concurrency=concurrency, batch_size=concurrency, lockstep=mode == "sync",
                                 shard_episodes=1_000),
         env=EnvSettings(viewport="320x240", sites_url=sites_url, miniwob_horizon=horizon),
         policy=PolicySettings(kind="openai", endpoint=endpoint, random=RandomPolicySettings(seed=seed)))

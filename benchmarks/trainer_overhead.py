@@ -40,13 +40,13 @@ def bare_loop(model_dir: Path, samples, *, steps: int, batch_size: int, lr: floa
 
     from webgym_rl.collate import Collator
     from webgym_rl.objectives import filtered_bc
-    from webgym_rl.train import _EpochOrder
+    from webgym_rl.train import EpochOrder
     from webgym_rollout.modeling import load_model, load_processor
 
     torch.manual_seed(seed)
     model = load_model(model_dir, dtype=torch.float32).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    order = _EpochOrder(samples.weights, seed)
+    order = EpochOrder(samples.weights, seed)
     loader = torch.utils.data.DataLoader(samples, batch_size=batch_size, sampler=order,
                                          collate_fn=Collator(load_processor(model_dir)))
     done, seen = 0, 0

@@ -1,6 +1,7 @@
 """The architecture's rules, checked by import-linter (contracts in pyproject.toml): the packages
-depend one way, webgym_core <- webgym_data <- webgym_rollout <- webgym_rl <- webgym, and the browser
-server knows nothing of agents. Each package re-exports its core API from its __init__."""
+depend one way, webgym_core <- webgym_data <- webgym_rollout <- webgym_rl <- webgym, the browser
+server knows nothing of agents, and webgym_rl has no import circle. No module of webgym_rl imports
+another module's private names. Each package re-exports its core API from its __init__."""
 
 from __future__ import annotations
 
@@ -26,16 +27,42 @@ def test_the_import_contracts_hold():
 
 def test_a_contract_violation_fails_the_check(tmp_path):
     # The check is real: a module of webgym_rollout that imports webgym_rl breaks the contract.
+    _copy(tmp_path)
+    (tmp_path / "webgym_rollout" / "upward.py").write_text("import webgym_rl.train\n")
+    done = _lint(tmp_path)
+    assert done.returncode != 0
+    assert "webgym_rollout.upward -> webgym_rl.train" in done.stdout
+
+
+def _copy(tmp_path: Path) -> None:
     import shutil
 
     for package in ("webgym", "webgym_core", "webgym_data", "webgym_rollout", "webgym_rl"):
         shutil.copytree(REPO_ROOT / package, tmp_path / package, symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    (tmp_path / "webgym_rollout" / "upward.py").write_text("import webgym_rl.train\n")
+
+
+def test_an_import_circle_inside_webgym_rl_fails_the_check(tmp_path):
+    _copy(tmp_path)
+    # The state module importing the phases, which import the state: a circle.
+    state = tmp_path / "webgym_rl" / "loop" / "state.py"
+    state.write_text(state.read_text() + "\nimport webgym_rl.loop.phases  # noqa\n")
     done = _lint(tmp_path)
     assert done.returncode != 0
-    assert "webgym_rollout.upward -> webgym_rl.train" in done.stdout
+    assert "No import circle inside webgym_rl" in done.stdout and "BROKEN" in done.stdout
+
+
+def test_no_module_of_webgym_rl_imports_another_modules_private_names():
+    import ast
+
+    found = []
+    for path in sorted((REPO_ROOT / "webgym_rl").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("webgym"):
+                found += [f"{path.relative_to(REPO_ROOT)}: {node.module}.{alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert not found, found
 
 
 def test_each_package_reexports_its_core_api():

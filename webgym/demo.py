@@ -5,20 +5,22 @@ Stages (each announced on the terminal as it starts)::
     1 build      the project's sample web tasks (webgym/sample_tasks.jsonl) + MiniWoB++ training
                  seeds as task rows, through the real `webgym_data.build` path (offline: template
                  subtask instructions, rule taxonomy)                              -> OUT/tasks
-    2 servers    MiniWoB site server, browser server (Chromium), CPU policy server with a tiny random
-                 Qwen3-VL (`webgym_rl.tiny.build_tiny_model`)                   -> OUT/models/tiny-qwen3vl
+    2 servers    MiniWoB site server, browser server (Chromium), a tiny random Qwen3-VL
+                 (`webgym_rl.tiny.build_tiny_model`) for the CPU policy server -> OUT/models/tiny-qwen3vl
     3 baselines  the held-out seeds (never trained on) with the pixel-random policy and the
                  DOM-aware random policy                                       -> OUT/baselines
     4 rollout    the MiniWoB++ training seeds with the DOM-aware `random` bootstrap policy
-                                                            -> OUT/loop/iter-0000/trajectories
-    5 train      filtered_bc on the successful episodes            -> OUT/loop/iter-0000/checkpoint
-    6 reload     POST /reload: the policy server swaps in the new checkpoint
-    7 evaluate   the held-out seeds with the trained policy at temperature 0  -> OUT/loop/iter-0000/eval
+                                                          -> OUT/loop/rollouts/round-0000
+    5 train      filtered_bc on the successful episodes, by the loop's resident trainer
+    6 publish    the new weights sent to the CPU policy server in memory (no restart, no disk)
+    7 evaluate   the held-out seeds with the trained policy at temperature 0
+                                              -> OUT/loop/evals/v-0001, OUT/loop/checkpoints/v-0001
     8 report     HTML reports, the learning curve and a summary   -> OUT/report, OUT/summary.json
 
-Stages 4-7 are the online loop (`webgym_rl.loop.run_loop`, evaluating on the held-out seeds), so
-the demo runs the same code as ``webgym-rl loop``; the agent uses the compact prompt variant for
-small models. The summary compares the trained policy with both baselines on the same held-out
+Stages 4-7 are one round of the online loop (`webgym_rl.loop.run_loop`) with the shipped recipe
+``miniwob-cpu`` sized for the demo (`RECIPE`), so the demo runs the same code and settings as
+``webgym-rl loop --config miniwob-cpu``; the agent uses the compact prompt variant for small
+models. The summary compares the trained policy with both baselines on the same held-out
 seeds and reports only what was measured in this run; where the trained policy does not reach the
 benchmark's target (3x the pixel-random success), one line says so and points to the benchmark
 (``benchmarks/learning_miniwob.py``), which trains longer. Everything the demo starts it stops,
@@ -55,6 +57,8 @@ _OWN_ENTRIES = ("inputs", "tasks", "models", "baselines", "loop", "report", "sum
 HELDOUT_SEED_BASE = 100_000
 """Held-out MiniWoB++ seeds start here; training seeds count from 0 and never reach it."""
 BENCHMARK = "benchmarks/learning_miniwob.py"
+RECIPE = "miniwob-cpu"
+"""The shipped loop recipe the demo runs, sized down (`webgym_rl.loop.recipes`)."""
 """Where the longer run that shows learning lives (its plot is in the README)."""
 
 
@@ -229,34 +233,32 @@ def _notes(summary: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _heldout_rollout(tasks: Path, out: Path, policy: Any, services: Any, loop: Any) -> dict[str, Any]:
-    """Roll out the held-out `tasks` with `policy` (`PolicySettings`) into `out`; its stats."""
-    from webgym_rollout.runner import RunSettings, run
+def _heldout_rollout(run: Any) -> dict[str, Any]:
+    """Roll out the held-out tasks as `run` (`RunSettings`) says; the stats of its folder."""
+    from webgym_rollout.runner import run as run_rollout
     from webgym_rollout.trajectory import read_episodes
 
-    env = dataclasses.replace(loop.env, sites_url=services.sites_url())
-    report = asyncio.run(run(RunSettings(
-        tasks=tasks, servers=services.browser_urls(), out=out, split="test", horizon_table="test",
-        resume=True, progress=loop.progress, env=env, policy=policy, judge=loop.judge,
-        # Episodes run asynchronously, as in the loop's own rollouts (its --mode is about the loop).
-        rollout=dataclasses.replace(loop.rollout, mode="async"))))
-    return {"out": str(out), "steps_per_s": report.steps_per_s, **read_episodes(out).stats().as_dict()}
+    report = asyncio.run(run_rollout(run))
+    stats = read_episodes(run.out).stats().as_dict()
+    return {"out": str(run.out), "steps_per_s": report.steps_per_s, **stats}
 
 
-def _learning_curve(summary: dict[str, Any], iterations: list[dict[str, Any]], path: Path) -> Path:
-    """Held-out success per iteration of the trained policy, beside both baselines (flat lines)."""
+def _learning_curve(summary: dict[str, Any], rounds: list[Any], path: Path) -> Path:
+    """Held-out success of each evaluated version of the trained policy, beside both baselines (flat
+    lines)."""
     from webgym_rollout.charts import CurvePoint, write_learning_curve
 
     runs, points = summary["rollouts"], []
-    for i, record in enumerate(iterations):
-        evaluation = record.get("eval")
-        if not evaluation:
+    for record in rounds:
+        if record.eval is None:
             continue
+        evaluation = record.eval.model_dump()
         for label, run in (("trained tiny policy", evaluation), ("pixel-random", runs["pixel_random"]),
                            ("DOM-aware random", runs["dom_random"])):
             judged = run["episodes"] - run["errors"]
-            points.append(CurvePoint.from_counts(i, label, run["successes"], judged, 0.95))
-    return write_learning_curve(points, path, title="Held-out MiniWoB++ success by loop iteration")
+            points.append(CurvePoint.from_counts(record.eval.version, label, run["successes"], judged, 0.95))
+    return write_learning_curve(points, path, title="Held-out MiniWoB++ success by policy version",
+                                x_label="policy version")
 
 
 def run_demo(settings: DemoSettings) -> DemoResult:
@@ -305,83 +307,71 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     if not task_counts["miniwob_train"]:
         raise DemoError(f"the build put no MiniWoB task in {tasks_dir}; nothing to roll out")
 
-    # 2. Servers: sites and browsers, and the policy server with a tiny random model.
-    stages.stage(2, "Starting the MiniWoB site server, the browser server and the CPU policy server")
-    from webgym_core.endpoint import Endpoint
-    from webgym_rl.loop import LoopServices, LoopSettings, PolicyEndpointSettings, run_loop
-    from webgym_rl.samples import Objective
+    # 2. The recipe (the shipped CPU MiniWoB++ recipe, sized for the demo) and the servers.
+    stages.stage(2, "Starting the MiniWoB site server and the browser server; building a tiny Qwen3-VL")
+    from webgym_rl.loop import LoopServices, load_recipe, run_loop
+    from webgym_rl.loop.events import (
+        EvalStarted,
+        PhaseDone,
+        PhaseStarted,
+        PolicyServing,
+        ServiceStarted,
+    )
+    from webgym_rl.loop.phases import run_settings
     from webgym_rl.tiny import TinyModelSettings, build_tiny_model
-    from webgym_rl.train import TrainingSettings
-    from webgym_rollout.agent import AgentSettings
-    from webgym_rollout.browser.pool import PoolSettings
-    from webgym_rollout.env import EnvSettings
-    from webgym_rollout.policy import PolicySettings, RandomPolicySettings, SamplingSettings
-    from webgym_rollout.runner import RolloutSettings
+    from webgym_rollout.policy import PolicySettings, RandomPolicySettings
 
     tiny = TinyModelSettings(family="qwen3_vl", seed=settings.seed)
     model_dir = build_tiny_model(out / "models" / "tiny-qwen3vl", settings=tiny)
-    agent = AgentSettings(variant="compact", full_rounds=1)
-    loop_settings = LoopSettings(
-        tasks=str(train_tasks), model=str(model_dir), out=str(out / "loop"), iterations=1, split="train",
-        bootstrap_policy="random", eval_every=1, eval_tasks=str(heldout_tasks), eval_split="test",
-        eval_temperature=0.0, seed=settings.seed, progress=settings.progress,
-        rollout=RolloutSettings(concurrency=settings.concurrency, mode="sync"),
-        env=EnvSettings(viewport="320x240", miniwob_horizon=preset.horizon),
-        pool=PoolSettings(browsers=1, contexts_per_browser=max(1, settings.concurrency)),
-        policy=PolicyEndpointSettings(endpoint=Endpoint(model="tiny-qwen3vl"), agent=agent,
-                                      max_new_tokens=preset.max_new_tokens,
-                                      sampling=SamplingSettings(max_tokens=preset.max_new_tokens)),
-        training=TrainingSettings(objective=Objective.FILTERED_BC, learning_rate=settings.learning_rate,
-                                  max_steps=preset.max_steps, per_device_batch_size=preset.batch_size,
-                                  log_with="none"))
+    loop_settings = load_recipe(
+        RECIPE, tasks=str(train_tasks), model=str(model_dir), out=str(out / "loop"), iterations=1,
+        eval_tasks=str(heldout_tasks), seed=settings.seed, progress=settings.progress,
+        concurrency=settings.concurrency, pool={"contexts_per_browser": max(1, settings.concurrency)},
+        miniwob_horizon=preset.horizon, learning_rate=settings.learning_rate, max_steps=preset.max_steps,
+        per_device_batch_size=preset.batch_size,
+        policy={"model": "tiny-qwen3vl", "max_new_tokens": preset.max_new_tokens,
+                "max_tokens": preset.max_new_tokens})
+    agent = loop_settings.policy.agent
 
-    def on_event(kind: str, detail: dict[str, Any]) -> None:
-        phase = detail.get("phase")
-        if kind == "sites_started":
-            stages.note(f"site server {detail['url']}")
-        elif kind == "browser_started":
-            stages.note(f"browser server {detail['url']} (Chromium, {detail['seconds']:.1f} s to start)")
-        elif kind == "policy_started":
-            stages.note(f"policy server {detail['url']} serving {detail['checkpoint']}")
-        elif kind == "policy_reloaded":
-            stages.note(f"reloaded {detail['checkpoint']} in {detail['seconds']:.2f} s")
-            stages.stage(7, f"Evaluating the trained policy on the {task_counts['miniwob_heldout']} held-out "
-                            "episodes (temperature 0)")
-        elif kind == "phase_started" and phase == "rollout":
+    def on_event(event: Any) -> None:
+        if isinstance(event, ServiceStarted):
+            what = f" serving {event.checkpoint}" if event.checkpoint else ""
+            stages.note(f"{event.service} server {event.url}{what} ({event.seconds:.1f} s to start)")
+        elif isinstance(event, PhaseStarted) and event.phase == "rollout":
             stages.stage(4, f"Rolling out {task_counts['miniwob_train']} MiniWoB++ training episodes with "
                             "the DOM-aware random bootstrap policy")
-        elif kind == "phase_done" and phase == "rollout":
-            result = detail["result"]
-            stages.note(f"{result['episodes']} episodes, {result['successes']} successes -> {result['out']}")
-        elif kind == "phase_started" and phase == "train":
+        elif isinstance(event, PhaseStarted) and event.phase == "train":
             stages.stage(5, "Training the tiny policy with filtered_bc on the successful episodes")
-        elif kind == "phase_done" and phase == "train":
-            result = detail["result"]
-            stages.note(f"skipped: {result['skipped']}" if result.get("skipped") else
-                        f"{result['steps']} steps, loss {result['first_loss']:.3f} -> "
-                        f"{result['last_loss']:.3f} -> {result['checkpoint']}")
-        elif kind == "phase_started" and phase == "eval":
-            stages.stage(6, "Reloading the policy server with the new checkpoint")
+        elif isinstance(event, PhaseStarted) and event.phase == "publish":
+            stages.stage(6, "Publishing the new weights to the policy server (in memory, no restart)")
+        elif isinstance(event, PolicyServing) and event.version > 0:
+            stages.note(f"the policy server serves v{event.version} ({event.path}, {event.seconds:.2f} s)")
+        elif isinstance(event, PhaseStarted) and event.phase == "eval":
+            stages.stage(7, f"Evaluating the trained policy on the {task_counts['miniwob_heldout']} held-out "
+                            "episodes (temperature 0)")
+        elif isinstance(event, EvalStarted):
+            pass
+        elif isinstance(event, PhaseDone) and event.phase in ("rollout", "train"):
+            stages.note(f"{event.record.summary()}")
 
     baselines = out / "baselines"
     with LoopServices(loop_settings, on_event=on_event) as services:
-        services.sites_url()
-        services.browser_urls()
-        services.serve(str(model_dir))
         # 3. Both baselines on the held-out seeds.
         stages.stage(3, f"Baselines on the {task_counts['miniwob_heldout']} held-out episodes: pixel-random "
                         "and DOM-aware random")
         measured: dict[str, dict[str, Any]] = {}
         for key, kind in (("pixel_random", "pixel_random"), ("dom_random", "random")):
             policy = PolicySettings(kind=kind, agent=agent, random=RandomPolicySettings(seed=settings.seed))
-            measured[key] = _heldout_rollout(heldout_tasks, baselines / key.replace("_", "-"), policy,
-                                             services, loop_settings)
+            run = run_settings(loop_settings, services, tasks=heldout_tasks, split="test", index=0,
+                               out=baselines / key.replace("_", "-"), horizon_table="test")
+            measured[key] = _heldout_rollout(dataclasses.replace(run, policy=policy))
             stages.note(f"{key.replace('_', '-')}: {measured[key]['successes']}/{measured[key]['episodes']} "
                         "successes")
-        # 4-7. One loop iteration: rollout (DOM-aware random) -> train -> eval (reload + held-out rollout).
+        # 4-7. One round of the loop: rollout (DOM-aware random) -> train -> publish -> evaluate.
         result = run_loop(loop_settings, services=services, on_event=on_event)
-    record = result.iterations[0]
-    rollout, train, evaluation = record["rollout"], record["train"], record["eval"]
+    record = result.rounds[0]
+    rollout, train, evaluation = (r.model_dump() for r in (record.rollout, record.train, record.eval))
+    train["checkpoint"] = result.checkpoint
 
     # 8. Reports, learning curve and summary.
     stages.stage(8, "Writing the HTML reports, the learning curve and the summary")
@@ -407,7 +397,7 @@ def run_demo(settings: DemoSettings) -> DemoResult:
             "trajectories_kept": counts.get("trajectories_kept"), "steps_kept": counts.get("steps_kept"),
             "objective": counts.get("objective")}),
     }
-    curve = _learning_curve(summary, result.iterations, report_dir / "learning_curve.png")
+    curve = _learning_curve(summary, result.rounds, report_dir / "learning_curve.png")
     comparison = build_report(
         [measured["pixel_random"]["out"], measured["dom_random"]["out"], evaluation["out"]],
         labels=["pixel-random", "DOM-aware random", "trained tiny policy"])
@@ -452,7 +442,8 @@ def demo_command(out: Path, size: str, seed: int, concurrency: int, quiet: bool)
     and MiniWoB++ tasks, starts the MiniWoB site server, a Chromium browser server and a CPU policy
     server with a tiny random Qwen3-VL, measures the pixel-random and DOM-aware random policies on
     held-out seeds, rolls out the training seeds with the DOM-aware random bootstrap policy, trains
-    the tiny policy with filtered_bc on the successes, reloads it, evaluates it on the same held-out
+    the tiny policy with filtered_bc on the successes, publishes it to the policy server in memory,
+    evaluates it on the same held-out
     seeds at temperature 0, and writes HTML reports, a learning curve and a summary of what was
     measured. Everything it starts it stops, also on Ctrl-C.
 

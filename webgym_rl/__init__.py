@@ -4,7 +4,8 @@ The core API, in the order training meets it::
 
     trajectories (webgym_rollout.read_episodes) -> load_trajectories -> build_samples(sets, Objective)
         -> StepSamples -> train(TrainSettings) with the loss OBJECTIVES[objective]
-    run_loop(LoopSettings): roll out -> train -> evaluate -> push, resumable
+    run_loop(LoopSettings): roll out -> train -> publish -> evaluate -> push, resumable, under the
+        sync or async schedule with a resident trainer (webgym_rl.loop)
 
 Every name below is imported on first use, so ``import webgym_rl`` does not import torch.
 `webgym_rl.errors` draws the exception tree (root: `WebgymRLError`).
@@ -12,14 +13,15 @@ Every name below is imported on first use, so ``import webgym_rl`` does not impo
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from webgym_core.lazy import lazy_exports
 
 __version__ = "0.2.0"
 
 _EXPORTS = {
     "OBJECTIVES": "webgym_rl.objectives",
-    "LoopSettings": "webgym_rl.loop",
+    "LoopSettings": "webgym_rl.loop.settings",
     "Objective": "webgym_rl.samples",
     "SampleSelection": "webgym_rl.samples",
     "StepSamples": "webgym_rl.samples",
@@ -28,7 +30,7 @@ _EXPORTS = {
     "WebgymRLError": "webgym_rl.errors",
     "build_samples": "webgym_rl.samples",
     "load_trajectories": "webgym_rl.samples",
-    "run_loop": "webgym_rl.loop",
+    "run_loop": "webgym_rl.loop.run",
     "train": "webgym_rl.train",
 }
 
@@ -49,19 +51,11 @@ __all__ = [
 
 if TYPE_CHECKING:
     from webgym_rl.errors import WebgymRLError
-    from webgym_rl.loop import LoopSettings, run_loop
+    from webgym_rl.loop.run import run_loop
+    from webgym_rl.loop.settings import LoopSettings
     from webgym_rl.objectives import OBJECTIVES
     from webgym_rl.samples import Objective, SampleSelection, StepSamples, build_samples, load_trajectories
     from webgym_rl.train import TrainingSettings, TrainSettings, train
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'webgym_rl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -19,7 +19,7 @@
           ├── LoopSettingsError (ValueError) a bad setting (names the field or flag)
           ├── LoopStateError                 OUT/loop_state.json is unreadable or belongs to another run
           ├── PolicyEndpointError            the policy endpoint could not be started, reached or reloaded
-          └── PhaseFailed                    a phase failed (names the iteration and phase; the cause is
+          └── PhaseFailed                    a phase failed (names the round and phase; the cause is
                                              chained)
 
 Settings read from the command line or YAML are checked by `webgym_core.settings`, which reports
@@ -119,11 +119,11 @@ class PolicyEndpointError(LoopError):
 
 
 class PhaseFailed(LoopError):
-    """One phase of one iteration failed; earlier iterations are intact and a rerun resumes here."""
+    """One phase of one round failed; earlier rounds are intact and a rerun resumes here."""
 
-    def __init__(self, iteration: int, phase: str, cause: BaseException, out: Path):
-        self.iteration, self.phase = iteration, phase
+    def __init__(self, r: int, phase: str, cause: BaseException, out: Path):
+        self.round, self.phase = r, phase
         detail = " ".join(str(cause).split()) or type(cause).__name__
         super().__init__(
-            f"iteration {iteration}, phase '{phase}' failed: {type(cause).__name__}: {detail}. "
-            f"Earlier iterations are intact in {out}; rerun the same command to resume at this phase.")
+            f"round {r}, phase '{phase}' failed: {type(cause).__name__}: {detail}. "
+            f"Earlier rounds are intact in {out}; rerun the same command to resume at this phase.")

@@ -25,7 +25,7 @@ from webgym_rl.errors import MergeError
 from webgym_rollout.modeling import ModelingError, load_model
 
 __all__ = ["ADAPTER_CONFIG", "adapter_base", "apply_adapter", "is_adapter", "merge_adapter",
-           "merge_command"]
+           "merge_command", "merged_state_dict"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,35 @@ def apply_adapter(model, adapter_dir: str | Path, *, trainable: bool = False):
         raise MergeError(f"cannot apply the adapter {adapter_dir} to {base}: {len(unused)} of its "
                          f"{len(saved)} weights match no module of the base model (first: {unused[0]})")
     return adapted
+
+
+def merged_state_dict(adapted) -> dict:
+    """The weights of the peft model `adapted` with its active LoRA adapters folded in, under the
+    base model's own names (those of ``merge_and_unload().state_dict()``), without changing
+    `adapted`: the adapter keeps training. Each wrapped weight becomes ``W + delta`` (a new tensor;
+    peft's ``get_delta_weight`` applies the scale); every other tensor is the model's own (no copy:
+    use the result before the next training step)."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    base = adapted.get_base_model()
+    deltas: dict[str, torch.Tensor] = {}
+    for name, module in base.named_modules():
+        if isinstance(module, LoraLayer):
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    delta = module.get_delta_weight(adapter).detach()
+                    key = f"{name}.weight"
+                    deltas[key] = deltas[key] + delta if key in deltas else delta
+    merged = {}
+    with torch.no_grad():
+        for key, value in base.state_dict().items():
+            if ".lora_" in key:
+                continue
+            plain = key.replace(".base_layer.", ".")
+            delta = deltas.get(plain)
+            merged[plain] = value.detach() if delta is None else value.detach() + delta.to(value.dtype)
+    return merged
 
 
 def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base: str | Path | None = None,

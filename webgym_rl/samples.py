@@ -133,6 +133,10 @@ class SampleCounts:
     steps_kept: int = 0
     same_as_next_dropped: int = 0
     iterations_kept: list[int] = field(default_factory=list)
+    iteration_weights: dict[str, float] = field(default_factory=dict)
+    """The sampling weight of each kept iteration's samples (filtered_bc: recency; else 1.0)."""
+    samples_by_iteration: dict[str, int] = field(default_factory=dict)
+    """Samples kept from each iteration: where the training data came from."""
     skipped: dict[str, int] = field(default_factory=dict)
     """Episodes not used, by reason."""
 
@@ -173,12 +177,15 @@ class StepSamples:
     """A map-style dataset of `Sample` (usable by a torch ``DataLoader``); images decode lazily."""
 
     def __init__(self, sources: Sequence[TrajectorySet], refs: Sequence[_StepRef],
-                 advantages: Sequence[float], weights: Sequence[float], counts: SampleCounts):
+                 advantages: Sequence[float], weights: Sequence[float], counts: SampleCounts,
+                 iterations: Sequence[int] | None = None):
         self.sources = list(sources)
         self._refs = list(refs)
         self.advantages = list(advantages)
         self.weights = list(weights)
         """Relative sampling weight of each sample (recency); all 1.0 when uniform."""
+        self.iterations = list(iterations) if iterations is not None else [0] * len(self._refs)
+        """The iteration (loop round) each sample's episode belongs to: its provenance."""
         self.counts = counts
         # Arrow rows: reading one step's bytes decodes nothing else of the episode.
         self._tables = [source.dataset.with_format("arrow") for source in self.sources]
@@ -366,8 +373,12 @@ def _advantages(objective: Objective, episodes: list[_Candidate], selection: Sam
 
 
 def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
-                  selection: SampleSelection | None = None) -> StepSamples:
+                  selection: SampleSelection | None = None, *, newest: int | None = None) -> StepSamples:
     """Select the training samples of `objective` from `sources` (see the module docstring).
+
+    The last-K window and the recency ages count back from iteration `newest` (the loop's current
+    round: an iteration without trainable episodes still takes its place in the window); by default
+    from the newest iteration present in the data.
 
     Raises `NoTrainingDataError` when the set is empty, has no rewards, or nothing survives."""
     try:
@@ -388,9 +399,16 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
 
     last_k = selection.last_k_iterations
     iterations = sorted({episode.iteration for episode in episodes})
-    kept_iterations = iterations[-last_k:] if last_k > 0 else iterations
-    age = {it: len(kept_iterations) - 1 - i for i, it in enumerate(kept_iterations)}
+    if newest is None:
+        kept_iterations = iterations[-last_k:] if last_k > 0 else iterations
+        age = {it: len(kept_iterations) - 1 - i for i, it in enumerate(kept_iterations)}
+    else:
+        kept_iterations = [it for it in iterations if it <= newest and (last_k == 0 or it > newest - last_k)]
+        age = {it: newest - it for it in kept_iterations}
     counts.iterations_kept = kept_iterations
+    counts.iteration_weights = {
+        str(it): (age[it] + 1) ** -selection.recency_power if objective is Objective.FILTERED_BC else 1.0
+        for it in kept_iterations}
     older = [e for e in episodes if e.iteration not in age]
     if older:
         skipped[f"episodes older than the last {last_k} iterations"] += len(older)
@@ -408,11 +426,10 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
                                       "nothing to imitate")
     advantage_of = _advantages(objective, episodes, selection, names)
 
-    refs, advantages, weights = [], [], []
+    refs, advantages, weights, provenance = [], [], [], []
     for episode, advantage in zip(episodes, advantage_of, strict=True):
         counts.trajectories_kept += 1
-        weight = ((age[episode.iteration] + 1) ** -selection.recency_power
-                  if objective is Objective.FILTERED_BC else 1.0)
+        weight = counts.iteration_weights[str(episode.iteration)]
         for j, same in enumerate(episode.same_as_next):
             if same and selection.drop_same_as_next:
                 counts.same_as_next_dropped += 1
@@ -420,10 +437,12 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
             refs.append(_StepRef(episode.source, episode.row, j))
             advantages.append(advantage)
             weights.append(weight)
+            provenance.append(episode.iteration)
     counts.steps_kept = len(refs)
+    counts.samples_by_iteration = {str(it): n for it, n in sorted(Counter(provenance).items())}
     counts.skipped = dict(skipped)
     if not refs:
         raise NoTrainingDataError(f"{objective.value}: the kept trajectories in {names} have no trainable "
                                   f"steps ({counts.same_as_next_dropped} same_as_next steps dropped)")
     log.info("%s", counts.summary())
-    return StepSamples(sources, refs, advantages, weights, counts)
+    return StepSamples(sources, refs, advantages, weights, counts, provenance)

@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -44,8 +45,9 @@ from webgym_core.settings import flat, load_settings, settings_options, settings
 from webgym_rl.errors import ResumeError, TrainingError, TrainSettingsError, WebgymRLError
 from webgym_rl.samples import Objective, SampleSelection
 
-__all__ = ["ResumeError", "TrainResult", "TrainSettings", "TrainSettingsError", "TrainingError",
-           "TrainingSettings", "complete_checkpoints", "train", "train_command"]
+__all__ = ["EpochOrder", "FitResult", "ResumeError", "TrainResult", "TrainSettings", "TrainSettingsError",
+           "Trainer", "TrainingError", "TrainingSettings", "complete_checkpoints", "make_accelerator",
+           "steps_for", "train", "train_command"]
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +201,7 @@ class TrainResult:
     """The trained (unwrapped) model of this process."""
 
 
-class _EpochOrder:
+class EpochOrder:
     """Sample indices of one epoch, a pure function of (seed, epoch): resuming replays it exactly.
 
     With unequal weights, draws with replacement in proportion to them (recency weighting); else a
@@ -233,15 +235,15 @@ def complete_checkpoints(out: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
 
 
-def _starting_point(settings: TrainSettings) -> tuple[str, str | None, Path | None]:
-    """The model `settings.model` names: (base model, its Hub revision, the LoRA adapter to train on
-    or None)."""
+def _starting_point(model: str, revision: str | None, training: TrainingSettings
+                    ) -> tuple[str, str | None, Path | None]:
+    """The model `model` names: (base model, its Hub revision, the LoRA adapter to train on or None)."""
     from webgym_rl.errors import MergeError
     from webgym_rl.merge import adapter_base, is_adapter
 
-    model, revision, adapter = settings.model, settings.model_revision, None
+    adapter = None
     if is_adapter(model):
-        if not settings.training.lora:
+        if not training.lora:
             raise TrainSettingsError(f"model: {model} is a LoRA adapter; train it on with --lora, or merge "
                                      "it into its base model first (webgym-rl merge) for a full fine-tune")
         adapter = Path(model)
@@ -250,7 +252,7 @@ def _starting_point(settings: TrainSettings) -> tuple[str, str | None, Path | No
         except MergeError as exc:
             raise TrainSettingsError(f"model: {exc}") from exc
         revision = revision if revision is not None else recorded
-        _check_adapter_shape(settings.training, adapter)
+        _check_adapter_shape(training, adapter)
     if revision is None and not Path(model).exists():
         revision = "main"
     return model, revision, adapter
@@ -285,25 +287,9 @@ def _mixed_precision(setting: str) -> str | None:
     return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
 
 
-def _tracker_config(settings: TrainSettings) -> dict[str, Any]:
+def _tracker_config(settings: Any) -> dict[str, Any]:
     return {k: (v if isinstance(v, int | float | str | bool) else json.dumps(v))
             for k, v in settings_to_dict(settings).items()}
-
-
-def _save_checkpoint(accelerator, model, processor, settings: TrainSettings, state: dict[str, Any]) -> Path:
-    ckpt = settings.out_dir / f"{CHECKPOINT_PREFIX}{state['step']:06d}"
-    accelerator.save_state(str(ckpt / "training_state"))
-    state_dict = accelerator.get_state_dict(model)
-    accelerator.unwrap_model(model).save_pretrained(
-        ckpt, is_main_process=accelerator.is_main_process, save_function=accelerator.save,
-        state_dict=state_dict)
-    if accelerator.is_main_process:
-        processor.save_pretrained(ckpt)
-        # Written last: a folder with this file is a complete checkpoint.
-        (ckpt / STATE_FILE).write_text(json.dumps(state, indent=1))
-    accelerator.wait_for_everyone()
-    log.info("saved checkpoint %s", ckpt)
-    return ckpt
 
 
 def _with_behaviour(collator: Any, samples: list[Any]) -> dict[str, Any]:
@@ -318,18 +304,304 @@ def _with_behaviour(collator: Any, samples: list[Any]) -> dict[str, Any]:
     return batch
 
 
+def make_accelerator(training: TrainingSettings, out: Path) -> Any:
+    """The `Accelerator` of a training run: it owns devices, processes and precision (creating it
+    trains nothing; ``accelerate launch`` and the Accelerate config decide the layout)."""
+    from accelerate import Accelerator
+
+    return Accelerator(
+        gradient_accumulation_steps=training.gradient_accumulation_steps,
+        mixed_precision=_mixed_precision(training.mixed_precision),
+        log_with=None if training.log_with == "none" else training.log_with,
+        project_dir=str(out), rng_types=[],
+    )
+
+
+def steps_for(samples: int, training: TrainingSettings, num_processes: int = 1) -> int:
+    """Optimizer steps one pass of `training` makes over `samples` samples: ``max_steps``, else
+    ``epochs`` passes of per-process batches after sharding (at least one step)."""
+    if training.max_steps:
+        return training.max_steps
+    batches_per_epoch = math.ceil(math.ceil(samples / training.per_device_batch_size) / num_processes)
+    steps_per_epoch = max(1, math.ceil(batches_per_epoch / training.gradient_accumulation_steps))
+    return math.ceil(training.epochs * steps_per_epoch)
+
+
+@dataclass
+class FitResult:
+    """What one `Trainer.fit` call did."""
+
+    steps: int
+    """Optimizer steps of this call."""
+    log_history: list[dict[str, float]]
+    """One entry per optimizer step of this call: step (counted over the trainer's life), loss, lr,
+    grad_norm."""
+    samples_seen: int
+    """Samples this process trained on in this call."""
+    loop_seconds: float
+    loop_cpu_seconds: float
+
+
+class Trainer:
+    """A policy, its optimizer, its learning-rate schedule and the Accelerate state, kept in memory.
+
+    `fit` trains on a set of samples for a number of optimizer steps and may be called again on
+    other samples without reloading anything: `train` calls it once; the loop's resident trainer
+    (`webgym_rl.loop.resident`) once per round, so Adam's moments and the schedule run on across
+    rounds as in one continuous run. `save` writes a full checkpoint (model or adapter, processor,
+    optimizer, schedule, RNG: ``training_state/``, then ``trainer_state.json`` last); `load` restores
+    one. `servable_state_dict` / `save_servable` give the weights a policy server loads (a LoRA
+    adapter merged into its base model's weights).
+
+    `total_steps` sizes the learning-rate schedule over the trainer's whole life (None: only a
+    ``constant`` schedule, which needs no length).
+    """
+
+    def __init__(self, *, model: str, model_revision: str | None, training: TrainingSettings, out: Path,
+                 seed: int, total_steps: int | None, tracker_config: dict[str, Any] | None = None,
+                 accelerator: Any = None):
+        import torch
+        from accelerate.utils import set_seed
+        from transformers import get_scheduler
+
+        from webgym_rl.collate import Collator
+        from webgym_rl.objectives import OBJECTIVES
+        from webgym_rollout.modeling import load_model, load_processor
+
+        t = self.training = training
+        self.out = Path(out)
+        base, revision, adapter = _starting_point(model, model_revision, training)
+        self.base_model, self.base_revision, self.start_adapter = base, revision, adapter
+        if total_steps is None and t.lr_scheduler != "constant":
+            raise TrainSettingsError(f"lr_scheduler: {t.lr_scheduler} needs the number of optimizer steps "
+                                     "in advance: give --max-steps (per round), or use 'constant'")
+        self.accelerator = accelerator = accelerator or make_accelerator(t, self.out)
+        self.processor = load_processor(base, revision=revision, min_pixels=t.min_pixels,
+                                        max_pixels=t.max_pixels)
+        self.collator = Collator(self.processor)
+        set_seed(seed)
+        net = load_model(base, revision=revision, dtype=getattr(torch, t.model_dtype))
+        net.train()
+        if t.gradient_checkpointing:
+            net.config.use_cache = False
+            if hasattr(net, "activation_checkpointing_enable"):  # transformers >= 5.2x
+                net.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if t.lora:
+            from peft import LoraConfig, get_peft_model
+
+            from webgym_rl.merge import apply_adapter
+
+            if t.gradient_checkpointing:
+                net.enable_input_require_grads()
+            if adapter is not None:  # the same adapter trains on: the result still adapts `base`
+                net = apply_adapter(net, adapter, trainable=True)
+            else:
+                net = get_peft_model(net, LoraConfig(
+                    r=t.lora_rank, lora_alpha=t.lora_alpha, lora_dropout=t.lora_dropout,
+                    target_modules=list(t.lora_target_modules)))
+        optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad],
+                                      lr=t.learning_rate, weight_decay=t.weight_decay)
+        # Accelerate steps a prepared scheduler once per process per optimizer step.
+        n = accelerator.num_processes
+        scheduler = get_scheduler(t.lr_scheduler, optimizer, num_warmup_steps=t.warmup_steps * n,
+                                  num_training_steps=(total_steps or 1) * n)
+        self.model, self.optimizer, self.scheduler = accelerator.prepare(net, optimizer, scheduler)
+        self.objective = Objective(t.objective)
+        self.loss = OBJECTIVES[self.objective]
+        self.step = 0
+        """Optimizer steps over the trainer's life."""
+        self.log_history: list[dict[str, float]] = []
+        if accelerator.is_main_process and t.log_with != "none":
+            self.out.mkdir(parents=True, exist_ok=True)
+        accelerator.init_trackers("logs", config=tracker_config or {})
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.accelerator.is_main_process
+
+    @property
+    def num_processes(self) -> int:
+        return self.accelerator.num_processes
+
+    def check(self, sample: Any) -> None:
+        """Encode one sample now: one the processor rejects stops a run before its first step."""
+        self.collator([sample])
+
+    def loader(self, samples: Any, order: Any) -> Any:
+        """A prepared DataLoader over `samples` (a map-style dataset of `Sample`) in `order` (a
+        sampler; `EpochOrder` for recency-weighted epochs)."""
+        import torch
+
+        loader = torch.utils.data.DataLoader(
+            samples, batch_size=self.training.per_device_batch_size, sampler=order,
+            collate_fn=functools.partial(_with_behaviour, self.collator))
+        return self.accelerator.prepare_data_loader(loader)
+
+    def fit(self, loader: Any, order: Any, *, until: int, position: dict[str, int] | None = None,
+            save_every: int = 0, on_save: Callable[[], None] | None = None, progress: Any = None
+            ) -> FitResult:
+        """Train on `loader` (from `loader`, over sampler `order`) until the trainer has made `until`
+        optimizer steps in all. `position` (``epoch``, ``batches_in_epoch``; updated in place) is where
+        in the data order to start: a resumed run skips the batches it has seen. `on_save()` is called
+        every `save_every` optimizer steps before the last, with the log history up to date."""
+        t, accelerator = self.training, self.accelerator
+        position = position if position is not None else {"epoch": 0, "batches_in_epoch": 0}
+        first_step, samples_seen = self.step, 0
+        window_loss, window_batches, window_metrics = 0.0, 0, {}
+        # Per-step figures stay tensors until a log step: no device sync (.item()) on every step.
+        pending: list[tuple[int, int, Any, float, Any, dict[str, Any]]] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            entries = [{"step": step, "loss": float(loss_t), "lr": lr,
+                        "grad_norm": float(norm_t) if norm_t is not None else float("nan")}
+                       for step, _epoch, loss_t, lr, norm_t, _extra in pending]
+            self.log_history.extend(entries)
+            means = {f"train/{k}": float(sum(e[5][k] for e in pending)) / len(pending)
+                     for k in pending[-1][5]}
+            accelerator.log({"train/loss": sum(e["loss"] for e in entries) / len(entries),
+                             "train/lr": entries[-1]["lr"],
+                             "train/grad_norm": sum(e["grad_norm"] for e in entries) / len(entries),
+                             "train/epoch": pending[-1][1], **means}, step=entries[-1]["step"])
+            if progress is not None:
+                progress.update(len(entries))
+                progress.set_postfix(loss=f"{entries[-1]['loss']:.4f}")
+            pending.clear()
+
+        started, started_cpu = time.perf_counter(), time.process_time()
+        while self.step < until:
+            if position["batches_in_epoch"] >= len(loader):
+                position["epoch"], position["batches_in_epoch"] = position["epoch"] + 1, 0
+            order.epoch = position["epoch"]
+            epoch_loader = (accelerator.skip_first_batches(loader, position["batches_in_epoch"])
+                            if position["batches_in_epoch"] else loader)
+            for batch in epoch_loader:
+                labels, advantages = batch.pop("labels"), batch.pop("advantages")
+                behaviour = batch.pop("behaviour_logprobs")
+                with accelerator.accumulate(self.model):
+                    logits = self.model(**batch).logits
+                    if self.objective is Objective.REINFORCE:
+                        loss, metrics = self.loss(logits, labels, advantages, behaviour, t.importance_clip)
+                    else:
+                        loss, metrics = self.loss(logits, labels, advantages)
+                    accelerator.backward(loss)
+                    grad_norm = None
+                    if accelerator.sync_gradients and t.max_grad_norm > 0:
+                        grad_norm = accelerator.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    self.optimizer.zero_grad()
+                position["batches_in_epoch"] += 1
+                samples_seen += labels.shape[0]
+                window_loss += loss.detach().float()
+                window_batches += 1
+                for key, value in metrics.items():
+                    window_metrics[key] = window_metrics.get(key, 0.0) + value
+                if not accelerator.sync_gradients:
+                    continue
+                self.step += 1
+                mean_loss = accelerator.reduce(window_loss / window_batches, reduction="mean")
+                pending.append((self.step, position["epoch"], mean_loss, self.scheduler.get_last_lr()[0],
+                                grad_norm, {k: v / window_batches for k, v in window_metrics.items()}))
+                window_loss, window_batches, window_metrics = 0.0, 0, {}
+                if self.step % t.log_every == 0:
+                    flush()
+                if save_every and on_save is not None and self.step % save_every == 0 and self.step < until:
+                    flush()
+                    on_save()
+                if self.step >= until:
+                    break
+        flush()
+        made = self.step - first_step
+        return FitResult(steps=made, log_history=self.log_history[len(self.log_history) - made:],
+                         samples_seen=samples_seen,
+                         loop_seconds=time.perf_counter() - started,
+                         loop_cpu_seconds=time.process_time() - started_cpu)
+
+    def save(self, folder: Path, state: dict[str, Any]) -> Path:
+        """A full checkpoint in `folder`: ``training_state/`` (optimizer, schedule, RNG, model),
+        the model (or adapter) and processor in Hugging Face format, and `state` as
+        ``trainer_state.json``, written last (its presence marks a complete checkpoint). Every
+        process must call it."""
+        accelerator = self.accelerator
+        accelerator.save_state(str(folder / "training_state"))
+        self._save_model(folder)
+        if accelerator.is_main_process:
+            (folder / STATE_FILE).write_text(json.dumps(state, indent=1))
+        accelerator.wait_for_everyone()
+        log.info("saved checkpoint %s", folder)
+        return folder
+
+    def _save_model(self, folder: Path) -> None:
+        accelerator = self.accelerator
+        state_dict = accelerator.get_state_dict(self.model)
+        accelerator.unwrap_model(self.model).save_pretrained(
+            folder, is_main_process=accelerator.is_main_process, save_function=accelerator.save,
+            state_dict=state_dict)
+        if accelerator.is_main_process:
+            self.processor.save_pretrained(folder)
+
+    def load(self, folder: Path) -> dict[str, Any]:
+        """Restore the checkpoint `save` wrote to `folder`; returns its state (``trainer_state.json``).
+        Every process must call it."""
+        state = json.loads((folder / STATE_FILE).read_text())
+        if state.get("num_processes") not in (None, self.num_processes):
+            # The saved data position counts per-process batches: it means nothing on another layout.
+            raise ResumeError(f"{folder} was written by {state.get('num_processes')} processes, this run "
+                              f"has {self.num_processes}")
+        self.accelerator.load_state(str(folder / "training_state"))
+        self.step = int(state["step"])
+        self.log_history = list(state.get("log_history", []))
+        return state
+
+    def servable_state_dict(self) -> dict[str, Any] | None:
+        """The weights a policy server loads, on the main process (None on the others; every process
+        must call it): the model's own, or for LoRA the adapter folded into its base model's weights
+        (the adapter itself is left as it is: training goes on)."""
+        accelerator = self.accelerator
+        if self.training.lora:
+            from webgym_rl.merge import merged_state_dict
+
+            return merged_state_dict(accelerator.unwrap_model(self.model)) if accelerator.is_main_process \
+                else None
+        # The tensors themselves, not copies (16 GB for an 8B model): a caller uses them before the
+        # next step changes them.
+        state_dict = accelerator.get_state_dict(self.model)
+        return {k: v.detach() for k, v in state_dict.items()} if accelerator.is_main_process else None
+
+    def save_servable(self, folder: Path, state: dict[str, Any]) -> Path:
+        """Write the weights `servable_state_dict` gives, the processor and `state` (as
+        ``trainer_state.json``) to `folder`, atomically (a temporary folder renamed into place).
+        Every process must call it."""
+        weights = self.servable_state_dict()
+        if self.accelerator.is_main_process:
+            import shutil
+
+            tmp = folder.with_name(f".{folder.name}.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            model = self.accelerator.unwrap_model(self.model)
+            base = model.get_base_model() if self.training.lora else model
+            base.save_pretrained(tmp, state_dict=weights)
+            self.processor.save_pretrained(tmp)
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(tmp, folder)
+        self.accelerator.wait_for_everyone()
+        return folder
+
+    def end(self) -> None:
+        self.accelerator.end_training()
+
+
 def train(settings: TrainSettings) -> TrainResult:
     """Check inputs, then train. Every bad input stops here, before the first step."""
-    import torch
-    from accelerate import Accelerator
-    from accelerate.utils import set_seed
     from tqdm.auto import tqdm
-    from transformers import get_scheduler
 
-    from webgym_rl.collate import Collator
-    from webgym_rl.objectives import OBJECTIVES
     from webgym_rl.samples import build_samples, describe_sources, load_trajectories
-    from webgym_rollout.modeling import load_model, load_processor
 
     t = settings.training
     out = settings.out_dir
@@ -340,18 +612,11 @@ def train(settings: TrainSettings) -> TrainResult:
             raise ResumeError(f"--resume: no complete checkpoint "
                               f"({CHECKPOINT_PREFIX}N/{STATE_FILE}) in {out}")
         resume_from = complete[-1]
-    base, revision, adapter = _starting_point(settings)
+    _starting_point(settings.model, settings.model_revision, t)  # a bad --model stops before Accelerate
 
-    # 1. Accelerate owns devices, processes and precision (creating it trains nothing).
-    accelerator = Accelerator(
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
-        mixed_precision=_mixed_precision(t.mixed_precision),
-        log_with=None if t.log_with == "none" else t.log_with,
-        project_dir=str(out), rng_types=[],
-    )
-
-    # 2. Inputs, all checked before any model is built. The main process fills the datasets
-    # cache first; the others then read it instead of racing to write it.
+    # Inputs, all checked before any model is built. The main process fills the datasets cache
+    # first; the others then read it instead of racing to write it.
+    accelerator = make_accelerator(t, out)
     with accelerator.main_process_first():
         sources = load_trajectories(settings.data, cache_dir=settings.cache_dir)
     samples = build_samples(sources, t.objective, t.samples)
@@ -364,152 +629,49 @@ def train(settings: TrainSettings) -> TrainResult:
                 raise ResumeError(f"--resume: {resume_from} was trained with {key} {saved.get(key)!r}, this "
                                   f"run has {value!r}; an exact resume needs the same {key} (to start a new "
                                   f"run from that checkpoint, pass it as --model)")
-    processor = load_processor(base, revision=revision, min_pixels=t.min_pixels,
-                               max_pixels=t.max_pixels)
-    collator = Collator(processor)
-    collator([samples[0]])  # a sample the processor rejects stops the run now, not at step 1000
-
-    set_seed(settings.seed)
-    if accelerator.is_main_process:
+    total_steps = steps_for(len(samples), t, accelerator.num_processes)
+    trainer = Trainer(model=settings.model, model_revision=settings.model_revision, training=t, out=out,
+                      seed=settings.seed, total_steps=total_steps, tracker_config=_tracker_config(settings),
+                      accelerator=accelerator)
+    trainer.check(samples[0])  # a sample the processor rejects stops the run now, not at step 1000
+    if trainer.is_main_process:
         log.info("%s", samples.counts.summary())
-    model = load_model(base, revision=revision, dtype=getattr(torch, t.model_dtype))
-    model.train()
-    if t.gradient_checkpointing:
-        model.config.use_cache = False
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if t.lora:
-        from peft import LoraConfig, get_peft_model
-
-        from webgym_rl.merge import apply_adapter
-
-        if t.gradient_checkpointing:
-            model.enable_input_require_grads()
-        if adapter is not None:  # the same adapter trains on: the result still adapts `base`
-            model = apply_adapter(model, adapter, trainable=True)
-        else:
-            model = get_peft_model(model, LoraConfig(
-                r=t.lora_rank, lora_alpha=t.lora_alpha, lora_dropout=t.lora_dropout,
-                target_modules=list(t.lora_target_modules)))
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                  lr=t.learning_rate, weight_decay=t.weight_decay)
-    order = _EpochOrder(samples.weights, settings.seed)
-    loader = torch.utils.data.DataLoader(samples, batch_size=t.per_device_batch_size, sampler=order,
-                                         collate_fn=functools.partial(_with_behaviour, collator))
-    # Per-process batches after sharding, known before prepare() so the schedule can be sized.
-    batches_per_epoch = math.ceil(len(loader) / accelerator.num_processes)
-    steps_per_epoch = max(1, math.ceil(batches_per_epoch / t.gradient_accumulation_steps))
-    total_steps = t.max_steps or math.ceil(t.epochs * steps_per_epoch)
-    # Accelerate steps a prepared scheduler once per process per optimizer step.
-    scheduler = get_scheduler(t.lr_scheduler, optimizer,
-                              num_warmup_steps=t.warmup_steps * accelerator.num_processes,
-                              num_training_steps=total_steps * accelerator.num_processes)
-    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    objective = OBJECTIVES[Objective(t.objective)]
+    order = EpochOrder(samples.weights, settings.seed)
+    loader = trainer.loader(samples, order)
 
     state: dict[str, Any] = {
         "step": 0, "epoch": 0, "batches_in_epoch": 0, "log_history": [],
-        "base_model": base, "base_model_revision": revision,
-        "start_adapter": str(adapter) if adapter else None, "objective": objective_name,
-        "data": describe_sources(sources), "counts": samples.counts.as_dict(),
-        "num_processes": accelerator.num_processes, "settings": settings_to_dict(settings),
+        "base_model": trainer.base_model, "base_model_revision": trainer.base_revision,
+        "start_adapter": str(trainer.start_adapter) if trainer.start_adapter else None,
+        "objective": objective_name, "data": describe_sources(sources), "counts": samples.counts.as_dict(),
+        "num_processes": trainer.num_processes, "settings": settings_to_dict(settings),
     }
+    position = {"epoch": 0, "batches_in_epoch": 0}
     if resume_from is not None:
-        saved = json.loads((resume_from / STATE_FILE).read_text())
-        if saved.get("num_processes") != accelerator.num_processes:
-            # The saved data position counts per-process batches: it means nothing on another layout.
-            raise ResumeError(f"--resume: {resume_from} was written by {saved.get('num_processes')} "
-                              f"processes, this run has {accelerator.num_processes}")
-        accelerator.load_state(str(resume_from / "training_state"))
-        for key in ("step", "epoch", "batches_in_epoch", "log_history"):
-            state[key] = saved[key]
+        saved = trainer.load(resume_from)
+        position = {"epoch": saved["epoch"], "batches_in_epoch": saved["batches_in_epoch"]}
         state["resumed_from"] = str(resume_from)
-        if accelerator.is_main_process:
-            log.info("resuming from %s at step %d (epoch %d, batch %d)", resume_from, state["step"],
-                     state["epoch"], state["batches_in_epoch"])
-    if accelerator.is_main_process and t.log_with != "none":
-        out.mkdir(parents=True, exist_ok=True)
-    accelerator.init_trackers("logs", config=_tracker_config(settings))
+        if trainer.is_main_process:
+            log.info("resuming from %s at step %d (epoch %d, batch %d)", resume_from, trainer.step,
+                     position["epoch"], position["batches_in_epoch"])
 
-    # 3. The loop.
-    progress = tqdm(total=total_steps, initial=state["step"], desc=f"train {objective_name}",
-                    disable=not accelerator.is_local_main_process)
-    samples_seen, window_loss, window_batches, window_metrics = 0, 0.0, 0, {}
-    # Per-step figures stay tensors until a log step: no device sync (.item()) on every step.
-    pending: list[tuple[int, int, Any, float, Any, dict[str, Any]]] = []
+    def snapshot() -> dict[str, Any]:
+        return {**state, **position, "step": trainer.step, "log_history": trainer.log_history}
 
-    def flush() -> None:
-        if not pending:
-            return
-        entries = []
-        for step, _epoch, loss_t, lr, norm_t, _extra in pending:
-            entries.append({"step": step, "loss": float(loss_t), "lr": lr,
-                            "grad_norm": float(norm_t) if norm_t is not None else float("nan")})
-        state["log_history"].extend(entries)
-        means = {f"train/{k}": float(sum(e[5][k] for e in pending)) / len(pending) for k in pending[-1][5]}
-        accelerator.log({"train/loss": sum(e["loss"] for e in entries) / len(entries),
-                         "train/lr": entries[-1]["lr"],
-                         "train/grad_norm": sum(e["grad_norm"] for e in entries) / len(entries),
-                         "train/epoch": pending[-1][1], **means}, step=entries[-1]["step"])
-        progress.update(len(entries))
-        progress.set_postfix(loss=f"{entries[-1]['loss']:.4f}")
-        pending.clear()
+    def checkpoint() -> None:
+        trainer.save(out / f"{CHECKPOINT_PREFIX}{trainer.step:06d}", snapshot())
 
-    started, started_cpu = time.perf_counter(), time.process_time()
-    while state["step"] < total_steps:
-        if state["batches_in_epoch"] >= len(loader):
-            state["epoch"], state["batches_in_epoch"] = state["epoch"] + 1, 0
-        order.epoch = state["epoch"]
-        epoch_loader = (accelerator.skip_first_batches(loader, state["batches_in_epoch"])
-                        if state["batches_in_epoch"] else loader)
-        for batch in epoch_loader:
-            labels, advantages = batch.pop("labels"), batch.pop("advantages")
-            behaviour = batch.pop("behaviour_logprobs")
-            with accelerator.accumulate(model):
-                logits = model(**batch).logits
-                if Objective(t.objective) is Objective.REINFORCE:
-                    loss, metrics = objective(logits, labels, advantages, behaviour, t.importance_clip)
-                else:
-                    loss, metrics = objective(logits, labels, advantages)
-                accelerator.backward(loss)
-                grad_norm = None
-                if accelerator.sync_gradients and t.max_grad_norm > 0:
-                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), t.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-            state["batches_in_epoch"] += 1
-            samples_seen += labels.shape[0]
-            window_loss += loss.detach().float()
-            window_batches += 1
-            for key, value in metrics.items():
-                window_metrics[key] = window_metrics.get(key, 0.0) + value
-            if not accelerator.sync_gradients:
-                continue
-            state["step"] += 1
-            mean_loss = accelerator.reduce(window_loss / window_batches, reduction="mean")
-            pending.append((state["step"], state["epoch"], mean_loss, scheduler.get_last_lr()[0], grad_norm,
-                            {k: v / window_batches for k, v in window_metrics.items()}))
-            window_loss, window_batches, window_metrics = 0.0, 0, {}
-            if state["step"] % t.log_every == 0:
-                flush()
-            if t.save_every and state["step"] % t.save_every == 0 \
-                    and state["step"] < total_steps:
-                flush()
-                _save_checkpoint(accelerator, model, processor, settings, state)
-            if state["step"] >= total_steps:
-                break
-    flush()
-    loop_seconds, loop_cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
+    progress = tqdm(total=total_steps, initial=trainer.step, desc=f"train {objective_name}",
+                    disable=not trainer.accelerator.is_local_main_process)
+    fitted = trainer.fit(loader, order, until=total_steps, position=position,
+                         save_every=t.save_every, on_save=checkpoint, progress=progress)
     progress.close()
-    final = _save_checkpoint(accelerator, model, processor, settings, state)
-    accelerator.end_training()
-    return TrainResult(checkpoint=final, steps=state["step"], log_history=state["log_history"],
-                       counts=state["counts"], samples_seen=samples_seen, loop_seconds=loop_seconds,
-                       loop_cpu_seconds=loop_cpu_seconds,
-                       model=accelerator.unwrap_model(model))
+    final = trainer.save(out / f"{CHECKPOINT_PREFIX}{trainer.step:06d}", snapshot())
+    trainer.end()
+    return TrainResult(checkpoint=final, steps=trainer.step, log_history=trainer.log_history,
+                       counts=state["counts"], samples_seen=fitted.samples_seen,
+                       loop_seconds=fitted.loop_seconds, loop_cpu_seconds=fitted.loop_cpu_seconds,
+                       model=trainer.accelerator.unwrap_model(trainer.model))
 
 
 # ---------------------------------------------------------------------------------------------

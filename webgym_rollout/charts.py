@@ -105,15 +105,25 @@ def write_learning_curve(points: Iterable[CurvePoint | Sequence[Any] | Mapping[s
     figure = Figure(figsize=size, dpi=dpi)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
+    every_x = []
     for i, (label, curve) in enumerate(curves.items()):
         colour = PALETTE[i % len(PALETTE)]
         xs = [p.iteration for p in curve]
-        axes.fill_between(xs, [100 * p.low for p in curve], [100 * p.high for p in curve], color=colour,
-                          alpha=0.15, linewidth=0)
+        every_x += xs
+        if len(curve) > 1:
+            axes.fill_between(xs, [100 * p.low for p in curve], [100 * p.high for p in curve], color=colour,
+                              alpha=0.15, linewidth=0)
+        else:  # one point has no band to draw: its interval as a whisker
+            (point,) = curve
+            axes.errorbar(xs, [100 * point.rate], yerr=[[100 * (point.rate - point.low)],
+                                                        [100 * (point.high - point.rate)]],
+                          color=colour, alpha=0.5, capsize=4, linewidth=1)
         axes.plot(xs, [100 * p.rate for p in curve], marker="o", color=colour, label=label)
     axes.set_ylim(0, 100)
     axes.yaxis.set_major_formatter(PercentFormatter())
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if every_x and max(every_x) - min(every_x) < 2:  # too narrow for integer ticks: widen around them
+        axes.set_xlim(min(every_x) - 1, max(every_x) + 1)
     axes.set_xlabel(x_label)
     axes.set_ylabel("success rate")
     axes.set_title(title)
@@ -239,7 +249,7 @@ def histogram(title: str, counts: Mapping[int, int], lowest: int, highest: int, 
 
 
 def learning_curve_svg(points: Iterable[CurvePoint | Sequence[Any] | Mapping[str, Any]], *,
-                       title: str = "Success rate by iteration") -> str:
+                       title: str = "Success rate by iteration", x_label: str = "iteration") -> str:
     """The learning curve as an inline SVG element (one line per label with its confidence band),
     for an HTML page; the same points as `write_learning_curve` takes."""
     curves = _curves(curve_points(points))
@@ -265,7 +275,7 @@ def learning_curve_svg(points: Iterable[CurvePoint | Sequence[Any] | Mapping[str
         body.append(f"<text class='tick' x='{x(iteration):.1f}' y='{top + plot_h + 16}' "
                     f"text-anchor='middle'>{iteration}</text>")
     body.append(f"<text class='tick' x='{left + plot_w / 2}' y='{height - 4}' text-anchor='middle'>"
-                "iteration</text>")
+                f"{_e(x_label)}</text>")
     for i, (label, curve) in enumerate(curves.items()):
         colour = PALETTE[i % len(PALETTE)]
         band = [f"{x(p.iteration):.1f},{y(p.high):.1f}" for p in curve]

@@ -66,6 +66,7 @@ class MiniWobTask(TaskKind):
 
     name = "miniwob"
     clip: ClassVar[dict[str, int] | None] = MINIWOB_CLIP
+    keeps_reward: ClassVar[bool] = True
 
     def check(self, settings: EnvSettings) -> None:
         if not settings.sites_url:

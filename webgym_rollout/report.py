@@ -649,7 +649,7 @@ def _comparison_section(report: Report) -> str:
             f"<table class='paired'>{head}{''.join(rows)}</table>{''.join(details)}</section>")
 
 
-def _page(report: Report, curve: list[CurvePoint] | None) -> str:
+def _page(report: Report, curve: list[CurvePoint] | None, x_label: str = "iteration") -> str:
     level = int(round(100 * report.settings.confidence))
     title = "WebGym evaluation report: " + ", ".join(run.label for run in report.runs)
     overall = rate_chart("Success rate", ["all tasks"], [(run.label, [run.overall]) for run in report.runs],
@@ -663,8 +663,8 @@ def _page(report: Report, curve: list[CurvePoint] | None) -> str:
         f"<section id='overall'>{_runs_table(report)}{overall}</section>",
     ]
     if curve:
-        parts.append(f"<section id='learning-curve'><h2>Learning curve</h2>{learning_curve_svg(curve)}"
-                     "</section>")
+        svg = learning_curve_svg(curve, title=f"Success rate by {x_label}", x_label=x_label)
+        parts.append(f"<section id='learning-curve'><h2>Learning curve</h2>{svg}</section>")
     parts.append(_comparison_section(report))
     parts.append(_judges_section(report))
     parts += [_breakdown_section(report, key, heading, level) for key, heading in _BREAKDOWNS]
@@ -673,11 +673,11 @@ def _page(report: Report, curve: list[CurvePoint] | None) -> str:
 
 
 def write_report(report: Report, out_dir: str | Path, *,
-                 learning_curve: Iterable[CurvePoint | Sequence[Any] | Mapping[str, Any]] | None = None
-                 ) -> Path:
+                 learning_curve: Iterable[CurvePoint | Sequence[Any] | Mapping[str, Any]] | None = None,
+                 x_label: str = "iteration") -> Path:
     """Write ``out_dir/report.html`` and ``out_dir/report.json`` (each replaced atomically); returns
     the HTML's path. With `learning_curve` points (see `write_learning_curve`) the page shows the
-    curve and the JSON holds the points under ``learning_curve``."""
+    curve (its x axis named `x_label`) and the JSON holds the points under ``learning_curve``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     curve = curve_points(learning_curve) if learning_curve is not None else None
@@ -686,7 +686,7 @@ def write_report(report: Report, out_dir: str | Path, *,
         figures["learning_curve"] = [p.as_dict() for p in curve]
     html_path = out_dir / "report.html"
     write_json_atomic(out_dir / "report.json", figures)
-    write_atomic(html_path, _page(report, curve))
+    write_atomic(html_path, _page(report, curve, x_label))
     logger.info("wrote %s and report.json", html_path)
     return html_path
 

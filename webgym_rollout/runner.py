@@ -4,10 +4,12 @@ browser servers, judges the episodes and writes the trajectory dataset.
 ``webgym-rollout run`` reads tasks, plays ``attempts`` episodes of each (one `WebEnv` per episode
 slot), judges each ended episode and writes it (`webgym_rollout.dataset`). Two schedulers:
 
-- ``async`` (the default): `concurrency` episodes run at once, each on its own; when one ends the
-  next task starts at once. There is no barrier between steps or episodes, so a slow policy reply
-  or a slow page holds back only its own episode.
-- ``sync``: the naive baseline kept for comparison. A batch of `batch_size` episodes advances in
+- asynchronous (the default): `concurrency` episodes run at once, each on its own; when one ends
+  the next task starts at once. There is no barrier between steps or episodes, so a slow policy
+  reply or a slow page holds back only its own episode. An `EpisodeGate` given to `run` may hold an
+  episode back before it starts (the RL loop's asynchronous schedule admits episodes by staleness
+  and shares its slots between several runs).
+- ``--lockstep``: the naive baseline kept for comparison. A batch of `batch_size` episodes advances in
   lockstep: every live episode observes, then one batched policy call (all requests of the step
   gathered) decides for all, then all act; the next batch starts only when the whole batch is done.
 
@@ -50,7 +52,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import click
 
@@ -77,7 +79,7 @@ from webgym_rollout.sampler import SamplerSettings, TaskSampler
 from webgym_rollout.tasks import task_kind
 from webgym_rollout.trajectory import Episode, EpisodeStatus, TaskOutcome, TrajectoryError
 
-__all__ = ["RolloutSettings", "RunReport", "RunSettings", "episode_id", "run", "run_command"]
+__all__ = ["EpisodeGate", "RolloutSettings", "RunReport", "RunSettings", "episode_id", "run", "run_command"]
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +89,15 @@ class RolloutSettings:
     """How episodes are scheduled and stored (shared by ``run`` and ``loop``)."""
 
     concurrency: int = 8
-    """Async mode: episodes running at once."""
+    """Episodes running at once (the episode scheduler's slots)."""
     attempts: int = 1
     """Episodes per task (independent attempts, e.g. for RL)."""
-    mode: Literal["async", "sync"] = "async"
-    """async (no barriers) or sync (lockstep batches, the baseline for comparison). In `webgym-rl
-    loop` it chooses the loop instead: sync (roll out, train, evaluate in turn) or async (rollouts and
-    training at once, bounded by --max-staleness)."""
+    lockstep: bool = False
+    """Play episodes in lockstep batches of --batch-size (every episode observes, then one batched
+    policy call, then all act): the naive baseline for comparison. Default: each episode at its own
+    pace, no barriers."""
     batch_size: int = 8
-    """Sync mode: episodes per lockstep batch."""
+    """--lockstep: episodes per lockstep batch."""
     session_retries: int = 2
     """How many times an episode whose browser session failed is restarted on a fresh session."""
     shard_episodes: int = 16
@@ -158,6 +160,10 @@ class RunSettings:
             raise ValueError("servers: at least one browser server URL is needed (or --fleet NAME)")
         if self.servers and self.fleet.enabled:
             raise ValueError(f"servers: give browser server URLs or --fleet {self.fleet.fleet}, not both")
+        if self.sampler.kind == "success_aware":
+            raise ValueError("sampler.kind: success_aware draws by the outcomes of earlier iterations, which "
+                             "`webgym-rollout run` does not keep; use it in `webgym-rl loop` (which keeps "
+                             "them), or choose epoch or uniform_difficulty")
 
     @property
     def horizon_split(self) -> str:
@@ -387,6 +393,13 @@ async def _all(coroutines: Iterable[Awaitable[Any]]) -> list[Any]:
         raise
 
 
+async def _abandon(ep: _Episode) -> None:
+    """A cancelled episode (the run was stopped) gives its browser session back at once, instead of
+    holding a context until the server's idle timeout; it is never written."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(ep.env.close(), timeout=10)
+
+
 async def _play(ep: _Episode) -> None:
     """Async mode: one episode, step after step, at its own pace."""
     while not ep.finished:
@@ -394,18 +407,35 @@ async def _play(ep: _Episode) -> None:
             await ep.guarded(ep.apply)
 
 
-async def _run_async(jobs: Sequence[_Job], ctx: _Context, finisher: _Finisher) -> None:
+class EpisodeGate(Protocol):
+    """Admits episodes of one or more runs: `admit` returns once the next episode may start (it
+    may wait), `release` is called when that episode has ended (before it is judged)."""
+
+    async def admit(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
+async def _run_async(jobs: Sequence[_Job], ctx: _Context, finisher: _Finisher,
+                     gate: EpisodeGate | None = None) -> None:
     pending = iter(jobs)
 
     async def worker() -> None:
         # Each worker is one episode slot: when its episode ends, the next task starts at once.
         for job in pending:
+            if gate is not None:
+                await gate.admit()
             ep = _Episode(job, ctx)
             ctx.stats.running += 1
             try:
                 await _play(ep)
+            except asyncio.CancelledError:
+                await _abandon(ep)
+                raise
             finally:
                 ctx.stats.running -= 1
+                if gate is not None:
+                    gate.release()
             finisher.submit(ep)
 
     await _all(worker() for _ in range(min(ctx.settings.rollout.concurrency, len(jobs))))
@@ -433,7 +463,8 @@ async def _run_sync(jobs: Sequence[_Job], ctx: _Context, finisher: _Finisher) ->
 def _progress_table(stats: _Stats, settings: RunSettings):
     from rich.table import Table
 
-    table = Table(title=f"webgym-rollout run ({settings.rollout.mode}) -> {settings.out}", show_header=False,
+    mode = "lockstep" if settings.rollout.lockstep else "async"
+    table = Table(title=f"webgym-rollout run ({mode}) -> {settings.out}", show_header=False,
                   box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -543,12 +574,14 @@ def _jobs(tasks: Sequence[Task], settings: RunSettings, is_done: Callable[[str, 
     return jobs, skipped
 
 
-async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None) -> RunReport:
+async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None,
+              gate: EpisodeGate | None = None) -> RunReport:
     """Roll out every (task, attempt) of `settings` not yet in the output folder; write the episodes.
 
     `policy` / `judge` override the ones `settings` describes (benchmarks wrap a policy to add
-    latency). A policy that reads the page's interactive elements says so with
-    ``observes_elements = True`` (the random policy does): each step then reads them too.
+    latency). `gate` admits each episode before it starts (not with ``lockstep``). A policy that
+    reads the page's interactive elements says so with ``observes_elements = True`` (the random
+    policy does): each step then reads them too.
     """
     from webgym_rollout.dataset import TrajectoryWriter
 
@@ -569,7 +602,8 @@ async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None) -
     env_settings = dataclasses.replace(settings.env, elements=observes_elements)
     stats = _Stats()
     run_info = {"policy": getattr(policy, "model_id", ""), "judge": getattr(judge, "model_id", ""),
-                "mode": settings.rollout.mode, "tasks": str(settings.tasks), "split": settings.split,
+                "mode": "lockstep" if settings.rollout.lockstep else "async", "tasks": str(settings.tasks),
+                "split": settings.split,
                 "attempts": settings.rollout.attempts, "iteration": settings.iteration,
                 "seed": settings.policy.random.seed, "tasks_played": len(tasks),
                 "invalid_task_rows": [error.to_dict() for error in loaded.invalid],
@@ -589,10 +623,10 @@ async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None) -
             stats.started = time.monotonic()  # steps/s counts from here, not from loading the tasks
             watcher = asyncio.create_task(_watch(stats, settings, client))
             try:
-                if settings.rollout.mode == "async":
-                    await _run_async(jobs, ctx, finisher)
-                else:
+                if settings.rollout.lockstep:
                     await _run_sync(jobs, ctx, finisher)
+                else:
+                    await _run_async(jobs, ctx, finisher, gate)
                 await finisher.drain()
             finally:
                 watcher.cancel()

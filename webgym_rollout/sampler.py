@@ -7,7 +7,8 @@ Filters first (every one optional): benchmark names, domains, difficulty levels 
 - ``all``: the tasks in their order, the first `batch_size` of them (every one when unset).
 - ``epoch``: random batches without replacement across iterations: the tasks are shuffled once per
   epoch and iteration ``i`` takes the next `batch_size` of that order; when an epoch is used up the
-  next one starts with a new shuffle. Every task is drawn once per epoch.
+  next one starts with a new shuffle. Every task is drawn once per epoch (without a batch size,
+  every iteration plays every task, in a new order).
 - ``uniform_difficulty``: as ``epoch``, but the batch is split evenly over the difficulty levels
   present, each level drawing from its own epochs: a level gets the same share whatever its size
   (the paper's depth ablation trains on one level with ``--sampler-difficulties``).
@@ -49,7 +50,7 @@ class SamplerSettings:
     across iterations), uniform_difficulty (epoch batches split evenly over difficulty levels) or
     success_aware (reliably solved tasks drawn less, never-solved ones retried on a schedule)."""
     batch_size: int | None = None
-    """Tasks per iteration (unset: every task that passes the filters)."""
+    """Tasks per iteration (unset: every task that passes the filters; success_aware needs one)."""
     benchmarks: tuple[str, ...] = ()
     """Keep only tasks of these benchmarks (benchmark_name)."""
     domains: tuple[str, ...] = ()
@@ -85,8 +86,8 @@ class SamplerSettings:
             raise ValueError(f"solved_weight: must be in (0, 1], got {self.solved_weight}")
         if self.min_attempts < 1 or self.retry_after < 0:
             raise ValueError("min_attempts: must be >= 1 (and retry_after >= 0)")
-        if self.kind in ("epoch", "uniform_difficulty", "success_aware") and self.batch_size is None:
-            raise ValueError(f"batch_size: the {self.kind} sampler draws batches: give their size")
+        if self.kind == "success_aware" and self.batch_size is None:
+            raise ValueError("batch_size: the success_aware sampler draws weighted batches: give their size")
 
 
 @dataclass

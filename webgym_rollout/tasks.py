@@ -48,6 +48,9 @@ class TaskKind:
     name: ClassVar[str]
     clip: ClassVar[dict[str, int] | None] = None
     """Region of the page that screenshots show (None: the whole viewport)."""
+    keeps_reward: ClassVar[bool] = False
+    """The environment reports its own reward (`validate`), which the programmatic judge reads; a
+    website keeps none, so its episodes need a rubric judge."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

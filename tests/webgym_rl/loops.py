@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from webgym_core.settings import settings_from_dict
-from webgym_rl.loop import LoopSettings
+from webgym_rl.loop.settings import LoopSettings
 
 MINIWOB = [("click-test", 0), ("click-test", 1), ("click-test-2", 0), ("click-test-2", 1)]
 

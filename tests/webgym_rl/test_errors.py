@@ -42,8 +42,8 @@ def test_the_docstring_draws_every_class_and_the_value_errors_stay_value_errors(
     assert issubclass(errors.ResumeError, errors.TrainingError)
 
 
-def test_phase_failed_names_the_iteration_and_phase(tmp_path):
+def test_phase_failed_names_the_round_and_phase(tmp_path):
     failed = errors.PhaseFailed(3, "train", ValueError("boom\n  here"), tmp_path)
-    assert (failed.iteration, failed.phase) == (3, "train")
-    assert str(failed).startswith("iteration 3, phase 'train' failed: ValueError: boom here.")
+    assert (failed.round, failed.phase) == (3, "train")
+    assert str(failed).startswith("round 3, phase 'train' failed: ValueError: boom here.")
     assert str(tmp_path) in str(failed)

@@ -131,7 +131,7 @@ async def test_async_mode_has_no_barrier_and_sync_mode_is_lockstep(tmp_path, sit
     for mode in ("async", "sync"):
         probe = ProbePolicy({ids[0]: 1.2})  # the first task's episode is slow and runs 4 steps
         settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), out=tmp_path / mode,
-                             rollout={"mode": mode, "concurrency": 3, "batch_size": 3},
+                             rollout={"lockstep": mode == "sync", "concurrency": 3, "batch_size": 3},
                              env={"sites_url": sites_url, "miniwob_horizon": 4})
         report = await run(settings, policy=probe)
         assert report.episodes == 6 and not report.errors
@@ -377,3 +377,26 @@ async def test_skip_invalid_runs_the_valid_rows_and_records_the_others(tmp_path,
     assert (report.episodes, report.invalid_rows) == (2, 1)
     (invalid,) = json.loads((tmp_path / "out" / "manifest.json").read_text())["run"]["invalid_task_rows"]
     assert invalid["row"] == 2 and invalid["field"] == "task_name" and invalid["file"].endswith("tasks.jsonl")
+
+
+@pytest.mark.browser
+async def test_a_cancelled_run_gives_its_browser_sessions_back(tmp_path, sites_url, chromium_path):
+    from webgym_rollout.browser.client import BrowserClient
+
+    tasks = write_tasks(tmp_path / "tasks.jsonl", range(3))
+    slow = {episode_id(f"click-button-{s}", 0, 0): 30.0 for s in range(3)}  # every episode waits
+    probe = ProbePolicy(slow)
+    async with _start_server(chromium_path, contexts_per_browser=4) as (browser_url, _), \
+            BrowserClient([browser_url]) as client:  # a server of its own: its sessions are this test's
+        settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), out=tmp_path / "out",
+                             rollout={"concurrency": 3}, env={"sites_url": sites_url, "miniwob_horizon": 4})
+        rollout = asyncio.create_task(run(settings, policy=probe))
+        while len(probe.calls) < 3:  # all three episodes hold a session and wait for the policy
+            await asyncio.sleep(0.05)
+        (health,) = await client.health()
+        assert health.active_sessions == 3
+        rollout.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await rollout
+        (health,) = await client.health()
+        assert health.active_sessions == 0  # closed at once, not at the server's idle timeout

@@ -45,8 +45,12 @@ def test_filters_keep_only_the_named_tasks():
 def test_all_takes_the_first_tasks_and_the_settings_are_checked():
     assert ids(TaskSampler(TASKS, SamplerSettings(batch_size=3)).batch(7)) == ["t000", "t001", "t002"]
     assert len(TaskSampler(TASKS, SamplerSettings()).batch(0)) == 30
-    with pytest.raises(ValueError, match="batch_size: the epoch sampler draws batches"):
-        SamplerSettings(kind="epoch")
+    with pytest.raises(ValueError, match="batch_size: the success_aware sampler draws weighted batches"):
+        SamplerSettings(kind="success_aware")
+    # Without a batch size, epoch plays every task each iteration, in a new order each time.
+    whole = TaskSampler(TASKS, SamplerSettings(kind="epoch", seed=1))
+    first, second = ids(whole.batch(0)), ids(whole.batch(1))
+    assert sorted(first) == sorted(second) == ids(TASKS) and first != second
     with pytest.raises(ValueError, match="difficulties: trivial unknown"):
         SamplerSettings(difficulties=("trivial",))
 

@@ -6,23 +6,23 @@ on Ctrl-C and on errors):
 - browsers: the browser servers in ``LoopSettings.servers``, or one the loop runs on 127.0.0.1 (in a
   thread, from the first rollout to the end, so Chromium stays warm; `LoopSettings.pool` says how);
 - sites: the site server MiniWoB pages come from (``sites_url``), or one the loop runs on 127.0.0.1;
-- the policy endpoint (`PolicyEndpointSettings`), switched to each new checkpoint by `serve`:
+- the policy endpoint (`PolicyEndpointSettings`), started once by `start_policy` and switched to
+  each new version by the `webgym_rl.loop.updater.PolicyUpdater` that `updater()` makes
+  (``--policy-updater``), while episodes may keep running:
 
-  - default (no ``base_url``): the CPU policy server (`webgym_rollout.policy_server`) runs in this
-    process; it is started once and ``POST /reload``-ed with each new checkpoint.
+  - default (no ``base_url``): the CPU policy server (`webgym_rollout.policy_server`) runs as a child
+    process (generation does not compete with the loop for this process's GIL); new weights reach
+    it in memory (``POST /weights``) or as a folder (``POST /reload``).
   - ``command`` (e.g. ``vllm serve {checkpoint} --port {port} --served-model-name {name}``): the loop
-    starts that command and, for each new checkpoint, stops it and starts it again, waiting until
-    ``GET /v1/models`` answers. vLLM has no stable "load new weights" call, so a restart is the
-    portable way to switch checkpoints.
+    starts that command and, for each new version, stops it and starts it again on the version's
+    folder, waiting until ``GET /v1/models`` answers (``--policy-updater restart``, the portable
+    fallback).
   - ``base_url`` + ``reload_url``: an endpoint someone else runs; the loop POSTs
-    ``{"model": CHECKPOINT}`` to ``reload_url`` for each new checkpoint (the CPU policy server's
-    ``/reload`` speaks this; put a small hook of your own in front of a vLLM fleet).
+    ``{"model": CHECKPOINT, "version": N}`` to ``reload_url`` for each new version (the CPU policy
+    server's ``/reload`` speaks this; put a small hook of your own in front of a vLLM fleet).
+  - ``base_url`` + ``--policy-updater vllm_lora`` / ``vllm_weights``: vLLM's runtime LoRA loading or
+    its weight-update endpoints (`webgym_rl.loop.updater`).
 
-The asynchronous loop (``--mode async``) switches weights while episodes run, through a
-`webgym_rl.updater.PolicyUpdater` that `updater()` makes (``--policy-updater``): by default the CPU
-policy server runs as a child process of its own (``start_policy()``; generation then does not
-compete with the trainer for this process) and is reloaded in place; ``vllm_lora`` /
-``vllm_weights`` talk to a vLLM at ``--policy-base-url``; ``restart`` restarts ``--policy-command``.
 Child processes get SIGTERM when the loop dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``).
 
 Errors: `PolicyEndpointError` (the endpoint could not be started, reached or reloaded) and
@@ -42,22 +42,22 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from webgym_core.endpoint import Endpoint
 from webgym_core.settings import flat
 from webgym_rl.errors import LoopError, LoopSettingsError, PolicyEndpointError
+from webgym_rl.loop.events import OnEvent, ServiceStarted
 from webgym_rollout.agent import AgentSettings
 from webgym_rollout.policy import SamplingSettings
 
 if TYPE_CHECKING:
-    from webgym_rl.loop import LoopSettings
-    from webgym_rl.updater import PolicyUpdater
+    from webgym_rl.loop.settings import LoopSettings
+    from webgym_rl.loop.updater import PolicyUpdater
     from webgym_rollout.browser.pool import PoolSettings
 
-__all__ = ["LoopServices", "PolicyEndpointSettings"]
+__all__ = ["LoopServices", "PolicyEndpointSettings", "die_with_parent", "free_port"]
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class PolicyEndpointSettings:
     (the ``--policy-*`` flags of ``webgym-rl loop``)."""
 
     endpoint: Endpoint = flat(lambda: Endpoint(model=_SERVED_NAME))
-    """Where the policy is served: ``base_url`` ('' = the CPU policy server in this process) and
+    """Where the policy is served: ``base_url`` ('' = the CPU policy server the loop runs) and
     ``model``, the name it is served under (vLLM: --served-model-name)."""
     sampling: SamplingSettings = flat(SamplingSettings)
     """Sampling of the train rollouts (the evaluation uses ``LoopSettings.eval_temperature``)."""
@@ -86,8 +86,8 @@ class PolicyEndpointSettings:
     max_new_tokens: int = 256
     """CPU policy server: most tokens generated per reply."""
     updater: UpdaterKind = "auto"
-    """How the async loop switches the endpoint to each new version: auto (the CPU policy server's
-    /reload, or restart for --policy-command), cpu (POST /reload), vllm_lora (with --lora: each
+    """How the loop switches the endpoint to each new version: auto (the CPU policy server, or
+    restart for --policy-command), cpu (POST /weights or /reload), vllm_lora (with --lora: each
     version's LoRA adapter loaded into a vLLM serving --model), vllm_weights (vLLM's pause / update
     weights / resume), restart (restart --policy-command)."""
 
@@ -97,8 +97,8 @@ class PolicyEndpointSettings:
         if base_url and not (self.command or self.reload_url or vllm_updater):
             raise LoopSettingsError(
                 "base_url: needs a way to switch the endpoint to each new checkpoint: --policy-command "
-                "(the loop restarts it) or --policy-reload-url (the loop POSTs to it); with --mode async "
-                "also --policy-updater vllm_lora / vllm_weights")
+                "(the loop restarts it), --policy-reload-url (the loop POSTs to it), or --policy-updater "
+                "vllm_lora / vllm_weights")
         if self.reload_url and not base_url:
             raise LoopSettingsError("reload_url: goes with --policy-base-url (the endpoint it reloads)")
         if self.command and not any("{checkpoint}" in arg for arg in self.argv):
@@ -127,7 +127,7 @@ class PolicyEndpointSettings:
         return shlex.split(self.command)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In a child, before exec: get SIGTERM when the parent dies (Linux), so a SIGKILLed loop leaves
     no policy server or trainer behind."""
     import ctypes
@@ -136,7 +136,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -202,15 +202,14 @@ class LoopServices:
     """The browser server, site server and policy endpoint of a loop; a context manager that stops
     everything it started.
 
-    `serve(checkpoint)` makes the policy endpoint serve `checkpoint` (start, reload or restart, as
-    the settings say) and returns ``(base_url, model_name)``. `on_event(kind, detail)` is told about
-    each start, reload and stop (the demo prints them).
+    `start_policy(checkpoint)` starts (or reaches) the policy endpoint serving `checkpoint` as
+    version 0 and `updater()` gives the `PolicyUpdater` that switches it to later versions.
+    `on_event(event)` is told about each service that starts (`ServiceStarted`; the demo prints them).
     """
 
-    def __init__(self, settings: LoopSettings, *,
-                 on_event: Callable[[str, dict[str, Any]], None] | None = None):
+    def __init__(self, settings: LoopSettings, *, on_event: OnEvent | None = None):
         self.settings = settings
-        self._on_event = on_event or (lambda kind, detail: None)
+        self._on_event = on_event or (lambda event: None)
         self._stack = contextlib.ExitStack()
         self._sites_url: str | None = settings.env.sites_url
         self._browser: _BrowserServerThread | None = None
@@ -242,8 +241,7 @@ class LoopServices:
         if self._browser is None:
             began = time.perf_counter()
             self._browser = self._stack.enter_context(_BrowserServerThread(self.settings.pool))
-            self._on_event("browser_started", {"url": self._browser.url,
-                                               "seconds": time.perf_counter() - began})
+            self._on_event(ServiceStarted("browser", self._browser.url, time.perf_counter() - began))
         return (self._browser.url,)
 
     # -- sites
@@ -252,56 +250,86 @@ class LoopServices:
         if self._sites_url is None:
             from webgym_rollout.sites import SiteServer
 
+            began = time.perf_counter()
             sites = self._stack.enter_context(SiteServer(host="127.0.0.1", port=0))
             self._sites_url = sites.base_url
-            self._on_event("sites_started", {"url": sites.base_url})
+            self._on_event(ServiceStarted("sites", sites.base_url, time.perf_counter() - began))
         return self._sites_url
 
     # -- policy
     @property
-    def serving(self) -> str | None:
-        """The checkpoint the policy endpoint serves now (None before the first `serve`)."""
-        return self._serving
+    def policy_pid(self) -> int | None:
+        """Process id of the policy server this object started as a child (None: none running)."""
+        return self._process.popen.pid if self._process is not None else None
 
-    def serve(self, checkpoint: str) -> tuple[str, str]:
-        """Make the endpoint serve `checkpoint`; returns ``(base_url, model_name)``."""
+    @property
+    def base_url(self) -> str:
+        """The policy endpoint's OpenAI base URL (after `start_policy`)."""
+        if self._base_url is None:
+            raise PolicyEndpointError("the policy endpoint is not started (call start_policy)")
+        return self._base_url
+
+    def start_policy(self, checkpoint: str, version: int = 0) -> str:
+        """Start (or reach) the policy endpoint serving `checkpoint` as `version`; returns its base
+        URL. Without --policy-base-url / --policy-command the CPU policy server runs as a child
+        process (`webgym-rollout serve-policy`), switched in place by `updater()`."""
+        import sys
+
         policy = self.settings.policy
-        name = policy.served_name
-        if self._serving == checkpoint and self._base_url:
-            return self._base_url, name
+        if self._base_url is not None:
+            return self._base_url
         if policy.command:
-            self._stop_process()
             self._start_process(checkpoint)
         elif policy.endpoint.base_url:
             self._base_url = policy.endpoint.base_url
-            self._post_reload(str(policy.reload_url), checkpoint)
-        elif self._base_url is None:
-            self._start_cpu_server(checkpoint)
+            if policy.reload_url:  # an endpoint someone else runs: it starts at `version` with this model
+                self._post_reload(str(policy.reload_url), checkpoint, version=version)
         else:
-            self._post_reload(self._base_url.removesuffix("/v1") + "/reload", checkpoint)
+            revision = [] if checkpoint != self.settings.model or not self.settings.model_revision else \
+                ["--revision", str(self.settings.model_revision)]
+            self._start_process(checkpoint, [
+                sys.executable, "-c", "from webgym_rollout.cli import main; main()", "serve-policy",
+                "--model", "{checkpoint}", "--host", "127.0.0.1", "--port", "{port}",
+                "--served-model-name", "{name}", "--max-new-tokens", str(policy.max_new_tokens),
+                "--policy-version", str(version), *revision])
         self._serving = checkpoint
-        return str(self._base_url), name
+        return str(self._base_url)
 
-    def _start_cpu_server(self, checkpoint: str) -> None:
-        from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
+    def serve(self, checkpoint: str) -> str:
+        """Restart --policy-command on `checkpoint` (`RestartUpdater`); returns the base URL."""
+        if self._serving != checkpoint or self._base_url is None:
+            self._stop_process()
+            self._start_process(checkpoint)
+            self._serving = checkpoint
+        return str(self._base_url)
 
-        settings = self.settings
-        began = time.perf_counter()
-        revision = settings.model_revision if checkpoint == settings.model else None
-        server = PolicyServerSettings(model=checkpoint, host="127.0.0.1", port=0, revision=revision,
-                                      served_model_name=settings.policy.served_name,
-                                      max_new_tokens=settings.policy.max_new_tokens)
-        try:
-            self._base_url = self._stack.enter_context(running_policy_server(server))
-        except Exception as exc:  # a model that does not load, a port that does not bind
-            raise PolicyEndpointError(f"the CPU policy server could not serve {checkpoint}: {exc}") from exc
-        self._on_event("policy_started", {"url": self._base_url, "checkpoint": checkpoint,
-                                          "seconds": time.perf_counter() - began})
+    def updater(self) -> PolicyUpdater:
+        """The `PolicyUpdater` of the endpoint `start_policy` started (``--policy-updater``)."""
+        from webgym_rl.loop.updater import (
+            CpuPolicyUpdater,
+            RestartUpdater,
+            VllmLoraUpdater,
+            VllmWeightUpdater,
+        )
+
+        policy = self.settings.policy
+        base_url = self.base_url
+        kind = policy.updater
+        if kind == "auto":
+            kind = "restart" if policy.command else "cpu"
+        timeout = policy.start_timeout_s
+        if kind == "restart":
+            return RestartUpdater(self.serve, policy.served_name)
+        if kind == "vllm_lora":
+            return VllmLoraUpdater(base_url, policy.served_name, timeout_s=timeout)
+        if kind == "vllm_weights":
+            return VllmWeightUpdater(base_url, policy.served_name, timeout_s=timeout)
+        return CpuPolicyUpdater(base_url, policy.served_name, timeout_s=timeout,
+                                reload_url=str(policy.reload_url) if policy.reload_url else None)
 
     def _post_reload(self, url: str, checkpoint: str, version: int | None = None) -> None:
         import httpx
 
-        began = time.perf_counter()
         body: dict[str, Any] = {"model": checkpoint} if version is None else {"model": checkpoint,
                                                                                 "version": version}
         try:
@@ -311,8 +339,6 @@ class LoopServices:
         if reply.status_code >= 400:
             raise PolicyEndpointError(f"reloading the policy at {url} with {checkpoint} failed: "
                                       f"HTTP {reply.status_code}: {reply.text[:300]}")
-        self._on_event("policy_reloaded", {"url": url, "checkpoint": checkpoint,
-                                           "seconds": time.perf_counter() - began})
 
     def _start_process(self, checkpoint: str, argv_template: list[str] | None = None) -> None:
         import httpx
@@ -322,7 +348,7 @@ class LoopServices:
             base_url = policy.endpoint.base_url.rstrip("/")
             port = httpx.URL(base_url).port or 80
         else:
-            port = _free_port()
+            port = free_port()
             base_url = f"http://127.0.0.1:{port}/v1"
         # Plain replacement, not str.format: vLLM flags carry JSON with braces of their own.
         values = {"{checkpoint}": checkpoint, "{port}": str(port), "{name}": policy.served_name}
@@ -338,7 +364,7 @@ class LoopServices:
         try:
             # Its own process group: stopping it also stops the workers it forks (vLLM does).
             popen = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=die_with_parent)
         except OSError as exc:
             log_file.close()
             raise PolicyEndpointError(f"--policy-command {argv[0]!r} could not start: {exc}") from exc
@@ -359,61 +385,8 @@ class LoopServices:
                                           f"{policy.start_timeout_s:.0f} s (log: {log_path})")
             time.sleep(0.5)
         self._base_url = base_url
-        self._on_event("policy_started", {"url": base_url, "checkpoint": checkpoint, "pid": popen.pid,
-                                          "seconds": time.perf_counter() - began})
-
-    # -- the async loop's policy endpoint
-    @property
-    def policy_pid(self) -> int | None:
-        """Process id of the policy server this object started as a child (None: none running)."""
-        return self._process.popen.pid if self._process is not None else None
-
-    def start_policy(self, checkpoint: str) -> tuple[str, str]:
-        """Start (or reach) the endpoint of the async loop serving `checkpoint` as version 0; returns
-        ``(base_url, served_name)``. Without --policy-base-url / --policy-command the CPU policy
-        server runs as a child process (`policy_server`), reloaded in place by `updater()`."""
-        import sys
-
-        policy = self.settings.policy
-        if self._base_url is not None:
-            return self._base_url, policy.served_name
-        if policy.command:
-            self._start_process(checkpoint)
-        elif policy.endpoint.base_url:
-            self._base_url = policy.endpoint.base_url
-            if policy.reload_url:  # the async loop's versions start at 0 with the starting model
-                self._post_reload(str(policy.reload_url), checkpoint, version=0)
-        else:
-            revision = [] if checkpoint != self.settings.model or not self.settings.model_revision else \
-                ["--revision", str(self.settings.model_revision)]
-            self._start_process(checkpoint, [
-                sys.executable, "-c", "from webgym_rollout.cli import main; main()", "serve-policy",
-                "--model", "{checkpoint}", "--host", "127.0.0.1", "--port", "{port}",
-                "--served-model-name", "{name}", "--max-new-tokens", str(policy.max_new_tokens), *revision])
-        self._serving = checkpoint
-        return str(self._base_url), policy.served_name
-
-    def updater(self) -> PolicyUpdater:
-        """The `PolicyUpdater` of the endpoint `start_policy` started (``--policy-updater``)."""
-        from webgym_rl.updater import CpuPolicyUpdater, RestartUpdater, VllmLoraUpdater, VllmWeightUpdater
-
-        policy = self.settings.policy
-        if self._base_url is None:
-            raise PolicyEndpointError("updater(): the policy endpoint is not started (call start_policy)")
-        kind = policy.updater
-        if kind == "auto":
-            kind = "restart" if policy.command else "cpu"
-        timeout = policy.start_timeout_s
-        if kind == "restart":
-            return RestartUpdater(self.serve, policy.served_name)
-        if kind == "vllm_lora":
-            return VllmLoraUpdater(self._base_url, policy.served_name, timeout_s=timeout)
-        if kind == "vllm_weights":
-            return VllmWeightUpdater(self._base_url, policy.served_name, timeout_s=timeout)
-        updater = CpuPolicyUpdater(self._base_url, policy.served_name, timeout_s=timeout)
-        if policy.reload_url:
-            updater.url = str(policy.reload_url)
-        return updater
+        self._on_event(ServiceStarted("policy", base_url, time.perf_counter() - began, checkpoint=checkpoint,
+                                      pid=popen.pid))
 
     def _stop_process(self) -> None:
         process, self._process = self._process, None
@@ -430,7 +403,6 @@ class LoopServices:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(popen.pid, signal.SIGKILL)
                     popen.wait(timeout=30)
-                self._on_event("policy_stopped", {"pid": popen.pid})
         finally:
             process.log_file.close()
             self._base_url = self._serving = None

@@ -1,14 +1,14 @@
 """The trainer's view of growing trajectory datasets: newly committed episodes, each handed out once.
 
-The asynchronous loop's rollouts write one trajectory folder per task batch (``OUT/rollouts/
+The asynchronous schedule's rollouts write one trajectory folder per task batch (``OUT/rollouts/
 chunk-XXXX``), each growing shard by shard while episodes finish (`webgym_rollout.dataset.
 TrajectoryWriter`: a shard is listed in the manifest only once it is complete, and listed shards
 never change). `TrajectoryStream` reads the shards the manifests list (through `webgym_rollout.
 trajectory.read_episodes`) past a `StreamPosition`: per folder, how many listed shards are used up
 and how many rows of the next one. `take(n)` returns the next `n` committed episodes, in folder
 order then manifest order, and the position after them; the caller records that position (in
-``loop_state.json``) together with what it did with the episodes, so after a crash every
-committed episode is handed out exactly once and no used shard is read again.
+``loop_state.json``, `webgym_rl.loop.state`) together with what it did with the episodes, so after
+a crash every committed episode is handed out exactly once and no used shard is read again.
 """
 
 from __future__ import annotations

@@ -1,17 +1,23 @@
 """Switching a running policy endpoint to new weights: one small interface, `PolicyUpdater`.
 
-The asynchronous loop (`webgym_rl.async_loop`) publishes integer policy versions (0 = the starting
-model, then 1, 2, ... one per training round) and calls ``updater.update(weights, version)`` while
-episodes keep running: `weights` is the version's checkpoint folder, or, for an updater that
-``loads_adapters``, its LoRA adapter folder (an adapter of the starting model the endpoint serves;
-None for a version that is the starting model itself). After it returns, new requests are answered
-by `version`; requests already running finish on the weights they started with.
-``updater.model_name(version)`` is the model name a request must ask for to get that version (the
-served name, except for LoRA adapters).
+The loop (both schedules) publishes integer policy versions (0 = the starting model, then 1, 2, ...
+one per training round) while episodes may keep running. Two paths:
 
-- `CpuPolicyUpdater`: the CPU policy server (`webgym_rollout.policy_server`): ``POST /reload
-  {"model", "version"}`` swaps the weights between generations in the same process; its replies
-  carry ``system_fingerprint: v<N>``.
+- in memory, where the endpoint takes weights over its API (`PolicyUpdater.weights_url`: the CPU
+  policy server's ``POST /weights``): the resident trainer sends the weights there itself
+  (`webgym_rollout.policy_server.push_weights`), no disk involved;
+- through a folder: the trainer writes the version's checkpoint (or LoRA adapter) folder and the
+  loop calls ``updater.update(weights, version)``: `weights` is the checkpoint folder, or, for an
+  updater that ``loads_adapters``, the adapter folder (an adapter of the starting model the
+  endpoint serves; None for a version that is the starting model itself).
+
+Either way, new requests are then answered by `version`; requests already running finish on the
+weights they started with. ``updater.model_name(version)`` is the model name a request must ask
+for to get that version (the served name, except for LoRA adapters).
+
+- `CpuPolicyUpdater`: the CPU policy server (`webgym_rollout.policy_server`): ``POST /weights``
+  (in memory) or ``POST /reload {"model", "version"}`` (a folder) swaps the weights between
+  generations in the same process; its replies carry ``system_fingerprint: v<N>``.
 - `VllmLoraUpdater` (LoRA runs on vLLM serving the starting model, started with ``--enable-lora``
   and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``): ``POST /v1/load_lora_adapter {"lora_name":
   "<name>-v<N>", "lora_path": ADAPTER}``, then ``POST /v1/unload_lora_adapter`` of the adapter
@@ -24,7 +30,7 @@ served name, except for LoRA adapters).
   worker method that loads the weights from the checkpoint folder, ``POST /resume``. vLLM's replies
   do not name the weights; the loop's client stamps each step with the version it asked for.
 - `RestartUpdater`: the fallback, restart the serve command with the new checkpoint
-  (`webgym_rl.services.LoopServices.serve`); requests running at that moment fail and their
+  (`webgym_rl.loop.services.LoopServices.serve`); requests running at that moment fail and their
   episodes are recorded as policy errors.
 
 The vLLM updaters are tested at the HTTP boundary only (against a stand-in that speaks those
@@ -70,6 +76,8 @@ class PolicyUpdater(Protocol):
     loads_adapters: bool
     """True when `update` is given each version's LoRA adapter folder instead of its checkpoint
     (`VllmLoraUpdater`)."""
+    weights_url: str | None
+    """Where the trainer may send a version's weights in memory (None: folders only)."""
 
     def update(self, weights: str | None, version: int) -> None:
         """Serve `weights` (a checkpoint folder; a LoRA adapter folder or None where the updater
@@ -101,13 +109,17 @@ def _root(base_url: str) -> str:
 
 
 class CpuPolicyUpdater:
-    """The CPU policy server's ``/reload``: same process, weights swapped between generations."""
+    """The CPU policy server: ``/weights`` (in memory, from the trainer) or ``/reload`` (a folder);
+    same process, weights swapped between generations. `reload_url` replaces ``/reload`` (an
+    endpoint someone else runs behind a hook of its own: folders only)."""
 
     stamps_versions = False
     loads_adapters = False
 
-    def __init__(self, base_url: str, served_name: str, *, timeout_s: float = 900.0):
-        self.url = _root(base_url) + "/reload"
+    def __init__(self, base_url: str, served_name: str, *, timeout_s: float = 900.0,
+                 reload_url: str | None = None):
+        self.url = reload_url or _root(base_url) + "/reload"
+        self.weights_url = None if reload_url else _root(base_url) + "/weights"
         self.served_name = served_name
         self.timeout_s = timeout_s
 
@@ -125,6 +137,7 @@ class VllmLoraUpdater:
 
     stamps_versions = False
     loads_adapters = True
+    weights_url = None
 
     def __init__(self, base_url: str, served_name: str, *, keep: int = 2, timeout_s: float = 900.0):
         if keep < 1:
@@ -175,6 +188,7 @@ class VllmWeightUpdater:
 
     stamps_versions = True
     loads_adapters = False
+    weights_url = None
 
     def __init__(self, base_url: str, served_name: str, *, rpc_method: str = "reload_weights",
                  timeout_s: float = 900.0):
@@ -204,6 +218,7 @@ class RestartUpdater:
 
     stamps_versions = True
     loads_adapters = False
+    weights_url = None
 
     def __init__(self, serve: Callable[[str], Any], served_name: str):
         self._serve = serve

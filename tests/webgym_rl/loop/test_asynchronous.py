@@ -1,5 +1,6 @@
-"""The asynchronous loop (`webgym_rl.async_loop`) with real parts: MiniWoB site server, Chromium
-browser server, the CPU policy server (a child process) with a tiny random Qwen2-VL, the trainer."""
+"""The asynchronous schedule (`webgym_rl.loop.asynchronous`) with real parts: MiniWoB site server,
+Chromium browser server, the CPU policy server (a child process) with a tiny random Qwen2-VL, the
+resident trainer (a child process)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import httpx
 import pytest
 
 from tests.webgym_rl.loops import loop_settings
-from webgym_rl.async_loop import episode_staleness, step_version
-from webgym_rl.loop import run_loop
+from webgym_rl.loop.events import VersionPublished
+from webgym_rl.loop.phases import episode_staleness, step_version
+from webgym_rl.loop.run import run_loop
 from webgym_rollout.trajectory import read_episodes
 
-ASYNC = dict(mode="async", iterations=3, max_staleness=1, batch_episodes=2, eval_every=0,
-             sampler={"kind": "epoch", "batch_size": 2})
+ASYNC = dict(schedule="async", iterations=3, max_staleness=1, batch_episodes=2, eval_every=0,
+             sampler={"kind": "epoch", "batch_size": 2}, bootstrap_policy="random")
 
 
 def _episodes(folder: Path) -> dict[str, object]:
@@ -32,32 +34,33 @@ def test_versions_roll_out_while_training_within_the_staleness_bound(tmp_path, t
     # want of a success. Version 3 is evaluated (two tasks) while v4 trains.
     settings = loop_settings(tmp_path, tiny_qwen2_vl, **{**ASYNC, "iterations": 4, "eval_every": 3,
                                                          "eval_sampler": {"batch_size": 2},
-                                                         "success_threshold": 0.0})
+                                                         "success_threshold": 0.0, "last_k_iterations": 2})
     seen: list[dict] = []
     base_url: list[str] = []
 
-    def on_event(kind, detail):
-        if kind == "async_started":
-            base_url.append(detail["base_url"])
-        if kind == "version_published":
+    def on_event(event):
+        if hasattr(event, "base_url"):
+            base_url.append(event.base_url)
+        if isinstance(event, VersionPublished):
             # Asked right after the publish: the same process now serves the new version.
             health = httpx.get(base_url[0].removesuffix("/v1") + "/health", timeout=30).json()
-            seen.append({"version": detail["version"], "pid": detail["pid"], "health": health})
+            seen.append({"version": event.version, "path": event.path, "health": health})
 
     result = run_loop(settings, on_event=on_event)
     out = Path(settings.out)
-    state = json.loads((out / "loop_state.json").read_text())["async"]
+    state = json.loads((out / "loop_state.json").read_text())
 
-    # Four versions published, each answered at once by the same policy server process.
-    assert [v["version"] for v in state["versions"]] == [0, 1, 2, 3, 4]
+    # Four versions published in memory, each answered at once by the same policy server process.
+    assert [(v["version"], v["path"]) for v in state["versions"]] == [
+        (0, "start"), (1, "memory"), (2, "memory"), (3, "memory"), (4, "memory")]
     assert [s["health"]["version"] for s in seen] == [1, 2, 3, 4]
-    assert len({s["pid"] for s in seen} | {s["health"]["pid"] for s in seen}) == 1
-    assert seen[-1]["health"]["reloads"] == 4
-    assert result.checkpoint == state["versions"][-1]["checkpoint"]
+    assert len({s["health"]["pid"] for s in seen}) == 1 and seen[-1]["health"]["reloads"] == 0
+    assert result.checkpoint == str(out / "checkpoints" / "v-0004")
 
     # Steps of at least two versions were played while the trainer trained.
     episodes = _episodes(out)
-    windows = [(b["train_started_at"], b["train_done_at"]) for b in state["batches"].values()]
+    rounds = [state["rounds"][str(r)] for r in range(4)]
+    windows = [(r["train"]["started_at"], r["train"]["done_at"]) for r in rounds]
     overlapping = {step_version(s.policy_version) for e in episodes.values() for s in e.steps
                    if any(e.started_at < end and e.started_at + e.duration_s > start
                           for start, end in windows)}
@@ -67,35 +70,36 @@ def test_versions_roll_out_while_training_within_the_staleness_bound(tmp_path, t
     assert versions & {"v1", "v2", "v3", "v4"}, versions
     assert all(s.logprobs for e in episodes.values() for s in e.steps if s.policy_version.startswith("v"))
 
-    # Each batch: its episodes once, none beyond the bound; the trainer's data is exactly that batch.
-    ids = [i for b in state["batches"].values() for i in b["episodes"]]
+    # Each batch: its episodes once, none beyond the bound; the trainer's data is the window of the
+    # last two batches, as in the synchronous schedule.
+    ids = [i for r in rounds for i in r["batch"]["episodes"]]
     assert len(ids) == len(set(ids)) == 8 and set(ids) <= set(episodes)
-    for version, batch in state["batches"].items():
-        trained = list(read_episodes(batch["folder"]))
-        assert {e.episode_id for e in trained} == set(batch["episodes"]) - set(batch["dropped_stale"])
-        assert all(episode_staleness(e, int(version)) <= 1 for e in trained)
-        assert all(int(k) <= 1 for k in batch["staleness"])
+    for r, record in enumerate(rounds):
+        trained = list(read_episodes(record["batch"]["folder"]))
+        assert {e.episode_id for e in trained} == set(record["batch"]["episodes"]) - set(
+            record["batch"]["dropped_stale"])
+        assert all(episode_staleness(e, r) <= 1 and e.iteration == r for e in trained)
+        assert record["train"]["window"] == list(range(max(0, r - 1), r + 1))
+        assert record["train"]["weights"] == ({"0": 1.0} if r == 0 else {str(r - 1): 0.5, str(r): 1.0})
     metrics = state["metrics"]
     assert metrics["versions_published"] == 4 and metrics["staleness_max"] <= 1
+    assert 1 <= metrics["in_flight_max"] <= settings.rollout.concurrency  # the gate held the slots
     assert sum(metrics["staleness_histogram"].values()) == sum(
-        sum(b["staleness"].values()) for b in state["batches"].values())
+        sum(r["batch"]["staleness"].values()) for r in rounds)
     assert metrics["episodes_per_s"] > 0 and metrics["rollout_idle_s"] >= 0 and metrics["trainer_idle_s"] >= 0
-    assert metrics["samples_per_s"] >= 0 and 0 <= metrics["staleness_mean"] <= metrics["staleness_max"]
-    assert sum(v["episodes"] for v in metrics["success_by_version"].values()) >= 8
+    assert 0 <= metrics["staleness_mean"] <= metrics["staleness_max"]
+    # The resident trainer trained four rounds in one life: its step count runs on.
+    assert rounds[3]["train"]["trainer_step"] == sum(r["train"]["steps"] for r in rounds)
 
-    # The evaluation of v3 ran on its own schedule: it began before v3 was published, its episodes
+    # The evaluation of v3 ran on its own schedule: it began before v4 was published, its episodes
     # were not trained on, its steps were answered by v3 (or v4, once published: the record says),
     # and it wrote its report with the learning curve so far.
-    assert set(state["evals"]) == {"3"}
-    evaluation = state["evals"]["3"]
-    assert evaluation["started_at"] < state["versions"][4]["published_at"]
-    # (Evaluated on train tasks here: an episode id, a hash of task, attempt and iteration, can equal
-    # a rollout's; the start time tells the two episodes apart.)
+    evaluation = rounds[2]["eval"]
+    assert evaluation["version"] == 3 and evaluation["started_at"] < state["versions"][4]["published_at"]
     evaluated = {(e.episode_id, e.started_at)
                  for e in read_episodes(out / "evals" / "v-0003" / "trajectories")}
     assert len(evaluated) == evaluation["episodes"] == 2
-    batched = {(e.episode_id, e.started_at)
-               for b in state["batches"].values() for e in read_episodes(b["folder"])}
+    batched = {(e.episode_id, e.started_at) for r in rounds for e in read_episodes(r["batch"]["folder"])}
     assert len(batched) == 8 and not evaluated & batched
     assert evaluation["step_versions"] and set(evaluation["step_versions"]) <= {"v3", "v4"}
     report = Path(evaluation["report"])
@@ -124,15 +128,17 @@ def test_sigkill_at_several_points_then_rerun_loses_nothing_and_trains_nothing_t
 
     from webgym_core.settings import settings_to_dict
 
-    settings = loop_settings(tmp_path, tiny_qwen2_vl, **ASYNC)
+    # A full checkpoint every 2 versions: a kill between two of them supersedes what was trained after.
+    settings = loop_settings(tmp_path, tiny_qwen2_vl, **ASYNC, checkpoint_every=2, success_threshold=0.0)
     config = tmp_path / "loop.yaml"
     config.write_text(yaml.safe_dump({**settings_to_dict(settings), "progress": True}))
     out = Path(settings.out)
-    command = [sys.executable, "-c", "from webgym_rl.cli import main; main()", "loop",
-               "--config", str(config)]
+    command = [sys.executable, "-c", "from webgym_rl.cli import main; main()", "loop", "--config",
+               str(config)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    # Killed while training for v1, right after v1 is published, and while chunk 2 plays.
-    kill_points = ["batch for v1 ready", "v1 published", "chunk 2 started"]
+    # Killed while training for v1, right after v1 is published (no checkpoint yet), and while v3's
+    # batch trains (after the checkpoint of round 1).
+    kill_points = ["batch for v1 ready", "v1 published", "round 2: train ..."]
     for point in kill_points:
         before = _committed(out) if out.exists() else set()
         process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
@@ -149,22 +155,28 @@ def test_sigkill_at_several_points_then_rerun_loses_nothing_and_trains_nothing_t
         assert before <= _committed(out)
     finished = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert finished.returncode == 0, finished.stderr[-3000:]
-    state = json.loads((out / "loop_state.json").read_text())["async"]
-    assert [v["version"] for v in state["versions"]] == [0, 1, 2, 3]
-    # Each version's checkpoint is complete (a batch with nothing to train on keeps the previous one).
-    for entry in state["versions"][1:]:
-        assert (Path(entry["checkpoint"]) / "config.json").is_file()
-    assert (out / "checkpoints" / "v-0001" / "config.json").is_file()  # v1 trains on random successes
-    ids = [i for b in state["batches"].values() for i in b["episodes"]]
-    assert len(ids) == len(set(ids)) == 6  # no episode trained twice
+    state = json.loads((out / "loop_state.json").read_text())
+    live = [v for v in state["versions"] if not v["superseded"]]
+    assert [v["version"] for v in live] == [0, 1, 2, 3]
+    # v1 was published before the second kill and trained again after it: the first one is superseded.
+    assert [v["version"] for v in state["versions"] if v["superseded"]] == [1]
+    assert [r["round"] for r in state["superseded"]] == [0]
+    assert "resumed: trainer at round" not in finished.stderr  # the last run superseded nothing
+    # Each round's batch: no episode in two batches, every one committed once.
+    rounds = [state["rounds"][str(r)] for r in range(3)]
+    ids = [i for r in rounds for i in r["batch"]["episodes"]]
+    assert len(ids) == len(set(ids)) == 6
     committed = _committed(out)
     assert set(ids) <= committed
     # No episode was played twice (one row per episode id across the chunk folders).
     rows = sum(len(read_episodes(c)) for c in (out / "rollouts").glob("chunk-*") if c.is_dir())
     assert rows == len(committed)
+    # The final weights hold each round's samples once: the trainer's steps are those of the live rounds.
+    assert rounds[-1]["train"]["trainer_step"] == sum(r["train"]["steps"] for r in rounds)
+    final = json.loads((Path(live[-1]["checkpoint"]) / "trainer_state.json").read_text())
+    assert final["step"] == rounds[-1]["train"]["trainer_step"] and final["round"] == 2
     # The stream position covers exactly the trained episodes' shards: nothing re-read, nothing skipped.
-    assert state["position"] == state["batches"]["2"]["position"]
-    # No policy server outlived its loop (each child got SIGTERM with its parent's death).
+    assert state["position"] == rounds[2]["batch"]["position"]
     assert "v3 published" in finished.stderr
     assert "success by policy version" in finished.stderr  # the progress line of each version
 
@@ -198,9 +210,10 @@ def test_lora_versions_are_adapters_of_the_starting_model_loaded_into_vllm(tmp_p
         loads_before_rerun = sum(1 for name, _, _ in calls if name == "load_lora_adapter")
         run_loop(dataclasses.replace(settings, iterations=3))
     out = Path(settings.out)
-    versions = json.loads((out / "loop_state.json").read_text())["async"]["versions"]
+    versions = json.loads((out / "loop_state.json").read_text())["versions"]
     adapters = {v["version"]: Path(v["adapter"]) for v in versions[1:]}
     assert list(adapters) == [1, 2, 3] and versions[0].get("adapter") is None
+    assert all(v["path"] == "folder" for v in versions[1:])
 
     # Each published adapter folder was loaded under its version's name; the rerun first unloaded
     # what the first run left loaded (vLLM refuses a name it holds), then loaded v2 again.
@@ -222,33 +235,36 @@ def test_lora_versions_are_adapters_of_the_starting_model_loaded_into_vllm(tmp_p
         steps = [s for e in read_episodes(out / "rollouts" / chunk) for s in e.steps]
         assert steps and {s.policy_version for s in steps} == {version}
 
-    # Every adapter adapts the starting model; v2 trained v1's adapter on (it did not start afresh).
+    # Every adapter adapts the starting model, and each version trained the same adapter on.
     for version, folder in adapters.items():
         config = json.loads((folder / "adapter_config.json").read_text())
         assert config["base_model_name_or_path"] == str(tiny_qwen2_vl), version
-    trained_from = {v: json.loads((adapters[v] / "trainer_state.json").read_text())["start_adapter"]
-                    for v in adapters}
-    assert trained_from == {1: None, 2: str(adapters[1]), 3: str(adapters[2])}
+    steps = [json.loads((adapters[v] / "trainer_state.json").read_text())["step"] for v in (1, 2, 3)]
+    assert steps[0] < steps[1] < steps[2]  # one trainer's step count, across the rerun too
     first, second = (load_file(adapters[v] / "adapter_model.safetensors") for v in (1, 2))
     assert first.keys() == second.keys() and any(not torch.equal(first[k], second[k]) for k in first)
-    # Merged onto the starting model, adapter v2 reproduces the published checkpoint of v2.
-    merged = PeftModel.from_pretrained(load_model(tiny_qwen2_vl), adapters[2]).merge_and_unload().state_dict()
-    published = load_model(versions[2]["checkpoint"]).state_dict()
+    # Versions published as adapters wrote no merged folder; the last version's merged folder (the
+    # run's result) is adapter 3 folded into the starting model.
+    assert not (out / "checkpoints" / "v-0001").exists()
+    merged = PeftModel.from_pretrained(load_model(tiny_qwen2_vl), adapters[3]).merge_and_unload().state_dict()
+    published = load_model(versions[3]["checkpoint"]).state_dict()
     assert merged.keys() == published.keys()
     assert all(torch.allclose(merged[k], published[k], atol=1e-6) for k in merged)
     base = load_model(tiny_qwen2_vl).state_dict()
     assert any(not torch.equal(base[k], published[k]) for k in base)
 
 
-def test_a_lora_run_refuses_to_go_on_from_versions_without_an_adapter(tmp_path, tiny_qwen2_vl):
-    from webgym_rl.async_loop import run_async_loop
+def test_a_lora_run_refuses_to_go_on_from_schema_1_weights_that_are_not_an_adapter(tmp_path, tiny_qwen2_vl):
     from webgym_rl.errors import LoopStateError
+    from webgym_rl.loop.phases import Loop, start_trainer
+    from webgym_rl.loop.state import CheckpointRecord, load_state
 
     # Versions of a full fine-tune (or of a run before adapters were kept): --lora has no adapter
-    # of the starting model to train on, and would silently start over from the starting model.
+    # of the starting model to train on, and would silently train a new one on merged weights.
     settings = loop_settings(tmp_path, tiny_qwen2_vl, **ASYNC, lora=True)
-    versions = [{"version": 0, "checkpoint": str(tiny_qwen2_vl)},
-                {"version": 1, "checkpoint": str(tmp_path / "loop" / "checkpoints" / "v-0001")}]
-    state = {"async": {"versions": versions, "position": {}, "batches": {}}}
-    with pytest.raises(LoopStateError, match="loop_state.json: version 1 was published without a LoRA"):
-        run_async_loop(settings, None, state, lambda kind, detail: None)  # type: ignore[arg-type]
+    state = load_state(settings)
+    state.checkpoints = [CheckpointRecord(round=0, folder=str(tiny_qwen2_vl), optimizer=False)]
+    loop = Loop(settings, None, state, lambda event: None)  # type: ignore[arg-type]
+    with pytest.raises(LoopStateError, match="are not a LoRA adapter of --model, so --lora cannot train"):
+        start_trainer(loop)
+    assert loop.trainer is None

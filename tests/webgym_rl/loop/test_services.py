@@ -1,5 +1,5 @@
-"""webgym_rl.services: the policy endpoint switched to each new checkpoint (a reload URL, a restarted
-command), with real policy servers on 127.0.0.1 and tiny random models."""
+"""webgym_rl.loop.services: the policy endpoint started once and switched to each new version (a reload
+URL, a restarted command), with real policy servers on 127.0.0.1 and tiny random models."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from tests.webgym_rl.loops import loop_settings as _settings
 from webgym_rl.errors import PolicyEndpointError
-from webgym_rl.services import PolicyEndpointSettings
+from webgym_rl.loop.services import PolicyEndpointSettings
 
 
 def test_the_policy_endpoint_settings_compose_the_rollouts_own():
@@ -32,7 +32,7 @@ def _root(base_url: str) -> str:
 
 def test_external_endpoint_is_switched_through_the_reload_url(tmp_path, tiny_qwen2_vl):
     from tests.models import tiny_model_dir
-    from webgym_rl.services import LoopServices
+    from webgym_rl.loop.services import LoopServices
     from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
 
     other = tiny_model_dir("qwen2_vl", seed=1)
@@ -40,13 +40,14 @@ def test_external_endpoint_is_switched_through_the_reload_url(tmp_path, tiny_qwe
     with running_policy_server(served) as url:
         settings = _settings(tmp_path, tiny_qwen2_vl,
                              policy={"base_url": url, "reload_url": url.removesuffix("/v1") + "/reload"})
-        events = []
-        with LoopServices(settings, on_event=lambda kind, detail: events.append(kind)) as services:
-            assert services.serve(str(other)) == (url, "webgym-policy")
+        with LoopServices(settings) as services:
+            assert services.start_policy(str(tiny_qwen2_vl)) == url  # reached, and told its version 0
+            updater = services.updater()
+            assert updater.url == url.removesuffix("/v1") + "/reload" and updater.weights_url is None
+            updater.update(str(other), 1)
             assert _root(url) == str(other)
-            with pytest.raises(PolicyEndpointError, match="reloading the policy"):
-                services.serve(str(tmp_path / "missing-checkpoint"))
-        assert events == ["policy_reloaded"]
+            with pytest.raises(PolicyEndpointError, match="reload"):
+                updater.update(str(tmp_path / "missing-checkpoint"), 2)
         assert _root(url) == str(other)  # a failed reload leaves the endpoint serving the last good one
 
 
@@ -59,7 +60,7 @@ def test_policy_command_is_restarted_for_each_checkpoint_and_stopped(tmp_path, t
     import psutil
 
     from tests.models import tiny_model_dir
-    from webgym_rl.services import LoopServices
+    from webgym_rl.loop.services import LoopServices
 
     other = tiny_model_dir("qwen2_vl", seed=1)
     # The braces of the dict stand for vLLM's JSON flags: only the three placeholders are replaced.
@@ -68,13 +69,14 @@ def test_policy_command_is_restarted_for_each_checkpoint_and_stopped(tmp_path, t
                "--port {port} --served-model-name {name} --max-new-tokens 4")
     settings = _settings(tmp_path, tiny_qwen2_vl, policy={"command": command, "start_timeout_s": 300})
     pids = []
-    with LoopServices(settings, on_event=lambda kind, detail: pids.append(detail.get("pid"))) as services:
-        url, name = services.serve(str(tiny_qwen2_vl))
-        assert name == "webgym-policy" and _root(url) == str(tiny_qwen2_vl)
-        url, _ = services.serve(str(other))
-        assert _root(url) == str(other)
-    started = pids[::2]
-    assert len(pids) == 4 and pids[0] == pids[1] and pids[2] == pids[3] and pids[0] != pids[2], pids
+    with LoopServices(settings, on_event=lambda event: pids.append(event.pid)) as services:
+        url = services.start_policy(str(tiny_qwen2_vl))
+        assert _root(url) == str(tiny_qwen2_vl) and services.policy_pid == pids[-1]
+        updater = services.updater()  # auto: restart the command
+        updater.update(str(other), 1)
+        assert _root(services.base_url) == str(other) and services.policy_pid == pids[-1]
+    started = pids
+    assert len(pids) == 2 and pids[0] != pids[1], pids
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                    for pid in started)
     assert "serving webgym-policy" in (tmp_path / "loop" / "policy-server.log").read_text()

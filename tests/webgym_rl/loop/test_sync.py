@@ -1,13 +1,13 @@
-"""The online loop (`webgym_rl.loop`, `webgym_rl.services`, `webgym_rl.loop_state`) with real parts:
-MiniWoB site server, Chromium browser server, the CPU policy server with a tiny random Qwen2-VL, the
-trainer. Two iterations, a failure injected into iteration 1's train phase, and a resume that
-continues from exactly that phase."""
+"""The synchronous schedule (`webgym_rl.loop.sync`) with real parts: MiniWoB site server, Chromium
+browser server, the CPU policy server (a child process) with a tiny random Qwen2-VL, the resident
+trainer (a child process). Two rounds, a failure in round 1's training, a resume that continues from
+exactly that phase with the trainer's optimizer restored; settings and the CLI."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -17,13 +17,11 @@ from tests.webgym_rl.loops import loop_settings as _settings
 from tests.webgym_rl.loops import tasks_file as _tasks
 from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings
-from webgym_rl.loop import (
-    LoopSettings,
-    LoopSettingsError,
-    LoopStateError,
-    PhaseFailed,
-    run_loop,
-)
+from webgym_rl.errors import LoopSettingsError, LoopStateError, PhaseFailed
+from webgym_rl.loop.events import PhaseSkipped, PhaseStarted
+from webgym_rl.loop.run import run_loop
+from webgym_rl.loop.settings import LoopSettings
+from webgym_rollout.trajectory import read_episodes, read_manifest
 
 
 def _fingerprint(folder: Path) -> dict[str, tuple[int, str]]:
@@ -32,17 +30,13 @@ def _fingerprint(folder: Path) -> dict[str, tuple[int, str]]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _load(folder: Path, cache: Path):
-    import datasets
-
-    # A cache of its own per folder: offline, `datasets` would serve an earlier folder of the same name.
-    return datasets.load_dataset(str(folder), split="train",
-                                 cache_dir=str(cache / folder.parent.name / folder.name))
+def _phases(events, kind) -> list[tuple[int, str]]:
+    return [(e.round, e.phase) for e in events if isinstance(e, kind)]
 
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_two_iterations_then_resume_after_a_train_failure(tmp_path, tiny_qwen2_vl, monkeypatch):
+def test_two_rounds_then_resume_after_a_train_failure(tmp_path, tiny_qwen2_vl, monkeypatch):
     from huggingface_hub import HfApi
 
     from webgym_rollout.modeling import load_model
@@ -57,94 +51,95 @@ def test_two_iterations_then_resume_after_a_train_failure(tmp_path, tiny_qwen2_v
 
     monkeypatch.setattr(HfApi, "create_repo", lambda api, repo_id, **kwargs: None)
     monkeypatch.setattr(HfApi, "create_commit", create_commit)
-    settings = _settings(tmp_path, tiny_qwen2_vl, push_to="me/webgym-loop-test")
+    settings = _settings(tmp_path, tiny_qwen2_vl, push_to="me/webgym-loop-test", bootstrap_policy="random")
     out = Path(settings.out)
-    blocker = out / "iter-0001" / "train"
-    events: list[tuple[str, int, str]] = []
+    shard: dict[str, bytes] = {}
+    events: list = []
 
-    def inject(kind, detail):
-        events.append((kind, detail.get("iteration", -1), detail.get("phase", "")))
-        # A real failure, not a mock: a file where iteration 1's trainer output folder must go.
-        if kind == "phase_done" and detail["iteration"] == 1 and detail["phase"] == "rollout":
-            blocker.write_text("in the way")
+    def inject(event):
+        events.append(event)
+        # A real failure, not a mock: round 1's rollout shard is made unreadable before it trains.
+        if isinstance(event, PhaseStarted) and (event.round, event.phase) == (1, "train"):
+            folder = out / "rollouts" / "round-0001"
+            path = folder / read_manifest(folder)["shards"][0]["path"]
+            shard["path"], shard["bytes"] = str(path), path.read_bytes()
+            path.write_bytes(b"not parquet")
 
     with pytest.raises(PhaseFailed) as caught:
         run_loop(settings, on_event=inject)
-    assert (caught.value.iteration, caught.value.phase) == (1, "train")
-    assert "iteration 1, phase 'train'" in str(caught.value) and str(blocker) in str(caught.value)
+    assert (caught.value.round, caught.value.phase) == (1, "train")
+    assert "round 1, phase 'train'" in str(caught.value) and "resident trainer failed" in str(caught.value)
     state = json.loads((out / "loop_state.json").read_text())
-    assert set(state["iterations"]["0"]) == {"rollout", "train", "push"}  # no eval: due every 2 iterations
-    assert set(state["iterations"]["1"]) == {"rollout"}
-    assert state["last_error"]["iteration"] == 1 and state["last_error"]["phase"] == "train"
+    first, second = state["rounds"]["0"], state["rounds"]["1"]
+    # No eval record: evaluations are due every 2 versions.
+    assert {k for k, v in first.items() if v} == {"rollout", "batch", "train", "push"}
+    assert {k for k, v in second.items() if v} == {"rollout", "batch"}
+    assert (state["last_error"]["round"], state["last_error"]["phase"]) == (1, "train")
+    # Round 0 trained the resident trainer and wrote its full checkpoint (optimizer included).
+    (checkpoint,) = state["checkpoints"]
+    assert checkpoint["round"] == 0 and checkpoint["optimizer"]
+    assert (Path(checkpoint["folder"]) / "training_state" / "optimizer.bin").is_file()
 
-    # Iteration 0 is complete and loadable: random bootstrap rollout, a checkpoint trained on it.
-    rollout0 = _load(out / "iter-0000" / "trajectories", tmp_path / "hf-cache")
-    assert len(rollout0) == len(MINIWOB) and set(rollout0["policy_model"]) == {"random"}
-    assert set(rollout0["iteration"]) == {0}
-    successes0 = sum(r >= 1.0 for r in rollout0["reward"])
-    assert state["iterations"]["0"]["rollout"]["successes"] == successes0 > 0
-    train0 = state["iterations"]["0"]["train"]
-    assert train0["checkpoint"] == str(out / "iter-0000" / "checkpoint")
-    assert train0["counts"]["trajectories_kept"] == successes0
-    load_model(train0["checkpoint"])
-    # Iteration 1 rolled out with iteration 0's checkpoint behind the policy server.
-    rollout1 = _load(out / "iter-0001" / "trajectories", tmp_path / "hf-cache")
-    assert len(rollout1) == len(MINIWOB) and set(rollout1["policy_model"]) == {"webgym-policy"}
-    assert state["iterations"]["1"]["rollout"]["checkpoint"] == train0["checkpoint"]
+    # Round 0: the random bootstrap; round 1: version 1 behind the policy server, published in memory.
+    rollout0 = list(read_episodes(out / "rollouts" / "round-0000"))
+    assert len(rollout0) == len(MINIWOB) and {e.policy_model for e in rollout0} == {"random"}
+    successes0 = sum(e.reward >= 1.0 for e in rollout0)
+    assert first["rollout"]["successes"] == successes0 > 0
+    assert first["train"]["counts"]["trajectories_kept"] == successes0 and first["train"]["window"] == [0]
+    assert second["rollout"]["policy"] == "v1"
+    assert [(v["version"], v["path"]) for v in state["versions"]] == [(0, "start"), (1, "memory")]
 
-    before0 = _fingerprint(out / "iter-0000")
-    before1 = _fingerprint(out / "iter-0001" / "trajectories")
-    blocker.unlink()
+    before0 = _fingerprint(out / "rollouts" / "round-0000")
+    Path(shard["path"]).write_bytes(shard["bytes"])
+    before1 = _fingerprint(out / "rollouts" / "round-0001")
     events.clear()
-    result = run_loop(settings, on_event=lambda kind, detail: events.append(
-        (kind, detail.get("iteration", -1), detail.get("phase", ""))))
+    result = run_loop(settings, on_event=events.append)
 
-    started = [(i, p) for kind, i, p in events if kind == "phase_started"]
-    skipped = [(i, p) for kind, i, p in events if kind == "phase_skipped"]
-    assert started == [(1, "train"), (1, "eval"), (1, "push")]
-    assert skipped == [(0, "rollout"), (0, "train"), (0, "push"), (1, "rollout")]
-    assert _fingerprint(out / "iter-0000") == before0
-    assert _fingerprint(out / "iter-0001" / "trajectories") == before1
+    assert _phases(events, PhaseStarted) == [(1, "train"), (1, "publish"), (1, "eval"), (1, "push")]
+    assert _phases(events, PhaseSkipped) == [(0, "rollout"), (0, "train"), (0, "push"), (1, "rollout")]
+    assert _fingerprint(out / "rollouts" / "round-0000") == before0
+    assert _fingerprint(out / "rollouts" / "round-0001") == before1
+    rollout1 = list(read_episodes(out / "rollouts" / "round-0001"))
+    assert {s.policy_version for e in rollout1 for s in e.steps} == {"v1"}
 
     state = json.loads((out / "loop_state.json").read_text())
     assert state["last_error"] is None
-    train1 = state["iterations"]["1"]["train"]
-    assert result.checkpoint == train1["checkpoint"] == str(out / "iter-0001" / "checkpoint")
-    # Iteration 1 continued from iteration 0's checkpoint, on both iterations' trajectories (last K=4).
-    trainer_state = json.loads((out / "iter-0001" / "checkpoint" / "trainer_state.json").read_text())
-    assert trainer_state["base_model"] == train0["checkpoint"]
-    assert train1["data"] == [str(out / f"iter-000{i}" / "trajectories") for i in (0, 1)]
-    assert train1["counts"]["iterations_kept"] == [0, 1]
-    load_model(train1["checkpoint"])
-    evaluation = _load(out / "iter-0001" / "eval", tmp_path / "hf-cache")
+    train0, train1 = state["rounds"]["0"]["train"], state["rounds"]["1"]["train"]
+    # The trainer went on from round 0's optimizer state: its step count runs on.
+    assert train1["trainer_step"] == train0["trainer_step"] + train1["steps"]
+    # Round 1's window held both rounds (last K = 4), the newer one weighted higher (recency); the
+    # samples came from the successes of each.
+    assert train1["window"] == [0, 1] and train1["weights"] == {"0": 0.5, "1": 1.0}
+    by_round = train1["samples_by_round"]
+    assert by_round["0"] == train0["samples"] == sum(by_round.values()) - by_round.get("1", 0)
+    assert result.checkpoint == str(out / "checkpoints" / "v-0002")
+    trainer_state = json.loads((out / "checkpoints" / "v-0002" / "trainer_state.json").read_text())
+    assert trainer_state["round"] == 1 and trainer_state["step"] == train1["trainer_step"]
+    load_model(result.checkpoint)
+    evaluation = list(read_episodes(out / "evals" / "v-0002" / "trajectories"))
     assert len(evaluation) == len(MINIWOB)
-    measured = state["iterations"]["1"]["eval"]
-    assert measured["checkpoint"] == train1["checkpoint"]
-    assert measured["episodes"] == len(evaluation)
-    assert measured["successes"] == sum(r >= 1.0 for r in evaluation["reward"])
-    # The evaluation's report and the learning curve so far (train points of both rollouts, one test point)
-    figures = json.loads((out / "iter-0001" / "report" / "report.json").read_text())
+    measured = state["rounds"]["1"]["eval"]
+    assert measured["version"] == 2 and measured["episodes"] == len(evaluation)
+    assert measured["successes"] == sum(e.reward >= 1.0 for e in evaluation)
+    assert {s.policy_version for e in evaluation for s in e.steps} == {"v2"}
+    # The evaluation's report and the learning curve so far (x: the policy version that played).
+    figures = json.loads((out / "evals" / "v-0002" / "report" / "report.json").read_text())
     assert figures["runs"][0]["overall"]["successes"] == measured["evaluated"][0] == measured["successes"]
     assert [(p["iteration"], p["label"]) for p in figures["learning_curve"]] == [(0, "train"), (1, "train"),
-                                                                                (1, "test")]
+                                                                                (2, "test")]
     assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert measured["valid_actions"] == sum(1 for row in evaluation for s in row["steps"] if s["action"])
-    assert measured["steps"] == sum(evaluation["num_steps"])
-    # One push per iteration, each of that iteration's checkpoint; the second card carries the
-    # success rate the evaluation measured.
-    assert [c["message"] for c in commits] == ["webgym-rl loop: iteration 0", "webgym-rl loop: iteration 1"]
-    assert all(c["repo_id"] == "me/webgym-loop-test" for c in commits)
-    assert Path(commits[1]["files"]["model.safetensors"]).parent == out / "iter-0001" / "checkpoint"
+    # One push per version; the second card carries the success rate its evaluation measured.
+    assert [c["message"] for c in commits] == ["webgym-rl loop: v1", "webgym-rl loop: v2"]
+    assert Path(commits[1]["files"]["model.safetensors"]).parent == out / "checkpoints" / "v-0002"
     assert "training_state" not in " ".join(commits[1]["files"])
     card = commits[1]["files"]["README.md"].decode()
     assert f"| eval (train split) | {measured['success_rate']:.1%} |" in card
-    assert "No evaluation figures" in commits[0]["files"]["README.md"].decode()
 
     # A finished loop reruns as a no-op; a rerun with other identity settings is refused.
     events.clear()
-    run_loop(settings, on_event=lambda kind, detail: events.append((kind, -1, "")))
-    assert all(kind == "phase_skipped" for kind, _, _ in events)
-    other = _settings(tmp_path, tiny_qwen2_vl, objective="reinforce")
+    run_loop(settings, on_event=events.append)
+    assert events and all(isinstance(e, PhaseSkipped) for e in events)
+    other = _settings(tmp_path, tiny_qwen2_vl, objective="reinforce", bootstrap_policy="random")
     with pytest.raises(LoopStateError, match="objective"):
         run_loop(other)
 
@@ -153,7 +148,7 @@ def test_settings_from_yaml_then_flags(tmp_path):
     config = tmp_path / "loop.yaml"
     config.write_text("iterations: 5\nlast-k-iterations: 2\nservers: [http://127.0.0.1:8300]\n"
                       "learning_rate: 0.001\npolicy: {temperature: 0.7, max_new_tokens: 16}\n"
-                      "pool: {browsers: 2}\n")
+                      "pool: {browsers: 2}\nschedule: async\noverprovision: 8\ncheckpoint_every: 3\n")
     flags = {"tasks": "t.jsonl", "model": "m", "out": "o", "iterations": 3, "eval_every": None, "servers": (),
              "policy__max_new_tokens": 32}
     settings = load_settings(LoopSettings, config, flags)
@@ -164,35 +159,65 @@ def test_settings_from_yaml_then_flags(tmp_path):
     assert (settings.policy.sampling.temperature, settings.policy.max_new_tokens) == (0.7, 32)
     assert (settings.pool.browsers, settings.pool.contexts_per_browser) == (2, 4)
     assert settings.eval_temperature == 0.0 and settings.rollout.concurrency == 4
+    assert (settings.schedule, settings.async_loop.overprovision, settings.trainer.checkpoint_every) == (
+        "async", 8, 3)
+    # The defaults are the published recipe's: the model's own first rollouts, a fresh random batch.
+    assert settings.bootstrap_policy == "model" and settings.sampler.kind == "epoch"
     config.write_text("iteratons: 5\n")
     with pytest.raises(SettingsError, match="iteratons: unknown setting"):
         load_settings(LoopSettings, config)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"policy": {"base_url": "http://127.0.0.1:8000/v1"}}, "--policy-command .* or --policy-reload-url"),
+    ({"policy": {"base_url": "http://127.0.0.1:8000/v1"}}, "--policy-command .*--policy-reload-url"),
     ({"policy": {"command": "vllm serve --port {port}"}}, "must contain {checkpoint}"),
     ({"sampler": {"kinds": ["desktop"]}}, "sampler.kinds: desktop unknown"),
     ({"viewport": "wide"}, "expected WIDTHxHEIGHT"),
     ({"iterations": 0}, "iterations: must be >= 1"),
+    ({"schedule": "later"}, "schedule: 'later' is not one of 'sync', 'async'"),
+    ({"lr_scheduler": "cosine"}, "lr_scheduler: cosine decays over the run's optimizer steps"),
+    ({"eval_sampler": {"kind": "success_aware", "batch_size": 2}}, "eval_sampler.kind: success_aware"),
     ({"servers": ["http://127.0.0.1:8300"], "fleet": "web", "ray_address": "127.0.0.1:6379"},
      "servers: give browser server URLs or --fleet web, not both"),
     ({"fleet": "web"}, "ray_address: --fleet web needs"),
-    ({"policy": {"base_url": "http://127.0.0.1:8000/v1", "updater": "vllm_lora"}, "mode": "async"},
+    ({"policy": {"base_url": "http://127.0.0.1:8000/v1", "updater": "vllm_lora"}},
      "policy.updater: vllm_lora loads each version as a LoRA adapter of --model, so it needs training.lora"),
     ({"tasks": "/nonexistent/tasks.jsonl"}, "--tasks /nonexistent/tasks.jsonl: no such file"),
+    ({"judge": "programmatic", "sampler": {"kinds": ["web"]}}, "no 'train' task passes the sampler"),
 ])
 def test_bad_settings_stop_before_anything_starts(tmp_path, changes, message):
-    # Values are refused when the settings are made (SettingsError), paths when the loop starts
-    # (LoopSettingsError); both are ValueErrors naming the field.
+    # Values are refused when the settings are made (SettingsError), paths and task sets when the
+    # loop starts (LoopSettingsError); both are ValueErrors naming the field.
     with pytest.raises(ValueError, match=message):
         run_loop(_settings(tmp_path, tmp_path / "model", **changes))
     assert not (tmp_path / "loop").exists()
 
 
-def test_the_groups_check_themselves_when_built_in_python(tmp_path):
+def test_web_tasks_with_the_programmatic_judge_are_refused_naming_the_kind_and_the_fix(tmp_path):
+    from webgym_data.schema import Task
+
+    tasks = _tasks(tmp_path / "mixed.jsonl")  # the MiniWoB tasks and two web tasks
+    with tasks.open("a") as handle:
+        for i in range(2):
+            web = Task(task_id=f"w{i}", task_name="find it", website="http://127.0.0.1:9/",
+                       benchmark_name="t")
+            handle.write(json.dumps(web.to_row()) + "\n")
+    settings = _settings(tmp_path, tmp_path / "model", tasks=str(tasks), judge="programmatic")
+    refused = (r"programmatic scores only tasks whose environment keeps a reward .* has 2 of kind 'web'"
+               r".*--judge rubric.*--sampler-kinds")
+    with pytest.raises(LoopSettingsError, match=refused):
+        run_loop(settings)
+    assert not (tmp_path / "loop").exists()
+    # Keeping only the tasks with a reward is the other fix: the check passes (and the loop would run).
+    from webgym_rl.loop.run import check_recipe
+
+    check_recipe(_settings(tmp_path, tmp_path / "model", tasks=str(tasks), sampler={"kinds": ["miniwob"]},
+                           eval_sampler={"kinds": ["miniwob"]}))
+
+
+def test_the_groups_check_themselves_when_built_in_python():
     from webgym_core.endpoint import Endpoint
-    from webgym_rl.loop import PolicyEndpointSettings
+    from webgym_rl.loop.services import PolicyEndpointSettings
 
     with pytest.raises(LoopSettingsError, match="base_url: needs a way to switch"):
         PolicyEndpointSettings(endpoint=Endpoint(base_url="http://127.0.0.1:8000/v1"))
@@ -214,12 +239,16 @@ def test_cli_reports_a_bad_setting_in_one_line(tmp_path):
     (error,) = [line for line in result.output.splitlines() if line.startswith("Error: ")]
     assert "--policy-base-url" in error and "needs a way to switch" in error
     assert "Traceback" not in result.output
+    result = CliRunner().invoke(main, ["loop", "--config", "no-such-recipe", "--tasks", str(tasks)])
+    assert result.exit_code == 1 and "no recipe of that name (shipped recipes: miniwob-cpu, published" in \
+        result.output
 
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_training_under_a_launcher_runs_webgym_rl_train_in_a_child_process(tmp_path, tiny_qwen2_vl):
-    """--train-launcher is how several GPUs are used (accelerate launch + an Accelerate config)."""
+def test_the_resident_trainer_runs_under_a_launcher(tmp_path, tiny_qwen2_vl):
+    """--train-launcher is how several GPUs are used (accelerate launch + an Accelerate config); the
+    launched trainer stays up across rounds."""
     import sys
 
     from webgym_rollout.modeling import load_model
@@ -227,179 +256,78 @@ def test_training_under_a_launcher_runs_webgym_rl_train_in_a_child_process(tmp_p
     accelerate = Path(sys.executable).with_name("accelerate")
     launcher = (f"{accelerate} launch --num_processes 1 --num_machines 1 --mixed_precision no "
                 "--dynamo_backend no")
-    settings = _settings(tmp_path, tiny_qwen2_vl, iterations=1, eval_every=0, train_launcher=launcher)
+    settings = _settings(tmp_path, tiny_qwen2_vl, iterations=2, eval_every=0, train_launcher=launcher,
+                         bootstrap_policy="random", success_threshold=0.0, publish="folder")
     result = run_loop(settings)
-    train = result.iterations[0]["train"]
-    out = Path(settings.out) / "iter-0000"
-    written = (out / "train-settings.yaml").read_text()
-    assert f"model: {tiny_qwen2_vl}" in written and str(out / "trajectories") in written
-    trainer_state = json.loads((out / "checkpoint" / "trainer_state.json").read_text())
-    assert trainer_state["step"] == train["steps"] >= 1 and trainer_state["num_processes"] == 1
-    assert train["counts"]["trajectories_kept"] == result.iterations[0]["rollout"]["successes"]
-    assert result.checkpoint == str(out / "checkpoint")
+    out = Path(settings.out)
+    first, second = (result.state.rounds[r].train for r in (0, 1))
+    assert first.steps >= 1 and second.trainer_step == first.trainer_step + second.steps
+    states = [json.loads((out / "checkpoints" / f"v-000{v}" / "trainer_state.json").read_text())
+              for v in (1, 2)]
+    assert [s["round"] for s in states] == [0, 1] and all(s["num_processes"] == 1 for s in states)
+    # Both versions came from the same launched process: it stayed up between the rounds.
+    assert states[0]["pid"] == states[1]["pid"] != os.getpid()
+    assert states[0]["launched"]  # started by accelerate launch (it sets LOCAL_RANK), not as a plain child
+    assert result.checkpoint == str(out / "checkpoints" / "v-0002")
     load_model(result.checkpoint)
 
 
-def test_miniwob_on_remote_browser_servers_needs_their_own_site_server(tmp_path):
+def test_miniwob_on_remote_browser_servers_needs_their_own_site_server(tmp_path, tiny_qwen2_vl):
     # 192.0.2.0/24 is reserved for documentation: nothing is sent there, the loop stops before.
-    settings = _settings(tmp_path, tmp_path / "model", servers=["http://192.0.2.10:8300"])
-    with pytest.raises(PhaseFailed, match="iteration 0, phase 'rollout'.*need --sites-url") as caught:
+    settings = _settings(tmp_path, tiny_qwen2_vl, servers=["http://192.0.2.10:8300"], train_process=False,
+                         bootstrap_policy="random")
+    with pytest.raises(PhaseFailed, match="round 0, phase 'rollout'.*need --sites-url") as caught:
         run_loop(settings)
     assert isinstance(caught.value.__cause__, LoopSettingsError)
     state = json.loads((tmp_path / "loop" / "loop_state.json").read_text())
-    assert state["iterations"]["0"] == {} and state["last_error"]["phase"] == "rollout"
+    empty = dict.fromkeys(("rollout", "batch", "train", "eval", "push", "round"))
+    assert state["rounds"] == {"0": empty}
+    assert state["last_error"]["phase"] == "rollout"
 
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_lora_training_is_merged_before_the_next_rollout(tmp_path, tiny_qwen2_vl):
+def test_lora_versions_are_published_merged_and_the_adapter_trains_on(tmp_path, tiny_qwen2_vl):
     import torch
 
     from webgym_rollout.modeling import load_model
 
     settings = _settings(tmp_path, tiny_qwen2_vl, iterations=2, eval_every=0, lora=True, lora_rank=4,
-                         lora_alpha=8, learning_rate=0.05)
+                         lora_alpha=8, learning_rate=0.05, publish="folder", bootstrap_policy="random",
+                         success_threshold=0.0)
     result = run_loop(settings)
     out = Path(settings.out)
-    first = out / "iter-0000" / "checkpoint"
+    first = out / "checkpoints" / "v-0001"
     names = {p.name for p in first.iterdir()}
     assert "model.safetensors" in names and "adapter_config.json" not in names
-    trained = sorted((out / "iter-0000" / "train").glob("checkpoint-*"))
-    assert trained and all((p / "adapter_config.json").is_file() for p in trained)  # trainer: adapters
+    assert (out / "adapters" / "v-0001" / "adapter_config.json").is_file()
     # The merged weights are the trained ones: the adapted projections moved, the rest did not.
     base, tuned = load_model(tiny_qwen2_vl).state_dict(), load_model(first).state_dict()
     assert base.keys() == tuned.keys()
     changed = {name for name in base if not torch.equal(base[name], tuned[name])}
     assert changed and all(name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"))
                            for name in changed), sorted(changed)
-    # Iteration 1 rolled out with the merged checkpoint and trained a new adapter on top of it.
-    assert result.iterations[1]["rollout"]["checkpoint"] == str(first)
-    trainer_state = json.loads((out / "iter-0001" / "checkpoint" / "trainer_state.json").read_text())
-    assert trainer_state["base_model"] == str(first) and trainer_state["settings"]["lora"] is True
-    assert result.checkpoint == str(out / "iter-0001" / "checkpoint")
-    load_model(result.checkpoint)
+    # Round 1 rolled out with v1 (loaded from its folder) and trained the same adapter on.
+    assert result.state.rounds[1].rollout.policy == "v1"
+    assert [v.path for v in result.state.versions] == ["start", "folder", "folder"]
+    second = load_model(result.checkpoint).state_dict()
+    assert any(not torch.equal(tuned[k], second[k]) for k in tuned)
+    for version in (1, 2):
+        config = json.loads((out / "adapters" / f"v-{version:04d}" / "adapter_config.json").read_text())
+        assert config["base_model_name_or_path"] == str(tiny_qwen2_vl)
 
 
-def test_each_rollout_gets_the_loops_groups_and_its_own_temperature(tmp_path, monkeypatch):
-    """The runner is replaced here (its settings are the subject); the big loop test runs it for real."""
-    from webgym_data.schema import Task
-    from webgym_rl import loop
-    from webgym_rollout.dataset import TrajectoryWriter
-    from webgym_rollout.env import EnvSettings
-    from webgym_rollout.runner import RunReport
-
-    seen = []
-
-    async def fake_run(run_settings):
-        seen.append(run_settings)
-        with TrajectoryWriter(run_settings.out, resume=True):
-            pass
-        return RunReport(out=run_settings.out, episodes=0, skipped=0, steps=0, successes=0, errors={},
-                         elapsed_s=1.0, session_retries=0, parse_errors=0)
-
-    monkeypatch.setattr("webgym_rollout.runner.run", fake_run)
-
-    class Services:  # the loop's services, reduced to the URLs they would hand out
-        def browser_urls(self):
-            return ("http://127.0.0.1:1",)
-
-        def sites_url(self):
-            return "http://127.0.0.1:2"
-
-        def serve(self, checkpoint):
-            return "http://127.0.0.1:3/v1", "webgym-policy"
-
-    tasks = _tasks(tmp_path / "mixed.jsonl")  # the MiniWoB tasks and one web task
-    web = Task(task_id="w1", task_name="find it", website="http://127.0.0.1:9/", benchmark_name="t")
-    with tasks.open("a") as handle:
-        handle.write(json.dumps(web.to_row()) + "\n")
-    settings = _settings(tmp_path, tmp_path / "model", tasks=str(tasks), sampler={"kinds": ["miniwob"]},
-                         eval_sampler={"kinds": ["miniwob"]},
-                         policy={"temperature": 0.8, "top_p": 0.9}, eval_temperature=0.1, attempts=2,
-                         judge={"kind": "programmatic"})
-    state = {"iterations": {"0": {"train": {"checkpoint": "c0"}}, "1": {"train": {"checkpoint": "c1"}}}}
-    for iteration, phase in ((0, "rollout"), (1, "rollout"), (1, "eval")):
-        result = loop._run_phase(settings, Services(), state, iteration, phase)
-        assert result["episodes"] == 0 and result["out"] == str(seen[-1].out)
-    bootstrap, rollout, evaluation = seen
-    assert bootstrap.policy.kind == "random" and bootstrap.policy.random.seed == 0
-    assert (rollout.policy.kind, rollout.policy.endpoint.base_url, rollout.policy.endpoint.model) == (
-        "openai", "http://127.0.0.1:3/v1", "webgym-policy")
-    assert (rollout.policy.sampling.temperature, rollout.policy.sampling.top_p) == (0.8, 0.9)
-    assert (evaluation.policy.sampling.temperature, evaluation.policy.sampling.top_p) == (0.1, 0.9)
-    assert (rollout.split, evaluation.split, evaluation.iteration) == ("train", "train", 1)
-    for run_settings in seen:
-        # Episodes are scheduled asynchronously inside a rollout whatever the loop's --mode.
-        assert run_settings.rollout == dataclasses.replace(settings.rollout, mode="async")
-        assert run_settings.judge is settings.judge
-        assert run_settings.env.sites_url == "http://127.0.0.1:2"  # MiniWoB tasks need the site server
-        assert run_settings.env.viewport == "320x240" and run_settings.env.miniwob_horizon == 3
-        rows = [json.loads(line) for line in Path(run_settings.tasks).read_text().splitlines()]
-        assert len(rows) == len(MINIWOB) and all(r["environment"].startswith("miniwob:") for r in rows)
-    assert not loop._needs_site_server([web], EnvSettings())
-    only_web = _settings(tmp_path, tmp_path / "model", tasks=str(tasks), sampler={"kinds": ["web"]},
-                         out=str(tmp_path / "web-loop"))
-    written = loop._task_batch(only_web, source=str(tasks), split="train", sampler=only_web.sampler,
-                               iteration=0, target=tmp_path / "web-loop" / "tasks.jsonl")
-    assert [json.loads(line)["task_id"] for line in written.read_text().splitlines()] == ["w1"]
-
-
-def test_each_iteration_draws_its_own_batch_and_the_same_seed_draws_the_same(tmp_path, monkeypatch):
-    """The runner is replaced (the batches are the subject): epoch batches without replacement across
-    iterations, recorded beside the iteration, the same on a rerun with the same seed."""
-    from webgym_rl import loop
-    from webgym_rollout.dataset import TrajectoryWriter
-    from webgym_rollout.runner import RunReport
-
-    played: list[list[str]] = []
-
-    async def fake_run(run_settings):
-        rows = Path(run_settings.tasks).read_text().splitlines()
-        played.append([json.loads(line)["task_id"] for line in rows])
-        with TrajectoryWriter(run_settings.out, resume=True):
-            pass
-        return RunReport(out=run_settings.out, episodes=0, skipped=0, steps=0, successes=0, errors={},
-                         elapsed_s=1.0, session_retries=0, parse_errors=0)
-
-    monkeypatch.setattr("webgym_rollout.runner.run", fake_run)
-
-    class Services:
-        def browser_urls(self):
-            return ("http://127.0.0.1:1",)
-
-        def sites_url(self):
-            return "http://127.0.0.1:2"
-
-        def serve(self, checkpoint):
-            return "http://127.0.0.1:3/v1", "webgym-policy"
-
-    def batches(out: str, seed: int) -> list[list[str]]:
-        settings = _settings(tmp_path, tmp_path / "model", out=str(tmp_path / out),
-                             sampler={"kind": "epoch", "batch_size": 2, "seed": seed})
-        state = {"iterations": {"0": {"train": {"checkpoint": "c0"}}, "1": {"train": {"checkpoint": "c1"}}}}
-        for iteration in (0, 1):
-            loop._run_phase(settings, Services(), state, iteration, "rollout")
-        return played[-2:]
-
-    first = batches("a", seed=5)
-    assert len(first[0]) == len(first[1]) == 2 and not set(first[0]) & set(first[1])  # no task twice
-    assert (tmp_path / "a" / "iter-0001" / "tasks.jsonl").is_file()  # recorded beside the iteration
-    assert batches("b", seed=5) == first  # the same seed draws the same batches
-    assert batches("a", seed=5) == first  # a rerun of the same folder plays the recorded batches
-    others = [batches(f"c{seed}", seed=seed) for seed in (6, 7, 8)]
-    assert any(other != first for other in others)
-
-
-def test_loop_help_shows_the_sampler_the_evaluation_and_the_ablation_settings():
+def test_loop_help_shows_the_schedules_the_recipe_and_the_ablation_settings():
     from click.testing import CliRunner
 
-    from webgym_rl.loop import loop_command
+    from webgym_rl.loop.cli import loop_command
 
     text = CliRunner().invoke(loop_command, ["--help"], terminal_width=200).output
-    for flag in ("--sampler [all|epoch|uniform_difficulty|success_aware]", "--sampler-batch-size",
-                 "--sampler-benchmarks", "--sampler-domains", "--sampler-difficulties", "--sampler-websites",
-                 "--eval-sampler", "--eval-temperature", "--eval-horizons", "--train-horizons",
-                 "--test-horizons", "--policy-variant [memory|vanilla|compact]", "--policy-full-rounds",
-                 "--fleet", "--ray-address",
-                 "--judge-max-screenshots"):
+    for flag in ("--config RECIPE|FILE", "--dry-run", "--schedule [sync|async]", "--overprovision",
+                 "--checkpoint-every", "--publish [auto|memory|folder]", "--lockstep / --no-lockstep",
+                 "--sampler [all|epoch|uniform_difficulty|success_aware]", "--sampler-batch-size",
+                 "--sampler-benchmarks", "--eval-sampler", "--eval-temperature", "--eval-horizons",
+                 "--train-horizons", "--test-horizons", "--policy-variant [memory|vanilla|compact]",
+                 "--policy-full-rounds", "--fleet", "--ray-address", "--judge-max-screenshots"):
         assert flag in text, flag
+    assert "--mode " not in text and "--mode [" not in text  # the episode scheduler is --lockstep

@@ -1,4 +1,4 @@
-"""webgym_rl.updater at the HTTP boundary: a small FastAPI stand-in on 127.0.0.1 speaks vLLM's runtime
+"""webgym_rl.loop.updater at the HTTP boundary: a small FastAPI stand-in on 127.0.0.1 speaks vLLM's runtime
 LoRA endpoints and its RL weight-update endpoints and records every call (vLLM needs GPUs;
 `tests.webgym_rl.vllm_stand_in`)."""
 
@@ -11,7 +11,7 @@ import pytest
 from tests.webgym_rl.vllm_stand_in import serving as _serving
 from tests.webgym_rl.vllm_stand_in import vllm_stand_in as _stand_in
 from webgym_rl.errors import PolicyEndpointError
-from webgym_rl.updater import VllmLoraUpdater, VllmWeightUpdater, version_of
+from webgym_rl.loop.updater import CpuPolicyUpdater, VllmLoraUpdater, VllmWeightUpdater, version_of
 
 
 def test_lora_updater_loads_one_adapter_per_version_and_unloads_old_ones():
@@ -91,38 +91,44 @@ def test_version_of_reads_the_fingerprint_and_adapter_names():
     assert [version_of(v) for v in names] == [0, 12, 3, None, None, None, None]
 
 
-def test_the_loop_drives_a_vllm_endpoint_without_a_reload_hook_in_async_mode_only(tmp_path):
+def test_the_loop_drives_a_vllm_endpoint_under_either_schedule(tmp_path):
     import dataclasses
 
     from webgym_core.endpoint import Endpoint
     from webgym_rl.errors import LoopSettingsError
-    from webgym_rl.loop import LoopSettings
-    from webgym_rl.services import LoopServices, PolicyEndpointSettings
+    from webgym_rl.loop.services import LoopServices, PolicyEndpointSettings
+    from webgym_rl.loop.settings import LoopSettings, TrainerSettings
     from webgym_rl.train import TrainingSettings
-    from webgym_rollout.runner import RolloutSettings
 
     calls: list[tuple[str, dict, dict]] = []
     with _serving(_stand_in(calls)) as base_url:
         policy = PolicyEndpointSettings(endpoint=Endpoint(base_url=base_url, model="policy"),
                                         updater="vllm_weights")
-        settings = LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=policy,
-                                rollout=RolloutSettings(mode="async"))
-        with LoopServices(settings) as services:
-            assert services.start_policy("base") == (base_url, "policy")  # reached, not started
-            updater = services.updater()
-            assert isinstance(updater, VllmWeightUpdater)
-            updater.update("/ckpt/v-1", 1)
-    # Nothing was posted when the loop reached the endpoint; the update reloaded v1's weights.
-    assert [c[0] for c in calls] == ["pause", "collective_rpc", "resume"]
+        for schedule in ("sync", "async"):
+            settings = LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / schedule),
+                                    policy=policy, schedule=schedule)
+            with LoopServices(settings) as services:
+                assert services.start_policy("base") == base_url  # reached, not started
+                updater = services.updater()
+                assert isinstance(updater, VllmWeightUpdater) and updater.weights_url is None  # folders
+                updater.update("/ckpt/v-1", 1)
+    # Nothing was posted when the loop reached the endpoint; each update reloaded v1's weights.
+    assert [c[0] for c in calls] == ["pause", "collective_rpc", "resume"] * 2
     assert calls[1][2] == {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/v-1"}}
-    # The sync loop switches checkpoints by restart or reload hook only: refused with the field named.
-    with pytest.raises(LoopSettingsError, match="policy.updater: vllm_weights switches versions in --mode"):
-        LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=policy,
-                     rollout=RolloutSettings(mode="sync"))
     # Runtime LoRA adapters are adapters of the served model: a full fine-tune has none to load.
     lora_policy = dataclasses.replace(policy, updater="vllm_lora")
     with pytest.raises(LoopSettingsError, match=r"policy.updater: vllm_lora .* needs training.lora"):
-        LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=lora_policy,
-                     rollout=RolloutSettings(mode="async"))
+        LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=lora_policy)
     LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=lora_policy,
-                 rollout=RolloutSettings(mode="async"), training=TrainingSettings(lora=True))
+                 training=TrainingSettings(lora=True))
+    # Weights in memory go to the CPU policy server only: a vLLM endpoint loads folders.
+    with pytest.raises(LoopSettingsError, match="trainer.publish: memory sends the weights to the CPU"):
+        LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=policy,
+                     trainer=TrainerSettings(publish="memory"))
+
+
+def test_the_cpu_policy_server_takes_weights_in_memory_unless_behind_a_hook_of_its_own():
+    updater = CpuPolicyUpdater("http://127.0.0.1:8500/v1", "policy")
+    assert (updater.url, updater.weights_url) == ("http://127.0.0.1:8500/reload", "http://127.0.0.1:8500/weights")
+    hooked = CpuPolicyUpdater("http://127.0.0.1:8500/v1", "policy", reload_url="http://127.0.0.1:9/hook")
+    assert (hooked.url, hooked.weights_url) == ("http://127.0.0.1:9/hook", None)

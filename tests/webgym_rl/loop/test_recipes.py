@@ -1,0 +1,120 @@
+"""webgym_rl.loop.recipes: the shipped recipes load, dry-run against a task set (endpoints on
+127.0.0.1), refuse what cannot work, and the CPU recipe runs end to end, cut down."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.webgym_rl.loops import tasks_file
+from webgym_rl.cli import main
+from webgym_rl.loop.recipes import describe_recipe, load_recipe, plan, recipe_names, recipe_path
+
+SAMPLE_TASKS = Path(__file__).resolve().parents[3] / "webgym" / "sample_tasks.jsonl"
+
+
+def test_the_shipped_recipes_are_listed_and_described():
+    assert recipe_names() == ["miniwob-cpu", "published", "published-async"]
+    assert "published WebGym recipe" in describe_recipe("published")
+    result = CliRunner().invoke(main, ["recipes"])
+    assert result.exit_code == 0
+    listed = [line.split()[0] for line in result.output.splitlines() if not line.startswith(" ")]
+    assert listed == recipe_names()
+    shown = CliRunner().invoke(main, ["recipes", "published-async"])
+    assert shown.exit_code == 0 and shown.output == recipe_path("published-async").read_text()
+
+
+def test_the_published_recipes_hold_the_papers_settings():
+    for name in ("published", "published-async"):
+        s = load_recipe(name, tasks="t", out="o")
+        t, selection = s.training, s.training.samples
+        assert (s.model, s.bootstrap_policy, s.sampler.kind, s.judge.kind) == (
+            "Qwen/Qwen3-VL-8B-Instruct", "model", "epoch", "rubric")
+        assert (t.objective.value, selection.last_k_iterations, selection.recency_power,
+                selection.success_threshold, selection.drop_same_as_next) == (
+            "filtered_bc", 4, 1.0, 1.0, True)
+        assert (s.policy.agent.variant, s.policy.agent.full_rounds) == ("memory", 4)
+        assert (s.env.train_horizons, s.env.test_horizons) == ((10, 20, 30), (30, 50, 70))
+        assert (s.eval_every, s.eval_split, s.eval_temperature, s.eval_horizons) == (1, "test", 0.0, "test")
+    assert load_recipe("published", tasks="t", out="o").schedule == "sync"
+    asynchronous = load_recipe("published-async", tasks="t", out="o")
+    assert (asynchronous.schedule, asynchronous.async_loop.max_staleness) == ("async", 1)
+
+
+@pytest.mark.parametrize("name", ["published", "published-async", "miniwob-cpu"])
+def test_every_shipped_recipe_dry_runs_against_a_task_set(tmp_path, scripted_openai, name):
+    llm = scripted_openai(["unused"])
+    if name == "miniwob-cpu":
+        tasks, changes = tasks_file(tmp_path / "tasks.jsonl"), {"model": str(tmp_path / "model")}
+    else:  # the endpoints of a GPU machine, here on 127.0.0.1: one answers, one does not
+        tasks = SAMPLE_TASKS
+        changes = {"policy": {"base_url": llm.base_url}, "judge": {"base_url": "http://127.0.0.1:9/v1"}}
+    settings = load_recipe(name, tasks=str(tasks), out=str(tmp_path / "out"), **changes)
+    text = plan(settings).render()
+    for section in ("tasks:", "judge:", "endpoints:", "horizons:", "schedule:", "training:", "resume:"):
+        assert section in text, (section, text)
+    assert f"{tmp_path / 'out'}: new loop folder" in text
+    assert "first batch has" in text
+    if name == "miniwob-cpu":
+        assert "programmatic" in text and "the CPU policy server the loop starts" in text
+        assert "published in memory" in text and "weights by age 1.00, 0.50, 0.33, 0.25" in text
+    else:
+        assert f"policy policy at {llm.base_url}: answers" in text
+        assert "gpt-4o at http://127.0.0.1:9/v1: does not answer" in text
+        assert "train 10/20/30, test 30/50/70 steps" in text and "prompt memory with 4 image rounds" in text
+        assert "published as folders" in text
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
+
+
+def test_the_dry_run_refuses_the_programmatic_judge_on_web_tasks_through_the_cli(tmp_path):
+    result = CliRunner().invoke(main, ["loop", "--config", "published", "--dry-run", "--tasks",
+                                       str(SAMPLE_TASKS), "--out", str(tmp_path / "out"), "--judge",
+                                       "programmatic"])
+    assert result.exit_code == 1, result.output
+    assert "of kind 'web'" in result.output and "--judge rubric" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_dry_run_says_what_a_rerun_would_resume(tmp_path):
+    from webgym_rl.loop.state import CheckpointRecord, TrainRecord, VersionRecord, load_state, save_state
+
+    settings = load_recipe("miniwob-cpu", tasks=str(tasks_file(tmp_path / "tasks.jsonl")),
+                           out=str(tmp_path / "out"), model=str(tmp_path / "model"), iterations=4)
+    (tmp_path / "out").mkdir()
+    state = load_state(settings)
+    for r in (0, 1):
+        state.round(r).train = TrainRecord(steps=1)
+        state.versions.append(VersionRecord(version=r + 1, round=r))
+    folder = tmp_path / "out" / "trainer" / "checkpoint-r0000"
+    state.checkpoints = [CheckpointRecord(round=0, folder=str(folder))]
+    save_state(settings, state)
+    text = plan(settings).render()
+    assert "2 versions published; the trainer would restore" in text
+    assert "checkpoint-r0000 and train rounds [1] again; next round 1 of 4" in text
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_cpu_recipe_runs_end_to_end_cut_down(tmp_path, tiny_qwen3_vl):
+    from webgym_data.importers.miniwob import miniwob_task
+    from webgym_data.loading import write_tasks
+    from webgym_rl.loop.run import run_loop
+
+    train = write_tasks([miniwob_task("click-test", s) for s in range(4)], tmp_path / "train.jsonl")
+    heldout = write_tasks([miniwob_task("click-test", 100_000 + s) for s in range(2)],
+                          tmp_path / "heldout.jsonl")
+    settings = load_recipe("miniwob-cpu", tasks=str(train), eval_tasks=str(heldout), model=str(tiny_qwen3_vl),
+                           out=str(tmp_path / "loop"), iterations=1, max_steps=2, per_device_batch_size=2,
+                           concurrency=2, policy={"max_new_tokens": 8, "max_tokens": 8})
+    result = run_loop(settings)
+    record = result.state.rounds[0]
+    assert record.rollout.policy == "random" and record.rollout.episodes == 4
+    assert record.train.steps == 2 and record.train.samples > 0  # click-test: the random policy succeeds
+    assert record.eval.version == 1 and record.eval.episodes == 2
+    assert [(v.version, v.path) for v in result.state.versions] == [(0, "start"), (1, "memory")]
+    assert result.checkpoint == str(tmp_path / "loop" / "checkpoints" / "v-0001")
+    state = json.loads((tmp_path / "loop" / "loop_state.json").read_text())
+    assert state["settings"]["policy"]["variant"] == "compact" and state["identity"]["schedule"] == "sync"
