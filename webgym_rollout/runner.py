@@ -105,6 +105,11 @@ class RolloutSettings:
     judge_concurrency: int = 8
     """Episodes judged at once."""
 
+    @property
+    def scheduler(self) -> str:
+        """The episode scheduler's name: ``lockstep`` or ``async``."""
+        return "lockstep" if self.lockstep else "async"
+
     def __post_init__(self) -> None:
         for name in ("concurrency", "attempts", "batch_size", "shard_episodes", "judge_concurrency"):
             if getattr(self, name) < 1:
@@ -463,9 +468,8 @@ async def _run_sync(jobs: Sequence[_Job], ctx: _Context, finisher: _Finisher) ->
 def _progress_table(stats: _Stats, settings: RunSettings):
     from rich.table import Table
 
-    mode = "lockstep" if settings.rollout.lockstep else "async"
-    table = Table(title=f"webgym-rollout run ({mode}) -> {settings.out}", show_header=False,
-                  box=None, pad_edge=False)
+    table = Table(title=f"webgym-rollout run ({settings.rollout.scheduler}) -> {settings.out}",
+                  show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
     judged = max(1, stats.done)
@@ -602,8 +606,7 @@ async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None,
     env_settings = dataclasses.replace(settings.env, elements=observes_elements)
     stats = _Stats()
     run_info = {"policy": getattr(policy, "model_id", ""), "judge": getattr(judge, "model_id", ""),
-                "mode": "lockstep" if settings.rollout.lockstep else "async", "tasks": str(settings.tasks),
-                "split": settings.split,
+                "mode": settings.rollout.scheduler, "tasks": str(settings.tasks), "split": settings.split,
                 "attempts": settings.rollout.attempts, "iteration": settings.iteration,
                 "seed": settings.policy.random.seed, "tasks_played": len(tasks),
                 "invalid_task_rows": [error.to_dict() for error in loaded.invalid],
