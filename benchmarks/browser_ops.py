@@ -59,15 +59,16 @@ def _serve_cmd() -> list[str]:
     return [sys.executable, "-c", "from webgym_rollout.cli import main; main()"]
 
 
-def start_server(port: int, browsers: int, contexts: int) -> tuple[subprocess.Popen, float]:
-    """Start ``webgym-rollout serve``; returns the process and the seconds until /health answered."""
+def start_server(port: int, browsers: int, contexts: int, allow: str) -> tuple[subprocess.Popen, float]:
+    """Start ``webgym-rollout serve`` (its pages may reach `allow`, the site server's host:port);
+    returns the process and the seconds until /health answered."""
     cmd = [
         *_serve_cmd(),
         "serve",
         "--port",
         str(port),
         "--allow-hosts",
-        "127.0.0.1",
+        allow,
         "--browsers",
         str(browsers),
         "--contexts-per-browser",
@@ -248,7 +249,7 @@ async def main() -> None:
         local = f"{sites.base_url}/sandbox/form.html"
         click_button = miniwob_task_url(sites.base_url, "click-button")
         port = free_port()
-        proc, startup_s = start_server(port, args.browsers, contexts)
+        proc, startup_s = start_server(port, args.browsers, contexts, allow=f"{sites.host}:{sites.port}")
         url = f"http://127.0.0.1:{port}"
         try:
             pss = await measure_memory(url, local, proc.pid)

@@ -90,7 +90,9 @@ def main() -> None:
     cluster = LocalCluster(nodes=1, num_cpus=1, resources={"browser": 1})
     cluster_s = time.monotonic() - began
     port = free_port()
-    server = start_browser_server(port, args.browsers, contexts)
+    sites = SiteServer()  # bound now (served from the `with` below): the browser servers allowlist it
+    allow = f"{sites.host}:{sites.port}"
+    server = start_browser_server(port, args.browsers, contexts, allow=allow)
     try:
         cluster.ray.init(address=cluster.address, namespace="webgym", include_dashboard=False,
                          log_to_driver=False, configure_logging=False, _node_ip_address="127.0.0.1")
@@ -98,7 +100,7 @@ def main() -> None:
         endpoints = fleet_up(FleetUpSettings(
             address=cluster.address, name="bench", browsers_per_node=args.browsers, port=0,
             nodes_with_resource="browser",
-            pool=PoolSettings(contexts_per_browser=contexts, allow_hosts=("127.0.0.1",), idle_timeout_s=60,
+            pool=PoolSettings(contexts_per_browser=contexts, allow_hosts=(allow,), idle_timeout_s=60,
                               concurrency={"create": max(4, contexts), "screenshot": 8})))
         fleet_s = time.monotonic() - began
         controller = cluster.ray.get_actor("webgym-fleet-bench", namespace="webgym")
@@ -107,7 +109,7 @@ def main() -> None:
               f"(1 server, {args.browsers} browsers x {contexts} contexts) in {fleet_s:.1f} s: "
               f"{endpoints[0].url}", flush=True)
         speeds: dict[str, list[float]] = {"direct": [], "fleet": []}
-        with SiteServer() as sites, LatencyPolicyServer(args.policy_concurrency, args.seed) as policy, \
+        with sites, LatencyPolicyServer(args.policy_concurrency, args.seed) as policy, \
                 tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
             policy.set_latency(args.latency_median, args.latency_p95)
             common = dict(policy_url=policy.base_url, sites_url=sites.base_url, concurrency=args.concurrency,

@@ -260,7 +260,9 @@ def run_benchmark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     # Every batch of the run and two spare: the epoch sampler draws without replacement.
     tasks = write_tasks(work / "tasks.jsonl", kinds, args.batch_episodes * (args.versions + 2))
     port = free_port()
-    browser = start_browser_server(port, args.browsers, math.ceil(args.concurrency / args.browsers))
+    sites = SiteServer()  # bound now (served from the `with` below): the browser server allowlists it
+    browser = start_browser_server(port, args.browsers, math.ceil(args.concurrency / args.browsers),
+                                   allow=f"{sites.host}:{sites.port}")
     browser_url = f"http://127.0.0.1:{port}"
     print(f"{args.versions} versions x {args.batch_episodes} episodes ({', '.join(kinds)}), horizon "
           f"{args.horizon}; {args.max_steps} optimizer steps per version; {args.concurrency} episodes in "
@@ -268,7 +270,7 @@ def run_benchmark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
           f"{args.policy_concurrency}, latency median {args.latency_median} s p95 {args.latency_p95} s; max "
           f"staleness {args.max_staleness}", flush=True)
     try:
-        with SiteServer() as sites, VersionedLatencyServer(args.policy_concurrency, args.seed,
+        with sites, VersionedLatencyServer(args.policy_concurrency, args.seed,
                                                            args.latency_median, args.latency_p95) as policy:
             common = dict(tasks=tasks, model=model, browser_url=browser_url, sites_url=sites.base_url,
                           policy_url=policy.base_url)

@@ -178,10 +178,12 @@ class LatencyPolicyServer:
         self._http.server_close()
 
 
-def start_browser_server(port: int, browsers: int, contexts: int) -> subprocess.Popen:
+def start_browser_server(port: int, browsers: int, contexts: int, allow: str) -> subprocess.Popen:
+    """``webgym-rollout serve`` on 127.0.0.1:`port`, its pages allowed to reach `allow` (the site
+    server's host:port) and no other local port."""
     script = shutil.which("webgym-rollout", path=str(Path(sys.executable).parent))
     command = [script] if script else [sys.executable, "-c", "from webgym_rollout.cli import main; main()"]
-    command += ["serve", "--port", str(port), "--allow-hosts", "127.0.0.1", "--browsers", str(browsers),
+    command += ["serve", "--port", str(port), "--allow-hosts", allow, "--browsers", str(browsers),
                 "--contexts-per-browser", str(contexts), "--idle-timeout-s", "60",
                 "--concurrency", f"create={max(4, contexts)}", "--concurrency", "screenshot=8"]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -300,10 +302,11 @@ async def main_async(args: argparse.Namespace) -> None:
     args.capacity_concurrency = args.capacity_concurrency or args.concurrency
     port = free_port()
     contexts = math.ceil(max(args.concurrency, args.capacity_concurrency) / args.browsers)
-    server = start_browser_server(port, args.browsers, contexts)
+    sites = SiteServer()  # bound now (served from the `with` below): the browser server allowlists it
+    server = start_browser_server(port, args.browsers, contexts, allow=f"{sites.host}:{sites.port}")
     server_url = f"http://127.0.0.1:{port}"
     try:
-        with SiteServer() as sites, LatencyPolicyServer(args.policy_concurrency, args.seed) as policy, \
+        with sites, LatencyPolicyServer(args.policy_concurrency, args.seed) as policy, \
                 tempfile.TemporaryDirectory(prefix="rollout-bench-") as tmp:
             work = Path(tmp)
             common = dict(server_url=server_url, server_pid=server.pid, sites_url=sites.base_url,

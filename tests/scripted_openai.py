@@ -12,7 +12,8 @@ A reply is a string (the assistant message) or a dict with any of ``content`` (s
 (an HTTP error status to answer with instead), ``delay_s`` (sleep before answering),
 ``finish_reason`` (default "stop"), ``usage`` (``prompt_tokens``, ``completion_tokens``), ``model``
 (the model name the reply carries; default: the one requested) and ``logprobs`` (a list of
-per-token log-probabilities, sent as OpenAI ``choices[0].logprobs.content``).
+per-token log-probabilities, sent as OpenAI ``choices[0].logprobs.content``); or ``body`` alone: the
+response body as it is (any JSON value, or bytes sent unchanged), for a server that breaks the protocol.
 `replies` may also be a callable ``request_body -> reply``. Once a list runs out, its last reply
 repeats.
 """
@@ -122,8 +123,8 @@ class ScriptedOpenAI:
             def log_message(self, format: str, *args) -> None:  # noqa: A002 - stdlib signature
                 pass
 
-            def _send(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
+            def _send(self, status: int, payload: Any) -> None:
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -159,6 +160,8 @@ class ScriptedOpenAI:
                         status = int(reply["status"])
                         self._send(status, {"error": {"message": f"scripted error {status}",
                                                       "type": "scripted", "code": status}})
+                    elif "body" in reply:
+                        self._send(200, reply["body"])
                     else:
                         self._send(200, scripted._completion(body, reply))
                 finally:

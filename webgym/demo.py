@@ -166,6 +166,42 @@ def _rate(stats: dict[str, Any], key: str, total: str) -> str:
     return f"{stats[key]}/{stats[total]} ({100 * stats[key] / stats[total]:.1f}%)" if stats[total] else "n/a"
 
 
+_FIGURES = ("episodes", "successes", "steps", "valid_actions", "errors", "success_rate", "valid_action_rate",
+            "steps_per_s")
+
+
+def _internal_errors(out: str | Path) -> int:
+    """Episodes of a trajectory folder with status ``error:internal``: bugs, not infrastructure."""
+    from webgym_rollout.trajectory import EpisodeStatus, read_episodes
+
+    return sum(status == EpisodeStatus.INTERNAL.value
+               for batch in read_episodes(out).batches(columns=["status"], batch_size=1024)
+               for status in batch.column("status").to_pylist())
+
+
+def _figures(run: dict[str, Any], internal_errors: int) -> dict[str, Any]:
+    """A rollout's figures for the summary. ``success_rate`` counts infrastructure failures as
+    failures (successes / episodes); ``success_rate_evaluated`` leaves them out (successes /
+    ``evaluated``); ``internal_errors`` counts the episodes that ended in a bug (``error:internal``,
+    also in ``errors``)."""
+    figures = {key: run[key] for key in _FIGURES}
+    evaluated = run["episodes"] - run["errors"]
+    return {**figures, "evaluated": evaluated,
+            "success_rate_evaluated": run["successes"] / evaluated if evaluated else None,
+            "internal_errors": internal_errors}
+
+
+def _bug_note(summary: dict[str, Any]) -> str:
+    """The loud line of a run with bugs ("" without)."""
+    runs = {name: run["internal_errors"] for name, run in summary["rollouts"].items()
+            if run["internal_errors"]}
+    if not runs:
+        return ""
+    counts = ", ".join(f"{name} {count}" for name, count in runs.items())
+    return (f"WARNING: {sum(runs.values())} episodes ended with error:internal ({counts}): this is a bug, "
+            "please report it (the tracebacks are in the log). They are left out of the evaluated rates.")
+
+
 _COLUMNS = (("pixel_random", "pixel-random"), ("dom_random", "DOM-aware random"),
             ("trained", "trained tiny policy"))
 
@@ -179,8 +215,13 @@ def _summary_table(summary: dict[str, Any]):
     table.add_column("")
     for _, label in _COLUMNS:
         table.add_column(label, justify="right")
-    table.add_row("success rate (reward 1)",
+    table.add_row("success rate (reward 1), failures left out",
+                  *(_rate(runs[key], "successes", "evaluated") for key, _ in _COLUMNS))
+    table.add_row("success rate, infrastructure failures counted",
                   *(_rate(runs[key], "successes", "episodes") for key, _ in _COLUMNS))
+    if summary["internal_errors"]:
+        table.add_row("[bold red]episodes ended by a bug (error:internal)[/]",
+                      *(f"[bold red]{runs[key]['internal_errors']}[/]" for key, _ in _COLUMNS))
     table.add_row("valid-action rate (reply parsed)",
                   *(_rate(runs[key], "valid_actions", "steps") for key, _ in _COLUMNS))
     table.add_row("steps/s", *(f"{runs[key]['steps_per_s']:.2f}" for key, _ in _COLUMNS))
@@ -210,9 +251,10 @@ def _notes(summary: dict[str, Any]) -> list[str]:
     """Plain statements of what the numbers mean; every figure is one measured in this run."""
     runs, train, heldout = summary["rollouts"], summary["training"], summary["heldout"]
     pixel, dom, trained = runs["pixel_random"], runs["dom_random"], runs["trained"]
-    notes = [f"All three policies played the same {trained['episodes']} held-out MiniWoB++ episodes "
-             f"({', '.join(heldout['tasks'])}; seeds from {HELDOUT_SEED_BASE}, never trained on), judged by "
-             "the pages' own success signal."]
+    notes = [note] if (note := _bug_note(summary)) else []
+    notes.append(f"All three policies played the same {trained['episodes']} held-out MiniWoB++ episodes "
+                 f"({', '.join(heldout['tasks'])}; seeds from {HELDOUT_SEED_BASE}, never trained on), judged "
+                 "by the pages' own success signal.")
     model = summary["model"]
     if train.get("skipped"):
         notes.append(f"Training was skipped ({train['skipped']}); the trained column is the untrained model.")
@@ -379,8 +421,6 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     from webgym_rollout.viewer import render_report
 
     report_dir = out / "report"
-    keys = ("episodes", "successes", "steps", "valid_actions", "errors", "success_rate", "valid_action_rate",
-            "steps_per_s")
     counts = train.get("counts") or {}
     summary: dict[str, Any] = {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
@@ -388,15 +428,17 @@ def run_demo(settings: DemoSettings) -> DemoResult:
         "heldout": {"tasks": list(preset.miniwob_tasks),
                     "seeds": [HELDOUT_SEED_BASE + s for s in range(preset.heldout_seeds)]},
         "model": asdict(tiny),
-        "rollouts": {"pixel_random": {k: measured["pixel_random"][k] for k in keys},
-                     "dom_random": {k: measured["dom_random"][k] for k in keys},
-                     "trained": {k: evaluation[k] for k in keys},
-                     "bootstrap": {k: rollout[k] for k in keys}},
+        "rollouts": {key: _figures(run, _internal_errors(run["out"])) for key, run in (
+            ("pixel_random", measured["pixel_random"]), ("dom_random", measured["dom_random"]),
+            ("trained", evaluation), ("bootstrap", rollout))},
         "training": ({"skipped": train["skipped"]} if train.get("skipped") else {
             "steps": train["steps"], "first_loss": train["first_loss"], "last_loss": train["last_loss"],
             "trajectories_kept": counts.get("trajectories_kept"), "steps_kept": counts.get("steps_kept"),
             "objective": counts.get("objective")}),
     }
+    summary["internal_errors"] = sum(run["internal_errors"] for run in summary["rollouts"].values())
+    if summary["internal_errors"]:
+        log.warning("%s", _bug_note(summary))
     curve = _learning_curve(summary, result.rounds, report_dir / "learning_curve.png")
     comparison = build_report(
         [measured["pixel_random"]["out"], measured["dom_random"]["out"], evaluation["out"]],
@@ -420,7 +462,8 @@ def run_demo(settings: DemoSettings) -> DemoResult:
         for name, path in summary["folders"].items():
             stages.console.print(f"  {name + ':':<30} {path}", soft_wrap=True)
         for note in summary["notes"]:
-            stages.console.print(f"- {note}")
+            stages.console.print(f"- {note}", style="bold red" if note.startswith("WARNING") else None,
+                                 markup=False)
         stages.console.print(f"Done in {summary['seconds']:.0f} s. Summary: {out / 'summary.json'}")
     return DemoResult(out=out, summary=summary)
 
@@ -464,6 +507,9 @@ def demo_command(out: Path, size: str, seed: int, concurrency: int, quiet: bool)
     if quiet:
         summary = result.summary
         for name, run in summary["rollouts"].items():
-            click.echo(f"{name}: {run['successes']}/{run['episodes']} successes, valid actions "
-                       f"{100 * run['valid_action_rate']:.1f}%, {run['steps_per_s']:.2f} steps/s")
+            click.echo(f"{name}: {run['successes']}/{run['evaluated']} successes of evaluated episodes, "
+                       f"{run['successes']}/{run['episodes']} with infrastructure failures counted, valid "
+                       f"actions {100 * run['valid_action_rate']:.1f}%, {run['steps_per_s']:.2f} steps/s")
+        if summary["internal_errors"]:
+            click.secho(_bug_note(summary), err=True, fg="red", bold=True)
         click.echo(f"summary: {result.out / 'summary.json'}")

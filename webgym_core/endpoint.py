@@ -5,7 +5,8 @@ the policy and the judge. It wraps `openai.AsyncOpenAI` with
 
 - bounded concurrency (at most `Endpoint.max_concurrency` requests in flight; the rest wait);
 - typed retries with exponential backoff and jitter for what may pass (connection errors,
-  timeouts, HTTP 5xx and 429), and none for what will not (other 4xx);
+  timeouts, HTTP 5xx and 429, a body that is not JSON: a proxy's error page), and none for what
+  will not (other 4xx);
 - usage counting (requests, retries, failures, prompt and completion tokens).
 
 Failures raise the classes of `EndpointErrors`: by default those of `webgym_core.errors`; the
@@ -93,6 +94,11 @@ class Usage:
     completion_tokens: int = 0
 
 
+def _count(value: Any) -> int:
+    """A token count as the endpoint reported it; 0 when it is not a count (a broken server)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 class _Transient(Exception):
     def __init__(self, error: type[Exception], reason: str) -> None:
         super().__init__(reason)
@@ -141,7 +147,9 @@ class ChatClient:
                 async with self._semaphore:  # type: ignore[union-attr]
                     self.usage.requests += 1
                     try:
-                        completion = await self._client.chat.completions.create(**request)
+                        # The raw response first: the body is decoded below, apart from the request,
+                        # so that only a broken body (not a bug in our request) reads as one.
+                        response = await self._client.chat.completions.with_raw_response.create(**request)
                     except openai.APITimeoutError:
                         raise _Transient(self.errors.timeout,
                                          f"no answer within {self.endpoint.timeout_s:g} s") from None
@@ -154,9 +162,15 @@ class ChatClient:
                         raise self.errors.rejected(
                             f"{self.base_url} rejected the request (HTTP {exc.status_code}): {exc.message}"
                         ) from None
-                if completion.usage is not None:
-                    self.usage.prompt_tokens += completion.usage.prompt_tokens or 0
-                    self.usage.completion_tokens += completion.usage.completion_tokens or 0
+                    try:
+                        completion = response.parse()
+                    except (ValueError, RecursionError) as exc:  # not JSON (a proxy's error page), too deep
+                        raise _Transient(self.errors.unavailable, "the reply is not a chat completion "
+                                         f"({type(exc).__name__}: {str(exc)[:120]})") from None
+                # Nor are the body's types checked: the caller reads every field as possibly anything.
+                usage = getattr(completion, "usage", None)
+                self.usage.prompt_tokens += _count(getattr(usage, "prompt_tokens", 0))
+                self.usage.completion_tokens += _count(getattr(usage, "completion_tokens", 0))
                 return completion
             except _Transient as exc:
                 if attempt >= self.endpoint.max_retries:

@@ -25,16 +25,22 @@ Literal, Enum, ``X | None``, list / tuple of those, and ``dict[str, X]`` (flags 
     def run_command(config, **flags):
         settings = load_settings(RunSettings, config, flags)
 
-Errors are `SettingsError` (a ValueError) naming the YAML key, its file and the flag.
+Errors are `SettingsError` (a ValueError) naming the YAML key, its file and the flag: an unknown
+key (with the known key it most likely meant), a value of the wrong type (the type expected and the
+value given), a group given as something other than a mapping, a file that is not YAML (its line
+and column), a key given twice, a top level that is not a mapping. An empty file sets nothing.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import enum
 import functools
 import inspect
+import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -46,8 +52,8 @@ import click
 
 from webgym_core.errors import SettingsError
 
-__all__ = ["ManyValues", "field_docs", "flag_for", "flat", "load_settings", "settings_from_dict",
-           "settings_options", "settings_to_dict"]
+__all__ = ["ManyValues", "field_docs", "flag_for", "flat", "load_settings", "read_settings_file",
+           "settings_from_dict", "settings_options", "settings_to_dict"]
 
 
 def flat(factory: Callable[[], Any]) -> Any:
@@ -161,13 +167,14 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
     origin = typing.get_origin(kind)
 
     def fail() -> SettingsError:
-        return SettingsError(f"{where}: expected {_describe(kind)}, got {value!r}")
+        return SettingsError(f"{where}: expected {_describe(kind)}, got {_shown(value, 200)}")
 
     if kind is Any:
         return value
     if origin is typing.Literal:
         allowed = typing.get_args(kind)
-        if value not in allowed:
+        # By type too: YAML's ``true`` equals 1 and ``1.0`` equals 1, yet neither is the choice ``1``.
+        if not any(type(value) is type(choice) and value == choice for choice in allowed):
             raise SettingsError(f"{where}: {value!r} is not one of {', '.join(repr(a) for a in allowed)}")
         return value
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
@@ -187,7 +194,13 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise fail()
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer of 309 digits or more
+            raise fail() from None
+        if math.isnan(number):  # no setting means "not a number"; every comparison with it is False
+            raise fail()
+        return number
     if kind is str:
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             return str(value)
@@ -235,7 +248,10 @@ def _parse_scalar(text: str, kind: Any, where: str) -> Any:
         if kind is int:
             return int(text)
         if kind is float:
-            return float(text)
+            number = float(text)
+            if math.isnan(number):
+                raise ValueError(text)
+            return number
     except ValueError:
         raise SettingsError(f"{where}: expected {_describe(kind)}, got {text!r}") from None
     if kind is bool:
@@ -256,7 +272,7 @@ def _build(cls: type, base: Any, values: Mapping[str, Any], where: str) -> Any:
     changes: dict[str, Any] = {}
     for name, value in values.items():
         if name not in known:
-            raise SettingsError(f"{where}{name}: unknown setting (known here: {', '.join(sorted(known))})")
+            raise _unknown(f"{where}{name}", name, known)
         kind, optional = _unwrap_optional(hints[name])
         if _is_group(kind):
             if value is None and optional:
@@ -305,8 +321,7 @@ def _unflatten(cls: type, values: Mapping[str, Any], where: str) -> dict[str, An
     for key, value in values.items():
         key = str(key).replace("-", "_")
         if key not in names:
-            known = ", ".join(sorted(k for k in names if not _is_flat(cls, k)))
-            raise SettingsError(f"{where}{key}: unknown setting (known here: {known})")
+            raise _unknown(f"{where}{key}", key, [k for k in names if not _is_flat(cls, k)])
         path = names[key]
         owner = cls
         for name in path[:-1]:
@@ -326,6 +341,14 @@ def _unflatten(cls: type, values: Mapping[str, Any], where: str) -> dict[str, An
     return nested
 
 
+def _unknown(where: str, key: str, known: typing.Iterable[str]) -> SettingsError:
+    """The error for an unknown key: the known key it most likely meant first, then all of them."""
+    known = sorted(known)
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return SettingsError(f"{where}: unknown setting{hint} (known here: {', '.join(known)})")
+
+
 def _is_flat(cls: type, name: str) -> bool:
     return any(item.name == name and item.metadata.get("flat") for item in fields(cls))
 
@@ -333,6 +356,9 @@ def _is_flat(cls: type, name: str) -> bool:
 def settings_from_dict(cls: type, values: Mapping[str, Any], *, source: str = "") -> Any:
     """An instance of `cls` from a mapping as `settings_to_dict` writes it (unknown keys raise)."""
     where = f"{source}: " if source else ""
+    if not isinstance(values, Mapping):
+        raise SettingsError(f"{where}expected a mapping of setting: value, got {type(values).__name__} "
+                            f"{_shown(values)}")
     return _build(cls, None, _unflatten(cls, values, where), where)
 
 
@@ -361,20 +387,13 @@ def load_settings(cls: type, config: str | Path | None = None, flags: Mapping[st
     (a ``None`` or an empty tuple means "not given"), then `overrides` (dotted keys as ``a__b``)."""
     values: dict[str, Any] = {}
     if config:
-        import yaml
-
-        try:
-            loaded = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise SettingsError(f"cannot read the settings file {config}: {exc}") from exc
-        if not isinstance(loaded, Mapping):
-            raise SettingsError(f"{config}: expected a mapping of setting: value")
-        _merge(values, _unflatten(cls, loaded, f"{config}: "))
+        _merge(values, _unflatten(cls, read_settings_file(config), f"{config}: "))
     leaves = {leaf.dest: leaf for leaf in _leaves(cls)}
     given: dict[tuple[str, ...], Any] = {}
     for dest, value in {**(flags or {}), **overrides}.items():
         if dest not in leaves:
-            raise SettingsError(f"unknown setting {dest.replace('__', '.')!r}")
+            key = dest.replace("__", ".")
+            raise _unknown(f"{key!r}", key, [leaf.key for leaf in leaves.values()])
         if value is None or (isinstance(value, tuple | list) and not value):
             continue
         given[leaves[dest].path] = list(value) if isinstance(value, tuple) else value
@@ -386,12 +405,79 @@ def load_settings(cls: type, config: str | Path | None = None, flags: Mapping[st
         raise SettingsError(_with_flag(cls, str(exc))) from exc.__cause__
 
 
+def read_settings_file(path: str | Path) -> dict[str, Any]:
+    """The mapping of settings in YAML file `path` (an empty file: ``{}``). Raises `SettingsError`
+    naming the file: unreadable or not UTF-8, not YAML (with the line and column), a key given twice
+    in one mapping (with both lines), a top level other than a mapping."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"cannot read the settings file {path}: {exc}") from exc
+    try:
+        loaded = yaml.load(text, Loader=_settings_loader())  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark, opened = exc.problem_mark or exc.context_mark, exc.context_mark
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        context = ""
+        if exc.context and exc.problem:
+            since = f" at line {opened.line + 1}" if opened and mark and opened.line != mark.line else ""
+            context = f" ({exc.context}{since})"
+        raise SettingsError(f"{where}: not valid YAML: {exc.problem or exc.context}{context}") from exc
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{path}: not valid YAML: {exc}") from exc
+    except RecursionError:
+        raise SettingsError(f"{path}: not valid YAML: nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise SettingsError(f"{path}: not valid YAML: {str(exc).split(';')[0]}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise SettingsError(f"{path}: expected a mapping of setting: value, got {type(loaded).__name__} "
+                            f"{_shown(loaded)}")
+    return loaded
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+@functools.cache
+def _settings_loader() -> type:
+    """A YAML SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one
+    silently: a setting written twice would take whichever came last)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+            if isinstance(node, yaml.MappingNode):
+                first: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        if key in first:
+                            raise yaml.constructor.ConstructorError(
+                                None, None, f"key {key!r} given twice (first on line {first[key] + 1})",
+                                key_node.start_mark)
+                        first[key] = key_node.start_mark.line
+                    except TypeError:  # an unhashable key: the base class refuses it, with its place
+                        continue
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
 def _with_flag(cls: type, message: str) -> str:
     """Add the CLI flag to a message that names a dotted key (``policy.temperature: ...``)."""
     for leaf in _leaves(cls):
-        marker = f"{leaf.yaml_key}:"
-        if marker in message and leaf.cli:
-            return message.replace(marker, f"{leaf.yaml_key} ({leaf.flag}):", 1)
+        # The whole dotted key: ``model:`` must not match inside ``policy.model:``.
+        marker = re.search(rf"(?<![\w.]){re.escape(leaf.yaml_key)}:", message)
+        if marker and leaf.cli:
+            return f"{message[:marker.start()]}{leaf.yaml_key} ({leaf.flag}):{message[marker.end():]}"
     return message
 
 

@@ -18,13 +18,15 @@ error cancels the rest and is raised alone); from synchronous code ``run_sync(co
 Retries, up to ``endpoint.max_retries`` after the first attempt: the `ChatClient` retries
 connection errors, timeouts, HTTP 5xx and 429 (exponential backoff with jitter) and not other
 HTTP errors (bad key, unknown model); this client then asks again, as often, when a reply is not
-JSON, is cut off, or fails `validate`.
+JSON (or JSON nested too deeply, or text with a lone surrogate that no file could store), is cut
+off, is no chat completion (no choices, no text), or fails `validate`.
 
 Exceptions::
 
     WebgymDataError
      ├── LLMError
-     │    ├── LLMUnavailable       endpoint unreachable, or still 5xx/429 after the retries (names the URL)
+     │    ├── LLMUnavailable       endpoint unreachable, or still 5xx/429 or a body that is not JSON
+     │    │                        after the retries (names the URL)
      │    │    └── LLMTimeout      no answer within the timeout, through every retry
      │    ├── LLMRequestRejected   the endpoint refused the request: 4xx other than 429 (names the URL)
      │    ├── LLMReplyInvalid      the replies stayed malformed or invalid after the retries
@@ -280,20 +282,22 @@ class LLMClient:
     # -- internals ----------------------------------------------------------------------------
     @staticmethod
     def _parse(reply, validate: Callable[[Any], T]) -> tuple[Any, T]:
-        choices = getattr(reply, "choices", None) or []
-        if not choices:
+        # The openai client does not check the body's types: every field may be anything.
+        choices = getattr(reply, "choices", None)
+        if not isinstance(choices, list) or not choices:
             raise _InvalidReply("the reply has no choices")
         choice = choices[0]
-        if choice.finish_reason == "length":
+        if getattr(choice, "finish_reason", None) == "length":
             raise _InvalidReply("the reply was cut off (finish_reason=length)")
-        content = getattr(choice.message, "content", None)
+        content = getattr(getattr(choice, "message", None), "content", None)
         if not isinstance(content, str) or not content.strip():
             raise _InvalidReply("the reply is empty")
+        parsed = _parse_json(content)
         try:
-            parsed = json.loads(_strip_code_fence(content))
-        except json.JSONDecodeError as exc:
-            raise _InvalidReply(f"the reply is not JSON ({exc.msg} at char {exc.pos}): "
-                                f"{content[:120]!r}") from None
+            # What is cached and what the pipeline writes must be storable (no lone surrogate).
+            json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+        except (UnicodeEncodeError, RecursionError):
+            raise _InvalidReply("the reply holds text that is not valid Unicode (a lone surrogate)") from None
         try:
             return parsed, validate(parsed)
         except _INVALID_REPLY_ERRORS as exc:
@@ -328,6 +332,20 @@ class LLMClient:
             write_atomic(path, json.dumps(entry, ensure_ascii=False))
         except OSError as exc:
             raise LLMError(f"cannot write the LLM reply cache {path}: {exc}") from None
+
+
+def _parse_json(content: str) -> Any:
+    """The JSON of a reply (in a code fence or not); `_InvalidReply` for anything else: bad JSON, an
+    integer of more than 4,300 digits, nesting deeper than the recursion limit."""
+    try:
+        return json.loads(_strip_code_fence(content))
+    except json.JSONDecodeError as exc:
+        raise _InvalidReply(f"the reply is not JSON ({exc.msg} at char {exc.pos}): "
+                            f"{content[:120]!r}") from None
+    except ValueError as exc:
+        raise _InvalidReply(f"the reply is not usable JSON ({exc})") from None
+    except RecursionError:
+        raise _InvalidReply("the reply's JSON is nested too deeply") from None
 
 
 def _strip_code_fence(text: str) -> str:

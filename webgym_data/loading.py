@@ -3,7 +3,10 @@
 ``load_tasks(source, split="train", limit=None, skip_invalid=False)`` reads validated `Task` rows from
 
 - a JSONL file (one task row per line; ``.json`` holding a list of rows works too);
-- a parquet file of task rows;
+- a parquet file of task rows, or an Arrow file of them (what ``datasets`` writes);
+- a folder written by ``datasets``' ``save_to_disk`` (a ``Dataset``: its ``state.json`` lists the
+  Arrow files, which are its train split unless it names another; a ``DatasetDict``: one such
+  folder per split, named in ``dataset_dict.json``);
 - a folder written by ``webgym-data build``: the shards its ``manifest.json`` lists for `split`
   (``data/<split>-<seeds|subtasks>-<build id>-NNNNN-of-NNNNN.parquet``, or the older
   ``data/<split>-<seeds|subtasks>-NNNNN-of-NNNNN.parquet`` of builds made before the build id);
@@ -59,7 +62,8 @@ from webgym_core.files import TMP_PREFIX, write_atomic
 from webgym_data.schema import Task, TaskValidationError
 
 __all__ = ["MANIFEST", "MAX_LISTED_ERRORS", "SPLITS", "InvalidTasksError", "NotATaskSetError", "TaskList",
-           "TaskSourceError", "load_tasks", "read_manifest", "read_task_set", "task_shards", "write_tasks"]
+           "TaskSourceError", "load_tasks", "read_manifest", "read_table_rows", "read_task_set",
+           "saved_dataset_files", "task_shards", "write_tasks"]
 
 MANIFEST = "manifest.json"
 """The file that makes a folder a webgym-data build (versions, settings, counts, shard list)."""
@@ -116,7 +120,7 @@ def read_manifest(folder: Path | str) -> dict[str, Any] | None:
         return None
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
         raise NotATaskSetError(f"unreadable: {exc}", file=str(path)) from None
     if not isinstance(manifest, dict):
         raise NotATaskSetError("expected a JSON object", file=str(path))
@@ -182,7 +186,92 @@ def _visible(folder: Path, pattern: str) -> list[Path]:
                   and not any(part.startswith((".", TMP_PREFIX)) for part in p.relative_to(folder).parts))
 
 
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
+        raise TaskSourceError(f"unreadable: {exc}", file=str(path)) from None
+    if not isinstance(value, dict):
+        raise TaskSourceError(f"expected a JSON object, got {type(value).__name__}", file=str(path))
+    return value
+
+
+def saved_dataset_files(folder: Path | str, split: str | None = None) -> list[Path] | None:
+    """The Arrow files of a folder written by ``datasets``' ``save_to_disk`` for `split` (None: every
+    split), or None when `folder` is not one. A saved ``Dataset`` (``state.json``) is one split: the one
+    its state names, else train; a ``DatasetDict`` (``dataset_dict.json``) has a folder per split.
+    Raises `TaskSourceError` naming the file for a folder whose JSON files are broken or that lacks
+    the asked split or a listed file."""
+    folder = Path(folder)
+    if (folder / "dataset_dict.json").is_file():
+        path = folder / "dataset_dict.json"
+        splits = _json_object(path).get("splits")
+        if not isinstance(splits, list) or not all(_plain_name(name) for name in splits):
+            raise TaskSourceError(f"'splits' must be a list of split names, got {splits!r}"[:200],
+                                  file=str(path))
+        if split is not None and split not in splits:
+            raise TaskSourceError(f"has no '{split}' split (splits: {', '.join(splits)})", file=str(folder))
+        files = []
+        for name in (splits if split is None else [split]):
+            found = saved_dataset_files(folder / name)
+            if found is None:
+                raise TaskSourceError(f"lists split '{name}', but {folder / name} holds no state.json",
+                                      file=str(path))
+            files.extend(found)
+        return files
+    path = folder / "state.json"
+    if not path.is_file():
+        return None
+    state = _json_object(path)
+    own = state.get("_split") or "train"
+    if split is not None and split != own:
+        raise TaskSourceError(f"a saved dataset of the '{own}' split only; asked for '{split}'",
+                              file=str(folder))
+    entries = state.get("_data_files")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and _plain_name(e.get("filename"))
+                                                for e in entries):
+        raise TaskSourceError("'_data_files' must be a list of {\"filename\": ...} objects", file=str(path))
+    files = [folder / entry["filename"] for entry in entries]
+    for file in files:
+        if not file.is_file():
+            raise TaskSourceError(f"listed in {path.name} but missing", file=str(file))
+    return files
+
+
+def _plain_name(name: Any) -> bool:
+    """`name` is a file name inside its folder (no path separators, not "." or "..")."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
+            and "\\" not in name)
+
+
+def read_table_rows(path: Path | str) -> list[dict[str, Any]]:
+    """The rows of a parquet file, or of an Arrow file (stream or file format, as ``datasets`` and
+    pyarrow write them), as dicts. Raises `TaskSourceError` naming the file when it cannot be read
+    (missing, truncated, not that format)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    try:
+        if path.suffix == ".arrow":
+            try:
+                with pa.OSFile(str(path)) as source:
+                    table = pa.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                with pa.OSFile(str(path)) as source:
+                    table = pa.ipc.open_file(source).read_all()
+        else:
+            table = pq.read_table(path)
+        return table.to_pylist()
+    except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+        kind = "Arrow" if path.suffix == ".arrow" else "parquet"
+        raise TaskSourceError(f"not a readable {kind} file: {exc}", file=str(path)) from None
+
+
 def _folder_files(folder: Path, split: str | None) -> list[Path]:
+    saved = saved_dataset_files(folder, split)
+    if saved is not None:
+        return saved
     if _is_build(read_manifest(folder)):
         shards = task_shards(folder)
         if split is None:
@@ -212,20 +301,17 @@ def _folder_files(folder: Path, split: str | None) -> list[Path]:
     return found
 
 
-def _rows(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(row number, row)`` of a task file; a line that is not JSON gives its `TaskValidationError`
-    as the row (a bad row, reported with the others)."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            table = pq.read_table(path)
-        except Exception as exc:  # pyarrow raises several unrelated types for a bad file
-            raise TaskSourceError(f"not a readable parquet file: {exc}", file=str(path)) from None
-        yield from enumerate(table.to_pylist())
+def _rows(path: Path) -> Iterator[tuple[int, int | None, Any]]:
+    """``(row number, line number or None, row)`` of a task file: a JSONL row's number is its line's
+    index (from 0) and its line number the one an editor shows (from 1); parquet and JSON-list rows
+    have no line. A line that is not JSON gives its `TaskValidationError` as the row (a bad row,
+    reported with the others)."""
+    if path.suffix in (".parquet", ".arrow"):
+        for number, row in enumerate(read_table_rows(path)):
+            yield number, None, row
         return
     if path.suffix not in (".jsonl", ".json"):
-        raise TaskSourceError("expected a .jsonl, .json or .parquet task file", file=str(path))
+        raise TaskSourceError("expected a .jsonl, .json, .parquet or .arrow task file", file=str(path))
     try:
         with path.open(encoding="utf-8") as handle:
             if path.suffix == ".json" and handle.read(1) == "[":
@@ -235,7 +321,10 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
                 except json.JSONDecodeError as exc:
                     raise TaskSourceError(f"invalid JSON: {exc.msg} (line {exc.lineno})",
                                           file=str(path)) from None
-                yield from enumerate(rows)
+                except (ValueError, RecursionError) as exc:
+                    raise TaskSourceError(f"invalid JSON: {_json_problem(exc)}", file=str(path)) from None
+                for number, row in enumerate(rows):
+                    yield number, None, row
                 return
             handle.seek(0)
             for number, line in enumerate(handle):
@@ -245,10 +334,19 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     row = TaskValidationError(f"invalid JSON: {exc.msg} (column {exc.colno})",
-                                              file=str(path), row=number)
-                yield number, row
+                                              file=str(path), row=number, line=number + 1)
+                except (ValueError, RecursionError) as exc:
+                    row = TaskValidationError(f"invalid JSON: {_json_problem(exc)}", file=str(path),
+                                              row=number, line=number + 1)
+                yield number, number + 1, row
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskSourceError(f"unreadable: {exc}", file=str(path)) from None
+
+
+def _json_problem(exc: ValueError | RecursionError) -> str:
+    """What is wrong with text `json.loads` refused without a JSONDecodeError: nesting deeper than
+    the recursion limit, or an integer of more digits than Python converts (a plain ValueError)."""
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
 
 
 def _validated(files: Sequence[Path]) -> Iterator[Task | TaskValidationError]:
@@ -256,19 +354,21 @@ def _validated(files: Sequence[Path]) -> Iterator[Task | TaskValidationError]:
     (a task id seen before is invalid too: the first row with it is kept)."""
     seen: dict[str, tuple[str, int]] = {}
     for file in files:
-        for number, row in _rows(file):
+        for number, line, row in _rows(file):
             if isinstance(row, TaskValidationError):
                 yield row
                 continue
             try:
                 task = Task.from_row(row, file=str(file), row_index=number)
             except TaskValidationError as exc:
-                yield exc
+                yield exc if line is None else TaskValidationError(exc.reason, file=exc.file, row=exc.row,
+                                                                   field=exc.field, line=line)
                 continue
             if task.task_id in seen:
                 first_file, first_row = seen[task.task_id]
                 yield TaskValidationError(f"duplicate task_id {task.task_id!r} (first in {first_file} row "
-                                          f"{first_row})", file=str(file), row=number, field="task_id")
+                                          f"{first_row})", file=str(file), row=number, field="task_id",
+                                          line=line)
                 continue
             seen[task.task_id] = (str(file), number)
             yield task

@@ -165,8 +165,18 @@ def rubric_messages(task: Task) -> list[dict]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+def _storable(text: str) -> bool:
+    """Encodable as UTF-8 (JSON's ``"\\ud800"`` decodes to a lone surrogate, which no file can hold)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_rubric(reply: Any) -> tuple[FactGroup, ...]:
-    """Validate a rubric reply and return its fact groups; `RubricError` (a ValueError) says what is wrong."""
+    """Validate a rubric reply and return its fact groups; `RubricError` (a ValueError) says what is
+    wrong, and nothing else is raised, whatever `reply` is."""
     if isinstance(reply, dict):
         if "fact_groups" not in reply:
             raise RubricError("missing 'fact_groups'")
@@ -183,20 +193,24 @@ def parse_rubric(reply: Any) -> tuple[FactGroup, ...]:
             raise RubricError(f"group {position} is not an object")
         group_id = item.get("id")
         if isinstance(group_id, int) and not isinstance(group_id, bool):
-            group_id = str(group_id)
-        if not isinstance(group_id, str) or not group_id.strip():
-            raise RubricError(f"group {position}: 'id' must be a non-empty string")
+            try:
+                group_id = str(group_id)
+            except ValueError:  # more digits than Python converts to text
+                raise RubricError(f"group {position}: 'id' is an integer too large to be an id") from None
+        if not isinstance(group_id, str) or not group_id.strip() or not _storable(group_id):
+            raise RubricError(f"group {position}: 'id' must be a non-empty string of valid Unicode")
         description = item.get("description")
-        if not isinstance(description, str) or not description.strip():
-            raise RubricError(f"group {position}: 'description' must be a non-empty string")
+        if not isinstance(description, str) or not description.strip() or not _storable(description):
+            raise RubricError(f"group {position}: 'description' must be a non-empty string of valid Unicode")
         facts = item.get("facts")
         if not isinstance(facts, list) or not facts:
             raise RubricError(f"group {position}: 'facts' must be a non-empty list")
         if len(facts) > MAX_FACTS_PER_GROUP:
             raise RubricError(f"group {position}: {len(facts)} facts (at most {MAX_FACTS_PER_GROUP})")
         for index, fact in enumerate(facts):
-            if not isinstance(fact, str) or not fact.strip():
-                raise RubricError(f"group {position}: fact {index} must be a non-empty string")
+            if not isinstance(fact, str) or not fact.strip() or not _storable(fact):
+                raise RubricError(f"group {position}: fact {index} must be a non-empty string of valid "
+                                  "Unicode")
             if len(fact) > MAX_FACT_CHARS:
                 raise RubricError(f"group {position}: fact {index} is longer than {MAX_FACT_CHARS} "
                                   "characters")

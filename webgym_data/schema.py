@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -40,6 +42,7 @@ from typing import Any
 __all__ = [
     "SCHEMA_VERSION",
     "DIFFICULTY_LEVELS",
+    "MAX_DIFFICULTY",
     "MAX_INSTRUCTION_CHARS",
     "RUBRIC_SOURCES",
     "TASK_DIFFICULTY_LEVELS",
@@ -57,6 +60,8 @@ __all__ = [
     "normalise_website",
     "seed_difficulty_label",
     "task_features",
+    "text_fault",
+    "unencodable_field",
 ]
 
 SCHEMA_VERSION = "1.1"
@@ -82,17 +87,28 @@ sets we import is 930 characters (an AgentSynth-Web composite task; the medians 
 this leaves over 4x headroom, while it keeps the instruction (about 1,000 tokens at most) a bounded
 share of a policy prompt, which repeats it at every step."""
 
+MAX_DIFFICULTY = 2**31 - 1
+"""Largest `difficulty` a row can hold: the column is a 32-bit integer (`task_features`)."""
+_INT64 = (-(2**63), 2**63 - 1)
+# A lone UTF-16 surrogate: a Python string can hold one (JSON's "\ud800" escape decodes to it), but
+# UTF-8 cannot encode it, so a row holding one could be read but never written (JSONL or parquet).
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_TEXT_FIELDS = ("task_id", "task_name", "website", "benchmark_name", "start_url", "domain", "subdomain",
+                "definite_answer", "parent_task_id", "instruction_source", "environment", "rubric_source",
+                "seed_difficulty_level")
+
 
 class WebgymDataError(Exception):
     """Base class of every error raised by webgym_data."""
 
 
 class TaskValidationError(WebgymDataError, ValueError):
-    """Task input cannot be used. Says where: source file, row number (0-based) and field."""
+    """Task input cannot be used. Says where: source file, row number (0-based), for a text file the
+    line number (1-based, as an editor shows it) and field."""
 
     def __init__(self, message: str, *, file: str | None = None, row: int | None = None,
-                 field: str | None = None) -> None:
-        self.file, self.row, self.field, self.reason = file, row, field, message
+                 field: str | None = None, line: int | None = None) -> None:
+        self.file, self.row, self.field, self.reason, self.line = file, row, field, message, line
         where = []
         if file is not None:
             where.append(str(file))
@@ -100,11 +116,14 @@ class TaskValidationError(WebgymDataError, ValueError):
             where.append(f"row {row}")
         if field is not None:
             where.append(f"field '{field}'")
-        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+        text = f"{', '.join(where)}: {message}" if where else message
+        super().__init__(text if line is None else f"{text} (line {line})")
 
     def to_dict(self) -> dict[str, Any]:
-        """``{file, row, field, reason}``, for a report that lists skipped rows (JSON-ready)."""
-        return {"file": self.file, "row": self.row, "field": self.field, "reason": self.reason}
+        """``{file, row, line, field, reason}``, for a report that lists skipped rows (JSON-ready;
+        ``line`` is None for a file without lines, such as parquet)."""
+        return {"file": self.file, "row": self.row, "line": self.line, "field": self.field,
+                "reason": self.reason}
 
 
 class RubricError(WebgymDataError, ValueError):
@@ -277,7 +296,8 @@ class Task:
         for name in ("task_name", "website"):
             value = row.get(name)
             if not isinstance(value, str) or not value.strip():
-                raise fail(name, "is required and must be a non-empty string")
+                found = "missing" if name not in row else f"got {_shown(value)}"
+                raise fail(name, f"is required and must be a non-empty string ({found})")
         task_name = " ".join(row["task_name"].split())
         if len(task_name) > MAX_INSTRUCTION_CHARS:
             raise fail("task_name", instruction_too_long(task_name))
@@ -285,24 +305,21 @@ class Task:
         for name in ("task_id", "benchmark_name", "start_url", "domain", "subdomain",
                      "definite_answer", "parent_task_id", "instruction_source", "environment",
                      "rubric_source", "seed_difficulty_level"):
-            value = row.get(name)
-            if value is None:
-                value = ""
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                value = str(value)
-            if not isinstance(value, str):
-                raise fail(name, f"must be a string, got {type(value).__name__}")
-            strings[name] = value.strip()
+            try:
+                strings[name] = _text(row.get(name)).strip()
+            except ValueError as exc:
+                raise fail(name, str(exc)) from None
         try:
             groups = normalise_evaluator_reference(row.get("evaluator_reference"))
         except ValueError as exc:
             raise fail("evaluator_reference", str(exc)) from None
         difficulty = row.get("difficulty") or 0
-        if isinstance(difficulty, bool) or not isinstance(difficulty, (int, float)) or difficulty < 0:
+        try:
+            difficulty = _integer(difficulty, 0, MAX_DIFFICULTY)
+        except ValueError as exc:
             hint = (f"; a seed's label goes in seed_difficulty_level ({'/'.join(DIFFICULTY_LEVELS)})"
                     if seed_difficulty_label(difficulty) else "")
-            raise fail("difficulty", f"must be a non-negative integer (a fact count), got {difficulty!r}"
-                                     + hint)
+            raise fail("difficulty", f"must be a non-negative integer (a fact count): {exc}" + hint) from None
         if strings["rubric_source"] not in RUBRIC_SOURCES:
             raise fail("rubric_source", f"must be one of {', '.join(map(repr, RUBRIC_SOURCES))}, "
                                         f"got {strings['rubric_source']!r}")
@@ -311,26 +328,40 @@ class Task:
             raise fail("seed_difficulty_level", f"must be one of {', '.join(DIFFICULTY_LEVELS)} or empty, "
                                                 f"got {label!r}")
         if "seed_difficulty_level" not in row:
-            label = _stored_label(row.get("difficulty_level"), groups, int(difficulty))
+            label = _stored_label(row.get("difficulty_level"), groups, difficulty)
         try:
             criteria = _strings(row.get("seed_criteria"))
         except ValueError as exc:
             raise fail("seed_criteria", str(exc)) from None
         env_seed = row.get("env_seed") or 0
-        if isinstance(env_seed, bool) or not isinstance(env_seed, int):
-            raise fail("env_seed", f"must be an integer, got {env_seed!r}")
+        if (isinstance(env_seed, bool) or not isinstance(env_seed, int)
+                or not _INT64[0] <= env_seed <= _INT64[1]):
+            raise fail("env_seed", f"must be a 64-bit integer, got {_shown(env_seed)}")
         source = row.get("source") or {}
         if isinstance(source, TaskSource):
             source = asdict(source)
         if not isinstance(source, Mapping):
-            raise fail("source", "must be an object with importer, file, row, metadata")
-        metadata = source.get("metadata", "{}")
-        if not isinstance(metadata, str):
-            metadata = json.dumps(metadata, sort_keys=True, ensure_ascii=False)
+            raise fail("source", f"must be an object (importer, file, row, metadata), got {_shown(source)}")
+        provenance = {}
+        for name in ("importer", "file"):
+            value = source.get(name)
+            if value is not None and not isinstance(value, str):
+                raise fail(f"source.{name}", f"must be a string, got {_shown(value)}")
+            provenance[name] = value or ""
+        try:
+            source_row = -1 if source.get("row") is None else _integer(source["row"], -1, _INT64[1])
+        except ValueError as exc:
+            raise fail("source.row", f"must be a row number (an integer >= -1): {exc}") from None
+        try:
+            metadata = _metadata_text(source.get("metadata"))
+        except ValueError as exc:
+            raise fail("source.metadata", str(exc)) from None
         website = normalise_website(row["website"])
         benchmark = strings["benchmark_name"]
-        task_id = strings["task_id"] or make_task_id(benchmark, website, task_name)
-        return cls(
+        # The id hashes text; text UTF-8 cannot encode is refused below, naming its field.
+        task_id = strings["task_id"] or (make_task_id(benchmark, website, task_name)
+                                         if _encodable(benchmark, website, task_name) else "")
+        task = cls(
             task_id=task_id,
             task_name=task_name,
             website=website,
@@ -340,27 +371,130 @@ class Task:
             subdomain=strings["subdomain"],
             evaluator_reference=groups,
             definite_answer=strings["definite_answer"],
-            difficulty=int(difficulty),
+            difficulty=difficulty,
             parent_task_id=strings["parent_task_id"],
             instruction_source=strings["instruction_source"] or "seed",
             environment=strings["environment"] or "web",
             env_seed=env_seed,
-            source=TaskSource(
-                importer=str(source.get("importer", "") or ""),
-                file=str(source.get("file", "") or ""),
-                row=int(source.get("row", -1) if source.get("row") is not None else -1),
-                metadata=metadata,
-            ),
+            source=TaskSource(importer=provenance["importer"], file=provenance["file"], row=source_row,
+                              metadata=metadata),
             seed_criteria=criteria,
             rubric_source=strings["rubric_source"],
             seed_difficulty_level=seed_difficulty_label(label),
         )
+        fault = unencodable_field(task)
+        if fault is not None:
+            raise fail(*fault)
+        return task
 
 
 def instruction_too_long(text: str) -> str:
     """The reason an instruction over `MAX_INSTRUCTION_CHARS` is refused."""
     return (f"is {len(text):,} characters long; instructions are limited to {MAX_INSTRUCTION_CHARS:,} "
             "(webgym_data.schema.MAX_INSTRUCTION_CHARS)")
+
+
+def unencodable_field(task: Task) -> tuple[str, str] | None:
+    """``(field, reason)`` for the first text of `task` that UTF-8 cannot encode (a lone surrogate,
+    which a broken ``\\ud800`` escape in a JSON file decodes to), or None when all of it is valid
+    text. Such a task could be read but never written back, so readers refuse it up front."""
+    source = task.source
+    every = "\n".join([*(getattr(task, name) for name in _TEXT_FIELDS), *task.seed_criteria,
+                        source.importer, source.file, source.metadata,
+                        *(text for group in task.evaluator_reference
+                          for text in (group.id, group.description, *group.facts))])
+    if not text_fault(every):  # the common case, told with one scan
+        return None
+    for name in _TEXT_FIELDS:
+        reason = text_fault(getattr(task, name))
+        if reason:
+            return name, reason
+    for g, group in enumerate(task.evaluator_reference):
+        for part, text in (("id", group.id), ("description", group.description),
+                           *((f"fact {f}", fact) for f, fact in enumerate(group.facts))):
+            reason = text_fault(text)
+            if reason:
+                return "evaluator_reference", f"group {g} {part} {reason}"
+    for c, criterion in enumerate(task.seed_criteria):
+        reason = text_fault(criterion)
+        if reason:
+            return "seed_criteria", f"item {c} {reason}"
+    for name in ("importer", "file", "metadata"):
+        reason = text_fault(getattr(task.source, name))
+        if reason:
+            return f"source.{name}", reason
+    return None
+
+
+def text_fault(text: str) -> str:
+    """Why UTF-8 cannot encode `text` (it holds a lone surrogate), or "" when it can. Cheap: ASCII
+    text is told apart in constant time."""
+    if text.isascii():
+        return ""
+    match = _SURROGATE.search(text)
+    if match is None:
+        return ""
+    return (f"holds a lone surrogate (U+{ord(match.group()):04X}) at character {match.start()}: not valid "
+            "Unicode text (a broken \\u escape in the source file?)")
+
+
+def _encodable(*texts: str) -> bool:
+    return not any(text_fault(text) for text in texts)
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """`value` for an error message: its repr, cut to `limit` characters."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer of more digits than Python writes out
+        return f"an integer of {value.bit_length()} bits" if isinstance(value, int) else type(value).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _text(value: Any) -> str:
+    """A string field's value: a string, a number as its text (ids are often numbers), None as ""."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(value)
+    raise ValueError(f"must be a string, got {type(value).__name__} {_shown(value)}")
+
+
+def _integer(value: Any, low: int, high: int) -> int:
+    """`value` as an integer in ``[low, high]`` (a float with an integral value counts: JSON and
+    pandas write ``3.0``); raises ValueError saying what it got."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"got {_shown(value)}")
+    if not low <= value <= high:
+        raise ValueError(f"got {_shown(value)}, outside {low}..{high}")
+    return value
+
+
+def _metadata_text(value: Any) -> str:
+    """`source.metadata` as JSON object text, from that text or from an object."""
+    if value is None or value == "" or value == "{}":
+        return "{}"
+    if isinstance(value, Mapping):
+        return json.dumps(dict(value), sort_keys=True, ensure_ascii=False, default=str)
+    if not isinstance(value, str):
+        raise ValueError(f"must be a JSON object (or its text), got {type(value).__name__} {_shown(value)}")
+    try:
+        parsed = json.loads(value)
+    except RecursionError:
+        raise ValueError("is JSON nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"is not JSON ({exc.msg} at character {exc.pos}): {_shown(value)}") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise ValueError(f"is JSON Python cannot read: {str(exc).split(';')[0]}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"must be the text of a JSON object, got {type(parsed).__name__} {_shown(value)}")
+    return value
 
 
 def _stored_label(stored: Any, groups: tuple[FactGroup, ...], difficulty: int) -> str:
@@ -381,12 +515,18 @@ def _strings(value: Any) -> tuple[str, ...]:
         if text.startswith("["):
             try:
                 value = json.loads(text)
+            except RecursionError:
+                raise ValueError("is JSON nested too deeply") from None
             except json.JSONDecodeError:
                 return (" ".join(text.split()),)
         else:
             return (" ".join(text.split()),)
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"must be a list of strings, got {type(value).__name__}")
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"must be a list of strings, got {type(value).__name__} {_shown(value)}")
+    for position, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ValueError(f"must be a list of strings: item {position} is {type(item).__name__} "
+                             f"{_shown(item)}")
     return tuple(" ".join(v.split()) for v in value if v.strip())
 
 
@@ -405,13 +545,20 @@ def normalise_evaluator_reference(value: Any) -> tuple[FactGroup, ...]:
         if text.startswith(("[", "{")):
             try:
                 return normalise_evaluator_reference(json.loads(text))
+            except RecursionError:
+                raise RubricError("is JSON nested too deeply") from None
             except json.JSONDecodeError:
-                pass
+                pass  # text that starts with a bracket: one fact
+            except RubricError:
+                raise
+            except ValueError as exc:  # an integer of more digits than Python converts
+                raise RubricError(f"is JSON Python cannot read: {str(exc).split(';')[0]}") from None
         return (FactGroup(id="1", description=text, facts=(text,)),)
     if isinstance(value, Mapping):
         value = [value]
-    if not isinstance(value, Iterable):
-        raise RubricError(f"must be a list of fact groups, got {type(value).__name__}")
+    # An unordered or byte sequence is not a list of groups (iterating bytes gives ints).
+    if isinstance(value, (bytes, bytearray, set, frozenset)) or not isinstance(value, Iterable):
+        raise RubricError(f"must be a list of fact groups, got {type(value).__name__} {_shown(value)}")
     groups: list[FactGroup] = []
     for position, item in enumerate(value):
         default_id = str(position + 1)
@@ -421,10 +568,11 @@ def normalise_evaluator_reference(value: Any) -> tuple[FactGroup, ...]:
             groups.append(FactGroup(id=default_id, description=item.strip(), facts=(item.strip(),)))
             continue
         if not isinstance(item, Mapping):
-            raise RubricError(f"item {position} must be an object or a string, got {type(item).__name__}")
+            raise RubricError(f"item {position} must be an object or a string, got {type(item).__name__} "
+                              f"{_shown(item)}")
         description = item.get("description") or ""
         if not isinstance(description, str):
-            raise RubricError(f"item {position}: 'description' must be a string")
+            raise RubricError(f"item {position}: 'description' must be a string, got {_shown(description)}")
         facts = item.get("facts")
         if facts is None:
             if not description.strip():
@@ -433,11 +581,13 @@ def normalise_evaluator_reference(value: Any) -> tuple[FactGroup, ...]:
         if isinstance(facts, str):
             facts = [facts]
         if not isinstance(facts, (list, tuple)) or not all(isinstance(f, str) for f in facts):
-            raise RubricError(f"item {position}: 'facts' must be a list of strings")
+            raise RubricError(f"item {position}: 'facts' must be a list of strings, got {_shown(facts)}")
         facts = [f.strip() for f in facts if f.strip()]
         if not facts:
             raise RubricError(f"item {position}: 'facts' is empty")
         group_id = item.get("id")
+        if group_id is not None and (isinstance(group_id, bool) or not isinstance(group_id, (str, int))):
+            raise RubricError(f"item {position}: 'id' must be a string or an integer, got {_shown(group_id)}")
         groups.append(FactGroup(id=default_id if group_id in (None, "") else str(group_id),
                                 description=description.strip(), facts=tuple(facts)))
     ids = [g.id for g in groups]

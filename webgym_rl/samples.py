@@ -41,6 +41,7 @@ from typing import Any
 from webgym_rl.errors import MissingColumnError, NoTrainingDataError, TrainingDataError
 from webgym_rollout.trajectory import (
     EpisodeStatus,
+    ShardSchemaError,
     TrajectoryError,
     TrajectorySet,
     expand_messages,
@@ -253,6 +254,8 @@ def _load(source: str | Path, cache_dir: str | None) -> TrajectorySet:
 
     try:
         found = read_episodes(source, cache_dir=cache_dir)
+    except ShardSchemaError as exc:
+        raise MissingColumnError(str(exc)) from exc
     except TrajectoryError as exc:
         raise TrainingDataError(str(exc)) from exc
     if found.files:

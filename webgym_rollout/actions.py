@@ -16,7 +16,9 @@ maps them to viewport pixels and returns a dict the browser client's ``BrowserAc
 - `parse_tool_call()` / `parse_arguments()`: the parser, which accepts exactly what the schema allows.
 
 A reply the parser rejects raises `ActionParseError` (a ``ValueError``): an agent mistake that the
-caller records on the step, not an infrastructure failure.
+caller records on the step, not an infrastructure failure. The parser is total: whatever the text
+or the JSON value (lists where a name goes, huge numbers, NaN, nesting a thousand deep, lone
+surrogates), it returns an action or raises `ActionParseError`, nothing else.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,9 +173,11 @@ class AgentAction:
     @classmethod
     def from_json(cls, text: str) -> AgentAction:
         """Inverse of `to_json` (raises `ActionParseError`)."""
+        if not isinstance(text, str):
+            raise ActionParseError(f"action must be JSON text, got {type(text).__name__}")
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = _loads(text)
+        except ValueError as exc:
             raise ActionParseError(f"action is not JSON: {exc}") from None
         return parse_arguments(data)
 
@@ -232,31 +237,84 @@ class AgentAction:
         return None
 
 
+class _ShortRepr(reprlib.Repr):
+    """`repr` of an agent's value for an error message: bounded in depth and length, whatever the
+    value (a list nested 900 deep, an int of 5,000 digits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxother, self.maxlist, self.maxdict = 3, 60, 60, 4, 4
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() <= 200:
+            return super().repr_int(x, level)
+        return f"<an integer of about {int(x.bit_length() * math.log10(2))} digits>"
+
+
+_SHORT_REPR = _ShortRepr()
+
+
+def _show(value: Any, limit: int = 120) -> str:
+    text = _SHORT_REPR.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite(value: int | float) -> bool:
+    # math.isfinite converts an int to float and overflows on a huge one; every int is finite.
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _is_text(value: str) -> bool:
+    """Encodable as UTF-8: no lone surrogate (JSON's ``"\\ud800"`` decodes to one), which no
+    browser input and no trajectory file can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_value(action: str, param: Param, value: Any) -> Any:
     where = f"'{action}' argument '{param.name}'"
     if param.type == "coordinate":
-        if (not isinstance(value, (list, tuple)) or len(value) != 2
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
-            raise ActionParseError(f"{where} must be [x, y] (two numbers), got {value!r}")
-        if not all(math.isfinite(v) and 0 <= v <= GRID_SIZE for v in value):
-            raise ActionParseError(f"{where} must lie on the 0-{GRID_SIZE} grid, got {list(value)}")
+        if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(_is_number(v) for v in value):
+            raise ActionParseError(f"{where} must be [x, y] (two numbers), got {_show(value)}")
+        if not all(_is_finite(v) and 0 <= v <= GRID_SIZE for v in value):
+            raise ActionParseError(f"{where} must lie on the 0-{GRID_SIZE} grid, got {_show(list(value))}")
         return (round(value[0]), round(value[1]))
     if param.type == "string":
         if not isinstance(value, str) or not value.strip():
-            raise ActionParseError(f"{where} must be a non-empty string, got {value!r}")
+            raise ActionParseError(f"{where} must be a non-empty string, got {_show(value)}")
+        if not _is_text(value):
+            raise ActionParseError(f"{where} must be valid Unicode text (it holds a lone surrogate)")
         if param.enum and value not in param.enum:
-            raise ActionParseError(f"{where} must be one of {', '.join(param.enum)}, got {value!r}")
+            raise ActionParseError(f"{where} must be one of {', '.join(param.enum)}, got {_show(value)}")
         return value
     if param.type == "number":
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or value < 0):
-            raise ActionParseError(f"{where} must be a non-negative number, got {value!r}")
-        return float(value)
+        if not _is_number(value) or not _is_finite(value) or value < 0:
+            raise ActionParseError(f"{where} must be a non-negative number, got {_show(value)}")
+        try:
+            return float(value)
+        except OverflowError:
+            raise ActionParseError(f"{where} is too large, got {_show(value)}") from None
     if param.type == "boolean":
         if not isinstance(value, bool):
-            raise ActionParseError(f"{where} must be true or false, got {value!r}")
+            raise ActionParseError(f"{where} must be true or false, got {_show(value)}")
         return value
     raise AssertionError(f"unknown parameter type {param.type}")  # a bug in ACTIONS
+
+
+def _loads(text: str) -> Any:
+    """`json.loads` whose every failure is a `ValueError`: bad JSON, an integer of more than 4,300
+    digits, or nesting deeper than the interpreter's recursion limit (a `RecursionError`)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply") from None
 
 
 def parse_arguments(arguments: Any) -> AgentAction:
@@ -266,14 +324,14 @@ def parse_arguments(arguments: Any) -> AgentAction:
     """
     if isinstance(arguments, str):  # some servers encode arguments as a JSON string
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+            arguments = _loads(arguments)
+        except ValueError:
             raise ActionParseError("'arguments' is a string that is not JSON") from None
     if not isinstance(arguments, dict):
         raise ActionParseError(f"'arguments' must be an object, got {type(arguments).__name__}")
     name = arguments.get("action")
-    if name not in _BY_NAME:
-        raise ActionParseError(f"unknown action {name!r}; expected one of {', '.join(_BY_NAME)}")
+    if not isinstance(name, str) or name not in _BY_NAME:  # a list or an object is not a name
+        raise ActionParseError(f"unknown action {_show(name)}; expected one of {', '.join(_BY_NAME)}")
     spec = _BY_NAME[name]
     values: dict[str, Any] = {}
     for param in spec.required:
@@ -289,7 +347,17 @@ def parse_arguments(arguments: Any) -> AgentAction:
 
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+
+
+def _unfenced(body: str) -> str:
+    """`body` (stripped) without a Markdown code fence around it (```` ```json ... ``` ````).
+    String operations, not a regex: one that strips whitespace before the closing fence backtracks
+    quadratically over a run of spaces."""
+    if body.startswith("```"):
+        body = body[3:].removeprefix("json").lstrip()
+    if body.endswith("```"):
+        body = body[:-3].rstrip()
+    return body
 
 
 def parse_tool_call(text: str) -> AgentAction:
@@ -298,21 +366,25 @@ def parse_tool_call(text: str) -> AgentAction:
     A block left unclosed at the end of the reply is accepted (a reply cut right after the JSON);
     zero or several blocks, bad JSON, another tool name or invalid arguments are errors.
     """
+    if text is not None and not isinstance(text, str):
+        raise ActionParseError(f"the reply must be text, got {type(text).__name__}")
     blocks = _TOOL_CALL.findall(text or "")
     if not blocks:
         raise ActionParseError("the reply has no <tool_call> block")
     if len(blocks) > 1:
         raise ActionParseError(f"the reply has {len(blocks)} <tool_call> blocks; exactly one is allowed")
-    body = _FENCE.sub("", blocks[0].strip())
+    body = _unfenced(blocks[0].strip())
     try:
-        call = json.loads(body)
+        call = _loads(body)
     except json.JSONDecodeError as exc:
         raise ActionParseError(
             f"the <tool_call> block is not valid JSON ({exc.msg} at char {exc.pos})") from None
+    except ValueError as exc:
+        raise ActionParseError(f"the <tool_call> block is not valid JSON ({exc})") from None
     if not isinstance(call, dict):
         raise ActionParseError("the <tool_call> block must hold a JSON object")
     if call.get("name") != TOOL_NAME:
-        raise ActionParseError(f"the tool call names {call.get('name')!r}; expected '{TOOL_NAME}'")
+        raise ActionParseError(f"the tool call names {_show(call.get('name'))}; expected '{TOOL_NAME}'")
     return parse_arguments(call.get("arguments"))
 
 

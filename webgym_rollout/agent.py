@@ -183,13 +183,26 @@ def _compact_system_prompt() -> str:
             f"Actions: {names}. Coordinates are [x, y] on a 0-{GRID_SIZE} grid over the screenshot.")
 
 
-_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_OPEN, _CLOSE = "<think>", "</think>"
 
 
 def strip_think(text: str) -> str:
     """Remove ``<think>...</think>`` blocks (and reasoning before a lone ``</think>``, which some
-    chat templates open in the prompt), and an unclosed ``<think>`` tail."""
-    text = _THINK_BLOCK.sub("", text or "")
+    chat templates open in the prompt), and an unclosed ``<think>`` tail.
+
+    One pass with `str.find` (a lazy regex rescans the rest of the text from every unclosed
+    ``<think>``: quadratic in a reply that repeats the tag)."""
+    text = text or ""
+    kept: list[str] = []
+    position = 0
+    while (start := text.find(_OPEN, position)) >= 0:
+        end = text.find(_CLOSE, start + len(_OPEN))
+        if end < 0:
+            break
+        kept.append(text[position:start])
+        position = end + len(_CLOSE)
+    kept.append(text[position:])
+    text = "".join(kept)
     if "</think>" in text:
         text = text.rsplit("</think>", 1)[1]
     if "<think>" in text:
@@ -216,6 +229,8 @@ def _sections(text: str) -> dict[str, str]:
 def parse_response(text: str, variant: str = "memory") -> ParsedResponse:
     """Read a policy reply. Never raises: a reply without one valid tool call gives ``action=None``
     and the reason in ``error`` (an agent mistake the caller records on the step)."""
+    if text is not None and not isinstance(text, str):
+        return ParsedResponse(action=None, error=f"the reply must be text, got {type(text).__name__}")
     visible = strip_think(text or "")
     sections = _sections(visible)
     try:

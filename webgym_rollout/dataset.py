@@ -13,11 +13,20 @@ resume): shard names unique to the run mean that ``datasets.load_dataset(OUT)`` 
 folder of the same name never returns the first run's cached rows.
 
 `TrajectoryWriter` buffers `Episode`s and writes a shard when the buffer is full: first to a hidden
-temporary file, then renamed into place, then the manifest is rewritten (also tmp + rename). An
-episode counts as done only once its shard is listed in the manifest. Reopening the folder with
-``resume=True`` removes temporary files, adopts a complete shard that a crash left unlisted (or
-removes it when it overlaps listed episodes), and reports the done ``(task_id, attempt)`` pairs so
-the runner skips them: every episode ends up in the folder exactly once.
+temporary file, flushed to disk, then renamed into place, then the manifest is rewritten (also tmp +
+fsync + rename). An episode counts as done only once its shard is listed in the manifest. Reopening
+the folder with ``resume=True`` removes temporary files, adopts a complete shard that a crash left
+unlisted (or removes it when it repeats listed episodes), and reports the done
+``(task_id, attempt)`` pairs so the runner skips them: every episode ends up in the folder exactly
+once. A crash never costs a listed shard: a shard that can no longer be read (a disk that lost its
+last writes), listed or not, is set aside as ``<name>.corrupt`` (kept, read by nothing) and only its
+episodes are redone, and a manifest that can no longer be read is set aside as
+``manifest.json.corrupt`` and rebuilt from the shards.
+
+Each episode is converted to its Arrow row when it is added, so an episode that cannot be stored
+(a value out of its column's range) is refused on its own (`EpisodeUnstorable`) and never takes
+the episodes buffered with it down; a shard whose write fails (a full disk) keeps its episodes
+buffered for the next flush.
 
 Read a folder with `webgym_rollout.trajectory.read_episodes` (exactly the shards of the manifest)
 or ``datasets.load_dataset(OUT)`` (through the card). ``webgym-rollout push OUT REPO_ID`` uploads it.
@@ -25,15 +34,18 @@ or ``datasets.load_dataset(OUT)`` (through the card). ``webgym-rollout push OUT 
 Exceptions::
 
     RolloutError
-     └── TrajectoryError            (webgym_rollout.trajectory) a broken manifest or row
+     └── TrajectoryError            (webgym_rollout.trajectory) a broken manifest, shard or row
           ├── DatasetExists         the folder already holds a run and resume was not asked for
           ├── EpisodeRepeated       an episode that is already in the dataset
+          ├── EpisodeUnstorable     an episode whose row does not fit the trajectory columns
           └── PushRefused           the folder is not a finished dataset (no shards, a changed shard)
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 import secrets
 import threading
@@ -55,12 +67,14 @@ from webgym_rollout.trajectory import (
     TrajectoryError,
     read_episodes,
     read_manifest,
+    shard_schema_problem,
     trajectory_features,
 )
 
 __all__ = [
     "DatasetExists",
     "EpisodeRepeated",
+    "EpisodeUnstorable",
     "PushRefused",
     "TrajectoryWriter",
     "push_command",
@@ -86,6 +100,13 @@ class EpisodeRepeated(TrajectoryError, ValueError):
     kind = "episode_repeated"
 
 
+class EpisodeUnstorable(TrajectoryError, ValueError):
+    """An episode whose row does not fit the trajectory columns (a number out of its column's range);
+    nothing of it is written, and the episodes buffered with it are kept."""
+
+    kind = "episode_unstorable"
+
+
 class PushRefused(TrajectoryError):
     """The folder is not a finished trajectory dataset."""
 
@@ -99,6 +120,46 @@ def _shard_keys(path: Path) -> list[list[Any]]:
 
     table = pq.read_table(path, columns=["task_id", "attempt", "episode_id"])
     return [[r["task_id"], int(r["attempt"]), r["episode_id"]] for r in table.to_pylist()]
+
+
+def _shard_problem(path: Path) -> str:
+    """Why `path` is not a complete shard of the schema this version writes ("" when it is one)."""
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+        return f"unreadable ({exc})"
+    problem = shard_schema_problem(schema, TRAJECTORY_SCHEMA_VERSION)
+    return f"not a schema {TRAJECTORY_SCHEMA_VERSION} shard ({problem})" if problem else ""
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename `path` to ``<name>.corrupt`` (``.corrupt-1``, ... when taken): kept for a person to look
+    at, seen by no reader (not ``*.parquet``, not ``manifest.json``)."""
+    target = path.with_name(f"{path.name}.corrupt")
+    number = 0
+    while target.exists():
+        number += 1
+        target = path.with_name(f"{path.name}.corrupt-{number}")
+    path.replace(target)
+    return target
+
+
+def _fsync(path: Path) -> None:
+    """Flush `path` (a file, or a folder's entries) to disk, so a rename after it never exposes a
+    file whose data a power cut lost."""
+    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError:  # a folder that cannot be opened (some platforms): the rename is still atomic
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 # -------------------------------------------------------------------------------------------- writer
@@ -119,10 +180,15 @@ class TrajectoryWriter:
         self.max_shard_episodes, self.max_shard_bytes = max_shard_episodes, max_shard_bytes
         self._features = trajectory_features()
         self._lock = threading.Lock()
-        self._buffer: dict[str, list[Episode]] = defaultdict(list)
+        # Per split: ``([task_id, attempt, episode_id], one-row Arrow table)`` of each buffered episode.
+        self._buffer: dict[str, list[tuple[list[Any], Any]]] = defaultdict(list)
         self._buffered_bytes: dict[str, int] = defaultdict(int)
         self._buffered_keys: set[tuple[str, int]] = set()
         data = self.out_dir / "data"
+        if resume and (self.out_dir / MANIFEST).exists() and not _readable_json(self.out_dir / MANIFEST):
+            aside = _set_aside(self.out_dir / MANIFEST)
+            logger.warning("resume: %s cannot be read; set aside as %s, rebuilding it from the shards",
+                           self.out_dir / MANIFEST, aside.name)
         if (self.out_dir / MANIFEST).exists():
             if not resume:
                 raise DatasetExists(f"{self.out_dir} already holds a trajectory run; pass --resume to "
@@ -169,14 +235,16 @@ class TrajectoryWriter:
 
     # -- writing
     def add(self, episode: Episode) -> None:
-        """Buffer one finished episode; writes a shard when the buffer is full."""
+        """Buffer one finished episode; writes a shard when the buffer is full. Raises
+        `EpisodeRepeated` for an episode the dataset holds and `EpisodeUnstorable` for one whose row
+        does not fit the columns (the buffered episodes are kept either way)."""
         key = (episode.task.task_id, int(episode.attempt))
         with self._lock:
             if key in self._buffered_keys or key in self._done_cache():
                 raise EpisodeRepeated(f"episode {episode.episode_id}: task {key[0]} attempt {key[1]} "
                                       "is already in the dataset")
             split = _split_name(episode.split)
-            self._buffer[split].append(episode)
+            self._buffer[split].append(([key[0], key[1], episode.episode_id], self._encode(episode)))
             self._buffered_keys.add(key)
             self._buffered_bytes[split] += sum(len(step.screenshot) for step in episode.steps)
             if (len(self._buffer[split]) >= self.max_shard_episodes
@@ -202,8 +270,10 @@ class TrajectoryWriter:
         self.close(card=exc_type is None)
 
     def _next_index(self, split: str) -> int:
+        # Names of shards set aside (``.corrupt``) stay taken: a cache keyed by name never mixes them up.
         used = [int(m["index"]) for p in (self.out_dir / "data").iterdir()
-                if (m := _SHARD_NAME.match(p.name)) and m["split"] == split and m["run"] == self.run_id]
+                if (m := _SHARD_NAME.match(re.sub(r"\.corrupt(-\d+)?$", "", p.name)))
+                and m["split"] == split and m["run"] == self.run_id]
         return max(used, default=-1) + 1
 
     @property
@@ -211,28 +281,43 @@ class TrajectoryWriter:
         """The id in this run's shard names."""
         return str(self._manifest["run_id"])
 
+    def _encode(self, episode: Episode) -> Any:
+        """`episode` as a one-row Arrow table of the trajectory columns, or `EpisodeUnstorable`."""
+        import pyarrow as pa
+
+        try:
+            row = self._features.encode_example(episode.to_row())
+            return pa.Table.from_pylist([row], schema=self._features.arrow_schema)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise EpisodeUnstorable(f"episode {episode.episode_id} (task {episode.task.task_id}) cannot be "
+                                    f"stored: {type(exc).__name__}: {exc}") from exc
+
     def _flush_split(self, split: str) -> Path | None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        episodes = self._buffer.pop(split, [])
-        self._buffered_bytes.pop(split, None)
-        if not episodes:
+        buffered = self._buffer.get(split, [])
+        if not buffered:
             return None
-        encoded = [self._features.encode_example(episode.to_row()) for episode in episodes]
-        table = pa.Table.from_pylist(encoded, schema=self._features.arrow_schema)
+        table = pa.concat_tables([rows for _, rows in buffered])
         path = self.out_dir / "data" / f"{split}-{self.run_id}-{self._next_index(split):05d}.parquet"
         tmp = path.with_name(f"{TMP_PREFIX}{path.name}")
+        # A failure here (a full disk) leaves the episodes buffered and at most a temporary file,
+        # which the next flush overwrites and a resume removes.
         pq.write_table(table, tmp)
+        _fsync(tmp)
         tmp.replace(path)
-        keys = [[episode.task.task_id, int(episode.attempt), episode.episode_id] for episode in episodes]
+        _fsync(path.parent)
+        keys = [key for key, _ in buffered]
         self._manifest["shards"].append({"path": f"data/{path.name}", "split": split,
-                                         "num_rows": len(episodes), "sha256": sha256_file(path),
+                                         "num_rows": len(keys), "sha256": sha256_file(path),
                                          "episodes": keys})
         self._save_manifest()
+        del self._buffer[split]
+        self._buffered_bytes.pop(split, None)
         for key in keys:
             self._buffered_keys.discard((key[0], key[1]))
-        logger.info("wrote %s (%d episodes)", path, len(episodes))
+        logger.info("wrote %s (%d episodes)", path, len(keys))
         return path
 
     def _save_manifest(self) -> None:
@@ -240,12 +325,24 @@ class TrajectoryWriter:
         write_json_atomic(self.out_dir / MANIFEST, self._manifest)
 
     def _recover(self) -> None:
-        """Clean up after a crash: drop temporary files, adopt or drop unlisted shards."""
+        """Clean up after a crash: drop temporary files, set aside listed shards that can no longer
+        be read (their episodes are redone), adopt or drop unlisted shards."""
         data = self.out_dir / "data"
         data.mkdir(parents=True, exist_ok=True)
         for leftover in [*data.glob(f"{TMP_PREFIX}*"), *self.out_dir.glob(f"{TMP_PREFIX}*")]:
             logger.warning("resume: removing the unfinished file %s", leftover)
             leftover.unlink()
+        kept = []
+        for shard in self._manifest["shards"]:
+            path = self.out_dir / shard["path"]
+            problem = _shard_problem(path)
+            if problem:
+                aside = _set_aside(path)
+                logger.warning("resume: the listed shard %s is %s; set aside as %s, its %d episodes will "
+                               "be redone", path, problem, aside.name, len(shard["episodes"]))
+                continue
+            kept.append(shard)
+        self._manifest["shards"] = kept
         listed = {shard["path"] for shard in self._manifest["shards"]}
         done = self.done
         for path in sorted(data.glob("*.parquet")):
@@ -253,11 +350,15 @@ class TrajectoryWriter:
             match = _SHARD_NAME.match(path.name)
             if relative in listed or match is None:
                 continue
+            problem = _shard_problem(path)
             try:
-                keys = _shard_keys(path)
-            except Exception as exc:  # any unreadable file is removed; its episodes are redone
-                logger.warning("resume: removing the unreadable shard %s (%s)", path, exc)
-                path.unlink()
+                keys = [] if problem else _shard_keys(path)
+            except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+                problem = f"unreadable ({exc})"
+            if problem:  # a crash's debris (or a foreign file): set aside, its episodes are redone
+                aside = _set_aside(path)
+                logger.warning("resume: the unlisted shard %s is %s; set aside as %s", path, problem,
+                               aside.name)
                 continue
             pairs = {(k[0], k[1]) for k in keys}
             if pairs & done or len(pairs) != len(keys):
@@ -270,6 +371,14 @@ class TrajectoryWriter:
                                              "sha256": sha256_file(path), "episodes": keys})
             done |= pairs
         self._save_manifest()
+
+
+def _readable_json(path: Path) -> bool:
+    """`path` holds a JSON object (a manifest a crash or a full disk did not cut short)."""
+    try:
+        return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError, RecursionError):
+        return False
 
 
 def _split_name(split: Any) -> str:

@@ -26,7 +26,8 @@ data and come back as ``ExecuteResult(ok=False, error=...)`` instead. Retry deci
      ├── JudgeError                    the judge endpoint: JudgeUnavailable, JudgeTimeout, JudgeRejected,
      │                                 JudgeReplyInvalid (webgym_rollout.judge)
      ├── TrajectoryError               a trajectory source or row that does not fit the contract
-     │                                 (webgym_rollout.trajectory); DatasetExists, EpisodeRepeated,
+     │                                 (webgym_rollout.trajectory; ShardSchemaError: a shard's
+     │                                 columns); DatasetExists, EpisodeRepeated, EpisodeUnstorable,
      │                                 PushRefused (webgym_rollout.dataset)
      ├── EpisodeOver                   WebEnv.step after the episode ended (webgym_rollout.env)
      └── ModelingError                 a checkpoint that cannot be loaded (webgym_rollout.modeling)

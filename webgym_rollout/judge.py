@@ -37,10 +37,12 @@ Exceptions (endpoint failures raise; bad replies are recorded on the result)::
 
     RolloutError
      └── JudgeError                 (webgym_rollout.errors)
-          ├── JudgeUnavailable      connection failed, or HTTP 5xx/429 after the retries; names the URL
+          ├── JudgeUnavailable      connection failed, HTTP 5xx/429 or a body that is not JSON, after the
+          │                         retries; names the URL
           ├── JudgeTimeout          no answer within timeout_s, after the retries
           ├── JudgeRejected         HTTP 4xx other than 429; not retried
-          └── JudgeReplyInvalid     truncated, missing or ambiguous verdict (recorded, not raised by score)
+          └── JudgeReplyInvalid     truncated, missing or ambiguous verdict, or a completion without a
+                                    text message (recorded, not raised by score)
 """
 
 from __future__ import annotations
@@ -309,14 +311,17 @@ def select_key_screenshots(screenshots: Sequence[bytes], max_n: int, *, urls: Se
 _VERDICT_LINE = re.compile(r"^[\s*_`#>-]*VERDICT\s*:\s*(PASS|FAIL)[\s*_`.!]*$", re.IGNORECASE)
 
 
-def parse_verdict(text: str, finish_reason: str = "stop") -> tuple[bool, str]:
+def parse_verdict(text: Any, finish_reason: str = "stop") -> tuple[bool, str]:
     """(passed, reason) from a judge reply whose last non-empty line is ``VERDICT: PASS|FAIL``.
 
-    Raises `JudgeReplyInvalid` for a truncated reply, a missing final verdict line, or verdict
-    lines that disagree. The reason is the reply's text before the verdict line.
+    Raises `JudgeReplyInvalid` (and nothing else, whatever `text` is) for a truncated reply, a
+    missing final verdict line, verdict lines that disagree, or a reply that is not text. The reason
+    is the reply's text before the verdict line.
     """
     if finish_reason == "length":
         raise JudgeReplyInvalid("the judge reply was cut off (finish_reason=length)")
+    if text is not None and not isinstance(text, str):
+        raise JudgeReplyInvalid(f"the judge reply is not text but {type(text).__name__}")
     lines = [line.strip() for line in strip_think(text or "").splitlines() if line.strip()]
     if not lines:
         raise JudgeReplyInvalid("the judge reply is empty")
@@ -461,18 +466,36 @@ class RubricJudge:
             body["extra_body"] = dict(self.settings.extra_body)
         for attempt in range(self.settings.reply_retries + 1):
             completion = await self._client.complete(**body)
-            if completion.usage is not None:
-                tokens[0] += completion.usage.prompt_tokens or 0
-                tokens[1] += completion.usage.completion_tokens or 0
-            choice = completion.choices[0] if completion.choices else None
+            usage = getattr(completion, "usage", None)
+            tokens[0] += _count(getattr(usage, "prompt_tokens", 0))
+            tokens[1] += _count(getattr(usage, "completion_tokens", 0))
             try:
-                if choice is None:
-                    raise JudgeReplyInvalid("the judge reply has no choices")
-                return parse_verdict(choice.message.content or "", choice.finish_reason or "stop")
+                return parse_verdict(*_reply(completion))
             except JudgeReplyInvalid:
                 if attempt >= self.settings.reply_retries:
                     raise
         raise AssertionError("unreachable")
+
+
+def _count(value: Any) -> int:
+    """A token count as the endpoint reported it; 0 when it is not a count (a broken server)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _reply(completion: Any) -> tuple[Any, str]:
+    """(text, finish_reason) of a completion's first choice, whatever the endpoint sent (the client
+    does not check the body's types); raises `JudgeReplyInvalid` when it holds no message."""
+    choices = getattr(completion, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise JudgeReplyInvalid("the judge reply has no choices")
+    message = getattr(choices[0], "message", None)
+    if message is None:
+        raise JudgeReplyInvalid("the judge reply's choice has no message")
+    content, finish_reason = getattr(message, "content", None), getattr(choices[0], "finish_reason", None)
+    if isinstance(content, str):
+        # A lone surrogate (JSON's "\ud800") in the reason would make the episode unwritable.
+        content = content.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return content, finish_reason if isinstance(finish_reason, str) else "stop"
 
 
 def _clip(url: str) -> str:

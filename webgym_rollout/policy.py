@@ -13,11 +13,14 @@
   replies; it reads nothing (no elements, no pixels): the floor a policy that learned must beat.
 
 A reply that does not parse is not an error here: `PolicyOutput.parsed` has ``action=None`` and the
-reason, and the runner records it as a no-op step. Failures of the endpoint raise::
+reason, and the runner records it as a no-op step (so is an empty reply: ``content`` null). Failures
+of the endpoint raise::
 
     RolloutError
      └── PolicyError                  (webgym_rollout.errors)
-          ├── PolicyUnavailable       connection failed, or HTTP 5xx/429 after the retries; names the URL
+          ├── PolicyUnavailable       connection failed, or HTTP 5xx/429 after the retries, or a body
+          │                           that is no chat completion (no choices, no message, content
+          │                           that is not text); names the URL
           ├── PolicyTimeout           no answer within timeout_s, after the retries
           └── PolicyRejected          HTTP 4xx other than 429 (bad key, unknown model); not retried
 
@@ -256,50 +259,96 @@ class OpenAIPolicy:
         started = time.perf_counter()
         completion = await self._client.complete(**request)
         latency = time.perf_counter() - started
-        if not completion.choices:
+        # The client does not check the body's types: every field is read as possibly anything.
+        choices = getattr(completion, "choices", None)
+        if not isinstance(choices, list) or not choices:
             raise PolicyUnavailable(f"{self.endpoint.base_url} returned a completion without choices")
-        choice = completion.choices[0]
-        text = _reply_text(choice.message)
-        usage = completion.usage
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        if message is None:
+            raise PolicyUnavailable(f"{self.endpoint.base_url} returned a choice without a message")
+        content = getattr(message, "content", None)
+        if content is not None and not isinstance(content, str):
+            raise PolicyUnavailable(f"{self.endpoint.base_url} returned a message whose content is "
+                                    f"{type(content).__name__}, not text")
+        text = _reply_text(message)
+        usage = getattr(completion, "usage", None)
+        finish_reason = getattr(choice, "finish_reason", None)
         return PolicyOutput(
             response=text,
             parsed=parse_response(text, self.agent.variant),
             messages=messages,
             model=self.model_id,
-            prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
-            completion_tokens=(usage.completion_tokens or 0) if usage else 0,
-            finish_reason=choice.finish_reason or "",
+            prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),
+            completion_tokens=_count(getattr(usage, "completion_tokens", 0)),
+            finish_reason=_valid_text(finish_reason) if isinstance(finish_reason, str) else "",
             latency_s=latency,
             # The weights' version when the server names it (the CPU policy server: ``v<N>``), else the
             # model it answered as (a vLLM LoRA adapter per version: ``name-v<N>``).
-            policy_version=str(getattr(completion, "system_fingerprint", None)
-                               or getattr(completion, "model", "") or self.model_id),
+            policy_version=_valid_text(next(
+                (name for name in (getattr(completion, "system_fingerprint", None),
+                                   getattr(completion, "model", None)) if isinstance(name, str) and name),
+                self.model_id)),
             logprobs=_token_logprobs(choice),
         )
+
+
+def _count(value: Any) -> int:
+    """A token count as the endpoint reported it; 0 when it is not a count (a broken server)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _valid_text(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD: JSON's ``"\\ud800"`` decodes to one, and
+    no trajectory file can store it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
 
 
 def _reply_text(message: Any) -> str:
     """The reply as text. A server running a tool-call parser (vLLM ``--enable-auto-tool-choice``)
     moves the call out of the text into ``tool_calls``; it is put back as a ``<tool_call>`` block so
-    that the stored response is the full training target and parses the same way."""
-    text = message.content or ""
-    for call in getattr(message, "tool_calls", None) or ():
+    that the stored response is the full training target and parses the same way. Whatever the
+    server put there (arguments that are not JSON, a name that is not a string) is kept as it came:
+    the parser reports it as the agent's mistake."""
+    content = getattr(message, "content", None)
+    text = content if isinstance(content, str) else ""
+    calls = getattr(message, "tool_calls", None)
+    for call in calls if isinstance(calls, list) else ():
         function = getattr(call, "function", None)
         if function is None:
             continue
+        arguments = getattr(function, "arguments", None)
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except (ValueError, RecursionError):
+                pass  # kept verbatim: the parser reports it as invalid
         try:
-            arguments = json.loads(function.arguments or "{}")
-        except json.JSONDecodeError:
-            arguments = function.arguments  # kept verbatim: the parser reports it as invalid
-        call_json = json.dumps({"name": function.name, "arguments": arguments}, ensure_ascii=False)
+            call_json = json.dumps({"name": getattr(function, "name", None), "arguments": arguments},
+                                   ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            call_json = "(a tool call that is not JSON)"  # the parser reports it as invalid
         text += f"\n<tool_call>\n{call_json}\n</tool_call>"
-    return text
+    return _valid_text(text)
 
 
 def _token_logprobs(choice: Any) -> tuple[float, ...]:
-    """The reply tokens' log-probabilities from an OpenAI ``choice.logprobs`` (empty if absent)."""
-    content = getattr(getattr(choice, "logprobs", None), "content", None) or ()
-    return tuple(float(token.logprob) for token in content)
+    """The reply tokens' log-probabilities from an OpenAI ``choice.logprobs``; empty when absent or
+    when any of them is not a number (a partial list would no longer line up with the tokens)."""
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not isinstance(content, list):
+        return ()
+    values = [getattr(token, "logprob", None) for token in content]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return ()
+    try:
+        return tuple(float(v) for v in values)
+    except OverflowError:  # an integer beyond any float
+        return ()
 
 
 # Elements worth clicking; others (plain text, layout boxes) are skipped when any of these exist.

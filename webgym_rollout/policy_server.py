@@ -5,8 +5,8 @@ to vLLM in production, so tests, the demo and the CPU RL loop need no GPU:
 
 - ``POST /v1/chat/completions``: chat messages whose ``image_url`` parts hold base64 data URLs.
   The images are decoded and really fed to the model through its processor (the stock
-  ``transformers serve`` drops them without torchvision). Sampling: ``temperature`` (0 = greedy),
-  ``top_p``, ``max_tokens``, ``seed``, ``stop``; ``n`` must be 1; ``logprobs`` / ``top_logprobs``
+  ``transformers serve`` drops them without torchvision). Sampling: ``temperature`` (below 1e-5 =
+  greedy), ``top_p``, ``max_tokens``, ``seed``, ``stop``; ``n`` must be 1; ``logprobs`` / ``top_logprobs``
   return the raw model log-probabilities of the chosen tokens. ``usage`` counts the prompt tokens
   (image tokens included) and the generated tokens. Fields of the OpenAI API that we do not
   implement (penalties, tools, ...) are ignored; sampling settings a request does not set (top_k,
@@ -30,6 +30,8 @@ to vLLM in production, so tests, the demo and the CPU RL loop need no GPU:
   whole (HTTP 400 naming the first bad key, expected vs received) and the old weights keep
   serving, untouched. `push_weights` is the client; it picks the form.
 - ``GET /health``: liveness, the checkpoint, its version, the server's process id, and counters.
+- ``GET /metrics``: the counters in the Prometheus text format (requests received, completions,
+  reloads, weight pushes, the serving version, and the callers refused, by kind).
 
 Generation runs in one worker thread (one request at a time, in arrival order), so the event loop
 keeps accepting requests and answering ``/health`` while the model works. The checkpoint is loaded
@@ -65,11 +67,17 @@ shared-memory file; the second stays mapped, unused, until the next push). Anoth
 clone the shared tensors and use ``safetensors.torch.save``; the server reads any safetensors file.
 
 Security: binds 127.0.0.1 by default; binding any other address requires ``--token`` and then every
-endpoint but ``/health`` needs ``Authorization: Bearer <token>`` (a /weights request without it is
-refused before any file is looked at). The server never fetches URLs: an image must be inline
-(``data:image/...;base64,...``). /weights accepts only the two content types above, neither of
-which a web page can send to another origin without a CORS preflight (which this server never
-grants), so a page in a browser cannot push weights or name a file. The only files it maps are
+endpoint but ``/health`` and ``/metrics`` needs ``Authorization: Bearer <token>`` (a /weights
+request without it is refused before any file is looked at). Before that, every request passes the
+caller check (`webgym_rollout.browser.callers`): a ``Host`` that is not one of the server's own
+names (its bind address and port, on loopback also 127.0.0.1 / localhost / [::1], plus
+``--server-names``) gets 421 (code ``misdirected``), and a request carrying a web page's
+``Origin`` (unless in ``--allowed-origins``) or ``Sec-Fetch-Site: cross-site`` gets 403 (code
+``foreign_origin``), so that no page, through DNS rebinding or straight to 127.0.0.1, drives it.
+The server never fetches URLs: an image must be inline (``data:image/...;base64,...``). /weights
+accepts only the two content types above, neither of which a web page can send to another origin
+without a CORS preflight (which this server never grants), so a page in a browser cannot push
+weights or name a file. The only files it maps are
 `SHM_DIR` + ``/webgym-weights-<letters, digits, - or _>.safetensors``, compared as written (no
 other directory, no ``..``, no relative path), opened without following a symbolic link, and
 only a regular file of the server's own user with one link, no write permission for group or
@@ -127,11 +135,13 @@ import click
 import httpx
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_options
+from webgym_rollout.browser.callers import CallerCheck, CallerCheckMiddleware, Refusal
 from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.errors import PolicyError
 
@@ -249,6 +259,19 @@ class PolicyServerSettings:
     """Largest image area after resizing (default: the checkpoint's value)."""
     policy_version: int = 0
     """Version of --model (replies say ``system_fingerprint: v<N>``); /reload sets the next ones."""
+    server_names: tuple[str, ...] = ()
+    """More names clients reach the server by (the Host header): ``name`` (any port) or
+    ``name:port``. Without them it answers only to its bind address and port (on loopback also
+    127.0.0.1, localhost and [::1]; bound to 0.0.0.0 or ::, any IP address and localhost); any other
+    Host gets 421, so that no web page reaches it through DNS rebinding."""
+    allowed_origins: tuple[str, ...] = ()
+    """Web origins (``https://dashboard.example``) whose pages may call the server; any other request
+    carrying an Origin header (or Sec-Fetch-Site: cross-site / same-site) gets 403."""
+
+    def caller_check(self) -> CallerCheck:
+        """A new `CallerCheck` for these settings (its port is set once the server is bound)."""
+        return CallerCheck(self.host, self.port, server_names=self.server_names,
+                           allowed_origins=self.allowed_origins)
 
     def __post_init__(self) -> None:
         if self.policy_version < 0:
@@ -263,6 +286,7 @@ class PolicyServerSettings:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name}: must be >= 1, got {value}")
+        self.caller_check()  # a ValueError naming server_names / allowed_origins
 
     @property
     def name(self) -> str:
@@ -309,7 +333,7 @@ class ChatCompletionRequest(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-2**63, le=2**64 - 1)  # what torch.manual_seed takes
     n: int = 1
     stop: str | list[str] | None = None
     logprobs: bool = False
@@ -524,6 +548,8 @@ def _read_safetensors_header(body: bytes | bytearray | mmap.mmap,
         header = json.loads(bytes(memoryview(body)[8:8 + size]))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise refuse(f"its header is not JSON ({exc})") from None
+    except RecursionError:  # e.g. "[[[[...": JSON nested past the parser's depth
+        raise refuse("its header is JSON nested too deep to be a safetensors header") from None
     if not isinstance(header, dict):
         raise refuse("its header is not a JSON object")
     header.pop("__metadata__", None)
@@ -740,7 +766,7 @@ def _decode_image_url(url: str, where: str):
     try:
         image = Image.open(io.BytesIO(raw))
         image.load()
-    except (UnidentifiedImageError, OSError) as exc:
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
         raise BadChatRequest(f"{where}: the image data URL does not hold a readable image ({exc})",
                              param=where) from None
     return image.convert("RGB")
@@ -792,20 +818,30 @@ class _TokenText:
         return {"token": text, "logprob": logprob, "bytes": list(raw)}
 
 
+_GREEDY_BELOW = 1e-5
+"""A temperature below this samples greedily (as vLLM does): dividing the logits by 1e-167 makes
+them infinite, and sampling from that fails."""
+
+
 def _generate(policy: _Policy, request: ChatCompletionRequest, messages: list[dict], images: list,
               max_new_tokens: int, device: str) -> _Generation:
     import torch
+    from jinja2 import TemplateError
 
     processor, model = policy.processor, policy.model
     tokenizer = processor.tokenizer
-    prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    inputs = processor(text=[prompt], images=images or None, return_tensors="pt").to(device)
+    try:
+        prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        inputs = processor(text=[prompt], images=images or None, return_tensors="pt").to(device)
+    except (ValueError, TemplateError) as exc:  # e.g. an image 3000 x 1: aspect ratio over 200
+        raise BadChatRequest(f"messages: the model's processor cannot take them: {exc}",
+                             param="messages") from None
     prompt_tokens = int(inputs["input_ids"].shape[1])
 
     config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
     config.max_new_tokens = max_new_tokens
     config.return_dict_in_generate = True
-    if request.temperature == 0:
+    if request.temperature < _GREEDY_BELOW:
         config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
     else:
         config.do_sample, config.temperature, config.top_p = True, request.temperature, request.top_p
@@ -1028,6 +1064,31 @@ def _error_body(message: str, param: str | None, kind: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": kind}}
 
 
+def _refused(refusal: Refusal) -> JSONResponse:
+    return JSONResponse(_error_body(refusal.message, None, refusal.kind), status_code=refusal.status)
+
+
+def _metrics_text(service: _PolicyService, callers: CallerCheck) -> str:
+    """The policy server's ``/metrics`` (Prometheus text format)."""
+    refused = {"misdirected": 0, "foreign_origin": 0, **callers.refused}
+    series = [
+        ("http_requests_total", "counter", "HTTP requests received (refused ones included).",
+         [("", callers.checked)]),
+        ("callers_refused_total", "counter",
+         "Requests refused for their Host (misdirected) or Origin (foreign_origin).",
+         [(f'{{kind="{kind}"}}', count) for kind, count in sorted(refused.items())]),
+        ("completions_total", "counter", "Chat completions answered.", [("", service.requests_served)]),
+        ("reloads_total", "counter", "Checkpoints swapped in by /reload.", [("", service.reloads)]),
+        ("weight_pushes_total", "counter", "Weights accepted on /weights.", [("", service.weight_pushes)]),
+        ("version", "gauge", "Version of the weights serving now.", [("", service.policy.version)]),
+    ]
+    lines = []
+    for name, kind, help_text, samples in series:
+        lines += [f"# HELP webgym_policy_{name} {help_text}", f"# TYPE webgym_policy_{name} {kind}"]
+        lines += [f"webgym_policy_{name}{labels} {value}" for labels, value in samples]
+    return "\n".join(lines) + "\n"
+
+
 def create_app(settings: PolicyServerSettings):
     """The FastAPI app; loads the checkpoint now, so a bad `--model` fails before anything binds."""
     service = _PolicyService(settings)
@@ -1047,11 +1108,21 @@ def create_app(settings: PolicyServerSettings):
 
     app = FastAPI(title="webgym policy server", version="1", lifespan=lifespan)
     app.state.service = service
+    callers = app.state.callers = settings.caller_check()
+    app.add_middleware(CallerCheckMiddleware, check=callers, respond=_refused)
 
     @app.exception_handler(PolicyServerError)
     async def _policy_error(_: Request, exc: PolicyServerError) -> JSONResponse:
         return JSONResponse(_error_body(str(exc), getattr(exc, "param", None), exc.kind),
                             status_code=exc.status_code)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # Routing and body parsing (no such route, a body that is not JSON): the OpenAI shape too.
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_chat_request")
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return JSONResponse(_error_body(message, None, kind), status_code=exc.status_code,
+                            headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -1100,6 +1171,10 @@ def create_app(settings: PolicyServerSettings):
         return HealthResponse(model=settings.name, checkpoint=policy.checkpoint, version=policy.version,
                               pid=os.getpid(), requests_served=service.requests_served,
                               reloads=service.reloads, weight_pushes=service.weight_pushes)
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(_metrics_text(service, callers), media_type="text/plain; version=0.0.4")
 
     return app
 
@@ -1302,6 +1377,7 @@ def running_policy_server(settings: PolicyServerSettings) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.host, settings.port))
     port = sock.getsockname()[1]
+    app.state.callers.port = port
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="policy-server",
                               daemon=True)

@@ -56,7 +56,9 @@ def sign_test(wins: int, losses: int) -> float | None:
 
 @dataclass(frozen=True)
 class SuccessRate:
-    """Successes out of evaluated episodes (infrastructure failures left out), with its interval."""
+    """Successes out of trials, with its interval. The trials are the evaluated episodes
+    (infrastructure failures left out) or, for the rate that counts those as failures, every
+    episode: the caller decides (`webgym_rollout.report.RunSummary` holds both)."""
 
     successes: int
     trials: int

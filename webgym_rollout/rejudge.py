@@ -36,6 +36,7 @@ import click
 
 from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_options
+from webgym_rollout.dataset import EpisodeUnstorable
 from webgym_rollout.errors import RolloutError
 from webgym_rollout.judge import JudgeRequest, JudgeSettings, make_judge
 from webgym_rollout.recording import RecordingStore
@@ -93,6 +94,8 @@ class RejudgeReport:
     """Scored episodes on which the judge failed."""
     skipped: int = 0
     """Episodes already in --out (resume)."""
+    unstorable: int = 0
+    """Episodes left out because their row did not fit the columns (a bug to report)."""
     elapsed_s: float = 0.0
 
 
@@ -141,7 +144,8 @@ async def rejudge(source: str | Path, settings: RejudgeSettings, *, judge: Any =
     run_info = {"rejudge": {"source": trajectories.id, "source_version": trajectories.version,
                             "judge": model_id, "judge_kind": settings.judge.kind}, "judge": model_id}
     semaphore = asyncio.Semaphore(settings.concurrency)
-    counts = dict.fromkeys(("episodes", "rejudged", "copied", "changed", "judge_errors", "skipped"), 0)
+    counts = dict.fromkeys(
+        ("episodes", "rejudged", "copied", "changed", "judge_errors", "skipped", "unstorable"), 0)
     began = time.monotonic()
     progress = _progress(settings.progress, len(trajectories))
     try:
@@ -188,7 +192,12 @@ async def _rejudge_batch(batch: Sequence[Episode], judge: Any, model_id: str, se
         elif episode.recording:
             log.warning("episode %s: its recording stays in the Hub source; not copied", episode.episode_id)
             episode.recording = ""
-        await asyncio.to_thread(writer.add, episode)
+        try:
+            await asyncio.to_thread(writer.add, episode)
+        except EpisodeUnstorable as exc:  # a value our code let through: a bug to report, not the end
+            log.error("episode %s could not be stored (a bug to report): %s", episode.episode_id, exc)
+            counts["unstorable"] += 1
+            continue
         counts["episodes"] += 1
         progress.update(1)
 
@@ -225,3 +234,6 @@ def rejudge_command(run: str, config: str | None, **flags: Any) -> None:
                f"{report.rejudged} re-judged by {report.judge_model or '(unnamed judge)'}, "
                f"{report.changed} rewards changed, {report.judge_errors} judge errors, {report.copied} "
                f"copied unchanged -> {report.out}")
+    if report.unstorable:
+        click.secho(f"BUG: {report.unstorable} episodes could not be stored (see the log); please report it",
+                    fg="red", err=True)

@@ -10,7 +10,12 @@ screenshot) and holds, per run:
 - steps to success: how many steps each successful episode took;
 - infrastructure failures by kind. An episode whose status `EpisodeStatus.is_error` (``error:<kind>``,
   ``blocked``) says nothing about the agent: it is left out of every success rate and counted
-  apart. A ``timeout`` is the agent's own failure and counts as one.
+  apart. A ``timeout`` is the agent's own failure and counts as one. Next to each run's success
+  rate stands the rate with those episodes counted as failures (`RunSummary.overall_with_failures`),
+  so that a run that lost half its episodes to a broken server cannot pass for a good one;
+- bugs: episodes with status ``error:internal`` (`RunSummary.internal_errors`) are a bug of the
+  toolkit, not an infrastructure failure. The page opens with a warning box naming each run that
+  has any, the text summary with a WARNING line, and the build logs a warning.
 
 For two or more runs, every pair (A, B) is compared task by task, paired on ``task_id`` over the
 tasks both runs evaluated: A *won* a task when its success rate on it (successes / evaluated
@@ -165,6 +170,10 @@ class RunSummary:
     errors: int
     """Episodes that ended in an infrastructure failure: not in any success rate."""
     overall: SuccessRate
+    overall_with_failures: SuccessRate = field(default_factory=lambda: SuccessRate.of(0, 0))
+    """Successes out of every episode: infrastructure failures (and bugs) counted as failures."""
+    internal_errors: int = 0
+    """Episodes with status ``error:internal``: bugs to report (also counted in `errors`)."""
     error_kinds: dict[str, int] = field(default_factory=dict)
     """Infrastructure failures by kind (``browser_crashed``, ``blocked``, ...), most frequent first."""
     statuses: dict[str, int] = field(default_factory=dict)
@@ -189,6 +198,8 @@ class RunSummary:
             "label": self.label, "source": self.source, "version": self.version,
             "episodes": self.episodes, "errors": self.errors, "evaluated_tasks": len(self.tasks),
             "attempts_per_task": self.attempts_per_task, "overall": self.overall.as_dict(),
+            "overall_with_failures": self.overall_with_failures.as_dict(),
+            "internal_errors": self.internal_errors,
             "error_kinds": dict(self.error_kinds), "statuses": dict(self.statuses),
             "steps_to_success": {"counts": {str(n): c for n, c in sorted(self.steps_to_success.items())},
                                  "mean": statistics.fmean(steps) if steps else None,
@@ -364,6 +375,9 @@ def _summarise(label: str, trajectories: TrajectorySet, rows: list[_Row],
         label=label, source=trajectories.id, version=trajectories.version, episodes=len(rows),
         errors=len(rows) - len(evaluated),
         overall=SuccessRate.of(sum(r.success for r in evaluated), len(evaluated), settings.confidence),
+        overall_with_failures=SuccessRate.of(sum(r.success for r in evaluated), len(rows),
+                                             settings.confidence),
+        internal_errors=sum(r.status is EpisodeStatus.INTERNAL for r in rows),
         error_kinds=dict(kinds.most_common()),
         statuses=dict(Counter(r.status.value for r in rows).most_common()),
         steps_to_success=dict(sorted(Counter(r.num_steps for r in evaluated if r.success).items())),
@@ -455,8 +469,11 @@ def build_report(sources: Sequence[str | Path | TrajectorySet], settings: Report
             source, split=settings.split, cache_dir=cache_dir)
         rows = _read_rows(trajectories)
         summary, run_counts = _summarise(name, trajectories, rows, settings)
-        logger.info("%s: %d episodes, %d infrastructure failures, success %s", name, summary.episodes,
-                    summary.errors, summary.overall.describe())
+        logger.info("%s: %d episodes, %d infrastructure failures, success %s (%s with them counted as "
+                    "failures)", name, summary.episodes, summary.errors, summary.overall.describe(),
+                    summary.overall_with_failures.describe())
+        if summary.internal_errors:
+            logger.warning("%s: %s", name, _bug_text(summary))
         runs.append(summary)
         counts.append(run_counts)
     websites: set[str] = set()
@@ -477,16 +494,27 @@ def build_report(sources: Sequence[str | Path | TrajectorySet], settings: Report
     return Report(runs=runs, comparisons=comparisons, settings=settings, websites_total=len(websites))
 
 
+def _bug_text(run: RunSummary) -> str:
+    return (f"{run.internal_errors} of {run.episodes} episodes ended with error:internal: this is a bug, "
+            "please report it (the run's log holds the tracebacks). They are left out of the success rate "
+            "like infrastructure failures, but they are not one.")
+
+
 def format_summary(report: Report) -> str:
-    """The report as plain text for the terminal: each run's success by difficulty level, its
-    failures, and the paired comparisons."""
+    """The report as plain text for the terminal: each run's success by difficulty level (and
+    overall with infrastructure failures counted as failures), its failures, a WARNING line for
+    bugs (``error:internal``), and the paired comparisons."""
     level = int(round(100 * report.settings.confidence))
     lines = []
     for run in report.runs:
         kinds = ", ".join(f"{kind} {count}" for kind, count in run.error_kinds.items())
         lines.append(f"{run.label} ({run.source}): {run.episodes} episodes, {run.errors} infrastructure "
                      f"failures{f' ({kinds})' if kinds else ''}")
+        if run.internal_errors:
+            lines.append(f"  WARNING: {_bug_text(run)}")
         lines.append(f"  success {run.overall.describe()}  [{level}% Wilson interval]")
+        lines.append(f"  success with infrastructure failures counted as failures "
+                     f"{run.overall_with_failures.describe()}")
         for group in run.breakdowns.get("difficulty_level", []):
             lines.append(f"    {group.name:<10} {group.success.describe()}")
     for pair in report.comparisons:
@@ -512,6 +540,9 @@ svg .grid { stroke: #ddd; }
 svg .ci { stroke: #222; stroke-width: 1.3; fill: none; }
 svg .tick, svg .value { fill: #555; }
 .note { color: #555; }
+.bugs { border: 2px solid #b00020; background: #fdecea; color: #5f0010; padding: .6em 1em;
+        margin: 1em 0; border-radius: 4px; }
+.bugs strong { color: #b00020; }
 """
 
 
@@ -528,12 +559,16 @@ def _rate_cells(rate: SuccessRate) -> str:
 
 def _runs_table(report: Report) -> str:
     head = ("<tr><th>run</th><th>source</th><th>episodes</th><th>infrastructure failures</th>"
-            "<th>success rate</th><th>successes / evaluated</th><th>tasks</th>"
+            "<th>of them bugs (error:internal)</th><th>success rate, failures left out</th>"
+            "<th>successes / evaluated</th>"
+            "<th>success rate, failures counted</th><th>successes / episodes</th><th>tasks</th>"
             "<th>attempts per task</th></tr>")
     rows = "".join(
         f"<tr data-run='{_e(run.label)}'><td>{_e(run.label)}</td><td title='version {_e(run.version)}'>"
         f"{_e(run.source)}</td><td class='num'>{run.episodes}</td><td class='num errors'>{run.errors}</td>"
-        f"{_rate_cells(run.overall)}<td class='num'>{len(run.tasks)}</td>"
+        f"<td class='num internal'>{run.internal_errors}</td>"
+        f"{_rate_cells(run.overall)}{_rate_cells(run.overall_with_failures)}"
+        f"<td class='num'>{len(run.tasks)}</td>"
         f"<td class='num'>{run.attempts_per_task}</td></tr>"
         for run in report.runs)
     return f"<table class='runs'>{head}{rows}</table>"
@@ -592,7 +627,8 @@ def _errors_section(report: Report) -> str:
     return ("<section id='errors'><h2>Infrastructure failures</h2><p class='note'>Episodes that ended "
             "in an infrastructure failure (<code>error:&lt;kind&gt;</code>, <code>blocked</code>) say "
             "nothing about the agent: they are left out of every success rate. A timeout is the "
-            "agent's failure and counts.</p>"
+            "agent's failure and counts. <code>error:internal</code> is a bug, not an infrastructure "
+            "failure: it is counted here and left out in the same way, and it should be reported.</p>"
             + (f"<div class='charts'>{''.join(charts)}</div>" if charts else "<p>(none)</p>")
             + "<table class='statuses'><tr><th>run</th><th>status</th><th>episodes</th></tr>"
             + "".join(rows) + "</table></section>")
@@ -649,6 +685,19 @@ def _comparison_section(report: Report) -> str:
             f"<table class='paired'>{head}{''.join(rows)}</table>{''.join(details)}</section>")
 
 
+def _bugs_banner(report: Report) -> str:
+    """The warning box at the top of the page when any run has ``error:internal`` episodes."""
+    runs = [run for run in report.runs if run.internal_errors]
+    if not runs:
+        return ""
+    items = "".join(f"<li data-run='{_e(run.label)}'>{_e(run.label)}: {_e(_bug_text(run))}</li>"
+                    for run in runs)
+    return ("<div class='bugs' id='bugs' role='alert'><strong>Warning: episodes ended in a bug "
+            "(<code>error:internal</code>).</strong> An exception in the toolkit's own code (or in a "
+            "policy or judge passed to it) ended these episodes: they are not infrastructure failures, "
+            f"and the figures below may be skewed by them. Please report it.<ul>{items}</ul></div>")
+
+
 def _page(report: Report, curve: list[CurvePoint] | None, x_label: str = "iteration") -> str:
     level = int(round(100 * report.settings.confidence))
     title = "WebGym evaluation report: " + ", ".join(run.label for run in report.runs)
@@ -658,8 +707,10 @@ def _page(report: Report, curve: list[CurvePoint] | None, x_label: str = "iterat
     parts = [
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
         f"<style>{_STYLE}</style></head><body><h1>{_e(title)}</h1>",
+        _bugs_banner(report),
         f"<p class='note'>Success rates with {level}% Wilson score intervals; episodes that ended in an "
-        f"infrastructure failure are left out of them and counted apart.{split}</p>",
+        f"infrastructure failure are left out of them and counted apart (the rate with them counted as "
+        f"failures stands next to each run's).{split}</p>",
         f"<section id='overall'>{_runs_table(report)}{overall}</section>",
     ]
     if curve:

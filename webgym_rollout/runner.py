@@ -37,7 +37,11 @@ Errors raised to the caller::
 
 Every other failure stays inside its episode and becomes its `EpisodeStatus`: ``error:<kind>`` for
 a `BrowserError` after the retries, a `PolicyError` or a `JudgeError`; ``blocked`` for
-`SiteBlocked`; ``error:internal`` (logged with its traceback) for a bug.
+`SiteBlocked`; ``error:internal`` for a bug (any other exception, while playing or judging). A bug
+is never passed off as infrastructure: its traceback is logged when it happens, the live progress
+shows a row for it, and the run ends with a WARNING that counts the ``error:internal`` episodes,
+says they are a bug to report and names the first one's exception and where it was raised
+(`RunReport.internal_errors`, `RunReport.first_internal_error`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import dataclasses
 import hashlib
 import logging
 import time
+import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +65,7 @@ from webgym_core.errors import SettingsError
 from webgym_core.settings import flat, load_settings, settings_options
 from webgym_data.loading import load_tasks
 from webgym_data.schema import Task, TaskValidationError
+from webgym_rollout.dataset import EpisodeUnstorable
 from webgym_rollout.env import EnvSettings, WebEnv
 from webgym_rollout.errors import (
     BrowserError,
@@ -210,6 +216,16 @@ class _Stats:
     session_retries: int = 0
     parse_errors: int = 0
     queue_depths: dict[str, int] = field(default_factory=dict)
+    first_bug: str = ""
+    """`_bug_summary` of the first exception that made an episode ``error:internal``."""
+
+    def note_bug(self, exc: BaseException) -> None:
+        self.first_bug = self.first_bug or _bug_summary(exc)
+
+    @property
+    def internal_errors(self) -> int:
+        """Episodes recorded with ``error:internal`` (bugs) so far."""
+        return self.errors.get(EpisodeStatus.INTERNAL.error_kind, 0)
 
     @property
     def elapsed(self) -> float:
@@ -218,6 +234,17 @@ class _Stats:
     @property
     def steps_per_s(self) -> float:
         return self.steps / self.elapsed
+
+
+def _bug_summary(exc: BaseException) -> str:
+    """``TypeError: unhashable type: 'list' (webgym_rollout/actions.py:275 in parse_arguments)``: an
+    exception and the innermost frame of its traceback, for the end-of-run warning."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        frame = frames[-1]
+        where = f" ({'/'.join(Path(frame.filename).parts[-2:])}:{frame.lineno} in {frame.name})"
+    return f"{type(exc).__name__}: {str(exc)[:200]}{where}"
 
 
 @dataclass
@@ -309,8 +336,10 @@ class _Episode:
         except PolicyError as exc:
             log.warning("episode %s: policy failed: %s", self.job.episode_id, exc)
             await self._finish(EpisodeStatus.for_error(exc.kind))
-        except Exception:  # a bug must not take the other episodes down; the status records it
-            log.exception("episode %s (task %s) failed", self.job.episode_id, self.job.task.task_id)
+        except Exception as exc:  # a bug must not take the other episodes down; the status records it
+            log.exception("episode %s (task %s) failed with a bug (error:internal)", self.job.episode_id,
+                          self.job.task.task_id)
+            self.ctx.stats.note_bug(exc)
             await self._finish(EpisodeStatus.INTERNAL)
         return False
 
@@ -369,13 +398,23 @@ class _Finisher:
                 except RolloutError as exc:  # JudgeError: the judge endpoint failed
                     log.warning("judging episode %s failed: %s", episode.episode_id, exc)
                     episode.status = EpisodeStatus.for_error(exc.kind)
+                except Exception as exc:  # a bug in the judge: recorded as one, the run goes on
+                    log.exception("judging episode %s failed with a bug (error:internal)", episode.episode_id)
+                    self.stats.note_bug(exc)
+                    episode.status = EpisodeStatus.INTERNAL
                 else:
                     episode.reward, episode.verdicts = float(result.reward), list(result.verdicts)
                     if result.error_kind:  # the judge could not decide: not a failure of the agent
                         episode.status = EpisodeStatus.for_error(result.error_kind)
                 episode.judge_s = time.perf_counter() - began
             async with self._write_lock:  # shards are written one at a time, off the event loop
-                await asyncio.to_thread(self.writer.add, episode)
+                try:
+                    await asyncio.to_thread(self.writer.add, episode)
+                except EpisodeUnstorable as exc:  # a value our code let through: a bug, not the run's end
+                    log.error("episode %s could not be stored (error:internal, a bug to report): %s",
+                              episode.episode_id, exc)
+                    self.stats.note_bug(exc)
+                    episode.status = EpisodeStatus.INTERNAL
         finally:
             self.stats.judging -= 1
         self.stats.done += 1
@@ -401,8 +440,15 @@ async def _all(coroutines: Iterable[Awaitable[Any]]) -> list[Any]:
 async def _abandon(ep: _Episode) -> None:
     """A cancelled episode (the run was stopped) gives its browser session back at once, instead of
     holding a context until the server's idle timeout; it is never written."""
+    log.info("episode %s cancelled: the run stopped before it ended", ep.job.episode_id)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(ep.env.close(), timeout=10)
+
+
+def _log_start(job: _Job) -> None:
+    # With -v each episode's life is in the log: started, then written (or cancelled); the soak
+    # benchmark accounts for every episode from these lines.
+    log.info("episode %s started (task %s, attempt %d)", job.episode_id, job.task.task_id, job.attempt)
 
 
 async def _play(ep: _Episode) -> None:
@@ -431,6 +477,7 @@ async def _run_async(jobs: Sequence[_Job], ctx: _Context, finisher: _Finisher,
             if gate is not None:
                 await gate.admit()
             ep = _Episode(job, ctx)
+            _log_start(job)
             ctx.stats.running += 1
             try:
                 await _play(ep)
@@ -450,6 +497,8 @@ async def _run_sync(jobs: Sequence[_Job], ctx: _Context, finisher: _Finisher) ->
     size = ctx.settings.rollout.batch_size
     for start in range(0, len(jobs), size):
         batch = [_Episode(job, ctx) for job in jobs[start:start + size]]
+        for ep in batch:
+            _log_start(ep.job)
         ctx.stats.running += len(batch)
         live = batch
         while live:
@@ -465,18 +514,28 @@ async def _run_sync(jobs: Sequence[_Job], ctx: _Context, finisher: _Finisher) ->
 
 # ------------------------------------------------------------------------------ progress
 
+def _rate(successes: int, trials: int) -> str:
+    return f"{successes}/{trials} ({100 * successes / trials:.0f}%)" if trials else f"{successes}/0"
+
+
 def _progress_table(stats: _Stats, settings: RunSettings):
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"webgym-rollout run ({settings.rollout.scheduler}) -> {settings.out}",
                   show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    judged = max(1, stats.done)
+    evaluated = stats.done - sum(stats.errors.values())
     table.add_row("episodes", f"{stats.done}/{stats.total} done, {stats.running} running, "
                               f"{stats.judging} judging")
     table.add_row("steps", f"{stats.steps} ({stats.steps_per_s:.2f} steps/s, {stats.elapsed:.0f} s)")
-    table.add_row("success", f"{stats.successes}/{stats.done} ({100 * stats.successes / judged:.0f}%)")
+    table.add_row("success", f"{_rate(stats.successes, evaluated)} of evaluated episodes; "
+                             f"{_rate(stats.successes, stats.done)} with infrastructure failures as failures")
+    if stats.internal_errors:
+        table.add_row("[bold red]BUGS[/]",
+                      f"[bold red]{stats.internal_errors} episodes ended with error:internal: this is a bug, "
+                      f"please report it[/] (first: {escape(stats.first_bug)})")
     errors = ", ".join(f"{kind} {n}" for kind, n in stats.errors.most_common()) or "none"
     table.add_row("errors", f"{errors}; session restarts {stats.session_retries}; "
                             f"unparsed replies {stats.parse_errors}")
@@ -540,10 +599,26 @@ class RunReport:
     parse_errors: int
     invalid_rows: int = 0
     """Task rows left out as invalid (--skip-invalid; listed in the run's manifest)."""
+    internal_errors: int = 0
+    """Episodes recorded with ``error:internal``: bugs (of the toolkit or of a policy or judge passed
+    in), never infrastructure; the run's log holds their tracebacks."""
+    first_internal_error: str = ""
+    """The first bug's exception and where it was raised ("" without bugs)."""
 
     @property
     def steps_per_s(self) -> float:
         return self.steps / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def evaluated(self) -> int:
+        """Episodes that say something about the agent (infrastructure failures and bugs left out)."""
+        return self.episodes - sum(self.errors.values())
+
+    def success_line(self) -> str:
+        """Both success rates: ``success 3/8 (38%) of evaluated episodes; 3/10 (30%) with
+        infrastructure failures counted as failures``."""
+        return (f"success {_rate(self.successes, self.evaluated)} of evaluated episodes; "
+                f"{_rate(self.successes, self.episodes)} with infrastructure failures counted as failures")
 
 
 @contextlib.asynccontextmanager
@@ -639,11 +714,16 @@ async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None,
                     close = getattr(closeable, "close", None)
                     if close is not None:
                         await close()
+    if stats.internal_errors:
+        log.warning("%d of %d episodes ended with error:internal: this is a bug, please report it (their "
+                    "tracebacks are logged above; the first: %s)", stats.internal_errors, stats.done,
+                    stats.first_bug)
     return RunReport(out=settings.out, episodes=stats.done, skipped=skipped,  # type: ignore[arg-type]
                      invalid_rows=len(loaded.invalid),
                      steps=stats.steps, successes=stats.successes, errors=dict(stats.errors),
                      elapsed_s=stats.elapsed, session_retries=stats.session_retries,
-                     parse_errors=stats.parse_errors)
+                     parse_errors=stats.parse_errors, internal_errors=stats.internal_errors,
+                     first_internal_error=stats.first_bug)
 
 
 # ------------------------------------------------------------------------------------------ CLI
@@ -690,5 +770,8 @@ def run_command(config: str | None, **flags: Any) -> None:
     errors = ", ".join(f"{k} {n}" for k, n in sorted(report.errors.items())) or "none"
     invalid = f"; {report.invalid_rows} invalid task rows skipped" if report.invalid_rows else ""
     click.echo(f"{report.episodes} episodes ({report.skipped} already done{invalid}), {report.steps} steps "
-               f"in {report.elapsed_s:.1f} s ({report.steps_per_s:.2f} steps/s); reward 1: "
-               f"{report.successes}/{report.episodes}; errors: {errors} -> {report.out}")
+               f"in {report.elapsed_s:.1f} s ({report.steps_per_s:.2f} steps/s); {report.success_line()}; "
+               f"errors: {errors} -> {report.out}")
+    if report.internal_errors:
+        click.secho(f"WARNING: {report.internal_errors} episodes ended with error:internal: this is a bug, "
+                    f"please report it (first: {report.first_internal_error})", err=True, fg="red", bold=True)

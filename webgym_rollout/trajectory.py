@@ -23,17 +23,26 @@ browser server closed (`Step.popups`) and, per episode, the task's `seed_difficu
 `rubric_source`. Schema 1.1 and 1.2 datasets are read unchanged: the new fields take their
 defaults.
 
-Exceptions: `TrajectoryError` (a `RolloutError`) for a source that is not a trajectory dataset or a
-row that does not fit the contract; the message names the source, shard or episode.
+Reading checks before it reads: every shard is a readable parquet file whose columns are those of
+its schema version (`shard_schema_problem`): no column missing (a missing ``reward`` would read as
+0 everywhere), none unknown, each of its declared type. A row read is checked field by field
+(`Episode.from_row`).
+
+Exceptions: `TrajectoryError` (a `RolloutError`) for a source that is not a trajectory dataset, a
+shard that is truncated or empty, or a row that does not fit the contract, and its subclass
+`ShardSchemaError` for a readable shard whose columns are not its version's; the message names the
+source, shard (and column, and schema version) or episode (and field).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
 import logging
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -55,12 +64,14 @@ __all__ = [
     "Step",
     "TaskOutcome",
     "TokenUsage",
+    "ShardSchemaError",
     "TrajectoryError",
     "TrajectorySet",
     "TrajectoryStats",
     "Verdict",
     "expand_messages",
     "read_episodes",
+    "shard_schema_problem",
     "trajectory_features",
 ]
 
@@ -69,6 +80,13 @@ log = logging.getLogger(__name__)
 TRAJECTORY_SCHEMA_VERSION = "1.3"
 READABLE_SCHEMA_VERSIONS = ("1.1", "1.2", "1.3")
 MANIFEST = "manifest.json"
+
+# What each version added to the row (``steps.x``: a field of each step); a shard of an older
+# version lacks these and only these.
+_ADDED_IN = {
+    "1.2": ("outcome", "steps.policy_version", "steps.logprobs"),
+    "1.3": ("seed_difficulty_level", "rubric_source", "recording", "steps.popups"),
+}
 
 # The task fields a trajectory row carries (the rest of a task row, e.g. its provenance, stays in
 # the task set): their features come from the task contract.
@@ -81,6 +99,17 @@ class TrajectoryError(RolloutError):
     """A source that is not a trajectory dataset, or a row that does not fit the contract."""
 
     kind = "trajectory_error"
+
+
+class ShardSchemaError(TrajectoryError):
+    """A shard (or a Hub dataset) whose columns are not those of its trajectory schema version: one
+    missing, one unknown, or one of another type. `path` is the shard (None for a Hub dataset)."""
+
+    kind = "shard_schema_error"
+
+    def __init__(self, message: str, *, path: Path | None = None, version: str = "") -> None:
+        super().__init__(message)
+        self.path, self.version = path, version
 
 
 class EpisodeStatus(StrEnum):
@@ -242,9 +271,13 @@ class Step:
         return row
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Step:
-        values = _from_plain(cls, row)
-        values["screenshot"] = _image_bytes(row.get("screenshot"))
+    def from_row(cls, row: Mapping[str, Any], *, where: str = "step") -> Step:
+        """A step from its stored row; raises ValueError naming `where` and the field that does not
+        fit (`Episode.from_row` reports it as a `TrajectoryError`)."""
+        if not isinstance(row, Mapping):
+            raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
+        values = _from_plain(cls, row, where=where)
+        values["screenshot"] = _image_bytes(row.get("screenshot"), f"{where}.screenshot")
         return cls(**values)
 
 
@@ -322,13 +355,18 @@ class Episode:
     def from_row(cls, row: Mapping[str, Any]) -> Episode:
         """An episode from a stored row (schema 1.1 to 1.3; screenshots as bytes, ``{"bytes", "path"}``
         or PIL images). Raises `TrajectoryError` naming the episode when the row does not fit."""
+        if not isinstance(row, Mapping):
+            raise TrajectoryError(f"a trajectory row must be an object, got {type(row).__name__}")
         episode = row.get("episode_id") or "(no episode_id)"
         try:
             task = Task.from_row({name: row.get(name) for name in TASK_COLUMNS if name in row})
             values = _from_plain(cls, row, skip=("task", "steps"))
-            steps = [Step.from_row(step) for step in row.get("steps") or ()]
-            return cls(task=task, steps=steps, **values)
-        except (TypeError, ValueError, KeyError) as exc:
+            steps = row.get("steps") or ()
+            if not isinstance(steps, list | tuple):
+                raise ValueError(f"steps: expected a list of steps, got {type(steps).__name__}")
+            parsed = [Step.from_row(step, where=f"steps[{i}]") for i, step in enumerate(steps)]
+            return cls(task=task, steps=parsed, **values)
+        except (TypeError, ValueError, KeyError, OSError) as exc:
             raise TrajectoryError(f"episode {episode}: the row does not fit the trajectory contract: "
                                   f"{exc}") from exc
 
@@ -336,7 +374,11 @@ class Episode:
 # ------------------------------------------------------------------------------- rows and features
 
 def _plain(value: Any) -> Any:
-    """A dataclass / enum / tuple as the plain values a dataset row holds."""
+    """A dataclass / enum / tuple as the plain values a dataset row holds. Text UTF-8 cannot encode
+    (a lone surrogate: a page title or a reply can hold one) gets U+FFFD in its place: it is data
+    the agent saw, and the shard it goes to could not be written with it."""
+    if isinstance(value, str):
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {item.name: _plain(getattr(value, item.name)) for item in fields(value)}
     if isinstance(value, Enum):
@@ -346,43 +388,100 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _from_plain(cls: type, row: Mapping[str, Any], skip: Sequence[str] = ()) -> dict[str, Any]:
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _from_plain(cls: type, row: Mapping[str, Any], skip: Sequence[str] = (),
+                where: str = "") -> dict[str, Any]:
     """Constructor arguments of dataclass `cls` from a row; fields the row lacks keep their defaults
-    (a schema 1.1 row has no `policy_version`), nested dataclasses and tuples are rebuilt."""
+    (a schema 1.1 row has no `policy_version`), nested dataclasses and tuples are rebuilt. A value of
+    the wrong type raises ValueError naming its field (``steps[2].latency.policy_s``)."""
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for item in fields(cls):
         if item.name in skip or item.name not in row or row[item.name] is None:
             continue
         value, kind = row[item.name], hints[item.name]
-        origin = typing.get_origin(kind)
-        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-            value = kind(**_from_plain(kind, value))
-        elif origin is list and typing.get_args(kind) and dataclasses.is_dataclass(typing.get_args(kind)[0]):
-            inner = typing.get_args(kind)[0]
-            value = [inner(**_from_plain(inner, v)) for v in value]
-        elif origin is tuple:
-            value = tuple(value)
-        values[item.name] = value
+        name = f"{where}.{item.name}" if where else item.name
+        if item.metadata.get("feature") == "image":
+            continue  # read by the caller (bytes, {"bytes", "path"} or an image)
+        values[item.name] = _typed(value, kind, name)
     return values
 
 
-def _image_bytes(value: Any) -> bytes:
+_SCALARS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+def _scalar_fits(value: Any, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, str)
+
+
+def _wrong(name: str, expected: str, value: Any) -> ValueError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return ValueError(f"{name}: expected {expected}, got {type(value).__name__} {shown}")
+
+
+def _typed(value: Any, kind: Any, name: str) -> Any:
+    """`value` as a value of field type `kind`, or ValueError naming the field `name`."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 1:
+        kind = args[0]
+    origin = typing.get_origin(kind)
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        if not isinstance(value, Mapping):
+            raise _wrong(name, "an object", value)
+        return kind(**_from_plain(kind, value, where=name))
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise _wrong(name, "a list", value)
+        inner = typing.get_args(kind)[0]
+        if inner in _SCALARS:  # a long list (log-probabilities): checked without a name per item
+            for i, item in enumerate(value):
+                if not _scalar_fits(item, inner):
+                    raise _wrong(f"{name}[{i}]", _SCALARS[inner], item)
+            items = [float(v) for v in value] if inner is float else list(value)
+        else:
+            items = [_typed(v, inner, f"{name}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        if not isinstance(value, str | Enum):
+            raise _wrong(name, "a string", value)
+        return value
+    if kind in _SCALARS:
+        if not _scalar_fits(value, kind):
+            raise _wrong(name, _SCALARS[kind], value)
+        return float(value) if kind is float else value
+    return value
+
+
+def _image_bytes(value: Any, name: str = "screenshot") -> bytes:
     if value is None:
         return b""
     if isinstance(value, bytes | bytearray):
         return bytes(value)
     if isinstance(value, Mapping):
-        if value.get("bytes") is not None:
-            return bytes(value["bytes"])
+        data = value.get("bytes")
+        if data is not None:
+            if not isinstance(data, bytes | bytearray | memoryview):
+                raise ValueError(f"{name}: 'bytes' must be bytes, got {type(data).__name__}")
+            return bytes(data)
         if value.get("path"):
+            if not isinstance(value["path"], str):
+                raise ValueError(f"{name}: 'path' must be a string, got {type(value['path']).__name__}")
             return Path(value["path"]).read_bytes()
         return b""
     if hasattr(value, "save"):  # a PIL image (a dataset read with decoding on)
         buffer = io.BytesIO()
         value.save(buffer, format="PNG")
         return buffer.getvalue()
-    raise TypeError(f"a screenshot must be bytes, {{'bytes', 'path'}} or an image, "
+    raise TypeError(f"{name}: a screenshot must be bytes, {{'bytes', 'path'}} or an image, "
                     f"got {type(value).__name__}")
 
 
@@ -446,6 +545,102 @@ def expand_messages(messages_json: str, image_for_step: Callable[[int], Any]) ->
     return messages
 
 
+# ---------------------------------------------------------------------------------- shard layout
+
+@functools.cache
+def _expected_schema(version: str) -> Any:
+    """The Arrow schema of a row of trajectory schema `version` (today's, less what came later)."""
+    import pyarrow as pa
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in v.split("."))
+
+    later = [name for v, names in _ADDED_IN.items() if key(v) > key(version) for name in names]
+    schema = trajectory_features().arrow_schema
+    columns = [f for f in schema if f.name not in later]
+    step_type = schema.field("steps").type.value_type
+    dropped = {name.split(".", 1)[1] for name in later if name.startswith("steps.")}
+    steps = pa.list_(pa.struct([f for f in step_type if f.name not in dropped]))
+    return pa.schema([pa.field("steps", steps) if f.name == "steps" else f for f in columns])
+
+
+def shard_schema_problem(schema: Any, version: str) -> str | None:
+    """What keeps an Arrow `schema` (a shard's) from being a row of trajectory schema `version`: a
+    column missing or one of another type (named with its path, ``steps.latency.policy_s``); None
+    when it fits. Integer widths, string and binary sizes may differ, and an all-null column fits
+    any type. Columns the version does not have are a user's own (labels, notes): they fit."""
+    expected = _expected_schema(version)
+    present = set(schema.names)
+    missing = [name for name in expected.names if name not in present]
+    if missing:
+        return f"missing column{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}"
+    for field_ in expected:
+        problem = _type_problem(schema.field(field_.name).type, field_.type, field_.name)
+        if problem:
+            return problem
+    return None
+
+
+def _type_problem(actual: Any, expected: Any, name: str) -> str | None:
+    import pyarrow as pa
+
+    types_ = pa.types
+    if types_.is_null(actual):
+        return None
+    kinds = ((types_.is_integer, "an integer"), (types_.is_boolean, "a boolean"),
+             (lambda t: types_.is_string(t) or types_.is_large_string(t), "a string"),
+             (lambda t: types_.is_binary(t) or types_.is_large_binary(t), "bytes"))
+    for test, words in kinds:
+        if test(expected):
+            return None if test(actual) else f"column '{name}' is {actual}, expected {words}"
+    if types_.is_floating(expected):
+        fits = types_.is_floating(actual) or types_.is_integer(actual)
+        return None if fits else f"column '{name}' is {actual}, expected a number"
+    if types_.is_list(expected):
+        if not (types_.is_list(actual) or types_.is_large_list(actual)):
+            return f"column '{name}' is {actual}, expected a list"
+        return _type_problem(actual.value_type, expected.value_type, name)
+    if types_.is_struct(expected):
+        if not types_.is_struct(actual):
+            return f"column '{name}' is {actual}, expected a struct of {', '.join(f.name for f in expected)}"
+        names = {f.name for f in actual}
+        for child in expected:
+            if child.name not in names:
+                return f"column '{name}' has no field '{child.name}'"
+            problem = _type_problem(actual.field(child.name).type, child.type, f"{name}.{child.name}")
+            if problem:
+                return problem
+        extra = sorted(names - {f.name for f in expected})
+        if extra:
+            return f"column '{name}' has unknown field{'s' if len(extra) > 1 else ''} {', '.join(extra)}"
+        return None
+    return None if actual == expected else f"column '{name}' is {actual}, expected {expected}"
+
+
+def _version_of(columns: Sequence[str]) -> str:
+    """The schema version a set of columns is (for rows without a manifest to say)."""
+    return "1.3" if "rubric_source" in columns else "1.2" if "outcome" in columns else "1.1"
+
+
+def _check_shard(path: Path, version: str) -> None:
+    """Raise `TrajectoryError` naming `path` unless it is a readable parquet file of `version`
+    (`ShardSchemaError` when it is readable but its columns do not fit). A shard without rows holds
+    no episode, so its columns are not checked (a writer may leave out the schema of an empty file)."""
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_metadata(path)
+        schema = metadata.schema.to_arrow_schema()
+    except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+        size = path.stat().st_size if path.is_file() else 0
+        state = "it is empty (0 bytes)" if size == 0 else "truncated or not parquet"
+        raise TrajectoryError(f"{path}: not a readable parquet shard, {state}: {exc}") from None
+    problem = shard_schema_problem(schema, version) if metadata.num_rows else None
+    if problem:
+        raise ShardSchemaError(f"{path}: not a trajectory schema {version} shard: {problem}", path=path,
+                               version=version)
+
+
 # ---------------------------------------------------------------------------------------- reading
 
 @dataclass(frozen=True)
@@ -460,6 +655,8 @@ class TrajectoryStats:
     steps: int = 0
     valid_actions: int = 0
     """Steps whose reply parsed into an action (an unparsed reply is a no-op step)."""
+    internal_errors: int = 0
+    """Of `errors`, episodes with ``error:internal``: a bug of the toolkit, to report."""
 
     @property
     def success_rate(self) -> float:
@@ -505,25 +702,43 @@ class TrajectorySet:
         if not self.files:
             features = trajectory_features()
             return datasets.Dataset.from_dict({name: [] for name in features}, features=features)
-        return datasets.load_dataset("parquet", data_files=[str(p) for p in self.files], split="train",
-                                     cache_dir=self._cache_dir)
+        try:
+            return datasets.load_dataset("parquet", data_files=[str(p) for p in self.files], split="train",
+                                         cache_dir=self._cache_dir)
+        except Exception as exc:  # datasets wraps the shard's own error; name the source
+            cause = exc.__cause__ or exc
+            raise TrajectoryError(f"{self.id}: its shards cannot be read as one dataset: "
+                                  f"{type(cause).__name__}: {cause}") from exc
 
     def __len__(self) -> int:
         if self._dataset is None:
             import pyarrow.parquet as pq
 
-            return sum(pq.read_metadata(p).num_rows for p in self.files)
+            total = 0
+            for path in self.files:
+                try:
+                    total += pq.read_metadata(path).num_rows
+                except Exception as exc:  # changed on disk since `read_episodes` checked it
+                    raise TrajectoryError(f"{path}: not a readable parquet shard: {exc}") from None
+            return total
         return len(self.dataset)
 
     def batches(self, columns: Sequence[str] | None = None, batch_size: int = 16) -> Iterator[Any]:
-        """Arrow record batches of the rows (only `columns` when given)."""
+        """Arrow record batches of the rows (only `columns` when given). A shard that turns out
+        unreadable part way (corrupt pages, changed on disk) raises `TrajectoryError` naming it."""
         if self._dataset is None:
             import pyarrow.parquet as pq
 
             for path in self.files:
-                parquet = pq.ParquetFile(path)
-                present = [c for c in columns if c in parquet.schema_arrow.names] if columns else None
-                yield from parquet.iter_batches(batch_size=batch_size, columns=present)
+                try:
+                    parquet = pq.ParquetFile(path)
+                    present = [c for c in columns if c in parquet.schema_arrow.names] if columns else None
+                    yield from parquet.iter_batches(batch_size=batch_size, columns=present)
+                except TrajectoryError:
+                    raise
+                except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:
+                    # pyarrow's errors (ArrowInvalid, ArrowIOError) are ValueError / OSError kinds
+                    raise TrajectoryError(f"{path}: not a readable parquet shard: {exc}") from None
             return
         table = self.dataset.with_format("arrow")
         if columns:
@@ -540,12 +755,18 @@ class TrajectorySet:
         """Episode and step counts, read from the reward, status and action columns only."""
         import pyarrow.compute as pc
 
-        counts = dict.fromkeys(("episodes", "successes", "errors", "steps", "valid_actions"), 0)
+        counts = dict.fromkeys(
+            ("episodes", "successes", "errors", "steps", "valid_actions", "internal_errors"), 0)
         for batch in self.batches(columns=["reward", "status", "steps"], batch_size=64):
             counts["episodes"] += batch.num_rows
             rewards, statuses = batch.column("reward").to_pylist(), batch.column("status").to_pylist()
             counts["successes"] += sum(1 for r in rewards if r is not None and r >= 1)
-            counts["errors"] += sum(1 for s in statuses if s and EpisodeStatus(s).is_error)
+            try:
+                counts["errors"] += sum(1 for s in statuses if s and EpisodeStatus(s).is_error)
+                counts["internal_errors"] += sum(1 for s in statuses if s == EpisodeStatus.INTERNAL.value)
+            except ValueError as exc:
+                raise TrajectoryError(f"{self.id}: {exc} (a status is ok, timeout, blocked or "
+                                      "error:<kind>)") from None
             actions = pc.struct_field(pc.list_flatten(batch.column("steps")), "action")
             counts["steps"] += len(actions)
             counts["valid_actions"] += int(pc.sum(pc.not_equal(actions, "")).as_py() or 0)
@@ -561,20 +782,41 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TrajectoryError(f"{path} does not exist: not a trajectory dataset folder") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
         raise TrajectoryError(f"{path} cannot be read: {exc}") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
         raise TrajectoryError(f"{path} has no 'shards' list")
-    for shard in manifest["shards"]:
-        if not isinstance(shard, dict) or not isinstance(shard.get("path"), str):
-            raise TrajectoryError(f"{path}: a shard entry has no 'path'")
+    for number, shard in enumerate(manifest["shards"]):
+        problem = _shard_entry_problem(shard)
+        if problem:
+            raise TrajectoryError(f"{path}: shard entry {number}: {problem}")
         if not (folder / shard["path"]).is_file():
             raise TrajectoryError(f"{path} lists {shard['path']}, which is missing")
-    version = str(manifest.get("schema_version", "1.1"))
+    version = manifest.get("schema_version", "1.1")
+    if not isinstance(version, str):
+        raise TrajectoryError(f"{path}: 'schema_version' must be a string such as "
+                              f"{TRAJECTORY_SCHEMA_VERSION!r}, got {version!r}")
     if version not in READABLE_SCHEMA_VERSIONS:
         raise TrajectoryError(f"{path}: trajectory schema {version} is not one this version reads "
                               f"({', '.join(READABLE_SCHEMA_VERSIONS)}); upgrade webgym")
     return manifest
+
+
+def _shard_entry_problem(shard: Any) -> str:
+    """What is wrong with one entry of a manifest's ``shards`` ("" when nothing): a ``path`` inside
+    the folder, a ``split``, and ``episodes`` as ``[task_id, attempt, episode_id]`` triples."""
+    if not isinstance(shard, dict) or not isinstance(shard.get("path"), str) or not shard["path"]:
+        return "has no 'path'"
+    if shard["path"].startswith("/") or ".." in re.split(r"[\\/]", shard["path"]):
+        return f"path {shard['path']!r} is not inside the folder"
+    if "split" in shard and not isinstance(shard["split"], str):
+        return f"'split' must be a string, got {shard['split']!r}"
+    episodes = shard.get("episodes", [])
+    if not isinstance(episodes, list) or not all(
+            isinstance(key, list) and len(key) == 3 and isinstance(key[0], str) and isinstance(key[2], str)
+            and isinstance(key[1], int) and not isinstance(key[1], bool) for key in episodes):
+        return "'episodes' must be a list of [task_id, attempt, episode_id]"
+    return ""
 
 
 def _folder_files(folder: Path, split: str | None) -> tuple[list[Path], str]:
@@ -588,7 +830,15 @@ def _folder_files(folder: Path, split: str | None) -> tuple[list[Path], str]:
                    if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
     if split is not None:
         files = [p for p in files if p.name.startswith(f"{split}-")]
-    return files, TRAJECTORY_SCHEMA_VERSION
+    if not files:
+        return files, TRAJECTORY_SCHEMA_VERSION
+    import pyarrow.parquet as pq
+
+    try:
+        columns = pq.read_schema(files[0]).names
+    except Exception:  # reported, naming the file, by the check of each shard
+        columns = []
+    return files, _version_of(columns)
 
 
 def read_episodes(source: str | Path, *, split: str | None = None,
@@ -603,6 +853,8 @@ def read_episodes(source: str | Path, *, split: str | None = None,
         if not path.is_dir():
             raise TrajectoryError(f"{path}: expected a rollout folder, got a file")
         files, schema = _folder_files(path, split)
+        for file in files:
+            _check_shard(file, schema)
         digest = hashlib.sha256()
         for file in files:
             digest.update(f"{file.relative_to(path)}:{file.stat().st_size}\n".encode())
@@ -630,6 +882,9 @@ def read_episodes(source: str | Path, *, split: str | None = None,
         version = HfApi().dataset_info(repo_id, revision=revision).sha or revision
     except Exception:  # the version is informative only; the data did load
         version = revision
-    columns = dataset.column_names
-    schema = "1.3" if "rubric_source" in columns else "1.2" if "outcome" in columns else "1.1"
+    schema = _version_of(dataset.column_names)
+    problem = shard_schema_problem(dataset.features.arrow_schema, schema)
+    if problem:
+        raise ShardSchemaError(f"Hub dataset {repo_id}@{revision}: not a trajectory schema {schema} "
+                               f"dataset: {problem}", version=schema)
     return TrajectorySet(repo_id, version, schema, dataset=dataset)

@@ -179,3 +179,54 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path):
     assert process.returncode != 0
     assert "[8/8]" not in rest
     demo.assert_nothing_left()
+
+
+def test_the_summary_gives_both_rates_and_says_when_a_bug_ended_episodes(tmp_path):
+    """Cheap (no demo run): the summary's figures, table and notes from small trajectory folders."""
+    from rich.console import Console
+
+    from webgym.demo import _figures, _internal_errors, _notes, _summary_table
+    from webgym_data.schema import Task
+    from webgym_rollout.dataset import TrajectoryWriter
+    from webgym_rollout.trajectory import Episode, EpisodeStatus, read_episodes
+
+    def folder(name: str, statuses: list[tuple[str, float]]) -> Path:
+        out = tmp_path / name
+        with TrajectoryWriter(out) as writer:
+            for i, (status, reward) in enumerate(statuses):
+                task = Task.from_row({"task_id": f"t{i}", "task_name": "Click",
+                                      "website": "miniwob:click-test", "benchmark_name": "miniwob"})
+                writer.add(Episode(task=task, episode_id=f"{name}-{i}", reward=reward,
+                                   status=EpisodeStatus(status)))
+        return out
+
+    outcomes = {"pixel_random": [("ok", 1.0), ("ok", 0.0), ("ok", 0.0), ("ok", 0.0)],
+                "dom_random": [("ok", 1.0), ("ok", 1.0), ("error:browser_crashed", 0.0), ("ok", 0.0)],
+                "trained": [("ok", 1.0), ("error:internal", 0.0), ("error:internal", 0.0), ("timeout", 0.0)],
+                "bootstrap": [("ok", 1.0)]}
+    runs = {}
+    for key, statuses in outcomes.items():
+        out = folder(key, statuses)
+        stats = {**read_episodes(out).stats().as_dict(), "steps_per_s": 1.0, "out": str(out)}
+        runs[key] = _figures(stats, _internal_errors(out))
+    trained = runs["trained"]
+    assert (trained["episodes"], trained["errors"], trained["evaluated"]) == (4, 2, 2)
+    assert trained["internal_errors"] == 2
+    assert trained["success_rate"] == 0.25 and trained["success_rate_evaluated"] == 0.5
+    dom = runs["dom_random"]
+    assert dom["internal_errors"] == 0 and dom["success_rate_evaluated"] == 2 / 3
+
+    summary = {"rollouts": runs, "internal_errors": 2, "heldout": {"tasks": ["click-test"]},
+               "training": {"skipped": "no successes"}, "model": {},
+               "tasks": {"train": 1, "test": 4, "sample_web": 0, "subtasks": 0, "miniwob": 5}}
+    notes = _notes(summary)
+    assert notes[0].startswith("WARNING: 2 episodes ended with error:internal (trained 2): this is a bug, "
+                               "please report it")
+    console = Console(width=200, record=True)
+    console.print(_summary_table(summary))
+    table = console.export_text()
+    assert "failures left out" in table and "1/2 (50.0%)" in table and "2/3 (66.7%)" in table
+    assert "infrastructure failures counted" in table and "1/4 (25.0%)" in table
+    assert "error:internal" in table
+    summary["rollouts"]["trained"]["internal_errors"], summary["internal_errors"] = 0, 0
+    assert not _notes(summary)[0].startswith("WARNING")

@@ -6,9 +6,11 @@ import asyncio
 import hashlib
 import json
 
+import hypothesis
 import pytest
 
 from tests.conftest import free_port
+from tests.untrusted_input import ODD_TEXT, deeply_nested, json_text
 from tests.webgym_data.helpers import llm_settings
 from webgym_core.endpoint import ChatClient
 from webgym_data.llm import (
@@ -265,3 +267,56 @@ async def test_gather_all_keeps_order_and_raises_the_first_error_alone():
     with pytest.raises(LLMUnavailable):
         await gather_all([slow(), broken(), slow()])
     assert cancelled == [True, True]
+
+
+# ------------------------------------------------------ untrusted input: replies never crash the client
+
+@hypothesis.settings(max_examples=400, deadline=None)
+@hypothesis.given(text=ODD_TEXT | json_text() | json_text().map(lambda t: f"```json\n{t}\n```")
+                  | ODD_TEXT.map(lambda t: f"```{t}"))
+def test_any_reply_text_is_json_or_an_invalid_reply(text):
+    from webgym_data.llm import _InvalidReply, _parse_json
+
+    try:
+        _parse_json(text)
+    except _InvalidReply:
+        pass
+
+
+@pytest.mark.parametrize(("bad", "reason"), [
+    ('{"answer": ' + deeply_nested(100_000) + "}", "nested too deeply"),
+    ('{"answer": 1' + "0" * 5000 + "}", "not usable JSON"),
+    ('{"answer": 3, "note": "\\ud800"}', "not valid Unicode"),  # would be cached, then unwritable
+    ({"body": {"choices": "x"}}, "no choices"), ({"body": {"choices": [7]}}, "empty"),
+    ({"body": {"choices": [{"message": {"content": ["a"]}}]}}, "empty"), ({"body": [1]}, "no choices"),
+])
+async def test_hostile_replies_are_invalid_replies_never_crashes(scripted_openai, tmp_path, bad, reason):
+    server = scripted_openai([bad])
+    client = LLMClient(settings(server.base_url, max_retries=1, cache_dir=tmp_path))
+    with pytest.raises(LLMReplyInvalid, match=reason):
+        await ask(client)
+    assert len(server.requests) == 2
+    assert not list(tmp_path.rglob("*.json"))  # nothing cached
+    await client.aclose()
+
+
+async def test_a_body_that_is_not_json_is_unavailable_naming_the_url(scripted_openai):
+    server = scripted_openai([{"body": b"<html>502 Bad Gateway</html>"}, '{"answer": 5}'])
+    client = LLMClient(settings(server.base_url, max_retries=1))
+    assert await ask(client) == 5  # retried like any transient failure
+    server = scripted_openai([{"body": b"<html>502 Bad Gateway</html>"}])
+    client = LLMClient(settings(server.base_url, max_retries=1))
+    with pytest.raises(LLMUnavailable, match="not a chat completion") as caught:
+        await ask(client)
+    assert server.base_url in str(caught.value)
+    await client.aclose()
+
+
+async def test_odd_usage_fields_count_as_no_tokens(scripted_openai):
+    body = {"choices": [{"message": {"content": '{"answer": 2}'}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": "lots", "completion_tokens": [1]}}
+    server = scripted_openai([{"body": body}])
+    client = LLMClient(settings(server.base_url))
+    assert await ask(client) == 2
+    assert (client.usage.prompt_tokens, client.usage.completion_tokens) == (0, 0)
+    await client.aclose()

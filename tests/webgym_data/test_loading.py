@@ -132,13 +132,13 @@ def test_load_tasks_from_jsonl_and_task_folder(tmp_path):
 def test_bad_task_input_names_file_row_and_field(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task_name": "a", "website": "x.org"}\n{not json\n', encoding="utf-8")
-    with pytest.raises(TaskValidationError, match=r"bad\.jsonl, row 1: invalid JSON"):
+    with pytest.raises(TaskValidationError, match=r"bad\.jsonl, row 1: invalid JSON.*\(line 2\)$"):
         load_tasks(bad)
     bad.write_text('{"task_name": "a", "website": "x.org"}\n{"task_name": "", "website": "x.org"}\n')
-    with pytest.raises(TaskValidationError, match=r"bad\.jsonl, row 1, field 'task_name'"):
+    with pytest.raises(TaskValidationError, match=r"bad\.jsonl, row 1, field 'task_name'.*\(line 2\)$"):
         load_tasks(bad)
     dup = miniwob_rows(tmp_path / "dup.jsonl", [1, 1])
-    with pytest.raises(TaskValidationError, match=r"row 1, field 'task_id': duplicate task_id"):
+    with pytest.raises(TaskValidationError, match=r"row 1, field 'task_id': duplicate task_id.*\(line 2\)$"):
         load_tasks(dup)
     (tmp_path / "empty").mkdir()
     with pytest.raises(TaskSourceError, match="empty: holds no 'train' task shards"):
@@ -301,8 +301,8 @@ def test_skip_invalid_returns_the_valid_tasks_and_the_skipped_rows(tmp_path):
     assert isinstance(tasks, TaskList) and isinstance(tasks, list)
     assert [t.task_id for t in tasks] == ["ok-0", "ok-1", "ok-2"]          # the first of a repeated id wins
     assert [e.to_dict()["row"] for e in tasks.invalid] == [1, 2, 4, 5]
-    assert tasks.invalid[0].to_dict() == {"file": str(path), "row": 1, "field": "task_name",
-                                          "reason": "is required and must be a non-empty string"}
+    assert tasks.invalid[0].to_dict() == {"file": str(path), "row": 1, "line": 2, "field": "task_name",
+                                          "reason": "is required and must be a non-empty string (got '')"}
     json.dumps([e.to_dict() for e in tasks.invalid])                        # report-ready
     # A limit counts valid tasks, and rows after the last one taken are not read.
     limited = load_tasks(path, skip_invalid=True, limit=2)

@@ -7,8 +7,11 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import free_port
+from tests.untrusted_input import JSON_VALUES, ODD_TEXT
 from tests.webgym_data.helpers import llm_settings
 from webgym_data.importers.miniwob import miniwob_task
 from webgym_data.llm import EventLoopError, LLMClient, LLMUnavailable
@@ -393,3 +396,40 @@ def test_cli_rubrics_flag_picks_the_mode(scripted_openai, tmp_path):
     assert [r["rubric_source"] for r in rows] == ["llm", "llm"]
     assert rows[0]["seed_criteria"] == SEED_GROUP[0]["facts"]
     assert "--rubrics [missing|all]" in CliRunner().invoke(rubrics_command, ["--help"]).output
+
+
+# --------------------------------------------------------- untrusted input: parse_rubric is total
+
+_SOME_TEXT = ODD_TEXT.filter(str.strip)
+_FACTS = st.lists(_SOME_TEXT, min_size=1, max_size=3)
+_GROUP = st.fixed_dictionaries({}, optional={"id": _SOME_TEXT | st.integers() | JSON_VALUES,
+                                             "description": _SOME_TEXT | JSON_VALUES,
+                                             "facts": _FACTS | JSON_VALUES})
+_WELL_FORMED_GROUP = st.fixed_dictionaries({"id": _SOME_TEXT | st.integers(), "description": _SOME_TEXT,
+                                            "facts": _FACTS})
+
+
+@settings(max_examples=400, deadline=None)
+@given(reply=JSON_VALUES | st.lists(_GROUP, max_size=3) | st.fixed_dictionaries(
+    {"fact_groups": st.lists(_WELL_FORMED_GROUP | _GROUP | JSON_VALUES, max_size=4)}))
+def test_any_reply_gives_fact_groups_or_a_rubric_error(reply):
+    try:
+        groups = parse_rubric(reply)
+    except RubricError:
+        return
+    assert 1 <= len(groups) <= MAX_GROUPS
+    for group in groups:  # what the build writes: it must be storable text
+        json.dumps(group.to_dict(), ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize(("group", "message"), [
+    ({"id": 10**5000, "description": "d", "facts": ["a"]}, "too large"),  # beyond int -> str
+    ({"id": "1", "description": "d", "facts": ["price \ud800"]}, "fact 0"),
+    ({"id": "1\udfff", "description": "d", "facts": ["a"]}, "'id'"),
+    ({"id": "1", "description": "\ud800", "facts": ["a"]}, "description"),
+    ({"id": True, "description": "d", "facts": ["a"]}, "'id'"),
+    ({"id": "1", "description": "d", "facts": [["a"]]}, "fact 0"),
+])
+def test_hostile_rubric_values_are_rubric_errors(group, message):
+    with pytest.raises(RubricError, match=message):
+        parse_rubric({"fact_groups": [group]})

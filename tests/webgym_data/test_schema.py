@@ -197,5 +197,5 @@ def test_an_instruction_over_the_limit_is_refused_with_the_limit_named():
                                                   r"instructions are limited to 4,000") as caught:
         Task.from_row({"task_name": "x" * (MAX_INSTRUCTION_CHARS + 1), "website": "shop.example"},
                       file="t.jsonl", row_index=0)
-    assert caught.value.to_dict() == {"file": "t.jsonl", "row": 0, "field": "task_name",
+    assert caught.value.to_dict() == {"file": "t.jsonl", "row": 0, "line": None, "field": "task_name",
                                       "reason": caught.value.reason}

@@ -29,3 +29,31 @@ def loop_settings(tmp_path: Path, model: Path, **changes) -> LoopSettings:
     for key, value in changes.items():
         values[key] = {**values.get(key, {}), **value} if isinstance(value, dict) else value
     return settings_from_dict(LoopSettings, values)
+
+
+def committed_episodes(out: Path) -> dict:
+    """The episodes an asynchronous loop in `out` committed (every chunk folder), by id."""
+    from webgym_rollout.trajectory import read_episodes
+
+    return {e.episode_id: e for chunk in sorted((out / "rollouts").glob("chunk-*")) if chunk.is_dir()
+            for e in read_episodes(chunk)}
+
+
+def check_finished_async_run(out: Path, iterations: int) -> dict:
+    """What must hold after an asynchronous run finished, whatever failed on the way: the state
+    reads, versions 0..N are live, no episode is in two batches and every batched one is committed,
+    no episode was played twice, and the final weights hold each live round once (the trainer's step
+    is the sum of the live rounds' steps). Returns the state."""
+    from webgym_rollout.trajectory import read_episodes
+
+    state = json.loads((out / "loop_state.json").read_text())
+    assert [v["version"] for v in state["versions"] if not v["superseded"]] == list(range(iterations + 1))
+    rounds = [state["rounds"][str(r)] for r in range(iterations)]
+    ids = [i for r in rounds for i in r["batch"]["episodes"]]
+    committed = committed_episodes(out)
+    assert len(ids) == len(set(ids)) and set(ids) <= set(committed)
+    rows = sum(len(read_episodes(c)) for c in (out / "rollouts").glob("chunk-*") if c.is_dir())
+    assert rows == len(committed)
+    assert rounds[-1]["train"]["trainer_step"] == sum(r["train"]["steps"] for r in rounds)
+    assert state["position"] == rounds[-1]["batch"]["position"]
+    return state

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.untrusted_input import JSON_VALUES, ODD_TEXT, deeply_nested, json_text
 from webgym_rollout.actions import (
     ACTIONS,
     GRID_SIZE,
@@ -183,3 +184,109 @@ def test_browser_actions_satisfy_the_browser_client_contract(name):
         assert validated.kind == action["kind"]
         if validated.x is not None:
             assert 0 <= validated.x < viewport[0] and 0 <= validated.y < viewport[1]
+
+
+# ------------------------------------------------------------------ untrusted input: the parser is total
+
+_NAMES = st.sampled_from(NAMES)
+_PARAMS = st.sampled_from(sorted({p.name for spec in ACTIONS for p in spec.params}))
+# An arguments object: an action name (or any JSON value in its place), parameters holding any JSON value.
+_ARGUMENTS = st.builds(lambda name, values: {**values, "action": name}, _NAMES | JSON_VALUES,
+                       st.dictionaries(_PARAMS, JSON_VALUES, max_size=4))
+
+
+def _well_formed(action: AgentAction) -> None:
+    """What the runner does with a parsed action works: store it, read it back, send it."""
+    stored = action.to_json()
+    stored.encode("utf-8")  # a trajectory file can hold it
+    assert AgentAction.from_json(stored) == action
+    action.describe()
+    action.to_tool_call()
+    browser = action.to_browser_action((1280, 720))
+    if browser is not None and "x" in browser:
+        assert 0 <= browser["x"] < 1280 and 0 <= browser["y"] < 720
+
+
+@pytest.mark.parametrize("name", [[1, 2], {"left_click": 1}, None, 3, 1.5, True, ""])
+def test_an_action_name_that_is_not_a_known_string_is_an_agent_mistake(name):
+    with pytest.raises(ActionParseError, match="unknown action"):
+        parse_arguments({"action": name})
+    with pytest.raises(ActionParseError, match="unknown action"):
+        parse_tool_call(CALL + json.dumps({"action": name}) + "}</tool_call>")
+
+
+@settings(max_examples=400, deadline=None)
+@given(arguments=_ARGUMENTS | JSON_VALUES)
+def test_arguments_of_any_json_value_parse_or_are_refused(arguments):
+    try:
+        action = parse_arguments(arguments)
+    except ActionParseError as exc:
+        assert len(str(exc)) < 400  # the message quotes the value in short
+        return
+    _well_formed(action)
+
+
+@settings(max_examples=300, deadline=None)
+@given(arguments=_ARGUMENTS | JSON_VALUES, name=st.just(TOOL_NAME) | JSON_VALUES,
+       around=st.tuples(ODD_TEXT, ODD_TEXT), closed=st.booleans())
+def test_any_tool_call_block_parses_or_is_refused(arguments, name, around, closed):
+    block = json.dumps({"name": name, "arguments": arguments})
+    text = f"{around[0]}<tool_call>{block}{'</tool_call>' if closed else ''}{around[1] if closed else ''}"
+    try:
+        action = parse_tool_call(text)
+    except ActionParseError:
+        return
+    _well_formed(action)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=ODD_TEXT | ODD_TEXT.map(lambda t: f"<tool_call>{t}</tool_call>") | json_text().map(
+    lambda t: f"<tool_call>{t}</tool_call>") | json_text(_ARGUMENTS))
+def test_any_text_parses_or_is_refused(text):
+    try:
+        _well_formed(parse_tool_call(text))
+    except ActionParseError:
+        pass
+    try:
+        _well_formed(AgentAction.from_json(text))
+    except ActionParseError:
+        pass
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ('{"action": "left_click", "coordinate": [1' + "0" * 400 + ", 5]}", "0-1000 grid"),
+    ('{"action": "left_click", "coordinate": [NaN, 5]}', "0-1000 grid"),
+    ('{"action": "left_click", "coordinate": [Infinity, 5]}', "0-1000 grid"),
+    ('{"action": "wait", "time": 1' + "0" * 400 + "}", "too large"),
+    ('{"action": "wait", "time": NaN}', "non-negative number"),
+    ('{"action": "wait", "time": -Infinity}', "non-negative number"),
+    ('{"action": "wait", "time": 1' + "0" * 5000 + "}", "not valid JSON"),  # beyond int() of text
+    ('{"action": "type", "text": "\\ud800"}', "valid Unicode"),
+    ('{"action": "type", "text": ' + deeply_nested(500) + "}", "non-empty string"),
+    ('{"action": "type", "text": ' + deeply_nested(100_000) + "}", "nested too deeply"),
+    (deeply_nested(100_000), "nested too deeply"),
+    ('{"action": {"action": "go_back"}}', "unknown action"),
+])
+def test_hostile_values_are_agent_mistakes_with_short_messages(arguments, message):
+    with pytest.raises(ActionParseError, match=message) as caught:
+        parse_tool_call(CALL + arguments + "}</tool_call>")
+    assert len(str(caught.value)) < 400
+    with pytest.raises(ActionParseError):
+        AgentAction.from_json(arguments)
+
+
+def test_a_stored_action_that_is_not_text_is_refused():
+    with pytest.raises(ActionParseError, match="JSON text"):
+        AgentAction.from_json(b'{"action": "go_back"}')  # type: ignore[arg-type]
+    with pytest.raises(ActionParseError, match="must be text"):
+        parse_tool_call(["<tool_call>"])  # type: ignore[arg-type]
+
+
+def test_a_long_run_of_spaces_in_a_tool_call_is_read_in_one_pass():
+    # Quadratic before (a regex stripping the code fence backtracked over the run: hours for this
+    # reply); the suite's timeout fails the test if that comes back.
+    with pytest.raises(ActionParseError, match="not valid JSON"):
+        parse_tool_call("<tool_call>{" + " " * 1_000_000 + "x</tool_call>")
+    fenced = "<tool_call>```json\n" + json.dumps({"name": TOOL_NAME, "arguments": {"action": "go_back"}}) + \
+        " " * 1_000_000 + "```</tool_call>"
+    assert parse_tool_call(fenced).name == "go_back"

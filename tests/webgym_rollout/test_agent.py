@@ -7,12 +7,17 @@ import io
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
+from tests.untrusted_input import JSON_VALUES, ODD_TEXT, json_text
 from webgym_rollout.actions import ACTIONS, AgentAction, example_action, tool_schema
 from webgym_rollout.agent import (
+    VARIANTS,
     AgentSettings,
     Observation,
+    ParsedResponse,
     Round,
     build_messages,
     format_response,
@@ -202,3 +207,62 @@ def test_the_compact_variant_is_short_and_names_every_action():
     failed = Observation(instruction="x", screenshot=png("red"), step=1, last_action_error="no such element")
     last = build_messages(failed, AgentSettings(variant="compact"))[-1]["content"][0]["text"]
     assert "no such element" in last
+
+
+# ------------------------------------------------------------ untrusted input: parse_response is total
+
+_CALL = '<tool_call>{{"name": "computer_use", "arguments": {arguments}}}</tool_call>'
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("action", ["[1, 2]", '{"name": "left_click"}', "null", "7"])
+def test_an_action_that_is_a_list_or_an_object_is_an_agent_mistake(variant, action):
+    reply = "Memory: m\nProgress: p\nIntention: i\nAction: a\n" + _CALL.format(
+        arguments=f'{{"action": {action}, "coordinate": [1, 2]}}')
+    parsed = parse_response(reply, variant)
+    assert isinstance(parsed, ParsedResponse)
+    assert parsed.action is None and "unknown action" in parsed.error
+    # The acceptance case of the issue, verbatim.
+    acceptance = '<tool_call>{"name": "computer_use", "arguments": {"action": [1, 2]}}</tool_call>'
+    parsed = parse_response(acceptance, variant)
+    assert parsed.action is None and parsed.error
+
+
+_HEADS = st.sampled_from(["Memory", "Progress", "Intention", "Action", "**memory**", "> Action"])
+_ARGUMENTS = st.fixed_dictionaries({"action": st.sampled_from([spec.name for spec in ACTIONS]) | JSON_VALUES},
+                                   optional={"coordinate": JSON_VALUES, "text": JSON_VALUES,
+                                             "direction": JSON_VALUES, "time": JSON_VALUES})
+# (the tool name's own fuzzing is test_actions')
+_CALLS = json_text(st.fixed_dictionaries({"name": st.just("computer_use"),
+                                          "arguments": _ARGUMENTS | JSON_VALUES}))
+_SECTIONED = st.builds(
+    lambda heads, call, think: "".join(f"{h}: {t}\n" for h, t in heads) + think + call,
+    st.lists(st.tuples(_HEADS, ODD_TEXT), max_size=4),
+    _CALLS.map(lambda t: f"<tool_call>{t}</tool_call>") | ODD_TEXT,
+    st.sampled_from(["", "<think>", "</think>", "<think>x</think>", "<think><tool_call>{}</tool_call>"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=ODD_TEXT | _SECTIONED, variant=st.sampled_from(VARIANTS))
+def test_any_reply_is_read_without_raising(text, variant):
+    parsed = parse_response(text, variant)
+    assert (parsed.action is None) == bool(parsed.error)
+    if parsed.action is not None:
+        parsed.action.to_json().encode("utf-8")
+    assert all(isinstance(v, str) for v in (parsed.memory, parsed.progress, parsed.intention,
+                                            parsed.action_text))
+
+
+@pytest.mark.parametrize("reply", [None, b"<tool_call>", 42, ["<tool_call>"]])
+def test_a_reply_that_is_not_text_is_an_agent_mistake(reply):
+    parsed = parse_response(reply)  # type: ignore[arg-type]
+    assert parsed.action is None and parsed.error
+
+
+def test_many_unclosed_think_tags_are_read_in_one_pass():
+    # Quadratic before (a lazy regex rescanned the rest from each tag: hours for this reply); the
+    # suite's timeout fails the test if that comes back.
+    reply = "Action: go back\n" + "<think>" * 200_000
+    assert strip_think(reply) == "Action: go back"
+    assert parse_response(reply).error == "the reply has no <tool_call> block"
+    assert strip_think("a<think>b</think>c<think>d</think>e</think>f<think>g") == "f"

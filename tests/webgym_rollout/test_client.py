@@ -27,8 +27,9 @@ from webgym_rollout.errors import (
 from webgym_rollout.sites import SiteServer
 
 
-def _settings(chromium_path: str, **pool) -> ServerSettings:
-    base = dict(executable_path=chromium_path, browsers=1, contexts_per_browser=2, allow_hosts=("127.0.0.1",))
+def _settings(chromium_path: str, sites: SiteServer, **pool) -> ServerSettings:
+    base = dict(executable_path=chromium_path, browsers=1, contexts_per_browser=2,
+                allow_hosts=(f"{sites.host}:{sites.port}",))
     base.update(pool)
     return ServerSettings(port=0, pool=PoolSettings(**base))
 
@@ -46,8 +47,8 @@ async def test_sessions_spread_over_servers_and_skip_dead_ones(chromium_path):
     with SiteServer() as sites:
         form = f"{sites.base_url}/sandbox/form.html"
         async with (
-            running_server(_settings(chromium_path)) as (a, _),
-            running_server(_settings(chromium_path)) as (b, _),
+            running_server(_settings(chromium_path, sites)) as (a, _),
+            running_server(_settings(chromium_path, sites)) as (b, _),
             BrowserClient([dead, a, b], retries=0) as client,
         ):
             sessions = [await client.create_session(form) for _ in range(4)]

@@ -9,6 +9,8 @@ from pathlib import Path
 import datasets
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import webgym_rollout.dataset as dataset_module
 from tests.webgym_rollout.test_agent import png
@@ -173,7 +175,8 @@ def test_a_broken_manifest_is_reported_by_name(tmp_path):
         read_manifest(out)
     (out / "manifest.json").write_text("{")
     with pytest.raises(TrajectoryError, match="manifest.json cannot be read"):
-        TrajectoryWriter(out, resume=True)
+        read_episodes(out)
+    # resuming sets the broken manifest aside and rebuilds one from the shards (tested below)
 
 
 class FakeHfApi:
@@ -251,3 +254,122 @@ def test_load_dataset_sees_episodes_added_by_a_resumed_run(tmp_path):
     with TrajectoryWriter(out, resume=True) as writer:
         writer.add(make_episode("b"))
     assert sorted(datasets.load_dataset(str(out), split="train", cache_dir=cache)["task_id"]) == ["a", "b"]
+
+
+# ------------------------------------------------------------------------- crashes and bad episodes
+# A crash mid-write never costs a committed (listed) episode: whatever the crash left (a cut
+# temporary file, a renamed shard the disk did not finish, a cut listed shard, a cut manifest), a
+# resumed writer keeps every readable listed shard, sets the damaged file aside, reports exactly the
+# lost episodes as not done, and the finished folder holds every episode once.
+
+CRASHES = ["tmp file cut", "unlisted shard cut", "listed shard cut", "manifest cut", "manifest empty"]
+
+
+def _write_then_crash(out: Path, crash: str, cut: float, wanted: list) -> tuple[set, set]:
+    """Write `wanted` (shards of 3) with the last shard's write interrupted as `crash` says;
+    returns (the episodes that must survive, those the crash may cost)."""
+    writer = TrajectoryWriter(out, max_shard_episodes=3)
+    for key in wanted[:6]:
+        writer.add(make_episode(*key, n_steps=1))  # two listed shards
+    committed, last = set(wanted[:6]), set(wanted[6:9])
+    before = (out / "manifest.json").read_bytes()
+    for key in wanted[6:9]:
+        writer.add(make_episode(*key, n_steps=1))  # the third shard: written, renamed, listed
+    shard = out / read_manifest(out)["shards"][-1]["path"]
+
+    def cut_file(path: Path) -> None:
+        data = path.read_bytes()
+        path.write_bytes(data[:int(len(data) * cut)])
+
+    if crash == "tmp file cut":  # died while writing the temporary file: nothing was renamed
+        shard.replace(shard.with_name(f".tmp-{shard.name}"))
+        cut_file(shard.with_name(f".tmp-{shard.name}"))
+        (out / "manifest.json").write_bytes(before)
+    elif crash == "unlisted shard cut":  # renamed, the disk kept the name but not all the data
+        cut_file(shard)
+        (out / "manifest.json").write_bytes(before)
+    elif crash == "listed shard cut":  # listed too, then the power went before the data was on disk
+        cut_file(shard)
+    elif crash == "manifest cut":
+        cut_file(out / "manifest.json")
+        committed |= last
+        last = set()
+    else:
+        (out / "manifest.json").write_bytes(b"")
+        committed |= last
+        last = set()
+    return committed, last
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(crash=st.sampled_from(CRASHES), cut=st.floats(min_value=0.0, max_value=0.95))
+def test_a_crash_mid_write_never_loses_a_committed_episode(crash, cut, tmp_path_factory):
+    out = tmp_path_factory.mktemp("crash") / "run"
+    wanted = [(f"t{i}", 0) for i in range(10)]
+    committed, may_be_lost = _write_then_crash(out, crash, cut, wanted)
+    with TrajectoryWriter(out, resume=True, max_shard_episodes=3) as resumed:
+        assert committed <= resumed.done <= committed | may_be_lost
+        assert {e.task.task_id for e in read_episodes(out)} == {key[0] for key in resumed.done}
+        for key in wanted:
+            if not resumed.is_done(*key):
+                resumed.add(make_episode(*key, n_steps=1))
+    episodes = sorted((e.task.task_id, e.attempt) for e in read_episodes(out))
+    assert episodes == sorted(wanted)  # every episode, once
+    assert not list((out / "data").glob(".tmp-*"))
+    if crash in ("unlisted shard cut", "listed shard cut"):
+        assert len(list((out / "data").glob("*.parquet.corrupt*"))) == 1  # kept for a person, read by none
+    if crash.startswith("manifest"):
+        assert (out / "manifest.json.corrupt").is_file()
+
+
+def test_an_episode_that_cannot_be_stored_is_refused_alone(tmp_path):
+    from webgym_rollout.dataset import EpisodeUnstorable
+
+    out = tmp_path / "run"
+    with TrajectoryWriter(out, max_shard_episodes=3) as writer:
+        writer.add(make_episode("a"))
+        bad = make_episode("b")
+        bad.iteration = 2**40  # the column is int32
+        with pytest.raises(EpisodeUnstorable, match=r"episode b-a0 \(task b\) cannot be stored"):
+            writer.add(bad)
+        assert not writer.is_done("b", 0)
+        writer.add(make_episode("c"))
+    assert sorted(e.task.task_id for e in read_episodes(out)) == ["a", "c"]
+
+
+def test_a_failed_shard_write_keeps_its_episodes_for_the_next_flush(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "run"
+    writer = TrajectoryWriter(out, max_shard_episodes=10)
+    writer.add(make_episode("a"))
+    writer.add(make_episode("b"))
+    real = pq.write_table
+
+    def disk_full(table, where, **kwargs):
+        Path(where).write_bytes(b"PAR1 partly")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        writer.flush()
+    assert read_manifest(out)["shards"] == [] and writer.is_done("a", 0)  # still buffered
+    monkeypatch.setattr(pq, "write_table", real)
+    writer.close()
+    assert sorted(e.task.task_id for e in read_episodes(out)) == ["a", "b"]
+    assert not list((out / "data").glob(".tmp-*"))
+
+
+def test_a_resume_refuses_nothing_it_can_keep_and_keeps_what_it_sets_aside(tmp_path):
+    out = tmp_path / "run"
+    with TrajectoryWriter(out, max_shard_episodes=1) as writer:
+        for task_id in ("a", "b"):
+            writer.add(make_episode(task_id))
+    first, second = shard_files(out)
+    (out / second).write_bytes(b"")  # a zero-byte listed shard
+    with TrajectoryWriter(out, resume=True, max_shard_episodes=1) as resumed:
+        assert resumed.done == {("a", 0)}
+        resumed.add(make_episode("b"))
+    assert (out / f"{second}.corrupt").is_file()
+    assert shard_files(out)[0] == first and second not in shard_files(out)  # no name is reused
+    assert sorted(e.task.task_id for e in read_episodes(out)) == ["a", "b"]

@@ -84,16 +84,23 @@ async def _ask(proxy: EgressProxy, request: bytes) -> tuple[int, dict[str, str],
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def proxy():
+    """A proxy whose guard opens nothing; a test allowlists the host:ports it needs (`_allow`)."""
     resolver = MappingResolver({"intranet.test": "127.0.0.2", "rebind.test": "127.0.0.1",
-                                "allowed.test": "127.0.0.3"})
-    egress = EgressProxy(UrlGuard(["127.0.0.1", "allowed.test"]), resolver, connect_timeout_s=2)
+                                "allowed.test": "127.0.0.3", "bare.test": "127.0.0.2"})
+    egress = EgressProxy(UrlGuard(), resolver, connect_timeout_s=2)
     await egress.start()
     yield egress
     await egress.close()
 
 
+def _allow(proxy: EgressProxy, *entries: str) -> None:
+    """Allowlist `entries` (``host:port``, or a bare name) for the next requests."""
+    proxy.guard = UrlGuard(entries)
+
+
 async def test_plain_http_is_forwarded_in_origin_form_one_request_per_connection(proxy):
     async with _Recorder("127.0.0.1") as site:
+        _allow(proxy, f"127.0.0.1:{site.port}")
         status, headers, body = await _ask(proxy, (
             f"GET http://127.0.0.1:{site.port}/path?q=1 HTTP/1.1\r\nHost: 127.0.0.1:{site.port}\r\n"
             "Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic eA==\r\nAccept: */*\r\n\r\n"
@@ -109,6 +116,7 @@ async def test_plain_http_is_forwarded_in_origin_form_one_request_per_connection
 
 async def test_connect_tunnels_bytes_without_looking_at_them(proxy):
     async with _Recorder("127.0.0.1") as site:
+        _allow(proxy, f"127.0.0.1:{site.port}")
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
         writer.write(f"CONNECT 127.0.0.1:{site.port} HTTP/1.1\r\n\r\n".encode())
         assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
@@ -122,12 +130,15 @@ async def test_connect_tunnels_bytes_without_looking_at_them(proxy):
     ("127.0.0.2:{port}", "refused", "address 127.0.0.2 is loopback"),
     ("intranet.test:{port}", "refused", "intranet.test resolves to 127.0.0.2"),
     ("rebind.test:{port}", "refused", "rebind.test resolves to 127.0.0.1"),  # allowlisted address, other name
+    ("bare.test:{port}", "refused", "has no port: a whole host never opens this machine"),
     ("localhost:{port}", "refused", "names a local machine"),
     ("nowhere.test:{port}", "unresolved", "not in the test resolver's mapping"),
 ])
 async def test_refusals_are_answered_and_never_connect(proxy, target, kind, why):
     async with _Recorder("127.0.0.2") as forbidden:
         host_port = target.format(port=forbidden.port)
+        # 127.0.0.1 on that port is allowlisted, but only as spelled; bare.test by name, with no port.
+        _allow(proxy, f"127.0.0.1:{forbidden.port}", "bare.test")
         for request in (f"CONNECT {host_port} HTTP/1.1\r\nHost: {host_port}\r\n\r\n",
                         f"GET http://{host_port}/x HTTP/1.1\r\nHost: {host_port}\r\n\r\n"):
             status, headers, body = await _ask(proxy, request.encode())
@@ -141,6 +152,7 @@ async def test_refusals_are_answered_and_never_connect(proxy, target, kind, why)
 
 async def test_an_allowlisted_name_goes_where_it_resolves_and_only_there(proxy):
     async with _Recorder("127.0.0.3") as intranet:
+        _allow(proxy, f"allowed.test:{intranet.port}")
         request = f"GET http://allowed.test:{intranet.port}/ HTTP/1.1\r\n\r\n"
         status, _, body = await _ask(proxy, request.encode())
         assert (status, body, intranet.connections) == (200, b"hello", 1)
@@ -169,7 +181,8 @@ async def test_only_the_allowlisted_port_of_a_host():
 async def test_the_server_port_and_the_proxy_itself_are_never_destinations(proxy):
     async with _Recorder("127.0.0.1") as api:
         proxy.protect_port(api.port)
-        for port in (api.port, proxy.port):  # 127.0.0.1 is allowlisted, every port
+        _allow(proxy, f"127.0.0.1:{api.port}", f"127.0.0.1:{proxy.port}")
+        for port in (api.port, proxy.port):  # both allowlisted, yet never destinations
             status, headers, _ = await _ask(proxy, f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n".encode())
             assert status == 403 and "browser server's own" in headers["x-webgym-egress-reason"]
         assert api.connections == 0
@@ -177,6 +190,7 @@ async def test_the_server_port_and_the_proxy_itself_are_never_destinations(proxy
 
 async def test_unreachable_and_malformed_requests(proxy):
     closed = free_port()
+    _allow(proxy, f"127.0.0.1:{closed}")
     status, headers, _ = await _ask(proxy, f"GET http://127.0.0.1:{closed}/ HTTP/1.1\r\n\r\n".encode())
     assert status == 502 and headers[EGRESS_HEADER] == "unreachable"
     assert f"cannot connect to 127.0.0.1:{closed}" in headers["x-webgym-egress-reason"]
@@ -216,12 +230,14 @@ def listeners():
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def proxied_browser(chromium_path):
+async def proxied_browser(chromium_path, listeners):
     """A Chromium with nothing but the egress proxy in its way: no request interception, no
-    same-tab script, service workers allowed."""
+    same-tab script, service workers allowed; the pages' host:port is allowlisted."""
     from playwright.async_api import async_playwright
 
-    egress = EgressProxy(UrlGuard(["127.0.0.1"]), MappingResolver({"intranet.test": "127.0.0.2"}))
+    pages = listeners[1]
+    egress = EgressProxy(UrlGuard([pages.url.removeprefix("http://")]),
+                         MappingResolver({"intranet.test": "127.0.0.2"}))
     await egress.start()
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=chromium_path,

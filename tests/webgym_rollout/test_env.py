@@ -25,12 +25,12 @@ pytestmark = pytest.mark.browser
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def client(chromium_path):
+async def client(chromium_path, sites, faults):
     from webgym_rollout.browser.pool import PoolSettings
     from webgym_rollout.browser.server import ServerSettings, running_server
 
     pool = PoolSettings(executable_path=chromium_path, browsers=1, contexts_per_browser=2,
-                        allow_hosts=("127.0.0.1",))
+                        allow_hosts=(f"{sites.host}:{sites.port}", faults.removeprefix("http://")))
     async with running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)) as (url, _), \
             BrowserClient(url) as client:
         yield client
@@ -87,20 +87,17 @@ async def test_mistakes_are_data_and_the_horizon_truncates(client, sites_url):
     assert env.session is None  # the context manager closed it
 
 
-async def test_a_popup_the_action_opened_is_recorded_on_its_step(client):
+async def test_a_popup_the_action_opened_is_recorded_on_its_step(client, faults):
     """The page's click handler submits a form to a new tab: the server closes it, the step says so."""
-    from tests.webgym_rollout.fault_pages import FaultPages
-
-    with FaultPages() as pages:
-        task = Task.from_row({"task_id": "popup", "task_name": "Open it", "benchmark_name": "sandbox",
-                              "website": f"{pages.url}/popup-form"})
-        async with WebEnv(client, EnvSettings(train_horizons=(3, 3, 3))) as env:
-            observation = await env.reset(task)
-            click = AgentAction("left_click", coordinate=pixels_to_grid(150, 50, observation.viewport))
-            opened = (await env.step(reply(click))).info["step"]
-            assert opened.popups == (f"{pages.url}/ok?",) and opened.action_error == ""
-            still = (await env.step(reply(AgentAction("scroll", direction="down")))).info["step"]
-            assert still.popups == () and still.url == f"{pages.url}/popup-form"
+    task = Task.from_row({"task_id": "popup", "task_name": "Open it", "benchmark_name": "sandbox",
+                          "website": f"{faults}/popup-form"})
+    async with WebEnv(client, EnvSettings(train_horizons=(3, 3, 3))) as env:
+        observation = await env.reset(task)
+        click = AgentAction("left_click", coordinate=pixels_to_grid(150, 50, observation.viewport))
+        opened = (await env.step(reply(click))).info["step"]
+        assert opened.popups == (f"{faults}/ok?",) and opened.action_error == ""
+        still = (await env.step(reply(AgentAction("scroll", direction="down")))).info["step"]
+        assert still.popups == () and still.url == f"{faults}/popup-form"
 
 
 async def test_answer_ends_the_episode_and_reset_starts_afresh(client, sites_url):

@@ -106,7 +106,8 @@ def fleet(cluster, sites_url):
 
     settings = FleetUpSettings(address=cluster.address, name=FLEET, browsers_per_node=1, port=0, poll_s=0.5,
                                nodes_with_resource="browser",
-                               pool=PoolSettings(contexts_per_browser=3, allow_hosts=("127.0.0.1",)))
+                               pool=PoolSettings(contexts_per_browser=3,
+                                                 allow_hosts=(sites_url.removeprefix("http://"),)))
     endpoints = fleet_up(settings)
     yield endpoints
     assert fleet_down(FLEET, cluster.address) >= 1

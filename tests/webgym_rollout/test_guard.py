@@ -4,12 +4,14 @@ per-origin SiteBlocklist with an injected clock."""
 from __future__ import annotations
 
 import ipaddress
+import re
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webgym_rollout.browser.guard import (
+    AllowlistError,
     SiteBlocklist,
     UrlGuard,
     address_reason,
@@ -17,7 +19,8 @@ from webgym_rollout.browser.guard import (
     is_loopback_host,
     origin_of,
 )
-from webgym_rollout.errors import NavigationRefused, SiteBlocked
+from webgym_rollout.browser.pool import PoolSettings
+from webgym_rollout.errors import NavigationRefused, RolloutError, SiteBlocked
 
 REFUSED = [
     "file:///etc/passwd",
@@ -136,8 +139,9 @@ def test_connect_decision_on_resolved_addresses():
     why = guard.connect_reason("public.test", 80, ipaddress.ip_address("169.254.169.254"))
     assert why is not None and "public.test resolves to 169.254.169.254" in why
     assert guard.connect_reason("public.test", 443, ipaddress.ip_address("93.184.216.34")) is None
-    # An allowlisted name may go where it resolves to; an allowlisted address is opened only for
-    # URLs that spell it: a public name resolving to it is refused (DNS rebinding).
+    # An allowlisted name may go where it resolves to (a private address: an intranet site); an
+    # allowlisted address is opened only for URLs that spell it: a public name resolving to it is
+    # refused (DNS rebinding).
     assert guard.connect_reason("intranet.test", 80, ipaddress.ip_address("10.1.2.3")) is None
     assert guard.connect_reason("127.0.0.1", 8400, ipaddress.ip_address("127.0.0.1")) is None
     assert guard.connect_reason("rebind.test", 8400, ipaddress.ip_address("127.0.0.1")) is not None
@@ -154,9 +158,11 @@ def test_a_refused_scheme_says_so_and_names_no_flag():
 
 
 def test_allowlist_opens_exactly_the_listed_hosts():
-    guard = UrlGuard(["127.0.0.1", "localhost:8400", "*.corp.internal"])
+    guard = UrlGuard(["127.0.0.1:5000", "localhost:8400", "*.corp.internal", "[::1]:8401"])
     assert guard.allows("http://127.0.0.1:5000/x")
+    assert not guard.allows("http://127.0.0.1:5001/x")
     assert not guard.allows("http://127.0.0.2:5000/x")
+    assert guard.allows("http://[::1]:8401/") and not guard.allows("http://[::1]:8400/")
     assert guard.allows("http://localhost:8400/")
     assert not guard.allows("http://localhost:8401/")
     assert guard.allows("http://wiki.corp.internal/") and guard.allows("http://corp.internal/")
@@ -249,3 +255,65 @@ def test_lifting_an_entry():
     ("0.0.0.0", False), ("10.0.0.1", False), ("example.org", False), ("", False)])
 def test_is_loopback_host(host, loopback):
     assert is_loopback_host(host) is loopback
+
+
+@pytest.mark.parametrize(("entry", "why"), [
+    ("127.0.0.1", "address 127.0.0.1 is loopback"), ("127.0.0.2", "loopback"), ("::1", "loopback"),
+    ("[::1]", "loopback"), ("localhost", "'localhost' names this machine"),
+    ("*.localhost", "names this machine"), ("app.localhost", "names this machine"),
+    ("10.0.0.5", "private"), ("192.168.1.1", "private"), ("169.254.169.254", "link-local"),
+    ("0.0.0.0", "reserved"), ("2130706433", "127.0.0.1 is loopback"), ("0x7f.1", "loopback"),
+    ("fe80::1", "link-local"), ("[::ffff:127.0.0.1]", "carries 127.0.0.1"),
+])
+def test_a_whole_local_host_is_a_configuration_error_naming_the_entry(entry, why):
+    """Allowlist a host:port, never a whole host: every other port of this machine is a control plane
+    (the browser server's API, the policy server, Ray)."""
+    with pytest.raises(AllowlistError) as caught:
+        UrlGuard(["127.0.0.1:8400", entry])
+    message = str(caught.value)
+    assert message.startswith(f"allow_hosts: {entry!r} would open every port") and why in message
+    assert "host:port" in message and ":8400 for a site on port 8400" in message
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, RolloutError)
+    with pytest.raises(ValueError, match=f"^allow_hosts: {re.escape(repr(entry))}"):
+        PoolSettings(allow_hosts=(entry,))  # refused with the settings, before any browser starts
+
+
+@pytest.mark.parametrize("entry", ["127.0.0.1:", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:http", ":8400",
+                                   "[::1", "[::1]x", "[::1]:", "*", "http://127.0.0.1:8400/", "a b:80"])
+def test_a_malformed_entry_is_refused_naming_it(entry):
+    with pytest.raises(AllowlistError, match=f"^allow_hosts: {re.escape(repr(entry))}"):
+        UrlGuard([entry])
+
+
+def test_a_host_port_entry_and_names_stay_allowed():
+    guard = UrlGuard(["127.0.0.1:8400", "localhost:8400", "[::1]:8400", "intranet.example", "*.example",
+                      "93.184.216.34", "intranet.example:9000"])
+    assert guard.allows("http://127.0.0.1:8400/") and guard.allows("http://localhost:8400/")
+    assert guard.allows("http://[::1]:8400/") and not guard.allows("http://[::1]:8401/")
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.9.9.9", "::1", "0.0.0.0", "::", "169.254.169.254",
+                                     "fe80::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254"])
+def test_a_name_without_a_port_never_opens_this_machine_or_its_link(address):
+    """A name allowlisted without a port is resolved and checked: private addresses (an intranet
+    site) pass, but a name whose DNS answer is loopback, unspecified or link-local does not."""
+    guard = UrlGuard(["intranet.example", "*.corp.example", "pinned.example:8400"])
+    resolved = ipaddress.ip_address(address)
+    for host in ("intranet.example", "wiki.corp.example"):
+        why = guard.connect_reason(host, 8400, resolved)
+        assert why is not None and f"allowlist {host}:8400" in why
+    assert guard.connect_reason("pinned.example", 8400, resolved) is None  # named with its port: opened
+    assert guard.connect_reason("pinned.example", 8401, resolved) is not None
+    assert guard.connect_reason("intranet.example", 80, ipaddress.ip_address("10.1.2.3")) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.ip_addresses(v=4), st.integers(min_value=1, max_value=65535))
+def test_only_public_addresses_may_be_allowlisted_without_a_port(address, port):
+    if address_reason(address) is None:
+        UrlGuard([str(address)])
+    else:
+        with pytest.raises(AllowlistError):
+            UrlGuard([str(address)])
+    guard = UrlGuard([f"{address}:{port}"])  # with its port, any address may be
+    assert guard.allowlisted(str(address), port) and not guard.allowlisted(str(address), port % 65535 + 1)

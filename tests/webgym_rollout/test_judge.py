@@ -4,7 +4,10 @@ programmatic judge. Only a reply that ends with an explicit pass verdict can eve
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tests.untrusted_input import JSON_VALUES, ODD_TEXT
 from tests.webgym_rollout.test_agent import png
 from webgym_core.endpoint import Endpoint
 from webgym_data.schema import Task
@@ -352,3 +355,61 @@ def test_key_screenshots_skip_repeated_images():
     assert select_key_screenshots(request.screenshots, 3, urls=request.urls) == [1, 2]
     # A step whose screenshot was not taken has nothing to show.
     assert select_key_screenshots([png("white"), b"", png("red")], 3) == [0, 2]
+
+
+# ------------------------------------------------------- untrusted input: judge replies never crash
+
+_VERDICTS = st.sampled_from(["VERDICT: PASS", "VERDICT: FAIL", "**verdict: pass**", "VERDICT:",
+                             "VERDICT: PASSFAIL"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=ODD_TEXT | JSON_VALUES | st.builds(lambda a, v, b: f"{a}\n{v}\n{b}", ODD_TEXT, _VERDICTS,
+                                               ODD_TEXT | st.just("")),
+       finish_reason=st.sampled_from(["stop", "length", ""]) | JSON_VALUES)
+def test_any_reply_gives_a_verdict_or_a_judge_error(text, finish_reason):
+    try:
+        passed, reason = parse_verdict(text, finish_reason)
+    except JudgeReplyInvalid:
+        return
+    assert isinstance(passed, bool) and isinstance(reason, str)
+    assert isinstance(text, str) and finish_reason != "length"
+
+
+# What a broken server may answer with (HTTP 200); the openai client checks none of it.
+_BROKEN_BODIES = [
+    {"choices": []}, {"choices": "x"}, {"choices": [5]}, {"choices": [{"message": None}]},
+    {"choices": [{"message": {"content": ["VERDICT: PASS"]}, "finish_reason": "stop"}]},
+    {"choices": [{"message": {"content": {"text": "VERDICT: PASS"}}}]}, [1, 2], "VERDICT: PASS", None,
+]
+
+
+@pytest.mark.parametrize("body", _BROKEN_BODIES)
+async def test_a_malformed_completion_is_a_judge_error_never_a_pass(scripted_openai, body):
+    server = scripted_openai([{"body": body}])
+    async with judge_for(server, reply_retries=1) as judge:
+        result = await judge.score(JudgeRequest(task_name="t", answer="a", screenshots=(png("red"),)))
+    assert result.reward == 0.0 and result.error_kind == "judge_reply_invalid"
+    assert len(server.requests) == 2  # asked again once, as for any invalid reply
+
+
+async def test_odd_usage_and_finish_reason_fields_do_not_stop_the_judge(scripted_openai):
+    body = {"choices": [{"message": {"content": "bad byte \ud800 seen\nVERDICT: PASS"}, "finish_reason": 3}],
+            "usage": {"prompt_tokens": "many", "completion_tokens": None}}
+    server = scripted_openai([{"body": body}])
+    async with judge_for(server) as judge:
+        result = await judge.score(JudgeRequest(task_name="t", answer="a", screenshots=(png("red"),)))
+    assert result.reward == 1.0 and result.prompt_tokens == 0
+    for verdict in result.verdicts:  # the reason is stored with the episode: it must be valid text
+        verdict.reason.encode("utf-8")
+    assert "bad byte" in result.verdicts[0].reason
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[" * 100_000, b'{"choices": [1' + b"0" * 5000 + b"]}"])
+async def test_a_body_that_is_not_json_is_an_unavailable_judge_naming_the_url(scripted_openai, body):
+    server = scripted_openai([{"body": body}])
+    async with judge_for(server, max_retries=1) as judge:
+        with pytest.raises(JudgeUnavailable, match="not a chat completion") as caught:
+            await judge.score(request())
+    assert server.base_url in str(caught.value)
+    assert len(server.requests) == 2

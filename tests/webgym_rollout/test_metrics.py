@@ -29,6 +29,8 @@ def _text() -> str:
         tabs={"4242": (3, 5), "17": (1, 2)},
         popups_closed=9,
         egress=EgressStats(connections=120, refused=4, failed=2, open=6, cpu_s=1.5),
+        guard_refused=11,
+        refused_callers=Counter({"misdirected": 2}),
     )
 
 
@@ -58,6 +60,9 @@ def test_every_series_is_written():
         "webgym_popups_closed_total 9",
         'webgym_egress_requests_total{outcome="forwarded"} 120',
         'webgym_egress_requests_total{outcome="refused"} 4',
+        "webgym_guard_refused_total 11",
+        'webgym_callers_refused_total{kind="misdirected"} 2',
+        'webgym_callers_refused_total{kind="foreign_origin"} 0',
         'webgym_egress_requests_total{outcome="failed"} 2',
         "webgym_egress_open_connections 6",
         "webgym_egress_cpu_seconds_total 1.5",

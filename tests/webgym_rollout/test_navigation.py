@@ -58,10 +58,11 @@ def faults(faults_server) -> str:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def pool(chromium_path, intranet):
+async def pool(chromium_path, intranet, faults_server):
     allowed, _ = intranet
     settings = PoolSettings(executable_path=chromium_path, browsers=1, contexts_per_browser=4,
-                            allow_hosts=("127.0.0.1", allowed.url.removeprefix("http://")),
+                            allow_hosts=(faults_server.url.removeprefix("http://"),
+                                         allowed.url.removeprefix("http://")),
                             navigate_timeout_s=3.0, action_timeout_s=3.0)
     async with BrowserPool(settings, resolver=MappingResolver({"intranet.test": "127.0.0.2"})) as pool:
         yield pool

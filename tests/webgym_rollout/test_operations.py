@@ -25,9 +25,10 @@ pytestmark = pytest.mark.browser
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def pool(chromium_path):
+async def pool(chromium_path, sites, faults):
     settings = PoolSettings(executable_path=chromium_path, browsers=2, contexts_per_browser=4,
-                            allow_hosts=("127.0.0.1",), navigate_timeout_s=3.0, action_timeout_s=3.0,
+                            allow_hosts=(f"{sites.host}:{sites.port}", faults.removeprefix("http://")),
+                            navigate_timeout_s=3.0, action_timeout_s=3.0,
                             create_timeout_s=10.0)
     async with BrowserPool(settings) as pool:
         yield pool

@@ -250,3 +250,65 @@ async def test_pixel_random_policy_clicks_anywhere_with_well_formed_replies():
     reseeded = PixelRandomPolicy(RandomPolicySettings(seed=3))
     other = [(await reseeded.act(random_observation(s))).action.coordinate for s in range(5)]
     assert other != points[:5]
+
+
+# ------------------------------------------- untrusted input: a broken endpoint's replies never crash
+
+def _completion(message: object, **fields: object) -> dict:
+    return {"choices": [{"index": 0, "message": message, "finish_reason": "stop", **fields}]}
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"choices": []}, "without choices"), ({"choices": "x"}, "without choices"), ([1, 2], "without choices"),
+    (None, "without choices"), ({"choices": [5]}, "without a message"),
+    (_completion(None), "without a message"),
+    (_completion({"content": ["a", {"b": 1}]}), "list, not text"),
+    (_completion({"content": 12}), "int, not text"),
+    (b"<html>Bad gateway</html>", "not a chat completion"), (b"[" * 100_000, "not a chat completion"),
+])
+async def test_a_reply_that_is_no_chat_completion_is_an_endpoint_error_naming_the_url(scripted_openai, body,
+                                                                                     message):
+    server = scripted_openai([{"body": body}])
+    async with OpenAIPolicy(endpoint(server, max_retries=0)) as policy:
+        with pytest.raises(PolicyUnavailable, match=message) as caught:
+            await policy.act(observation_with_history(0))
+    assert server.base_url in str(caught.value)
+
+
+async def test_null_content_is_an_agent_mistake(scripted_openai):
+    server = scripted_openai([{"body": _completion({"role": "assistant", "content": None})}])
+    async with OpenAIPolicy(endpoint(server)) as policy:
+        output = await policy.act(observation_with_history(0))
+    assert output.response == "" and output.action is None and "no <tool_call>" in output.parsed.error
+
+
+async def test_odd_fields_of_a_completion_are_read_as_nothing(scripted_openai):
+    logprobs = {"content": [{"token": "a", "logprob": -0.5}, {"token": "b", "logprob": None}]}
+    message = {"content": "x \ud800 y\n" + GOOD_REPLY}
+    body = {**_completion(message, finish_reason=["stop"], logprobs=logprobs),
+            "usage": {"prompt_tokens": "many", "completion_tokens": -3}, "model": {"name": "m"},
+            "system_fingerprint": 7}
+    server = scripted_openai([{"body": body}])
+    async with OpenAIPolicy(endpoint(server)) as policy:
+        output = await policy.act(observation_with_history(0))
+        assert policy.usage.prompt_tokens == 0
+    assert output.action == AgentAction("left_click", coordinate=(250, 500))
+    output.response.encode("utf-8")  # the lone surrogate was replaced: the step can be stored
+    assert "\ufffd" in output.response
+    assert (output.prompt_tokens, output.completion_tokens, output.finish_reason) == (0, 0, "")
+    assert output.logprobs == () and output.policy_version == "policy-model"
+
+
+@pytest.mark.parametrize("call", [
+    {"function": {"name": "computer_use", "arguments": {"action": [1, 2]}}},
+    {"function": {"name": ["computer_use"], "arguments": '{"action": "go_back"}'}},
+    {"function": {"name": "computer_use", "arguments": "[" * 100_000}},
+    {"function": {"name": "computer_use", "arguments": '{"action": "wait", "time": 1' + "0" * 5000 + "}"}},
+    {"function": None}, "not a call",
+])
+async def test_odd_native_tool_calls_are_agent_mistakes(scripted_openai, call):
+    server = scripted_openai([{"body": _completion({"content": "Action: x", "tool_calls": [call]})}])
+    async with OpenAIPolicy(endpoint(server)) as policy:
+        output = await policy.act(observation_with_history(0))
+    assert output.action is None and output.parsed.error
+    output.response.encode("utf-8")

@@ -233,6 +233,99 @@ async def test_token_is_required_when_set(tiny_dir):
             assert (await http.get(base_url.removesuffix("/v1") + "/health")).status_code == 200
 
 
+async def test_a_foreign_host_or_origin_is_refused_and_counted(server, tiny_dir):
+    """DNS rebinding (a foreign Host) gets 421, a web page's request (Origin, Sec-Fetch-Site) 403, in
+    the OpenAI error shape, before any route runs; /metrics counts them; our own clients pass."""
+    root = server.removesuffix("/v1")
+    port = int(root.rsplit(":", 1)[1])
+    reload = {"model": str(tiny_dir)}
+    async with httpx.AsyncClient(trust_env=False) as http:
+        before = (await http.get(f"{root}/health")).json()
+        for host in (f"evil.example:{port}", f"127.0.0.1:{port + 1}", f"127.0.0.2:{port}"):
+            refused = await http.post(f"{root}/reload", json=reload, headers={"Host": host})
+            assert refused.status_code == 421 and refused.json()["error"]["code"] == "misdirected", host
+        shm = {"shm": "/dev/shm/webgym-weights-x.safetensors"}
+        for headers in ({"Origin": "http://127.0.0.1:8400"}, {"Origin": "null"},
+                        {"Sec-Fetch-Site": "cross-site"}):
+            refused = await http.post(f"{root}/weights", json=shm, headers=headers)
+            assert refused.status_code == 403 and refused.json()["error"]["code"] == "foreign_origin", headers
+        for host in (f"localhost:{port}", f"[::1]:{port}"):
+            assert (await http.get(f"{root}/health", headers={"Host": host})).status_code == 200
+        after = (await http.get(f"{root}/health")).json()
+        metrics = (await http.get(f"{root}/metrics")).text
+    assert after["reloads"] == before["reloads"] and after["weight_pushes"] == before["weight_pushes"]
+    assert 'webgym_policy_callers_refused_total{kind="misdirected"} 3' in metrics
+    assert 'webgym_policy_callers_refused_total{kind="foreign_origin"} 3' in metrics
+    assert "webgym_policy_http_requests_total " in metrics and "webgym_policy_version 0" in metrics
+    client = openai.AsyncOpenAI(base_url=server, api_key="unused", max_retries=0)
+    assert [m.id for m in (await client.models.list()).data] == ["tiny"]  # the OpenAI client passes
+
+
+def _png_claiming(width: int, height: int) -> bytes:
+    """A 1 x 1 PNG whose header claims `width` x `height` pixels (CRC fixed up)."""
+    import zlib
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (1, 1)).save(buffer, "PNG")
+    raw = bytearray(buffer.getvalue())
+    raw[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
+    raw[29:33] = zlib.crc32(bytes(raw[12:29])).to_bytes(4, "big")
+    return bytes(raw)
+
+
+def _image_message(raw: bytes) -> list[dict]:
+    url = f"data:image/png;base64,{base64.b64encode(raw).decode()}"
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
+
+
+def _wide_png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (3000, 1)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("change", "status", "named"), [
+    ({"seed": -2**63 - 1}, 400, "seed"),
+    ({"seed": 2**64}, 400, "seed"),
+    ({"messages": _image_message(_wide_png())}, 400, "the model's processor cannot take them"),
+    ({"messages": _image_message(_png_claiming(100_000, 100_000))}, 400, "decompression bomb"),
+    ({"temperature": 1e-167}, 200, ""),  # greedy, as below 1e-5 in vLLM (sampling would divide by ~0)
+])
+async def test_requests_the_fuzzer_found_get_an_answer_not_a_500(server, change, status, named):
+    """Found by tests/webgym_rollout/test_policy_server_fuzz.py: each of these answered HTTP 500."""
+    body = {"model": "tiny", "messages": _messages(_data_url((9, 9, 9))), "max_tokens": 2, **change}
+    async with httpx.AsyncClient(trust_env=False, timeout=60) as http:
+        answer = await http.post(f"{server}/chat/completions", json=body)
+    assert answer.status_code == status, answer.text
+    if status == 400:
+        assert named in answer.json()["error"]["message"]
+
+
+async def test_bodies_the_fuzzer_found_get_the_openai_error_shape(server):
+    """A safetensors header nested past the JSON parser's depth answered 500; a body that is not JSON
+    answered FastAPI's own {"detail": ...}: both are 400s in the OpenAI shape now."""
+    root = server.removesuffix("/v1")
+    deep = b"[" * 50_000
+    async with httpx.AsyncClient(trust_env=False, timeout=60) as http:
+        nested = await http.post(f"{root}/weights", content=len(deep).to_bytes(8, "little") + deep,
+                                 headers=_OCTETS)
+        garbled = await http.post(f"{server}/chat/completions", content=b"\xff{",
+                                  headers={"Content-Type": "application/json"})
+        missing = await http.get(f"{root}/no/such/route")
+    assert nested.status_code == 400 and "nested too deep" in nested.json()["error"]["message"]
+    assert garbled.status_code == 400 and garbled.json()["error"]["code"] == "bad_chat_request"
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+
+
+def test_caller_settings_are_flags_and_name_the_field(tmp_path):
+    with pytest.raises(ValueError, match="^server_names: 'a b'"):
+        PolicyServerSettings(model="m", server_names=("a b",))
+    with pytest.raises(ValueError, match="^allowed_origins: 'dash.example'"):
+        PolicyServerSettings(model="m", allowed_origins=("dash.example",))
+    help_text = CliRunner().invoke(rollout_main, ["serve-policy", "--help"]).output
+    assert "--server-names" in help_text and "--allowed-origins" in help_text
+
+
 @pytest.mark.parametrize("host, token, allowed", [
     ("127.0.0.1", None, True), ("127.0.0.2", None, True), ("localhost", None, True), ("::1", None, True),
     ("0.0.0.0", None, False), ("10.1.2.3", None, False), ("0.0.0.0", "t", True),
@@ -712,7 +805,7 @@ async def test_tied_weights_land_in_the_shared_tensor(tmp_path, shm_dir, transpo
                 logprobs=True, top_logprobs=3)
     try:
         transport_ = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport_, base_url="http://policy", timeout=60) as http:
+        async with httpx.AsyncClient(transport=transport_, base_url="http://127.0.0.1", timeout=60) as http:
             before = (await http.post("/v1/chat/completions", json=chat)).json()
             if transport == "shm":
                 path = shm_dir / "webgym-weights-tied.safetensors"
@@ -780,7 +873,7 @@ async def test_a_push_waits_for_the_generation_running_and_replies_name_their_we
 
     try:
         transport_ = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport_, base_url="http://policy", timeout=60) as http:
+        async with httpx.AsyncClient(transport=transport_, base_url="http://127.0.0.1", timeout=60) as http:
             old = (await http.post("/v1/chat/completions", json=chat)).json()
             gate = threading.Event()
             service._worker.submit(gate.wait)  # the worker is busy: everything after queues in order
@@ -813,7 +906,7 @@ async def test_a_body_larger_than_the_weights_is_refused_unread(tiny_dir, shm_di
     _write_shared_file(str(path), weights)
     try:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://policy") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             answer = await http.post("/weights", content=body, headers=_OCTETS)
             named = await http.post("/weights", json={"shm": str(path)})
         assert answer.status_code == 400

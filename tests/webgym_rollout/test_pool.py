@@ -20,12 +20,13 @@ from webgym_rollout.errors import (
 )
 
 
-def _settings(chromium_path: str, **overrides) -> PoolSettings:
+def _settings(chromium_path: str, *sites: str, **overrides) -> PoolSettings:
+    """Pool settings whose pages may reach the local `sites` (base URLs) and no other local port."""
     base = dict(
         executable_path=chromium_path,
         browsers=1,
         contexts_per_browser=2,
-        allow_hosts=("127.0.0.1",),
+        allow_hosts=tuple(url.removeprefix("http://") for url in sites),
         navigate_timeout_s=3.0,
         action_timeout_s=3.0,
         create_timeout_s=10.0,
@@ -64,7 +65,7 @@ async def test_a_missing_chromium_is_named(tmp_path):
 @pytest.mark.browser
 async def test_sessions_fill_their_slots_and_free_them(chromium_path, sites):
     form = f"{sites.base_url}/sandbox/form.html"
-    async with BrowserPool(_settings(chromium_path)) as pool:
+    async with BrowserPool(_settings(chromium_path, sites.base_url)) as pool:
         with pytest.raises(InvalidRequest, match="teleport"):
             await pool.create(CreateSessionRequest(start_url=form, environment="teleport:x"))
         with pytest.raises(NavigationRefused):
@@ -100,7 +101,7 @@ async def test_sessions_fill_their_slots_and_free_them(chromium_path, sites):
 
 @pytest.mark.browser
 async def test_a_start_url_that_does_not_load_closes_the_session(chromium_path, faults):
-    async with BrowserPool(_settings(chromium_path)) as pool:
+    async with BrowserPool(_settings(chromium_path, faults, "http://127.0.0.1:9")) as pool:
         with pytest.raises(BrowserError, match="could not load"):
             await pool.create(CreateSessionRequest(start_url="http://127.0.0.1:9/"))  # refused port
         assert pool.active_sessions == 0 and pool.health().active_sessions == 0
@@ -110,7 +111,7 @@ async def test_a_start_url_that_does_not_load_closes_the_session(chromium_path, 
 @pytest.mark.browser
 async def test_blocklist_refuses_new_sessions_until_expiry(chromium_path, faults, sites):
     async with BrowserPool(
-        _settings(chromium_path, blocklist_threshold=2, navigate_timeout_s=1.0)
+        _settings(chromium_path, faults, sites.base_url, blocklist_threshold=2, navigate_timeout_s=1.0)
     ) as pool:
         sid = (await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))).session_id
         for _ in range(2):
@@ -132,7 +133,7 @@ async def test_blocklist_refuses_new_sessions_until_expiry(chromium_path, faults
 
 @pytest.mark.browser
 async def test_a_lifted_origin_opens_again(chromium_path, faults):
-    async with BrowserPool(_settings(chromium_path, blocklist_threshold=1)) as pool:
+    async with BrowserPool(_settings(chromium_path, faults, blocklist_threshold=1)) as pool:
         sid = (await pool.create(CreateSessionRequest(start_url=f"{faults}/captcha"))).session_id
         with pytest.raises(SiteBlocked):
             await pool.navigate(sid, f"{faults}/ok")
@@ -143,7 +144,7 @@ async def test_a_lifted_origin_opens_again(chromium_path, faults):
 
 @pytest.mark.browser
 async def test_block_page_counts_as_a_failure(chromium_path, faults):
-    async with BrowserPool(_settings(chromium_path, blocklist_threshold=1)) as pool:
+    async with BrowserPool(_settings(chromium_path, faults, blocklist_threshold=1)) as pool:
         state = await pool.create(CreateSessionRequest(start_url=f"{faults}/captcha"))
         assert state.title == "Just a moment..."
         with pytest.raises(SiteBlocked, match=f"{faults} is blocked"):
@@ -152,7 +153,7 @@ async def test_block_page_counts_as_a_failure(chromium_path, faults):
 
 @pytest.mark.browser
 async def test_idle_sessions_expire(chromium_path, sites):
-    async with BrowserPool(_settings(chromium_path, idle_timeout_s=0.5)) as pool:
+    async with BrowserPool(_settings(chromium_path, sites.base_url, idle_timeout_s=0.5)) as pool:
         sid = (
             await pool.create(CreateSessionRequest(start_url=f"{sites.base_url}/sandbox/form.html"))
         ).session_id

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.browser
 
 
 
-def _settings(chromium_path: str, **overrides) -> PoolSettings:
-    base = dict(executable_path=chromium_path, browsers=2, contexts_per_browser=4, allow_hosts=("127.0.0.1",),
+def _settings(chromium_path: str, sites, **overrides) -> PoolSettings:
+    base = dict(executable_path=chromium_path, browsers=2, contexts_per_browser=4,
+                allow_hosts=(f"{sites.host}:{sites.port}",),
                 navigate_timeout_s=3.0, action_timeout_s=3.0, create_timeout_s=10.0)
     base.update(overrides)
     return PoolSettings(**base)
@@ -49,7 +50,7 @@ def test_process_tree_pss_counts_children_and_ignores_the_dead():
 
 async def test_killed_browser_fails_only_its_sessions(chromium_path, sites):
     url = f"{sites.base_url}/sandbox/form.html"
-    async with BrowserPool(_settings(chromium_path)) as pool:
+    async with BrowserPool(_settings(chromium_path, sites)) as pool:
         a = await pool.create(CreateSessionRequest(start_url=url))
         b = await pool.create(CreateSessionRequest(start_url=url))
         assert a.browser_pid and b.browser_pid and a.browser_pid != b.browser_pid
@@ -68,7 +69,7 @@ async def test_killed_browser_fails_only_its_sessions(chromium_path, sites):
 
 async def test_a_browser_is_recycled_after_its_sessions(chromium_path, sites):
     url = f"{sites.base_url}/sandbox/form.html"
-    async with BrowserPool(_settings(chromium_path, browsers=1, recycle_after_sessions=2)) as pool:
+    async with BrowserPool(_settings(chromium_path, sites, browsers=1, recycle_after_sessions=2)) as pool:
         first = await pool.create(CreateSessionRequest(start_url=url))
         second = await pool.create(CreateSessionRequest(start_url=url))
         assert first.browser_pid == second.browser_pid
@@ -89,7 +90,7 @@ async def test_a_browser_is_recycled_after_its_sessions(chromium_path, sites):
 
 
 async def test_browser_over_memory_bound_is_replaced(chromium_path, sites):
-    settings = _settings(chromium_path, browsers=1, max_browser_mib=1.0, memory_check_s=0.1)
+    settings = _settings(chromium_path, sites, browsers=1, max_browser_mib=1.0, memory_check_s=0.1)
     async with BrowserPool(settings) as pool:
         first = await pool.create(CreateSessionRequest(start_url=f"{sites.base_url}/sandbox/form.html"))
         await pool.close_session(first.session_id)
@@ -110,7 +111,7 @@ async def test_browser_over_memory_bound_is_replaced(chromium_path, sites):
 
 async def test_reused_contexts_keep_no_storage(chromium_path, sites):
     url = f"{sites.base_url}/sandbox/form.html"
-    async with BrowserPool(_settings(chromium_path)) as pool:
+    async with BrowserPool(_settings(chromium_path, sites)) as pool:
         contexts, history_lengths = [], []
         for _ in range(6):  # more sessions than browsers x spare contexts: contexts are reused
             sid = (await pool.create(CreateSessionRequest(start_url=url))).session_id

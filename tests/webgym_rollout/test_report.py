@@ -18,6 +18,7 @@ from webgym_rollout.report import (
     _COLUMNS,
     ReportSettings,
     build_report,
+    format_summary,
     report_command,
     write_report,
 )
@@ -339,3 +340,65 @@ def test_report_command_prints_and_writes(two_runs, tmp_path):
     negative = CliRunner().invoke(report_command,
                                   [str(two_runs[0]), "--out", str(out), "--top-websites", "-1"])
     assert negative.exit_code == 2 and "top_websites" in negative.output
+
+
+# ------------------------------------------------------- both rates, and bugs said out loud
+
+BUGGY = [("t0", "ok", True, 3), ("t1", "ok", False, 4), ("t2", "error:internal", False, 2),
+         ("t3", "error:browser_crashed", False, 1)]
+
+
+def test_both_rates_are_reported_and_bugs_are_said_out_loud(two_runs, tmp_path, caplog):
+    write_run(tmp_path / "buggy", BUGGY)
+    with caplog.at_level("INFO", logger="webgym_rollout.report"):
+        report = build_report([tmp_path / "buggy", two_runs[0]])
+    buggy, clean = report.runs
+    assert (buggy.overall.successes, buggy.overall.trials) == (1, 2)  # failures left out
+    assert (buggy.overall_with_failures.successes, buggy.overall_with_failures.trials) == (1, 4)
+    assert (buggy.overall_with_failures.low, buggy.overall_with_failures.high) == wilson_interval(1, 4)
+    assert (buggy.errors, buggy.internal_errors) == (2, 1)
+    with_failures = clean.overall_with_failures
+    assert (with_failures.successes, with_failures.trials, clean.internal_errors) == (5, 8, 0)
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "buggy: 1 of 4 episodes ended with error:internal: this is a bug, please report it" in \
+        warning.getMessage()
+
+    text = format_summary(report)
+    assert text.count("WARNING") == 1
+    assert "WARNING: 1 of 4 episodes ended with error:internal: this is a bug, please report it" in text
+    assert "success with infrastructure failures counted as failures 25.0% " in text
+    assert "success with infrastructure failures counted as failures 62.5% " in text  # 5/8
+
+    page = write_report(report, tmp_path / "report").read_text()
+    figures = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert figures["runs"][0]["internal_errors"] == 1 and figures["runs"][1]["internal_errors"] == 0
+    assert figures["runs"][0]["overall_with_failures"]["rate"] == 0.25
+    # The banner comes first in the body, before any figure, and names the run with bugs only.
+    assert page.index("<div class='bugs' id='bugs'") < page.index("<section id='overall'>")
+    assert "<li data-run='buggy'>" in page and "<li data-run='before'>" not in page
+    assert "25.0% [" in page and "1/4" in page
+    # Without bugs there is no banner and no warning line.
+    clean_only = build_report([two_runs[0]])
+    assert "WARNING" not in format_summary(clean_only)
+    assert "id='bugs'" not in write_report(clean_only, tmp_path / "clean").read_text()
+
+
+@pytest.mark.browser
+async def test_the_bug_banner_is_visible_at_the_top_in_chromium(tmp_path, chromium):
+    write_run(tmp_path / "buggy", BUGGY)
+    html_path = write_report(build_report([tmp_path / "buggy"]), tmp_path / "report")
+    context = await chromium.new_context(viewport={"width": 1300, "height": 900})
+    try:
+        page = await context.new_page()
+        await page.goto(html_path.as_uri())
+        banner = page.locator("#bugs")
+        assert await banner.is_visible()
+        box, table = await banner.bounding_box(), await page.locator("table.runs").bounding_box()
+        assert box is not None and table is not None
+        assert box["y"] + box["height"] <= table["y"] and box["y"] < 900  # above the figures, on screen
+        color = await banner.evaluate("e => getComputedStyle(e).borderTopColor")
+        assert color == "rgb(176, 0, 32)"
+        assert "please report it" in await banner.inner_text()
+        assert await page.locator("table.runs td.internal").inner_text() == "1"
+    finally:
+        await context.close()

@@ -33,12 +33,12 @@ def write_miniwob_tasks(path: Path, seeds, task: str = "click-button") -> Path:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def browser_url(chromium_path):
+async def browser_url(chromium_path, sites):
     from webgym_rollout.browser.pool import PoolSettings
     from webgym_rollout.browser.server import ServerSettings, running_server
 
     pool = PoolSettings(executable_path=chromium_path, browsers=1, contexts_per_browser=6,
-                        allow_hosts=("127.0.0.1",))
+                        allow_hosts=(f"{sites.host}:{sites.port}",))
     async with running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)) as (url, _):
         yield url
 

@@ -82,17 +82,18 @@ def test_cli_help_and_clear_errors(tmp_path):
 # --------------------------------------------------------------------------------- real browsers
 
 
-def _start_server(chromium_path: str, **pool):
+def _start_server(chromium_path: str, sites_url: str, **pool):
     from webgym_rollout.browser.pool import PoolSettings
     from webgym_rollout.browser.server import ServerSettings, running_server
 
-    settings = PoolSettings(executable_path=chromium_path, browsers=1, allow_hosts=("127.0.0.1",), **pool)
+    settings = PoolSettings(executable_path=chromium_path, browsers=1,
+                            allow_hosts=(sites_url.removeprefix("http://"),), **pool)
     return running_server(ServerSettings(host="127.0.0.1", port=0, pool=settings))
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def browser_url(chromium_path):
-    async with _start_server(chromium_path, contexts_per_browser=6) as (url, _):
+async def browser_url(chromium_path, sites_url):
+    async with _start_server(chromium_path, sites_url, contexts_per_browser=6) as (url, _):
         yield url
 
 
@@ -230,7 +231,8 @@ async def test_lost_session_is_retried_on_a_fresh_one_then_recorded(tmp_path, si
                 return await self.inner.act(observation)
             return await super().act(observation)
 
-    async with _start_server(chromium_path, contexts_per_browser=2, idle_timeout_s=2.0) as (url, _):
+    server = _start_server(chromium_path, sites_url, contexts_per_browser=2, idle_timeout_s=2.0)
+    async with server as (url, _):
         for retries, out in ((1, tmp_path / "retried"), (0, tmp_path / "failed")):
             policy = ExpiringPolicy()
             settings = _settings(tmp_path, tasks=tasks, servers=(url,), out=out,
@@ -386,7 +388,7 @@ async def test_a_cancelled_run_gives_its_browser_sessions_back(tmp_path, sites_u
     tasks = write_tasks(tmp_path / "tasks.jsonl", range(3))
     slow = {episode_id(f"click-button-{s}", 0, 0): 30.0 for s in range(3)}  # every episode waits
     probe = ProbePolicy(slow)
-    async with _start_server(chromium_path, contexts_per_browser=4) as (browser_url, _), \
+    async with _start_server(chromium_path, sites_url, contexts_per_browser=4) as (browser_url, _), \
             BrowserClient([browser_url]) as client:  # a server of its own: its sessions are this test's
         settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), out=tmp_path / "out",
                              rollout={"concurrency": 3}, env={"sites_url": sites_url, "miniwob_horizon": 4})
@@ -400,3 +402,59 @@ async def test_a_cancelled_run_gives_its_browser_sessions_back(tmp_path, sites_u
             await rollout
         (health,) = await client.health()
         assert health.active_sessions == 0  # closed at once, not at the server's idle timeout
+
+
+# ------------------------------------------------------------------- bugs are reported, never hidden
+
+def test_the_run_report_gives_both_success_rates():
+    from webgym_rollout.runner import RunReport
+
+    report = RunReport(out=Path("out"), episodes=10, skipped=0, steps=40, successes=3,
+                       errors={"internal": 1, "browser_crashed": 1}, elapsed_s=1.0, session_retries=0,
+                       parse_errors=0, internal_errors=1, first_internal_error="TypeError: x")
+    assert report.evaluated == 8
+    line = report.success_line()
+    assert "3/8 (38%) of evaluated episodes" in line
+    assert "3/10 (30%) with infrastructure failures counted as failures" in line
+
+
+@pytest.mark.browser
+async def test_a_bug_is_recorded_as_error_internal_and_reported_loudly(tmp_path, sites_url, browser_url,
+                                                                       caplog):
+    from webgym_rollout.judge import ProgrammaticJudge
+
+    buggy_episode = episode_id("click-button-0", 0, 0)
+
+    class BuggyPolicy(ProbePolicy):
+        async def act(self, observation):
+            if observation.episode_id == buggy_episode:
+                return {}["no such key"]  # a bug while playing
+            return await super().act(observation)
+
+    class BuggyJudge(ProgrammaticJudge):
+        calls = 0
+
+        async def score(self, request):
+            BuggyJudge.calls += 1
+            if BuggyJudge.calls == 1:
+                raise TypeError("unhashable type: 'list'")  # a bug while judging (the first episode judged)
+            return await super().score(request)
+
+    tasks = write_tasks(tmp_path / "tasks.jsonl", range(3))
+    settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), rollout={"concurrency": 1},
+                         env={"sites_url": sites_url, "miniwob_horizon": 1})
+    with caplog.at_level("INFO", logger="webgym_rollout.runner"):
+        report = await run(settings, policy=BuggyPolicy(), judge=BuggyJudge())
+    statuses = sorted(row["status"] for row in _rows(settings.out))
+    assert statuses.count("error:internal") == 2 and len(statuses) == 3  # every episode written
+    assert report.internal_errors == 2 and report.errors == {"internal": 2}
+    assert report.first_internal_error.startswith("KeyError: 'no such key' (webgym_rollout/test_runner.py:")
+    assert report.first_internal_error.endswith("in act)")
+    # each bug's traceback is logged when it happens ...
+    tracebacks = [r for r in caplog.records if r.exc_info and "error:internal" in r.getMessage()]
+    assert [type(r.exc_info[1]) for r in tracebacks] == [KeyError, TypeError]
+    # ... and the run ends with one warning that counts them and asks for a report
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING" and "please report" in r.getMessage()]
+    message = warning.getMessage()
+    assert "2 of 3 episodes ended with error:internal: this is a bug, please report it" in message
+    assert "KeyError: 'no such key'" in message

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import re
 import signal
 import subprocess
 import sys
@@ -24,27 +25,37 @@ from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.pool import PoolSettings
 from webgym_rollout.browser.processes import process_tree_pss_mib
 from webgym_rollout.browser.protocol import BrowserAction, ScreenshotResponse
-from webgym_rollout.browser.server import ServerSettings, check_bind, running_server, serve_command
+from webgym_rollout.browser.server import (
+    ServerSettings,
+    check_bind,
+    create_app,
+    running_server,
+    serve_command,
+)
 from webgym_rollout.errors import NavigationRefused, ServerBusy, SessionNotFound, Unauthorized
 from webgym_rollout.miniwob import task_url as miniwob_task_url
 
 
-def _settings(chromium_path: str, **pool) -> ServerSettings:
+def _settings(chromium_path: str, *sites: str, port: int = 0, **pool) -> ServerSettings:
+    """A server on 127.0.0.1 whose pages may reach the `sites` (base URLs or host:port) only."""
     base = dict(
         executable_path=chromium_path,
         browsers=2,
         contexts_per_browser=4,
-        allow_hosts=("127.0.0.1",),
+        allow_hosts=tuple(site.removeprefix("http://") for site in sites),
         navigate_timeout_s=5.0,
         action_timeout_s=5.0,
     )
     base.update(pool)
-    return ServerSettings(host="127.0.0.1", port=0, pool=PoolSettings(**base))
+    return ServerSettings(host="127.0.0.1", port=port, pool=PoolSettings(**base))
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def server(chromium_path):
-    async with running_server(_settings(chromium_path)) as (url, pool):
+async def server(chromium_path, sites):
+    # Its own port is allowlisted too: the egress proxy still never lets a page call the API.
+    port = free_port()
+    async with running_server(_settings(chromium_path, sites.base_url, f"127.0.0.1:{port}", port=port)) as (
+            url, pool):
         yield url, pool
 
 
@@ -89,7 +100,8 @@ def test_serve_flags_and_yaml_keys_come_from_the_settings(monkeypatch, tmp_path)
     config = tmp_path / "serve.yaml"
     config.write_text("browsers: 3\nidle_timeout_s: 9\nport: 8301\nextra_args: [--mute-audio]\n")
     result = CliRunner().invoke(serve_command, [
-        "--config", str(config), "--port", "0", "--allow-hosts", "127.0.0.1", "127.0.0.1:8400",
+        "--config", str(config), "--port", "0", "--allow-hosts", "intranet.example", "127.0.0.1:8400",
+        "--server-names", "browsers.lan", "browsers.lan:8300", "--allowed-origins", "https://dash.example",
         "--concurrency", "navigate=4", "--concurrency", "screenshot=2", "--recycle-after-sessions", "7",
         "--executable-path", "/opt/chromium", "--episode-max-time-s", "30",
     ], env={"WEBGYM_BROWSER_TOKEN": "from-env"})
@@ -98,7 +110,9 @@ def test_serve_flags_and_yaml_keys_come_from_the_settings(monkeypatch, tmp_path)
     assert (settings.host, settings.port, started["port"], settings.token) == ("127.0.0.1", 0, 0, "from-env")
     assert settings.pool == pool.settings
     chosen = pool.settings
-    assert chosen.allow_hosts == ("127.0.0.1", "127.0.0.1:8400")
+    assert chosen.allow_hosts == ("intranet.example", "127.0.0.1:8400")
+    assert settings.server_names == ("browsers.lan", "browsers.lan:8300")
+    assert settings.allowed_origins == ("https://dash.example",)
     assert (chosen.browsers, chosen.idle_timeout_s, chosen.recycle_after_sessions) == (3, 9, 7)
     assert (chosen.executable_path, chosen.episode_max_time_s) == ("/opt/chromium", 30.0)
     assert chosen.extra_args == ("--mute-audio",)
@@ -114,7 +128,8 @@ def test_serve_help_has_example_and_every_setting():
     result = CliRunner().invoke(serve_command, ["--help"])
     assert result.exit_code == 0 and "Example:" in result.output
     for flag in ("--config", "--token", "--allow-hosts", "--idle-timeout-s", "--recycle-after-sessions",
-                 "--executable-path", "--concurrency", "--episode-max-time-s", "--max-queue"):
+                 "--executable-path", "--concurrency", "--episode-max-time-s", "--max-queue",
+                 "--server-names", "--allowed-origins"):
         assert flag in result.output
 
 
@@ -202,13 +217,14 @@ async def test_refusals_errors_and_metrics(server, sites):
     assert "webgym_browser_pages{browser=" in metrics and "webgym_browser_contexts{browser=" in metrics
     assert 'webgym_egress_requests_total{outcome="forwarded"}' in metrics
     assert "webgym_egress_cpu_seconds_total" in metrics
-    assert info["allow_hosts"] == ["127.0.0.1"] and info["blocklist"] == []
+    assert info["allow_hosts"] == [sites.base_url.removeprefix("http://"), url.removeprefix("http://")]
+    assert info["blocklist"] == [] and (info["server_names"], info["allowed_origins"]) == ([], [])
     assert (info["blocklist_threshold"], info["blocklist_ttl_s"]) == (3, 3600.0)
 
 
 @pytest.mark.browser
 async def test_pages_cannot_reach_the_server_itself(server, sites):
-    """127.0.0.1 is allowlisted (every port), yet the egress proxy never lets a page call the API."""
+    """The server's own host:port is allowlisted, yet the egress proxy never lets a page call the API."""
     url, pool = server
     async with BrowserClient(url) as client:
         session = await client.create_session(f"{sites.base_url}/sandbox/form.html")
@@ -242,9 +258,9 @@ async def test_a_slow_navigation_does_not_delay_screenshots_and_a_full_queue_ans
     """The promise of the per-kind lanes, on one Chromium process: while a navigation waits for a
     page that does not answer (holding the only navigate slot) and another waits for the slot,
     other sessions' screenshots complete; one more navigation is refused at once with 429."""
-    settings = _settings(chromium_path, browsers=1, concurrency={"navigate": 1}, max_queue=1,
-                         navigate_timeout_s=60.0)
     with FaultPages() as pages:
+        settings = _settings(chromium_path, pages.url, browsers=1, concurrency={"navigate": 1}, max_queue=1,
+                             navigate_timeout_s=60.0)
         async with running_server(settings) as (url, pool), BrowserClient(url, retries=0) as client:
             slow, queued, refused, other = [await client.create_session(f"{pages.url}/ok") for _ in range(4)]
             lane = pool.lanes["navigate"]
@@ -308,7 +324,7 @@ async def test_screenshot_wire_formats_carry_the_same_image(server, sites):
 
 @pytest.mark.browser
 async def test_token_required_on_every_request(chromium_path, sites):
-    settings = _settings(chromium_path, browsers=1)
+    settings = _settings(chromium_path, sites.base_url, browsers=1)
     settings.token = "s3cret"
     async with running_server(settings) as (url, pool):
         async with httpx.AsyncClient() as http:
@@ -345,7 +361,8 @@ async def test_token_required_on_every_request(chromium_path, sites):
 async def test_abandoned_sessions_expire_and_memory_returns(chromium_path, sites):
     """200 sessions opened and never closed: idle expiry frees them; browsers recycle; memory settles."""
     settings = _settings(
-        chromium_path, browsers=2, contexts_per_browser=12, idle_timeout_s=1.0, recycle_after_sessions=60
+        chromium_path, sites.base_url, browsers=2, contexts_per_browser=12, idle_timeout_s=1.0,
+        recycle_after_sessions=60,
     )
     form = f"{sites.base_url}/sandbox/form.html"
     async with running_server(settings) as (url, pool), BrowserClient(url, retries=0) as client:
@@ -429,3 +446,104 @@ def test_serve_command_starts_and_shuts_down_its_browsers(tmp_path):
         assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
         assert b"Traceback" not in proc.stderr.read()
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in browsers)
+
+
+def test_serve_command_refuses_a_whole_local_host_in_the_allowlist():
+    result = CliRunner().invoke(serve_command, ["--allow-hosts", "127.0.0.1"],
+                                env={"WEBGYM_BROWSER_TOKEN": ""})
+    output = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "allow_hosts" in output and "'127.0.0.1' would open every port" in output
+    assert "127.0.0.1:8400" in output  # how to fix it
+
+
+@pytest.mark.browser
+async def test_a_foreign_host_or_a_web_pages_origin_is_refused_before_anything_runs(server, sites):
+    """DNS rebinding sends the attacker's name as Host; a page's request carries Origin or
+    Sec-Fetch-Site. Both are refused (421 / 403, JSON) and counted; our own clients pass."""
+    url, pool = server
+    port = int(url.rsplit(":", 1)[1])
+    created = pool.sessions_created
+    body = {"start_url": f"{sites.base_url}/sandbox/form.html"}
+    async with httpx.AsyncClient(trust_env=False) as http:
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", f"LOCALHOST:{port}"):
+            assert (await http.get(f"{url}/health", headers={"Host": host})).status_code == 200, host
+        misdirected = [f"evil.example:{port}", f"127.0.0.1:{port + 1}", "127.0.0.1", f"127.0.0.2:{port}",
+                       f"127.0.0.1.evil.example:{port}", f"[::1]:{port}0", f"127.0.0.1:{port}@evil"]
+        for host in misdirected:
+            refused = await http.post(f"{url}/sessions", json=body, headers={"Host": host})
+            assert refused.status_code == 421, host
+            assert refused.json()["error"] == "misdirected" and "--server-names" in refused.json()["message"]
+        foreign = [{"Origin": f"{sites.base_url}"}, {"Origin": "null"}, {"Origin": "https://evil.example"},
+                   {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}]
+        for headers in foreign:
+            refused = await http.post(f"{url}/sessions", json=body, headers=headers)
+            assert refused.status_code == 403 and refused.json()["error"] == "foreign_origin", headers
+        # A page of the server's own origin (its /docs) and a request the user typed may call it.
+        own = await http.get(f"{url}/health", headers={"Origin": url, "Sec-Fetch-Site": "same-origin"})
+        typed = await http.get(f"{url}/health", headers={"Sec-Fetch-Site": "none"})
+        assert own.status_code == typed.status_code == 200
+        metrics = (await http.get(f"{url}/metrics")).text
+    assert pool.sessions_created == created  # nothing refused reached the pool
+    assert f'webgym_callers_refused_total{{kind="misdirected"}} {len(misdirected)}' in metrics
+    assert f'webgym_callers_refused_total{{kind="foreign_origin"}} {len(foreign)}' in metrics
+    async with BrowserClient(url) as client:  # the project's own client: Host = the URL's, no Origin
+        session = await client.create_session(body["start_url"])
+        await session.close()
+
+
+async def test_a_wildcard_bind_answers_its_addresses_and_configured_names(chromium_path):
+    """Behind --host 0.0.0.0 with a token: any IP address of the machine on the server's port and the
+    --server-names; another name is misdirected before the token is looked at; an Origin is refused
+    even with the token."""
+    settings = ServerSettings(host="0.0.0.0", port=8300, token="s3cret", server_names=("browsers.lan",),
+                              allowed_origins=("https://dash.example",),
+                              pool=PoolSettings(executable_path=chromium_path))
+    app = create_app(settings)  # not started: /health answers from the pool's counters alone
+    auth = {"Authorization": "Bearer s3cret"}
+
+    async def ask(base: str, **headers: str) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url=base) as http:
+            return await http.get("/health", headers=headers)
+
+    for base in ("http://10.0.0.11:8300", "http://[fd00::11]:8300", "http://127.0.0.1:8300",
+                 "http://browsers.lan:8300", "http://browsers.lan:9999"):
+        assert (await ask(base, **auth)).status_code == 200, base
+    assert (await ask("http://10.0.0.11:8300")).status_code == 401  # the right host, no token
+    assert (await ask("http://other.lan:8300")).status_code == 421  # the Host is checked first
+    for base in ("http://other.lan:8300", "http://10.0.0.11:8301"):
+        answer = await ask(base, **auth)
+        assert answer.status_code == 421 and answer.json()["error"] == "misdirected", base
+    assert (await ask("http://10.0.0.11:8300", Origin="https://evil.example", **auth)).status_code == 403
+    assert (await ask("http://10.0.0.11:8300", Origin="https://dash.example", **auth)).status_code == 200
+    assert app.state.callers.refused == {"misdirected": 3, "foreign_origin": 1}
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("server_names", ("bad name",), "server_names: 'bad name' is not a host name"),
+    ("server_names", ("x:99999",), "server_names: 'x:99999'"),
+    ("allowed_origins", ("dash.example",), "allowed_origins: 'dash.example' is not an origin"),
+    ("allowed_origins", ("https://dash.example/path",), "is not an origin"),
+])
+def test_caller_settings_name_the_field(field, value, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ServerSettings(**{field: value})
+
+
+@pytest.mark.browser
+async def test_going_back_to_a_page_that_no_longer_loads_is_the_agents_mistake(server, sites):
+    """Found by fuzzing (test_server_fuzz.py): a go_back whose previous page fails to load now
+    answered HTTP 500 and ended the episode's step as an infrastructure failure."""
+    url, _ = server
+    async with BrowserClient(url) as client:
+        session = await client.create_session(f"{sites.base_url}/sandbox/form.html")
+        gone = await session.navigate("https://gone.test/")  # the egress proxy cannot resolve it
+        assert gone.error
+        await session.navigate(f"{sites.base_url}/sandbox/next.html")
+        result = await session.execute(BrowserAction.back())
+        assert not result.ok and result.error.startswith("going back failed: ") and "ERR_" in result.error
+        assert result.url.startswith("chrome-error:")  # the page shown: Chromium's error page
+        again = await session.navigate(f"{sites.base_url}/sandbox/form.html")  # the session goes on
+        assert again.title == "Sandbox form"
+        await session.close()

@@ -6,13 +6,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import typing
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.schema_1_1 import write_1_1
 from tests.webgym_rollout.test_agent import png
@@ -192,3 +196,211 @@ def test_step_and_episode_docstrings_cover_every_field():
         hints = typing.get_type_hints(cls)
         documented = set(field_docs(cls))
         assert set(hints) - documented == set(), cls
+
+
+# ---------------------------------------------------------------------- untrusted shards and rows
+# Reading a folder checks every shard first: a truncated, empty or foreign shard, a missing, extra
+# or mistyped column, a manifest that lies: each is a `TrajectoryError` naming the file (and the
+# column or version), raised by `read_episodes` itself, so no reader (len, iteration, stats, the
+# datasets view) ever meets a bare pyarrow or KeyError, and no missing column reads as defaults.
+
+FUZZ = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def _run(folder: Path, n: int = 3) -> tuple[Path, dict]:
+    with TrajectoryWriter(folder, max_shard_episodes=2) as writer:
+        for i in range(n):
+            writer.add(_episode(f"t{i}", steps=1 + i % 2))
+    return folder, json.loads((folder / "manifest.json").read_text())
+
+
+def _rewrite(path: Path, change) -> None:
+    pq.write_table(change(pq.read_table(path)), path)
+
+
+def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(name), name, values)
+
+
+def _map_steps(table: pa.Table, change) -> pa.Table:
+    """`table` with each step dict replaced by ``change(step)`` (types inferred again)."""
+    rows = table.to_pylist()
+    for row in rows:
+        row["steps"] = [change(dict(step)) for step in row["steps"]]
+    return pa.Table.from_pylist(rows)
+
+
+def _without(names):
+    return lambda step: {k: v for k, v in step.items() if k not in names}
+
+
+def _every_reader(source: Path) -> None:
+    """Use `source` the way every consumer does."""
+    episodes = read_episodes(source)
+    len(episodes)
+    list(episodes)
+    episodes.stats()
+    len(episodes.dataset)
+
+
+SHARD_FAULTS = {
+    "truncated": (lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+                  r"not a readable parquet shard, truncated or not parquet"),
+    "zero bytes": (lambda p: p.write_bytes(b""), r"not a readable parquet shard, it is empty \(0 bytes\)"),
+    "not parquet": (lambda p: p.write_text("PAR1 hello"), r"not a readable parquet shard"),
+    "missing column": (lambda p: _rewrite(p, lambda t: t.drop_columns(["reward"])),
+                       r"not a trajectory schema 1\.3 shard: missing column 'reward'"),
+    "wrong type": (lambda p: _rewrite(p, lambda t: _set(t, "reward", pa.array(["1"] * t.num_rows))),
+                   r"not a trajectory schema 1\.3 shard: column 'reward' is string, expected a number"),
+    "wrong nested type": (lambda p: _rewrite(p, lambda t: _map_steps(t, lambda s: {**s, "latency": "slow"})),
+                          r"not a .* shard: column 'steps.latency' is string, expected a struct of policy_s"),
+    "missing step field": (lambda p: _rewrite(p, lambda t: _map_steps(t, _without({"memory"}))),
+                           r"not a trajectory schema 1\.3 shard: column 'steps' has no field 'memory'"),
+}
+
+
+def test_a_column_of_the_users_own_is_kept_beside_the_schema(tmp_path):
+    out, manifest = _run(tmp_path / "run")
+    for entry in manifest["shards"]:
+        _rewrite(out / entry["path"], lambda t: t.append_column("label", pa.array([1] * t.num_rows)))
+    episodes = read_episodes(out)
+    assert len(list(episodes)) == len(episodes) > 0 and set(episodes.dataset["label"]) == {1}
+
+
+@pytest.mark.parametrize("fault", sorted(SHARD_FAULTS))
+def test_a_bad_shard_is_refused_naming_the_file_and_column(tmp_path, fault):
+    damage, message = SHARD_FAULTS[fault]
+    out, manifest = _run(tmp_path / "run")
+    shard = out / manifest["shards"][-1]["path"]
+    damage(shard)
+    with pytest.raises(TrajectoryError, match=re.escape(str(shard)) + ": " + message):
+        read_episodes(out)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda m: {**m, "schema_version": "9.9"}, r"manifest\.json: trajectory schema 9\.9 is not one this"),
+    (lambda m: {**m, "schema_version": 1.3}, r"manifest\.json: 'schema_version' must be a string"),
+    (lambda m: {**m, "shards": [{**m["shards"][0], "path": "data/gone.parquet"}]},
+     r"manifest\.json lists data/gone\.parquet, which is missing"),
+    (lambda m: {**m, "shards": [{**m["shards"][0], "episodes": [["t0", "zero", "x"]]}]},
+     r"shard entry 0: 'episodes' must be a list of \[task_id, attempt, episode_id\]"),
+    (lambda m: {**m, "shards": [{**m["shards"][0], "path": "../elsewhere.parquet"}]},
+     r"shard entry 0: path '\.\./elsewhere\.parquet' is not inside the folder"),
+    (lambda m: {**m, "shards": "all of them"}, r"manifest\.json has no 'shards' list"),
+    (lambda m: [m], r"manifest\.json has no 'shards' list"),
+])
+def test_a_manifest_that_does_not_fit_is_refused_naming_it(tmp_path, change, message):
+    out, manifest = _run(tmp_path / "run")
+    (out / "manifest.json").write_text(json.dumps(change(manifest)))
+    with pytest.raises(TrajectoryError, match=message):
+        read_episodes(out)
+
+
+def test_an_older_schema_reads_without_its_later_columns_but_not_without_its_own(tmp_path):
+    out, manifest = _run(tmp_path / "run")
+    later = ["seed_difficulty_level", "rubric_source", "recording"]  # what 1.3 added (and steps.popups)
+    for shard in manifest["shards"]:
+        _rewrite(out / shard["path"], lambda t: _map_steps(t.drop_columns(later), _without({"popups"})))
+    with pytest.raises(TrajectoryError, match=r"schema 1\.3 shard: missing columns 'seed_difficulty_level'"):
+        read_episodes(out)
+    (out / "manifest.json").write_text(json.dumps({**manifest, "schema_version": "1.2"}))
+    episodes = read_episodes(out)
+    assert episodes.schema_version == "1.2" and len(list(episodes)) == 3
+    assert all(step.popups == () for episode in episodes for step in episode.steps)
+    _rewrite(out / manifest["shards"][0]["path"], lambda t: t.drop_columns(["outcome"]))
+    with pytest.raises(TrajectoryError, match=r"not a trajectory schema 1\.2 shard: missing column 'outcom"):
+        read_episodes(out)
+
+
+def test_a_folder_without_manifest_is_checked_as_the_version_its_columns_say(tmp_path):
+    out, manifest = _run(tmp_path / "run")
+    (out / "manifest.json").unlink()
+    assert len(list(read_episodes(out))) == 3
+    _rewrite(out / manifest["shards"][0]["path"], lambda t: t.drop_columns(["reward"]))
+    with pytest.raises(TrajectoryError, match=r"missing column 'reward'"):
+        read_episodes(out)
+
+
+@FUZZ
+@given(cut=st.floats(min_value=0.0, max_value=0.999))
+def test_a_shard_cut_anywhere_is_refused_by_read_episodes_never_by_a_reader(cut, tmp_path_factory):
+    out, manifest = _run(tmp_path_factory.mktemp("cut") / "run")
+    shard = out / manifest["shards"][0]["path"]
+    data = shard.read_bytes()
+    shard.write_bytes(data[:int(len(data) * cut)])
+    with pytest.raises(TrajectoryError, match=re.escape(str(shard))):
+        _every_reader(out)
+
+
+def test_a_shard_damaged_after_it_was_checked_is_still_named(tmp_path):
+    out, manifest = _run(tmp_path / "run")
+    episodes = read_episodes(out)
+    shard = out / manifest["shards"][0]["path"]
+    shard.write_bytes(shard.read_bytes()[:100])
+    for use in (len, list, lambda e: e.stats()):
+        with pytest.raises(TrajectoryError, match=re.escape(str(shard))):
+            use(episodes)
+
+
+row_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5) | st.binary(max_size=3),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+    max_leaves=4)
+EPISODE_FIELDS = ["reward", "status", "iteration", "attempt", "verdicts", "outcome", "started_at", "steps",
+                  "answer", "task_name", "evaluator_reference", "difficulty"]
+STEP_FIELDS = ["index", "screenshot", "messages", "usage", "latency", "logprobs", "popups", "same_as_next"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(top=st.dictionaries(st.sampled_from(EPISODE_FIELDS), row_values, max_size=2),
+       step=st.dictionaries(st.sampled_from(STEP_FIELDS), row_values, max_size=2))
+def test_a_row_with_junk_is_an_episode_or_an_error_naming_the_episode(top, step):
+    row = _arrow_row(_episode())
+    row["steps"][0].update(step)
+    row.update(top)
+    try:
+        episode = Episode.from_row(row)
+    except TrajectoryError as error:
+        assert str(error).startswith(f"episode {row['episode_id']}: "), str(error)
+        return
+    assert isinstance(episode.reward, float) and isinstance(episode.status, EpisodeStatus)
+    assert all(isinstance(s.screenshot, bytes) and isinstance(s.logprobs, tuple) for s in episode.steps)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"reward": "1.0"}, r"reward: expected a number, got str '1\.0'"),
+    ({"attempt": True}, r"attempt: expected an integer, got bool True"),
+    ({"outcome": [1]}, r"outcome: expected an object, got list"),
+    ({"steps": "none"}, r"steps: expected a list of steps"),
+    ({"steps": [{"index": 0, "latency": {"policy_s": "slow"}}]},
+     r"steps\[0\]\.latency\.policy_s: expected a number"),
+    ({"steps": [{"index": 0, "logprobs": [0.5, None]}]}, r"steps\[0\]\.logprobs\[1\]: expected a number"),
+    ({"steps": [{"index": 0, "screenshot": {"bytes": 7}}]}, r"steps\[0\]\.screenshot: 'bytes' must be bytes"),
+    ({"steps": [{"index": 0, "screenshot": {"path": "/nonexistent/x.png"}}]}, r"No such file"),
+    ({"steps": ["step"]}, r"steps\[0\]: expected an object, got str"),
+])
+def test_a_row_value_of_the_wrong_type_names_its_field(change, message):
+    row = {**_arrow_row(_episode()), **change}
+    with pytest.raises(TrajectoryError, match=r"episode t0-0: .*" + message):
+        Episode.from_row(row)
+
+
+def test_text_utf8_cannot_encode_is_stored_with_a_replacement_character(tmp_path):
+    episode = _episode("s", steps=1)
+    episode.steps[0].title = "Shop \ud83d"  # half of an emoji, as a page's JS string can hold
+    episode.answer = "\udc00 done"
+    with TrajectoryWriter(tmp_path / "run") as writer:
+        writer.add(episode)
+    (back,) = read_episodes(tmp_path / "run")
+    assert back.steps[0].title == "Shop \ufffd" and back.answer == "\ufffd done"
+
+
+def test_a_value_that_fits_the_column_but_not_the_contract_is_named(tmp_path):
+    out, manifest = _run(tmp_path / "run")
+    shard = out / manifest["shards"][0]["path"]
+    _rewrite(shard, lambda t: _set(t, "status", pa.array(["finished"] * t.num_rows)))
+    episodes = read_episodes(out)  # the layout is right: only the values are wrong
+    with pytest.raises(TrajectoryError, match=r"episode t0-0: .*'finished' is not a valid EpisodeStatus"):
+        list(episodes)
+    with pytest.raises(TrajectoryError, match=re.escape(str(out)) + r": 'finished' is not a valid Episode"):
+        episodes.stats()

@@ -14,7 +14,8 @@ One module per seed, registered by name::
     mind2web2        mind2web-2       mind2web2/ (dev_set_tasks.jsonl + trees) osunlp/Mind2Web-2
     gaia_web         gaia-web         gaia_web/ (GAIA_web*.jsonl)              -
     webvoyager       webvoyager       (explicit path) WebVoyager_data.jsonl + reference_answer.json
-    generic          generic          (explicit path) JSONL/JSON/CSV/parquet with a column mapping
+    generic          generic          (explicit path) JSONL/JSON/CSV/parquet/Arrow or a save_to_disk
+                                      folder, with a column mapping
     miniwob          miniwob          (explicit path) rows of MiniWoB++ task + seed(s)  -
 
 A seeds folder (``webgym-data build --seeds DIR``) may also use the upstream names: the upstream
@@ -129,7 +130,7 @@ SEED_IMPORTERS = ("insta_v3", "pae_webvoyager", "agentsynth_web", "browsecomp", 
 
 # "org/name" (Hub repo id syntax), but not something that is plainly a data file path.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+_DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".arrow")
 
 
 def available_importers() -> list[str]:

@@ -11,14 +11,16 @@ import csv
 import functools
 import json
 import logging
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from webgym_data.loading import TaskSourceError
+from webgym_data.loading import TaskSourceError, read_table_rows
 from webgym_data.schema import (
+    MAX_DIFFICULTY,
     MAX_INSTRUCTION_CHARS,
     FactGroup,
     Task,
@@ -29,6 +31,8 @@ from webgym_data.schema import (
     make_task_id,
     normalise_evaluator_reference,
     normalise_website,
+    text_fault,
+    unencodable_field,
 )
 
 logger = logging.getLogger(__name__)
@@ -64,7 +68,8 @@ class ImportResult:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Rows of a ``.json`` (a list, or an object of rows), ``.jsonl``, ``.csv`` or ``.parquet`` file.
+    """Rows of a ``.json`` (a list, or an object of rows), ``.jsonl``, ``.csv``, ``.parquet`` or ``.arrow``
+    file.
 
     A malformed row raises `TaskValidationError`, a file that cannot be read at all (permissions,
     not UTF-8, not parquet) `TaskSourceError`; both name the file.
@@ -85,16 +90,12 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
                     continue
                 try:
                     rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise TaskValidationError(f"invalid JSON on line {line_number + 1}: {exc.msg}",
+                except (ValueError, RecursionError) as exc:
+                    raise TaskValidationError(f"invalid JSON on line {line_number + 1}: {_json_problem(exc)}",
                                               file=str(path), row=len(rows)) from None
         return rows
     if suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise TaskValidationError(f"invalid JSON at line {exc.lineno}: {exc.msg}",
-                                      file=str(path)) from None
+        data = read_json_file(path)
         if isinstance(data, Mapping):
             # Some seeds store {id: row}; keep the key so the row can use it as its id.
             return [{"_key": key, **value} if isinstance(value, Mapping) else {"_key": key, "value": value}
@@ -106,27 +107,66 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
     if suffix == ".csv":
         with path.open(encoding="utf-8", newline="") as handle:
             return list(csv.DictReader(handle))
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.read_table(path).to_pylist()
-        except Exception as exc:  # pyarrow raises several unrelated types for a bad file
-            raise TaskSourceError(f"not a readable parquet file: {exc}", file=str(path)) from None
+    if suffix in (".parquet", ".arrow"):
+        return read_table_rows(path)
     raise TaskValidationError(f"unsupported file type {suffix or '(none)'}; "
-                              "expected .json, .jsonl, .csv or .parquet", file=str(path))
+                              "expected .json, .jsonl, .csv, .parquet or .arrow", file=str(path))
+
+
+def _number_text(value: Any) -> Any:
+    """A number as its text (ids are often numbers); anything else as is. NaN and infinities are not
+    text a task can use (a float column's empty cells read as NaN), so they stay floats."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _json_problem(exc: ValueError | RecursionError) -> str:
+    """What is wrong with JSON text that `json.loads` refused (json raises a plain ValueError for an
+    integer of more digits than Python converts, and RecursionError for deep nesting)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(";")[0]
+
+
+def read_json_file(path: Path) -> Any:
+    """The JSON value in `path`. A file that cannot be read is a `TaskSourceError`, text that is not
+    JSON a `TaskValidationError`; both name the file (and the line where JSON says where)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskSourceError(f"unreadable: {exc}", file=str(path)) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TaskValidationError(f"invalid JSON at line {exc.lineno}: {exc.msg}", file=str(path)) from None
+    except (ValueError, RecursionError) as exc:
+        raise TaskValidationError(f"invalid JSON: {_json_problem(exc)}", file=str(path)) from None
 
 
 def require_text(record: Mapping[str, Any], name: str, *, file: str, row: int) -> str:
     """The non-empty string in `record[name]` (numbers are accepted as text), whitespace collapsed."""
-    value = record.get(name)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = str(value)
+    value = _number_text(record.get(name))
     if not isinstance(value, str) or not value.strip():
         found = "missing" if name not in record else f"got {value!r}"[:80]
         raise TaskValidationError(f"is required and must be a non-empty string ({found})",
                                   file=file, row=row, field=name)
     return " ".join(value.split())
+
+
+def text_field(record: Mapping[str, Any], name: str, *, file: str, row: int) -> str:
+    """The string in `record[name]`, stripped ("" when missing or null; numbers are accepted as text).
+    Any other value (an object, a list, NaN) is refused naming the field: unlike `optional_text`,
+    for a column the user named, where dropping a value would change the task silently."""
+    value = _number_text(record.get(name))
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TaskValidationError(f"must be a string, got {type(value).__name__} {value!r}"[:120],
+                                  file=file, row=row, field=name)
+    return value.strip()
 
 
 def optional_text(record: Mapping[str, Any], name: str) -> str:
@@ -259,17 +299,26 @@ class SeedImporter:
                                       field="task_name")
         if len(task_name) > MAX_INSTRUCTION_CHARS:
             raise Skip(f"field '{task_name_field}' {instruction_too_long(task_name)}")
-        if not all(isinstance(g, FactGroup) for g in evaluator_reference or ()):
+        if not (isinstance(evaluator_reference, tuple | list)
+                and all(isinstance(g, FactGroup) for g in evaluator_reference)):
             try:
                 evaluator_reference = normalise_evaluator_reference(evaluator_reference)
             except ValueError as exc:
                 raise TaskValidationError(str(exc), file=file, row=row, field="evaluator_reference") from None
-        if isinstance(difficulty, bool) or not isinstance(difficulty, int) or difficulty < 0:
-            raise TaskValidationError(f"must be a non-negative integer, got {difficulty!r}", file=file,
-                                      row=row, field="difficulty")
-        task_id = (make_task_id(self.benchmark_name, "id", source_id) if source_id
-                   else make_task_id(self.benchmark_name, website, task_name))
-        return Task(
+        if (isinstance(difficulty, bool) or not isinstance(difficulty, int)
+                or not 0 <= difficulty <= MAX_DIFFICULTY):
+            if isinstance(difficulty, int) and difficulty.bit_length() > 64:  # too long to write out
+                shown = f"an integer of {difficulty.bit_length()} bits"
+            else:
+                shown = repr(difficulty)[:80]
+            raise TaskValidationError(f"must be a non-negative integer (at most {MAX_DIFFICULTY}), "
+                                      f"got {shown}", file=file, row=row, field="difficulty")
+        try:
+            task_id = (make_task_id(self.benchmark_name, "id", source_id) if source_id
+                       else make_task_id(self.benchmark_name, website, task_name))
+        except UnicodeEncodeError:  # text UTF-8 cannot encode: refused below, naming its field
+            task_id = ""
+        task = Task(
             task_id=task_id, task_name=task_name, website=website, benchmark_name=self.benchmark_name,
             start_url=normalise_website(start_url) or website, domain=domain.strip(),
             subdomain=subdomain.strip(), evaluator_reference=tuple(evaluator_reference or ()),
@@ -279,6 +328,17 @@ class SeedImporter:
             seed_criteria=tuple(dict.fromkeys(" ".join(c.split()) for c in seed_criteria if c.strip())),
             rubric_source=rubric_source, seed_difficulty_level=seed_difficulty_level,
         )
+        fault = unencodable_field(task)
+        if fault is None and not task_id:
+            fault = ("task_id", text_fault(source_id))  # the seed's own id
+        if fault is not None:
+            name, reason = fault
+            if name == "source.metadata":  # name the seed's own column
+                name = next((str(key) for key, value in (metadata or {}).items()
+                             if text_fault(str(key)) or text_fault(json.dumps(value, ensure_ascii=False,
+                                                                              default=str))), name)
+            raise TaskValidationError(reason, file=file, row=row, field=name)
+        return task
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,4 +1,5 @@
-"""Any JSONL/JSON/CSV/parquet file of tasks, with a column mapping.
+"""Any JSONL/JSON/CSV/parquet/Arrow file of tasks, or a ``datasets`` ``save_to_disk`` folder, with a
+column mapping.
 
 ``GenericImporter({"task_name": "question", "website": "url"})`` reads the task fields from those
 columns; a field without a mapping is read from the column of its own name when there is one, so
@@ -18,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from webgym_data.importers._base import SeedImporter, optional_text, require_text
+from webgym_data.importers._base import SeedImporter, require_text, text_field
+from webgym_data.loading import saved_dataset_files
 from webgym_data.schema import (
     DIFFICULTY_LEVELS,
     RUBRIC_SOURCES,
@@ -63,6 +66,11 @@ class GenericImporter(SeedImporter):
         if benchmark_name:
             self.benchmark_name = benchmark_name  # type: ignore[misc]  # per instance on purpose
 
+    def files_in(self, folder: Path) -> list[Path]:
+        # A saved dataset's folder also holds JSON files (its state and info) that are not rows.
+        saved = saved_dataset_files(folder)
+        return saved if saved is not None else super().files_in(folder)
+
     def convert(self, record: Mapping[str, Any], *, file: str, row: int) -> Task:
         columns = {target: self.mapping.get(target, target) for target in TARGET_FIELDS}
         for target, column in self.mapping.items():
@@ -71,23 +79,30 @@ class GenericImporter(SeedImporter):
                                           file=file, row=row, field=column)
         fields: dict[str, Any] = {}
         for target in ("start_url", "definite_answer", "domain", "subdomain"):
-            fields[target] = optional_text(record, columns[target])
+            fields[target] = text_field(record, columns[target], file=file, row=row)
         reference = record.get(columns["evaluator_reference"])
         if reference not in (None, ""):
             fields["evaluator_reference"] = reference
         difficulty = record.get(columns["difficulty"])
         label = seed_difficulty_label(difficulty)
         labelled = bool(label)
-        label = label or seed_difficulty_label(record.get("seed_difficulty_level"))
+        own_label = text_field(record, "seed_difficulty_level", file=file, row=row)
+        if own_label and not seed_difficulty_label(own_label):
+            raise TaskValidationError(f"must be one of {', '.join(DIFFICULTY_LEVELS)} or empty, "
+                                      f"got {own_label!r}", file=file, row=row, field="seed_difficulty_level")
+        label = label or seed_difficulty_label(own_label)
         if labelled:
             difficulty = None  # a label, not a fact count
         if isinstance(difficulty, str) and difficulty.strip():
-            if not difficulty.strip().isdigit():
+            # Decimal digits only ("²" is a digit int() refuses), ten at most (a 32-bit count), and
+            # parsed without the blanks str.strip() removed (int() strips fewer: "0\x1f" fails).
+            digits = difficulty.strip()
+            if not digits.isdecimal() or len(digits) > 10:
                 raise TaskValidationError(
                     f"must be a fact count (a non-negative integer) or a seed's label "
-                    f"({', '.join(DIFFICULTY_LEVELS)}, any case), got {difficulty!r}",
+                    f"({', '.join(DIFFICULTY_LEVELS)}, any case), got {difficulty[:40]!r}",
                     file=file, row=row, field=columns["difficulty"])
-            difficulty = int(difficulty)
+            difficulty = int(digits)
         if isinstance(difficulty, float) and difficulty.is_integer():
             difficulty = int(difficulty)
         if difficulty not in (None, ""):
@@ -102,14 +117,16 @@ class GenericImporter(SeedImporter):
                 raise TaskValidationError("must be a list of strings", file=file, row=row,
                                           field=columns["seed_criteria"])
             fields["seed_criteria"] = criteria
-        rubric_source = optional_text(record, "rubric_source")
-        if rubric_source in RUBRIC_SOURCES:
-            fields["rubric_source"] = rubric_source
+        rubric_source = text_field(record, "rubric_source", file=file, row=row)
+        if rubric_source not in RUBRIC_SOURCES:
+            raise TaskValidationError(f"must be one of {', '.join(map(repr, RUBRIC_SOURCES))}, "
+                                      f"got {rubric_source!r}", file=file, row=row, field="rubric_source")
+        fields["rubric_source"] = rubric_source
         # A difficulty label stays in the metadata too (a fact count is the row's `difficulty`).
         used = {columns[t] for t in TARGET_FIELDS if not (t == "difficulty" and labelled)}
         metadata = {k: v for k, v in record.items()
                     if k not in used and k not in _OURS and not k.startswith("_")}
-        benchmark = optional_text(record, columns["benchmark_name"])
+        benchmark = text_field(record, columns["benchmark_name"], file=file, row=row)
         try:
             task = self.make_task(
                 file=file, row=row,
@@ -127,7 +144,7 @@ class GenericImporter(SeedImporter):
         if benchmark:
             changes["benchmark_name"] = benchmark
             changes["task_id"] = make_task_id(benchmark, task.website, task.task_name)
-        task_id = optional_text(record, columns["task_id"])
+        task_id = text_field(record, columns["task_id"], file=file, row=row)
         if task_id:
             changes["task_id"] = task_id  # a given id is kept as is
         return dataclasses.replace(task, **changes) if changes else task

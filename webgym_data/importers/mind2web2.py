@@ -12,7 +12,6 @@ the rubric instead); every leaf, prefixed by its depth-1 node's description, is 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from webgym_data.importers._base import (
     SEARCH_START_URL,
     SeedImporter,
     optional_text,
+    read_json_file,
     require_text,
 )
 from webgym_data.schema import FactGroup, Task, TaskValidationError
@@ -84,10 +84,7 @@ def groups_as_criteria(groups: tuple[FactGroup, ...]) -> list[str]:
 
 
 def _read_tree(path: Path) -> Mapping[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise TaskValidationError(f"invalid JSON at line {exc.lineno}: {exc.msg}", file=str(path)) from None
+    data = read_json_file(path)
     try:
         return data["eval_breakdown"][0]["verification_tree"]
     except (KeyError, IndexError, TypeError):

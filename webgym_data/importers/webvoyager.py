@@ -9,12 +9,11 @@ as a definite answer would fail agents that report today's correct value.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from webgym_data.importers._base import SeedImporter, optional_text, require_text
+from webgym_data.importers._base import SeedImporter, optional_text, read_json_file, require_text
 from webgym_data.schema import Task, TaskValidationError
 
 __all__ = ["WebVoyagerImporter"]
@@ -23,10 +22,7 @@ REFERENCE_FILE = "reference_answer.json"
 
 
 def _load_reference_answers(path: Path) -> dict[tuple[str, str], dict[str, str]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise TaskValidationError(f"invalid JSON at line {exc.lineno}: {exc.msg}", file=str(path)) from None
+    data = read_json_file(path)
     answers: dict[tuple[str, str], dict[str, str]] = {}
     if not isinstance(data, Mapping):
         raise TaskValidationError("expected an object {web_name: {answers: [...]}}", file=str(path))

@@ -223,6 +223,7 @@ class _Rollout:
         running: set[asyncio.Task] = set()
         k = 0
         while not self.board.stop:
+            self.loop.services.check_policy()  # a dead policy server stops the run, not each episode
             started = self.loop.chunk_dir(k).with_name(f"chunk-{k:04d}-tasks.jsonl").is_file()
             # A chunk begun before a crash resumes at once; a new one when admission reaches it.
             if started or k * self.chunk < self.gate.limit(self.board.version):
@@ -355,6 +356,7 @@ def _take_batch(loop: Loop, stream: TrajectoryStream, board: _Board, size: int, 
     position = StreamPosition.from_json(state.position)
     began = time.monotonic()
     while (taken := stream.take(size, position)) is None:
+        loop.services.check_policy()
         with board.cond:
             board.check()
             board.cond.wait(timeout=loop.settings.async_loop.poll_s)

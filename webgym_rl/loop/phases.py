@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from webgym_core.failpoints import failpoint
 from webgym_core.files import write_atomic, write_json_atomic
 from webgym_core.settings import settings_to_dict
 from webgym_data.loading import load_tasks
@@ -405,6 +406,7 @@ def publish(loop: Loop, r: int) -> VersionRecord:
     """Publish the trainer's weights as version ``r + 1`` and switch the endpoint to it: in
     memory where the endpoint takes it, else through a folder the updater loads."""
     assert loop.trainer is not None and loop.updater is not None
+    loop.services.check_policy()
     version, path = r + 1, publish_path(loop)
     began = time.perf_counter()
     checkpoint = adapter = None
@@ -414,6 +416,7 @@ def publish(loop: Loop, r: int) -> VersionRecord:
         adapters = loop.updater.loads_adapters
         checkpoint, adapter = save_version(loop, version, servable=not adapters)
         loop.updater.update(adapter if adapters else checkpoint, version)
+    failpoint("loop.publish")  # the endpoint serves the version; the state does not hold it yet
     record = VersionRecord(version=version, round=r, path=path,  # type: ignore[arg-type]
                            publish_s=time.perf_counter() - began, checkpoint=checkpoint, adapter=adapter)
     loop.state.versions.append(record)
@@ -560,6 +563,7 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
                        split=settings.eval_split, index=version, horizon_table=settings.eval_horizons)
     started = time.time()
     report = await run_rollout(run, policy=policy)  # closes the policy
+    loop.services.check_policy()  # a dead server failed the episodes: not the version's figure
     played = rollout_record(run, report, f"v{version}", version)
     record = EvalRecord(**played.model_dump(), started_at=started)
     versions = Counter(f"v{step_version(step.policy_version)}"

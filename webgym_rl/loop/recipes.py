@@ -56,13 +56,11 @@ def recipe_path(name_or_file: str) -> Path:
 def load_recipe(name_or_file: str, **changes: Any) -> LoopSettings:
     """`LoopSettings` from a recipe (`recipe_path`) with `changes` in its YAML keys on top (nested
     groups merged: ``policy={"model": "tiny"}`` changes only that key of the recipe's ``policy``)."""
-    import yaml
-
-    from webgym_core.settings import settings_from_dict
+    from webgym_core.settings import read_settings_file, settings_from_dict
     from webgym_rl.loop.settings import LoopSettings
 
     path = recipe_path(name_or_file)
-    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    values = read_settings_file(path)
     for key, value in changes.items():
         if isinstance(value, dict) and isinstance(values.get(key), dict):
             values[key] = {**values[key], **value}

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from webgym_core.failpoints import failpoint
 from webgym_core.files import write_json_atomic
 from webgym_core.settings import settings_from_dict, settings_to_dict
 from webgym_rl.errors import LoopError, NoTrainingDataError
@@ -109,6 +110,7 @@ class ResidentTrainer:
         loader = trainer.loader(samples, order)
         steps = steps_for(len(samples), t, trainer.num_processes)
         fitted = trainer.fit(loader, order, until=trainer.step + steps)
+        failpoint("trainer.train_round")  # the weights have moved on; the loop has no record of it
         self.round = r
         counts = samples.counts
         losses = [entry["loss"] for entry in fitted.log_history]

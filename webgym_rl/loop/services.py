@@ -4,7 +4,9 @@
 on Ctrl-C and on errors):
 
 - browsers: the browser servers in ``LoopSettings.servers``, or one the loop runs on 127.0.0.1 (in a
-  thread, from the first rollout to the end, so Chromium stays warm; `LoopSettings.pool` says how);
+  thread, from the first rollout to the end, so Chromium stays warm; `LoopSettings.pool` says how),
+  whose pages may reach the site server's ``host:port`` and no other local port (not this browser
+  server's API, nor the policy server);
 - sites: the site server MiniWoB pages come from (``sites_url``), or one the loop runs on 127.0.0.1;
 - the policy endpoint (`PolicyEndpointSettings`), started once by `start_policy` and switched to
   each new version by the `webgym_rl.loop.updater.PolicyUpdater` that `updater()` makes
@@ -142,12 +144,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _host_port(url: str) -> str:
+    """The ``host:port`` allowlist entry of `url` (``http://127.0.0.1:8400`` -> ``127.0.0.1:8400``)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError as exc:
+        raise LoopSettingsError(f"sites_url: {url!r} is not a URL ({exc})") from None
+    host = parts.hostname or ""
+    if not host or port is None:
+        raise LoopSettingsError(f"sites_url: {url!r} needs an http(s) scheme and a host")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class _BrowserServerThread:
     """The browser server (`webgym_rollout.browser.server.running_server`) on its own event loop in a
     thread, so that it outlives the rollouts (each runs its own ``asyncio.run``) and keeps Chromium warm."""
 
-    def __init__(self, pool: PoolSettings):
+    def __init__(self, pool: PoolSettings, allow: tuple[str, ...] = ()):
         self._pool = pool
+        self._allow = allow
+        """Exact ``host:port`` entries added to the pool's allowlist: the loop's site server."""
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -166,8 +185,9 @@ class _BrowserServerThread:
         from webgym_rollout.browser.server import ServerSettings, running_server
 
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        # Local sites (MiniWoB pages on 127.0.0.1) must get through the browser server's URL guard.
-        allow = (*self._pool.allow_hosts, *(() if "127.0.0.1" in self._pool.allow_hosts else ("127.0.0.1",)))
+        # The site server (MiniWoB pages on 127.0.0.1) must get through the browser server's URL guard:
+        # its host:port only, never the whole host, where this server's API and the policy server listen.
+        allow = (*self._pool.allow_hosts, *(a for a in self._allow if a not in self._pool.allow_hosts))
         pool = dataclasses.replace(self._pool, allow_hosts=allow)
         async with running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)) as (url, _pool):
             self.url = url
@@ -235,12 +255,13 @@ class LoopServices:
     # -- browsers
     def browser_urls(self) -> tuple[str, ...]:
         """The browser servers: `servers`, none with a fleet (the runner asks it), or one run here
-        (started on first use)."""
+        (started on first use, after the site server, whose ``host:port`` alone it allowlists)."""
         if self.settings.servers or self.settings.fleet.enabled:
             return tuple(self.settings.servers)
         if self._browser is None:
+            allow = (_host_port(self.sites_url()),)
             began = time.perf_counter()
-            self._browser = self._stack.enter_context(_BrowserServerThread(self.settings.pool))
+            self._browser = self._stack.enter_context(_BrowserServerThread(self.settings.pool, allow=allow))
             self._on_event(ServiceStarted("browser", self._browser.url, time.perf_counter() - began))
         return (self._browser.url,)
 
@@ -261,6 +282,19 @@ class LoopServices:
     def policy_pid(self) -> int | None:
         """Process id of the policy server this object started as a child (None: none running)."""
         return self._process.popen.pid if self._process is not None else None
+
+    def check_policy(self) -> None:
+        """Raise `PolicyEndpointError` (with its exit status and the end of its log) if the policy
+        server this object started has exited; an endpoint run by someone else is not watched."""
+        process = self._process
+        if process is None or process.popen.poll() is None:
+            return
+        log_path = self.settings.out_dir / "policy-server.log"
+        tail = log_path.read_text(errors="replace")[-1500:] if log_path.is_file() else ""
+        raise PolicyEndpointError(
+            f"the policy server (pid {process.popen.pid}) exited with status {process.popen.returncode} "
+            f"while the loop ran; nothing committed is lost: rerun the same command to resume. Last "
+            f"output ({log_path}):\n{tail}")
 
     @property
     def base_url(self) -> str:

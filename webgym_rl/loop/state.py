@@ -81,6 +81,11 @@ def _rate(part: int, whole: int) -> str:
     return f"{part}/{whole} ({100 * part / whole:.1f}%)" if whole else "0/0"
 
 
+def _bugs(internal_errors: int) -> str:
+    return (f"; BUG: {internal_errors} episodes ended error:internal (see the log; please report it)"
+            if internal_errors else "")
+
+
 class RolloutRecord(_Record):
     """One rollout (a round's, or an evaluation's): where it went and what it measured."""
 
@@ -96,6 +101,8 @@ class RolloutRecord(_Record):
     successes: int = 0
     errors: int = 0
     """Episodes that ended in an infrastructure failure (not counted against the agent)."""
+    internal_errors: int = 0
+    """Of `errors`, episodes with ``error:internal``: a bug of the toolkit, to report."""
     steps: int = 0
     valid_actions: int = 0
     success_rate: float = 0.0
@@ -107,8 +114,10 @@ class RolloutRecord(_Record):
     seconds: float = 0.0
 
     def summary(self) -> str:
-        return (f"{self.episodes} episodes, success {_rate(self.successes, self.episodes)}, valid actions "
-                f"{100 * self.valid_action_rate:.1f}%, {self.steps_per_s:.2f} steps/s")
+        return (f"{self.episodes} episodes, success {_rate(self.successes, self.episodes - self.errors)} "
+                f"of evaluated ({_rate(self.successes, self.episodes)} counting infrastructure failures), "
+                f"valid actions {100 * self.valid_action_rate:.1f}%, {self.steps_per_s:.2f} steps/s"
+                + _bugs(self.internal_errors))
 
 
 class BatchRecord(_Record):
@@ -179,8 +188,9 @@ class EvalRecord(RolloutRecord):
     done_at: float = 0.0
 
     def summary(self) -> str:
-        return f"v{self.version}: success {_rate(*self.evaluated)} [{self.success_low:.2f}, " \
-               f"{self.success_high:.2f}] ({self.report})"
+        return (f"v{self.version}: success {_rate(*self.evaluated)} [{self.success_low:.2f}, "
+                f"{self.success_high:.2f}] of evaluated, {_rate(self.evaluated[0], self.episodes)} counting "
+                f"infrastructure failures ({self.report})" + _bugs(self.internal_errors))
 
 
 class PushRecord(_Record):

@@ -132,4 +132,6 @@ def _rollout(loop: Loop, r: int) -> RolloutRecord:
     if r == 0 and settings.bootstrap_policy == "random":
         return rollout_record(run, play(run, bootstrap_policy(loop, settings.seed * 1000)), "random", 0)
     version = state.version.version
-    return rollout_record(run, play(run, VersionedPolicy(loop, lambda: version)), f"v{version}", version)
+    report = play(run, VersionedPolicy(loop, lambda: version))
+    loop.services.check_policy()  # episodes a dead server failed are kept, as failures with a reason
+    return rollout_record(run, report, f"v{version}", version)

@@ -12,6 +12,7 @@
     lanes       Lane: one bounded queue + concurrency limit per operation kind
     metrics     the Prometheus text of /metrics
     guard       where pages may go: the one set of rules (URLs, resolved addresses), the blocklist
+    callers     who may call the server: the Host and Origin checks (the policy server's too)
 
 Only the client side is imported here; the server side needs Playwright.
 """

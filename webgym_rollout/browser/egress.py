@@ -21,6 +21,12 @@ For each request the proxy
    can name: ``refused`` (403), ``unresolved`` or ``unreachable`` (502), with the reason in
    ``X-Webgym-Egress-Reason`` and a small HTML page.
 
+A request it cannot read gets 400 (``bad_request``) and the connection is closed: a request line
+that is not ``METHOD TARGET HTTP/1.x``, a target that is not ``CONNECT host:port`` or an absolute
+``http://`` URL, a host that is not a DNS name (labels of letters, digits, ``-`` and ``_``, at most
+63 characters each, 253 in all), an IP literal, or an IPv6 address in brackets (no zone), a port
+outside 1..65535, or a head over 64 KiB. A head not complete within ``head_timeout_s`` gets 408.
+
 The proxy runs on its own event loop in a thread, so that its CPU time can be read on its own
 (`EgressStats.cpu_s`, in ``/metrics``) and a busy server loop never delays a page's bytes. It keeps
 the last outcome per ``host:port`` (`EgressProxy.outcome`) so that a navigation the browser only
@@ -36,6 +42,7 @@ import contextlib
 import html
 import itertools
 import logging
+import re
 import socket
 import threading
 import time
@@ -66,6 +73,8 @@ EGRESS_REASON_HEADER = "x-webgym-egress-reason"
 """Response header with the reason, in words."""
 _MAX_HEAD = 64 * 1024
 _CONNECT_TIMEOUT_S = 10.0
+_HEAD_TIMEOUT_S = 30.0
+_NAME_LABEL = re.compile(r"[a-z0-9_-]{1,63}")
 _RESOLVE_TIMEOUT_S = 10.0
 _OUTCOMES_KEPT = 1024
 _HOP_BY_HOP = (b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization", b"te",
@@ -88,6 +97,8 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except socket.gaierror as exc:
         raise ResolutionFailed(f"cannot resolve {host}: {exc.strerror}") from exc
+    except (UnicodeError, ValueError) as exc:  # a name the IDNA codec refuses (empty or long label)
+        raise ResolutionFailed(f"cannot resolve {host}: {exc}") from exc
     found: list[IPAddress] = []
     for _family, _type, _proto, _name, sockaddr in infos:
         address = ip_literal(str(sockaddr[0]).split("%")[0])
@@ -151,10 +162,12 @@ class EgressProxy:
     ``await close()`` after they closed; `chromium_args` are the flags that route Chromium here."""
 
     def __init__(self, guard: UrlGuard, resolver: Resolver | None = None, *,
-                 connect_timeout_s: float = _CONNECT_TIMEOUT_S):
+                 connect_timeout_s: float = _CONNECT_TIMEOUT_S, head_timeout_s: float = _HEAD_TIMEOUT_S):
         self.guard = guard
         self.resolver: Resolver = resolver or system_resolver
         self.connect_timeout_s = connect_timeout_s
+        self.head_timeout_s = head_timeout_s
+        """A connection that has not sent a whole request head by then gets 408 and is closed."""
         self.port = 0
         self._protected: set[int] = set()
         self._stats = EgressStats()
@@ -286,7 +299,17 @@ class EgressProxy:
     # ------------------------------------------------------------------ one request
 
     async def _open(self, client: _Client, head: bytes) -> None:
-        """Decide on the request in `head` and connect its client to the destination, or answer."""
+        """Decide on the request in `head` and connect its client to the destination, or answer;
+        a failure nobody foresaw closes the connection (and is logged), never leaves it hanging."""
+        try:
+            await self._decide(client, head)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("egress proxy: unexpected failure on a request (%r); closing it", head[:200])
+            client.abort()
+
+    async def _decide(self, client: _Client, head: bytes) -> None:
         try:
             method, host, port, upstream_head = _parse_head(head)
         except ValueError as exc:
@@ -347,19 +370,38 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
 
 
 def _split_host_port(authority: str, default_port: int) -> tuple[str, int]:
+    """``host[:port]`` or ``[v6][:port]`` -> (host, port); ValueError for anything else."""
     if authority.startswith("["):
-        host, _, rest = authority[1:].partition("]")
+        host, bracket, rest = authority[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"bad IPv6 authority {authority[:200]!r}")
         port = rest.removeprefix(":")
+        address = ip_literal(host) if ":" in host and "%" not in host else None
+        if address is None or address.version != 6:
+            raise ValueError(f"{authority[:200]!r}: brackets hold an IPv6 address (no zone)")
     else:
-        host, _, port = authority.rpartition(":") if ":" in authority else (authority, "", "")
-    if not host:
-        raise ValueError(f"no host in {authority!r}")
-    if port and not port.isdigit():
-        raise ValueError(f"bad port in {authority!r}")
+        host, colon, port = authority.partition(":")
+        if ":" in port:
+            raise ValueError(f"{authority[:200]!r}: an IPv6 address needs brackets")
+        if not _valid_host(host):
+            raise ValueError(f"{authority[:200]!r}: not a host name or an IP address")
+        if colon and not port:
+            raise ValueError(f"empty port in {authority[:200]!r}")
+    if port and not (port.isascii() and port.isdigit()):
+        raise ValueError(f"bad port in {authority[:200]!r}")
     number = int(port) if port else default_port
     if not 0 < number < 65536:
-        raise ValueError(f"bad port in {authority!r}")
+        raise ValueError(f"bad port in {authority[:200]!r}")
     return host, number
+
+
+def _valid_host(host: str) -> bool:
+    """A DNS name (labels of letters, digits, ``-`` and ``_``; a trailing dot allowed) or an IPv4
+    literal, as a browser sends it; nothing a resolver could choke on (NUL, spaces, empty labels)."""
+    name = host.lower().removesuffix(".")
+    if not name or len(name) > 253 or not name.isascii():
+        return False
+    return all(_NAME_LABEL.fullmatch(label) for label in name.split("."))
 
 
 def _parse_head(head: bytes) -> tuple[str, str, int, bytes]:
@@ -392,7 +434,7 @@ def _answer_bytes(status: int, kind: str, reason: str, target: str) -> bytes:
              "unreachable": "Destination unreachable"}.get(kind, "Bad request")
     body = (f"<!doctype html><title>{title}</title><h1>{title}</h1>"
             f"<p>{html.escape(target)}</p><p>{html.escape(reason)}</p>").encode()
-    phrase = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+    phrase = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 502: "Bad Gateway"}[status]
     header_reason = reason.encode("latin-1", "replace").replace(b"\r", b" ").replace(b"\n", b" ")
     return (f"HTTP/1.1 {status} {phrase}\r\n".encode()
             + f"{EGRESS_HEADER}: {kind}\r\n".encode()
@@ -444,13 +486,22 @@ class _Client(_Side):
         self.proxy = proxy
         self.buffer = bytearray()
         self.task: asyncio.Task | None = None
+        self.head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.proxy._clients.add(self)
         self.proxy._stats.open += 1
+        self.head_timer = asyncio.get_running_loop().call_later(self.proxy.head_timeout_s, self._head_late)
+
+    def _head_late(self) -> None:
+        if self.task is None and self.peer is None:
+            self.answer(408, "bad_request",
+                        f"no complete request head within {self.proxy.head_timeout_s:g} s", "")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
         self.proxy._clients.discard(self)
         self.proxy._stats.open -= 1
         if self.task is not None and not self.task.done():
@@ -465,12 +516,15 @@ class _Client(_Side):
         if self.task is not None:
             return  # deciding: the rest waits in the buffer
         end = self.buffer.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self.buffer) > _MAX_HEAD:
-                self.answer(400, "bad_request", "request head too large", "")
+        if end < 0 and len(self.buffer) <= _MAX_HEAD:
+            return  # the head goes on
+        if end < 0 or end + 4 > _MAX_HEAD:
+            self.answer(400, "bad_request", f"request head over {_MAX_HEAD} bytes", "")
             return
         head = bytes(self.buffer[: end + 4])
         del self.buffer[: end + 4]
+        if self.head_timer is not None:
+            self.head_timer.cancel()
         assert self.transport is not None
         self.transport.pause_reading()
         self.task = asyncio.get_running_loop().create_task(self.proxy._open(self, head))

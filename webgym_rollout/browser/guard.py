@@ -18,16 +18,25 @@ reserved, unspecified and documentation ranges, and judges an IPv6 address that 
 address (IPv4-mapped ``::ffff:a.b.c.d``, NAT64 ``64:ff9b::/96`` and ``64:ff9b:1::/48``, 6to4
 ``2002::/16``) by the IPv4 address it carries.
 
-Allowlist entries (``--allow-hosts``) open hosts the rules refuse: ``127.0.0.1`` (every port),
-``127.0.0.1:8400`` (that port only), ``intranet.example``, ``*.example`` (the domain and its
-subdomains). An entry matches the host as the URL spells it, never the address a name resolves to:
-a public name whose DNS answer points at an allowlisted local address is refused (DNS rebinding).
+Allowlist entries (``--allow-hosts``) open hosts the rules refuse. The rule: allowlist a
+``host:port``, never a whole host. ``127.0.0.1:8400``, ``localhost:8400`` and ``[::1]:8400`` open
+that port only; a bare loopback, private, link-local or other non-public IP literal, ``localhost``
+or a ``*.localhost`` name (no port) is refused when the guard is built (`AllowlistError`, naming
+the entry): on this machine every port but the site's belongs to something a page must never
+reach (the browser server's API, the policy server, Ray, a metadata service). A name without a port
+(``intranet.example``, ``*.example``: the domain and its subdomains) stays allowed, for intranet
+sites: it opens that name on every port at the addresses it resolves to, private ones included,
+but never a loopback, unspecified or link-local address (the egress proxy checks what it resolved;
+give ``name:port`` to reach this machine through a name). An entry matches the host as the URL
+spells it, never the address a name resolves to: a public name whose DNS answer points at an
+allowlisted local address is refused (DNS rebinding).
 
 `SiteBlocklist` counts failures per origin (scheme, host, port: `origin_of`) and refuses new
 sessions and navigations to an origin that failed ``threshold`` times within ``window_s``, for
 ``ttl_s`` seconds or until an operator lifts the entry (`SiteBlocklist.lift`).
 
-Exceptions (from `webgym_rollout.errors`): `NavigationRefused` (names the URL), `SiteBlocked`.
+Exceptions: `NavigationRefused` (names the URL) and `SiteBlocked` (from `webgym_rollout.errors`);
+`AllowlistError` (``RolloutError`` and ``ValueError``: an allowlist entry the guard does not take).
 """
 
 from __future__ import annotations
@@ -40,9 +49,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from webgym_rollout.errors import NavigationRefused, SiteBlocked
+from webgym_rollout.errors import NavigationRefused, RolloutError, SiteBlocked
 
 __all__ = [
+    "AllowlistError",
     "BlockEntry",
     "IPAddress",
     "SiteBlocklist",
@@ -130,33 +140,99 @@ def address_reason(address: IPAddress) -> str | None:
     return None
 
 
-def _host_matches(host: str, port: int | None, pattern: str) -> bool:
-    pattern = pattern.lower().strip()
-    want_host, _, want_port = pattern.rpartition(":") if pattern.count(":") == 1 else (pattern, "", "")
-    if pattern.startswith("[") and "]:" in pattern:  # [::1]:8400
-        want_host, _, want_port = pattern.rpartition(":")
-    if want_port and (not want_port.isdigit() or port != int(want_port)):
-        return False
-    want_host = want_host.strip("[]")
-    if want_host.startswith("*."):
-        return host == want_host[2:] or host.endswith(want_host[1:])
-    return host == want_host
+class AllowlistError(RolloutError, ValueError):
+    """An ``--allow-hosts`` entry the guard does not take: malformed, or a whole local host (a bare
+    loopback or private IP literal, ``localhost``) where a ``host:port`` is needed. Names the entry."""
+
+    kind = "allowlist_error"
+
+
+def _machine_local(address: IPAddress) -> bool:
+    """Whether connecting to `address` reaches this machine or its link (loopback, unspecified,
+    link-local), judging an IPv6 address that carries an IPv4 one by the IPv4 address."""
+    if isinstance(address, ipaddress.IPv6Address):
+        carried = _carried_ipv4(address)
+        if carried is not None:
+            address = carried[1]
+    return address.is_loopback or address.is_unspecified or address.is_link_local
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One parsed allowlist entry: a host (``*.`` prefix: the domain and its subdomains) and a port
+    (None: every port; only for names and public addresses)."""
+
+    host: str
+    port: int | None
+
+    def matches(self, host: str, port: int | None) -> bool:
+        if self.port is not None and port != self.port:
+            return False
+        if self.host.startswith("*."):
+            return host == self.host[2:] or host.endswith(self.host[1:])
+        return host == self.host
+
+
+def _parse_entry(entry: str) -> _Entry:
+    """``host``, ``host:port``, ``[v6]``, ``[v6]:port``, ``v6`` or ``*.domain[:port]`` -> `_Entry`;
+    `AllowlistError` naming the entry for a malformed one or a whole local host."""
+    text = entry.strip().lower()
+    port = ""
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise AllowlistError(f"allow_hosts: {entry!r} is not host or host:port ([::1]:8400 for IPv6)")
+        port = rest.removeprefix(":")
+        if rest and not port:
+            raise AllowlistError(f"allow_hosts: {entry!r} has an empty port")
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+        if not port:
+            raise AllowlistError(f"allow_hosts: {entry!r} has an empty port")
+    else:
+        host = text  # a name, an IPv4 literal, or an IPv6 literal without brackets (no port)
+    host = host.rstrip(".")
+    if not host or any(c in host for c in "/@?#[] ") or host in ("*", "*."):
+        raise AllowlistError(f"allow_hosts: {entry!r} names no host (give host:port, e.g. 127.0.0.1:8400)")
+    number = None
+    if port:
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise AllowlistError(f"allow_hosts: {entry!r} has a bad port {port!r} (1..65535)")
+        number = int(port)
+    if number is None:
+        address = None if host.startswith("*.") else ip_literal(host)
+        why = address_reason(address) if address is not None else None
+        if why is None and (host == "localhost" or host.endswith(".localhost")):
+            why = f"'{host}' names this machine"
+        if why is not None:
+            example = f"[{host}]:8400" if ":" in host else f"{host}:8400"
+            raise AllowlistError(
+                f"allow_hosts: {entry!r} would open every port of a whole local host ({why}), where the "
+                "browser server's API, the policy server and other control planes listen; allowlist a "
+                f"host:port instead, e.g. {example} for a site on port 8400")
+    return _Entry(host, number)
 
 
 class UrlGuard:
     """Decides where a browser may go (see the module docstring for the rules).
 
-    `allow_hosts` entries open hosts the default rules refuse: ``127.0.0.1``, ``127.0.0.1:8400``
-    (that port only), ``intranet.example``, ``*.example`` (the domain and its subdomains).
+    `allow_hosts` entries open hosts the default rules refuse: ``127.0.0.1:8400`` (that port only),
+    ``intranet.example``, ``*.example`` (the name and its subdomains, every port, never a loopback or
+    link-local address). A bare local address or ``localhost`` raises `AllowlistError`.
     """
 
     def __init__(self, allow_hosts: Iterable[str] = ()):
         self.allow_hosts = tuple(h.strip().lower() for h in allow_hosts if h.strip())
+        self._entries = tuple(_parse_entry(h) for h in self.allow_hosts)
+
+    def _match(self, host: str, port: int | None) -> _Entry | None:
+        host = host.strip("[]").rstrip(".").lower()
+        exact = next((e for e in self._entries if e.port is not None and e.matches(host, port)), None)
+        return exact or next((e for e in self._entries if e.matches(host, port)), None)
 
     def allowlisted(self, host: str, port: int | None) -> bool:
         """Whether `host` (as the URL or the proxy request spells it) is allowlisted on `port`."""
-        host = host.strip("[]").rstrip(".").lower()
-        return any(_host_matches(host, port, pattern) for pattern in self.allow_hosts)
+        return self._match(host, port) is not None
 
     def host_reason(self, host: str, port: int | None) -> str | None:
         """Why `host` on `port` is refused before any name is resolved, or None (a public IP
@@ -177,9 +253,15 @@ class UrlGuard:
 
     def connect_reason(self, host: str, port: int, address: IPAddress) -> str | None:
         """Why the egress proxy may not connect to `address` (what it resolved `host` to) on
-        `port`, or None. An allowlisted host may go to any address; any other only to a public one."""
-        if self.allowlisted(host, port):
-            return None
+        `port`, or None. A host allowlisted with its port may go to any address; one allowlisted
+        by name alone (no port) to any but a loopback, unspecified or link-local one; any other host
+        only to a public one."""
+        entry = self._match(host, port)
+        if entry is not None:
+            if entry.port is not None or not _machine_local(address):
+                return None
+            return (f"{host} resolves to {address}, and the allowlist entry '{entry.host}' has no port: "
+                    f"a whole host never opens this machine or its link; allowlist {host}:{port}")
         why = address_reason(address)
         if why is None or ip_literal(host.strip("[]")) == address:
             return why
@@ -210,10 +292,10 @@ class UrlGuard:
 
 
 def refusal_hint(reason: str) -> str:
-    """What an operator can do about a refusal: ``--allow-hosts`` opens hosts, never schemes."""
+    """What an operator can do about a refusal: ``--allow-hosts`` opens a host:port, never a scheme."""
     if reason.startswith(("scheme ", "malformed ", "URL has no host")):
         return ""
-    return "; use --allow-hosts to open a host"
+    return "; use --allow-hosts host:port to open it"
 
 
 def origin_of(url: str) -> str:

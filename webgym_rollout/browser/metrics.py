@@ -3,8 +3,9 @@
 `render_prometheus` writes the series (queue depth, running and finished operations and latency
 quantiles per operation kind; sessions, browsers, open pages and contexts per browser, popups
 closed, restarts, screenshot retries, blocked origins, the egress proxy's requests, refusals and
-CPU seconds, and errors by kind). The pool gathers the values (`BrowserPool.metrics_text`); the
-lanes are `webgym_rollout.browser.lanes`.
+CPU seconds, the page requests the URL guard refused, the server's refused callers (a foreign Host
+or Origin: `webgym_rollout.browser.callers`), and errors by kind). The pool gathers the values
+(`BrowserPool.metrics_text`); the lanes are `webgym_rollout.browser.lanes`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def render_prometheus(
     tabs: Mapping[str, tuple[int, int]],
     popups_closed: int,
     egress: EgressStats,
+    guard_refused: int = 0,
+    refused_callers: Mapping[str, int] | None = None,
 ) -> str:
     """The server's metrics in the Prometheus text format; `tabs` maps a browser's process id to
     its (open pages, contexts)."""
@@ -121,6 +124,20 @@ def render_prometheus(
         "counter",
         "CPU seconds of the egress proxy's thread.",
         [("", egress.cpu_s)],
+    )
+    metric(
+        "guard_refused_total",
+        "counter",
+        "Requests of pages the URL guard refused before they left the browser (the egress proxy counts "
+        "what it refuses in egress_requests_total).",
+        [("", guard_refused)],
+    )
+    refused = {"misdirected": 0, "foreign_origin": 0, **(refused_callers or {})}
+    metric(
+        "callers_refused_total",
+        "counter",
+        "Requests to this server refused for their Host (misdirected) or Origin (foreign_origin).",
+        [(f'{{kind="{kind}"}}', count) for kind, count in sorted(refused.items())],
     )
     metric(
         "errors_total",

@@ -29,6 +29,7 @@ import contextlib
 import logging
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,8 +72,10 @@ def set_replaying(context: BrowserContext, replaying: bool) -> None:
         _REPLAYING.discard(context)
 
 
-async def guard_context(context: BrowserContext, guard: UrlGuard) -> None:
-    """The guard's hooks on a new context: popups stay in their tab; refused WebSockets close."""
+async def guard_context(context: BrowserContext, guard: UrlGuard,
+                        on_refused: Callable[[], None] | None = None) -> None:
+    """The guard's hooks on a new context: popups stay in their tab; refused WebSockets close
+    (each counted by `on_refused`)."""
 
     def refuses(url: str) -> bool:
         # WebSockets never pass the page's request interception: Playwright routes those the
@@ -84,6 +87,8 @@ async def guard_context(context: BrowserContext, guard: UrlGuard) -> None:
         why = "replay: WebSockets are not recorded" if context in _REPLAYING else guard.reason(
             ws.url.replace("ws", "http", 1))
         log.info("refused WebSocket %s (%s)", ws.url, why)
+        if on_refused is not None:
+            on_refused()
         await ws.close(code=1008, reason="refused by the URL guard")
 
     await context.add_init_script(_SAME_TAB_SCRIPT)
@@ -96,8 +101,11 @@ class NavigationTracker:
     `install` starts both; until then the counters stay at zero and `cdp` is None.
     """
 
-    def __init__(self, page: Page, guard: UrlGuard, session_id: str):
+    def __init__(self, page: Page, guard: UrlGuard, session_id: str,
+                 on_refused: Callable[[], None] | None = None):
         self.page, self.guard, self.session_id = page, guard, session_id
+        self._on_refused = on_refused
+        """Called for each request the guard refuses (the pool's ``/metrics`` counter)."""
         self.cdp: CDPSession | None = None
         """The page's DevTools session (the interception and the navigation events arrive on it)."""
         self.origins: set[str] = set()
@@ -182,6 +190,8 @@ class NavigationTracker:
                     self.committed.set()  # wake a waiting settle: this navigation ends here
             if reason is not None:
                 self.refusals += 1
+                if self._on_refused is not None:
+                    self._on_refused()
                 log.info("session %s: refused %s (%s)", self.session_id, url, reason)
             task = asyncio.ensure_future(answer(event, reason))
             self._answers.add(task)

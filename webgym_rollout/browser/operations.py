@@ -110,6 +110,9 @@ _CAPTURE_ATTEMPTS = 3
 # How long a failed navigation may take to commit Chromium's error page (it usually takes ms; seconds
 # on a loaded machine); within the navigation's own limit.
 _ERROR_PAGE_COMMIT_S = 5.0
+_GO_BACK_ATTEMPTS = 4
+"""Tries at leaving the error page of a refused navigation, `_GO_BACK_PAUSE_S` longer apart each."""
+_GO_BACK_PAUSE_S = 0.1
 _NEXT_FRAME = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 _BLOCK_TITLES = (
     "captcha",
@@ -302,13 +305,20 @@ class Operations:
             return  # the page stayed in place (or moved on to a page that was allowed)
         # A new session's first page has only about:blank behind it: going back there is fine
         # (the session is closed anyway when its start URL is refused).
-        for attempt in range(2):  # the error page's commit may still be settling: try once more
+        # The error page's commit may still be settling (under load its history entry lags the
+        # commit event): then going back does nothing or fails. Check where the page ended up.
+        for attempt in range(_GO_BACK_ATTEMPTS):
             try:
                 await page.go_back(timeout=self.settings.navigate_timeout_s * 1000)
-                break
             except PlaywrightError as exc:
-                log.info("session %s: going back from a refused page failed (%s)%s", session.id,
-                         str(exc).splitlines()[0], "; trying again" if attempt == 0 else "")
+                log.info("session %s: going back from a refused page failed (%s)", session.id,
+                         str(exc).splitlines()[0])
+            if not (page.url.startswith("chrome-error:") or page.url == refused_url):
+                break
+            if attempt + 1 < _GO_BACK_ATTEMPTS:
+                await asyncio.sleep(_GO_BACK_PAUSE_S * (attempt + 1))
+        else:
+            log.warning("session %s: still on %s after a refused navigation", session.id, page.url)
         session.navigation.title = None
 
     # ------------------------------------------------------------------ screenshots
@@ -405,6 +415,17 @@ class Operations:
                         await page.go_back(timeout=self.settings.navigate_timeout_s * 1000)
                     except PlaywrightTimeout as exc:
                         raise _LimitReached(self.settings.navigate_timeout_s, "--navigate-timeout-s") from exc
+                    except PlaywrightError as exc:
+                        if session.dead:
+                            raise
+                        # The previous page does not load now (its site is down, its name does not
+                        # resolve): the agent's step failed, as a navigation to it would have; the
+                        # session is fine. Chromium commits its error page a moment later: wait for
+                        # it, so the URL returned is the page shown and no later operation races it.
+                        message = str(exc).splitlines()[0]
+                        if "net::ERR_ABORTED" not in message:
+                            await navigation.wait_for_commit(commits_before, _ERROR_PAGE_COMMIT_S)
+                        error = f"going back failed: {message}"
             elif action.kind == "select":
                 error = await page.evaluate(_SELECT_SCRIPT, [action.x, action.y, action.value])
         except PlaywrightTimeout:

@@ -33,6 +33,7 @@ import os
 import secrets
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from playwright.async_api import Error as PlaywrightError
@@ -93,8 +94,10 @@ class PoolSettings:
     contexts_per_browser: int = 6
     """Sessions per browser (the measured sweet spot on 2 cores is 4-8)."""
     allow_hosts: tuple[str, ...] = ()
-    """Hosts opened despite the URL guard's rules, e.g. ``127.0.0.1`` or ``127.0.0.1:8400`` for
-    local sites."""
+    """Hosts opened despite the URL guard's rules: ``host:port``, e.g. ``127.0.0.1:8400`` for a local
+    site server; a bare local address or ``localhost`` is refused (every other port of this machine
+    is a control plane), a name without a port (``intranet.example``, ``*.example``) opens it on every
+    port but never at a loopback or link-local address (`webgym_rollout.browser.guard`)."""
     idle_timeout_s: float = 300.0
     """A session untouched this long is closed (a client that died leaks nothing)."""
     create_timeout_s: float = 30.0
@@ -138,6 +141,7 @@ class PoolSettings:
         for name in ("spare_contexts", "max_queue"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        UrlGuard(self.allow_hosts)  # AllowlistError (a ValueError) naming a bad entry, before any launch
         for name in ("idle_timeout_s", "create_timeout_s", "navigate_timeout_s", "action_timeout_s",
                      "max_browser_mib", "memory_check_s", "blocklist_ttl_s", "replay_cache_mib"):
             if not getattr(self, name) > 0:
@@ -180,10 +184,14 @@ class BrowserPool:
         """Errors answered to clients, by kind (the server counts them)."""
         self.sessions_created = 0
         self.sessions_expired = 0
+        self.guard_refused = 0
+        """Requests of pages the URL guard refused before they left the browser (the page's request
+        interception and WebSocket route; the egress proxy counts its own refusals)."""
         self.started_at = time.monotonic()
         self.processes = ChromiumProcesses(
             self.settings,
-            prepare_context=functools.partial(guard_context, guard=self.guard),
+            prepare_context=functools.partial(guard_context, guard=self.guard,
+                                              on_refused=self._count_refusal),
             on_lost=self._on_process_lost,
             launch_args=lambda: self.egress.chromium_args,
         )
@@ -240,6 +248,9 @@ class BrowserPool:
         self._sessions.clear()
         await self.egress.close()
 
+    def _count_refusal(self) -> None:
+        self.guard_refused += 1
+
     def _on_process_lost(self, process: ChromiumProcess) -> None:
         for session_id in process.active:
             session = self._sessions.get(session_id)
@@ -289,7 +300,9 @@ class BrowserPool:
             counts[str(process.pid)] = (sum(len(c.pages) for c in contexts), len(contexts))
         return counts
 
-    def metrics_text(self) -> str:
+    def metrics_text(self, refused_callers: Mapping[str, int] | None = None) -> str:
+        """``/metrics``; `refused_callers`: the server's refused requests by kind
+        (`webgym_rollout.browser.callers`)."""
         return render_prometheus(
             lanes=self.lanes.values(),
             active_sessions=len(self._sessions),
@@ -303,6 +316,8 @@ class BrowserPool:
             tabs=self.tab_counts(),
             popups_closed=self.processes.popups_closed,
             egress=self.egress.stats(),
+            guard_refused=self.guard_refused,
+            refused_callers=refused_callers or {},
         )
 
     def browser_pids(self) -> list[int]:
@@ -345,7 +360,8 @@ class BrowserPool:
                     page=page,
                     kind=kind,
                     viewport=request.viewport,
-                    navigation=NavigationTracker(page, self.guard, session_id),
+                    navigation=NavigationTracker(page, self.guard, session_id,
+                                                 on_refused=self._count_refusal),
                     tabs=tabs,
                 )
                 page.on("crash", lambda _p: setattr(session, "crashed", True))

@@ -18,17 +18,24 @@ Routes (JSON bodies are the pydantic models of `webgym_rollout.browser.protocol`
     GET    /health  -> ServerHealth     GET /info     GET /metrics (Prometheus text)
     DELETE /blocklist/{origin}                                  -> BlocklistLifted (needs the token)
 
-Errors are ``ErrorBody`` JSON with the HTTP status of their `webgym_rollout.errors` class. The server
+Errors are ``ErrorBody`` JSON with the HTTP status of their `webgym_rollout.errors` class (502 for a
+plain ``browser_error``: a page that did not load, an action Chromium refused; a 500 is a bug). The server
 binds 127.0.0.1 by default; any other address needs ``--token``, and then every request must carry
 ``Authorization: Bearer <token>`` (401 otherwise). Stopping the server closes every browser.
+
+Before the token, every request passes the caller check (`webgym_rollout.browser.callers`): a
+``Host`` that is not one of the server's own names (its bind address and port, on loopback also
+127.0.0.1 / localhost / [::1], plus ``--server-names``) gets 421 ``misdirected``; a request that
+carries a web page's ``Origin`` (unless in ``--allowed-origins``) or ``Sec-Fetch-Site: cross-site``
+gets 403 ``foreign_origin``. Refusals are counted in ``/metrics`` (``webgym_callers_refused_total``).
 
 ``/info`` lists the blocklist's entries (origin, reason, seconds left). ``DELETE
 /blocklist/{origin}`` (``/blocklist/http://127.0.0.1:8400``; any URL of the origin will do) lifts
 one, and is the one route that always needs the token: a server started without ``--token``
-answers it 401, since on loopback any local process, or a page of its own browsers where
-``--allow-hosts`` opens 127.0.0.1, could otherwise call it. Restart such a server with a token
-(or wait for ``--blocklist-ttl-s``). The egress proxy never forwards a browser's request to the
-server's own port on a loopback address.
+answers it 401, since on loopback any local process could otherwise call it. Restart such a
+server with a token (or wait for ``--blocklist-ttl-s``). The egress proxy never forwards a
+browser's request to the server's own port on a loopback address, and ``--allow-hosts`` takes
+``host:port`` entries only (`webgym_rollout.browser.guard`): no page reaches another local port.
 
 ``webgym-rollout serve`` takes its flags and ``--config`` YAML keys from `ServerSettings` (and the
 `PoolSettings` it holds, whose flags carry no prefix) through `webgym_core.settings`.
@@ -53,8 +60,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 from webgym_core.settings import flat, load_settings, settings_options
+from webgym_rollout.browser.callers import CallerCheck, CallerCheckMiddleware, Refusal
 from webgym_rollout.browser.egress import Resolver
 from webgym_rollout.browser.guard import is_loopback_host, origin_of
 from webgym_rollout.browser.pool import BrowserPool, PoolSettings
@@ -108,6 +117,15 @@ class ServerSettings:
     token: str | None = None
     """Bearer token every request must carry (the command reads env WEBGYM_BROWSER_TOKEN when it is
     not given); required off loopback."""
+    server_names: tuple[str, ...] = ()
+    """More names clients reach the server by (the Host header): ``name`` (any port) or
+    ``name:port``. Without them it answers only to its bind address and port (on loopback also
+    127.0.0.1, localhost and [::1]; bound to 0.0.0.0 or ::, any IP address and localhost); any other
+    Host gets 421, so that no web page reaches it through DNS rebinding."""
+    allowed_origins: tuple[str, ...] = ()
+    """Web origins (``https://dashboard.example``) whose pages may call the server; any other request
+    carrying an Origin header (or Sec-Fetch-Site: cross-site / same-site) gets 403, so that no web
+    page, not even one in the server's own browsers, drives it."""
     pool: PoolSettings = flat(PoolSettings)
     """The browser pool's settings (their flags and YAML keys carry no prefix)."""
 
@@ -115,6 +133,12 @@ class ServerSettings:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: must be in 0..65535, got {self.port}")
         check_bind(self.host, self.token)
+        self.caller_check()  # a ValueError naming server_names / allowed_origins
+
+    def caller_check(self) -> CallerCheck:
+        """A new `CallerCheck` for these settings (its port is set once the server is bound)."""
+        return CallerCheck(self.host, self.port, server_names=self.server_names,
+                           allowed_origins=self.allowed_origins)
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -145,6 +169,11 @@ class _RequireToken:
         await self.app(scope, receive, send)
 
 
+def _refused(refusal: Refusal) -> JSONResponse:
+    body = ErrorBody(error=refusal.kind, message=refusal.message)
+    return JSONResponse(body.model_dump(), status_code=refusal.status)
+
+
 def _json(model: BaseModel) -> Response:
     """A model already validated by the pool, serialised once by pydantic (FastAPI would validate
     it again against the response model: measurable on the per-step routes)."""
@@ -158,7 +187,10 @@ def _error_response(exc: BrowserError) -> JSONResponse:
         url=getattr(exc, "url", ""),
         session_closed=bool(getattr(exc, "session_closed", False)),
     )
-    return JSONResponse(body.model_dump(), status_code=exc.status_code)
+    # A plain BrowserError is the browser or the site failing at what it was asked (a start URL that
+    # does not load, an action Chromium refused): 502, as a gateway says. 500 stays for our own bugs.
+    status = 502 if exc.status_code == 500 else exc.status_code
+    return JSONResponse(body.model_dump(), status_code=status)
 
 
 def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) -> FastAPI:
@@ -185,14 +217,25 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
     app = FastAPI(title="webgym browser server", version=version, lifespan=lifespan)
     app.state.pool = pool
     app.state.settings = settings
+    callers = app.state.callers = settings.caller_check()
 
     if settings.token:
         app.add_middleware(_RequireToken, token=settings.token, pool=pool)
+    # Added last, so it runs first: a foreign Host or Origin is refused before the token is looked at.
+    app.add_middleware(CallerCheckMiddleware, check=callers, respond=_refused)
 
     @app.exception_handler(BrowserError)
     async def browser_error(request: Request, exc: BrowserError) -> JSONResponse:
         pool.errors[exc.kind] += 1
         return _error_response(exc)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # Routing and body parsing (no such route, a body that is not JSON): an ErrorBody like the rest.
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
+        pool.errors[kind] += 1
+        body = ErrorBody(error=kind, message=f"{request.method} {request.url.path}: {exc.detail}")
+        return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -269,6 +312,8 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
             "contexts_per_browser": s.contexts_per_browser,
             "max_sessions": s.max_sessions,
             "allow_hosts": list(s.allow_hosts),
+            "server_names": list(settings.server_names),
+            "allowed_origins": list(settings.allowed_origins),
             "idle_timeout_s": s.idle_timeout_s,
             "navigate_timeout_s": s.navigate_timeout_s,
             "action_timeout_s": s.action_timeout_s,
@@ -300,7 +345,8 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(pool.metrics_text(), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(pool.metrics_text(refused_callers=callers.refused),
+                                 media_type="text/plain; version=0.0.4")
 
     return app
 
@@ -328,6 +374,7 @@ async def running_server(
         await asyncio.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     app.state.pool.egress.protect_port(port)
+    app.state.callers.port = port
     try:
         yield f"http://{settings.host}:{port}", app.state.pool
     finally:
@@ -346,8 +393,9 @@ def serve_command(config: str | None, **flags: Any) -> None:
       webgym-rollout serve --port 8300 --allow-hosts 127.0.0.1:8400 \\
           --browsers 2 --contexts-per-browser 6 --concurrency navigate=4
       curl http://127.0.0.1:8300/health
-      # on a shared network, a token is required (the flag, or env WEBGYM_BROWSER_TOKEN):
-      webgym-rollout serve --host 0.0.0.0 --token "$WEBGYM_BROWSER_TOKEN"
+      # on a shared network, a token is required (the flag, or env WEBGYM_BROWSER_TOKEN); clients
+      # that use a name rather than an address need it in --server-names:
+      webgym-rollout serve --host 0.0.0.0 --token "$WEBGYM_BROWSER_TOKEN" --server-names browsers.lan
       # the same settings from a YAML file (flags override it):
       webgym-rollout serve --config serve.yaml
     """

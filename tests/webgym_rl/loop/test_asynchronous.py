@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.webgym_rl.loops import loop_settings
+from tests.webgym_rl.loops import committed_episodes, loop_settings
 from webgym_rl.loop.events import VersionPublished
 from webgym_rl.loop.phases import episode_staleness, step_version
 from webgym_rl.loop.run import run_loop
@@ -18,11 +18,6 @@ from webgym_rollout.trajectory import read_episodes
 
 ASYNC = dict(schedule="async", iterations=3, max_staleness=1, batch_episodes=2, eval_every=0,
              sampler={"kind": "epoch", "batch_size": 2}, bootstrap_policy="random")
-
-
-def _episodes(folder: Path) -> dict[str, object]:
-    return {e.episode_id: e for chunk in sorted((folder / "rollouts").glob("chunk-*")) if chunk.is_dir()
-            for e in read_episodes(chunk)}
 
 
 @pytest.mark.browser
@@ -58,7 +53,7 @@ def test_versions_roll_out_while_training_within_the_staleness_bound(tmp_path, t
     assert result.checkpoint == str(out / "checkpoints" / "v-0004")
 
     # Steps of at least two versions were played while the trainer trained.
-    episodes = _episodes(out)
+    episodes = committed_episodes(out)
     rounds = [state["rounds"][str(r)] for r in range(4)]
     windows = [(r["train"]["started_at"], r["train"]["done_at"]) for r in rounds]
     overlapping = {step_version(s.policy_version) for e in episodes.values() for s in e.steps
@@ -113,7 +108,7 @@ def test_versions_roll_out_while_training_within_the_staleness_bound(tmp_path, t
 
 
 def _committed(out: Path) -> set[str]:
-    return set(_episodes(out))
+    return set(committed_episodes(out))
 
 
 @pytest.mark.browser
