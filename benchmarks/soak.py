@@ -3,7 +3,9 @@
 Everything runs on 127.0.0.1: ``webgym-rl -v loop --schedule async`` (a child process of this
 script) starts its own MiniWoB site server, browser server (with Chromium), CPU policy server (a
 tiny random Qwen2-VL) and resident trainer (a child process). Faults, each at the n-th version
-published over the whole soak (``--faults``, default ``browser@2,policy@4,trainer@6,browser@8,loop@10``):
+published over the whole soak (``--faults``, default ``browser@2,policy@3,trainer@5,loop@7,browser@10,
+policy@11,trainer@13,loop@15,browser@18``; odd publishes fall between two full checkpoints, so a
+rerun supersedes and retrains rounds):
 
 - ``browser``: SIGKILL the browser server's Chromium (the run goes on: the pool starts a new one;
   the episodes on it restart on a fresh session or end with the error that says why);
@@ -20,8 +22,8 @@ run that ended without a kill and neither committed nor cancelled is *unaccounte
 No sample may be trained twice: no episode in two live batches, and the final trainer step is the
 sum of the live rounds' steps (superseded rounds were trained from the restored checkpoint).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/soak.py [--versions 12] [--minutes 20]
-        [--faults browser@2,policy@4,trainer@6,browser@8,loop@10] [--json out.json] [--keep DIR]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/soak.py [--versions 20] [--minutes 20]
+        [--faults KIND@N,...] [--json out.json] [--keep DIR]
 
 Exit status 0 when everything is accounted for and nothing was trained twice; 1 otherwise.
 """
@@ -52,6 +54,7 @@ import psutil  # noqa: E402
 from loop_async_vs_sync import DEFAULT_KINDS, write_tasks  # noqa: E402  (benchmarks/)
 
 FAULTS = ("browser", "policy", "trainer", "loop")
+DEFAULT_FAULTS = "browser@2,policy@3,trainer@5,loop@7,browser@10,policy@11,trainer@13,loop@15,browser@18"
 STARTED = re.compile(r"episode ([0-9a-f]{16}) started")
 CANCELLED = re.compile(r"episode ([0-9a-f]{16}) cancelled")
 PUBLISHED = re.compile(r"\bv(\d+) published\b")
@@ -192,6 +195,8 @@ def account(out: Path, runs: list[dict[str, Any]], versions: int) -> dict[str, A
         "episodes_started": len(starts), "distinct_started": len(set(starts)),
         "committed": len(committed), "committed_rows": rows,
         "committed_by_status": dict(sorted(statuses.items())),
+        "replayed_starts": len(starts) - len(set(starts)),
+        "cancellations_logged": sum(len(run["cancelled"]) for run in runs),
         "cancelled": len(cancelled - set(committed)), "in_flight_at_a_kill": len(in_flight_at_kill),
         "unaccounted": len(unaccounted), "unaccounted_ids": unaccounted[:10],
         "finished": finished, "live_versions": live,
@@ -205,11 +210,11 @@ def account(out: Path, runs: list[dict[str, Any]], versions: int) -> dict[str, A
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--versions", type=int, default=12, help="Versions the loop trains (default 12).")
+    parser.add_argument("--versions", type=int, default=20, help="Versions the loop trains (default 20).")
     parser.add_argument("--batch-episodes", type=int, default=4, help="Episodes per version (default 4).")
     parser.add_argument("--concurrency", type=int, default=4, help="Episodes in flight (default 4).")
     parser.add_argument("--max-steps", type=int, default=4, help="Optimizer steps per version (default 4).")
-    parser.add_argument("--faults", default="browser@2,policy@4,trainer@6,browser@8,loop@10",
+    parser.add_argument("--faults", default=DEFAULT_FAULTS,
                         help="KIND@N,...: inject KIND (browser, policy, trainer, loop) at the N-th publish.")
     parser.add_argument("--minutes", type=float, default=20.0, help="Time budget, at most 20 (default 20).")
     parser.add_argument("--seed", type=int, default=0)

@@ -810,6 +810,8 @@ class _TokenText:
     def entry(self, token_id: int, logprob: float) -> dict[str, Any]:
         text = self._tokenizer.decode([token_id])
         piece = self._tokenizer.convert_ids_to_tokens(token_id)
+        if piece is None:  # an id past the tokenizer's vocabulary (the model's rows are padded)
+            return {"token": "", "logprob": logprob, "bytes": []}
         decoder = _byte_decoder()
         if piece not in self._added and all(char in decoder for char in piece):
             raw = bytes(decoder[char] for char in piece)

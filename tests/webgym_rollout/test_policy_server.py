@@ -930,3 +930,14 @@ def test_views_stand_in_only_for_whole_aligned_cpu_tensors():
     assert _view_groups(tied, slots) == [["a", "b"], ["c"]]
     assert _view_groups(tied, {**slots, "c": _TensorSlot("F32", (3,), 10, 22)}) is None
     assert _view_groups({"a": weight, "row": weight[1]}, {"a": slots["a"], "row": slots["c"]}) is None
+
+
+def test_a_token_id_past_the_tokenizers_vocabulary_gets_an_empty_entry_not_a_500(tiny_qwen2_vl):
+    from webgym_rollout.policy_server import _TokenText
+
+    tokenizer = load_processor(tiny_qwen2_vl).tokenizer
+    tokens = _TokenText(tokenizer)
+    past = len(tokenizer) + 5  # a padded embedding row: the model can sample it, no piece names it
+    assert tokens.entry(past, -3.5) == {"token": "", "logprob": -3.5, "bytes": []}
+    known = tokenizer.convert_tokens_to_ids("a")
+    assert tokens.entry(known, -0.1) == {"token": "a", "logprob": -0.1, "bytes": [97]}
