@@ -9,6 +9,12 @@ the labels. Images go through the processor's image processor, which resizes eac
 within its ``min_pixels`` / ``max_pixels`` (set them with `webgym_rollout.modeling.load_processor`).
 Each sample is encoded on its own and the batch is right-padded to its longest sample.
 
+The behaviour policy's log-probabilities (what the rollout's endpoint returned, `Sample`) are
+lined up with the labels, one per response token: the endpoint's own list where it has one entry
+per response token, or one per token but the end-of-turn token (a reply cut at ``max_tokens`` or at
+a stop string; that token gets the mean of the others); otherwise (the trainer's tokens are not the
+endpoint's) the sample's mean on every response token. NaN where nothing is known.
+
 Exceptions (`webgym_rl.errors`)::
 
     CollationError (ValueError)       a sample that cannot be encoded (names episode and step)
@@ -42,9 +48,24 @@ def _images(messages: Sequence[dict[str, Any]]) -> list[Any]:
     return found
 
 
+def _behaviour_row(sample: Sample, n_target: int) -> list[float]:
+    """The behaviour log-probability of each of the `n_target` response tokens (module docstring)."""
+    per_token = list(sample.behaviour_logprobs or ())
+    if per_token and len(per_token) == n_target:
+        return per_token
+    if per_token and len(per_token) == n_target - 1:
+        return [*per_token, sum(per_token) / len(per_token)]
+    mean = sample.behaviour_logprob
+    if mean is None and per_token:
+        mean = sum(per_token) / len(per_token)
+    return [float("nan") if mean is None else mean] * n_target
+
+
 class Collator:
     """``collator(samples) -> batch`` with ``input_ids``, ``attention_mask``, ``labels``,
-    ``advantages`` (float, one per sample) and the processor's image tensors."""
+    ``advantages`` (float, one per sample), ``behaviour_logprobs`` (float, like ``labels``: NaN but
+    on the response tokens whose behaviour log-probability is known) and the processor's image
+    tensors."""
 
     def __init__(self, processor: Any):
         self.processor = processor
@@ -90,6 +111,9 @@ class Collator:
         labels[0, input_ids.shape[1] - n_target:] = input_ids[0, input_ids.shape[1] - n_target:]
         out = dict(encoded)
         out["labels"] = labels
+        behaviour = torch.full(input_ids.shape, float("nan"))
+        behaviour[0, input_ids.shape[1] - n_target:] = torch.tensor(_behaviour_row(sample, n_target))
+        out["behaviour_logprobs"] = behaviour
         return out
 
     def __call__(self, samples: Sequence[Sample]) -> dict[str, torch.Tensor]:
@@ -101,7 +125,8 @@ class Collator:
             if key in _PER_IMAGE_KEYS:
                 batch[key] = torch.cat(values, dim=0)
                 continue
-            fill = {"input_ids": self.pad_token_id, "labels": IGNORE_INDEX}.get(key, 0)
+            fill = {"input_ids": self.pad_token_id, "labels": IGNORE_INDEX,
+                    "behaviour_logprobs": float("nan")}.get(key, 0)
             padded = torch.full((len(encoded), length), fill, dtype=values[0].dtype)
             for row, value in enumerate(values):
                 padded[row, : value.shape[1]] = value[0]

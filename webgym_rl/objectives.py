@@ -1,4 +1,14 @@
-"""Training objectives, one function each: ``(logits, labels, advantages) -> (loss, metrics)``.
+"""Training objectives, one function each, all with one signature:
+``objective(batch: ObjectiveBatch, settings: TrainingSettings) -> (loss, metrics)``.
+
+`ObjectiveBatch` is what a batch carries: the trained model's logits, the collator's labels
+(``-100`` everywhere but the response tokens; ``logits[:, t]`` predicts ``labels[:, t + 1]``), one
+advantage per sample, and per-token log-probabilities of the response tokens, each ``(B, L - 1)``
+and lined up with `response_logprobs` (position ``t`` is the token ``labels[:, t + 1]``): the
+behaviour policy's (what the rollout's endpoint returned; NaN where unknown), the proximal
+policy's and the reference model's where the objective needs them. The trainer builds it the same
+way for every objective; `NEEDS_PROXIMAL` says which objectives want the proximal log-probabilities
+(and so several passes over a batch).
 
 - `filtered_bc`: behaviour cloning on the kept (successful) steps: the mean negative
   log-likelihood of the response tokens, averaged over all response tokens of the batch.
@@ -7,35 +17,94 @@
   log-likelihood times its advantage, negated (a negative advantage pushes the response down).
   Off-policy samples (rolled out by an older policy version, as in the asynchronous loop) are
   corrected with a truncated importance weight ``min(clip, exp(mean_t log pi - mean_t log mu))``
-  (detached): ``mean_t log pi`` is the trained model's mean response-token log-probability,
-  ``mean_t log mu`` the behaviour policy's, from the log-probabilities its endpoint returned
-  (`Sample.behaviour_logprob`). The ratio of per-token geometric means, not of whole sequences,
-  keeps the weight finite over long replies and does not depend on the trainer re-tokenising the
-  reply into exactly the endpoint's tokens. Samples without behaviour log-probabilities (NaN) and
-  ``clip == 0`` get weight 1.
+  (detached; ``clip`` = ``--importance-clip``): ``mean_t log pi`` is the trained model's mean
+  response-token log-probability, ``mean_t log mu`` the behaviour policy's. The ratio of per-token
+  geometric means, not of whole sequences, keeps the weight finite over long replies. Samples
+  without behaviour log-probabilities and ``clip == 0`` get weight 1.
+- `grpo`: a clipped-ratio policy gradient on group-relative advantages, in these parts:
+
+  * advantages (GRPO, Shao et al. 2024): ``A_i = r_i - mean(r_group)``, optionally divided by
+    ``std(r_group)`` (``--normalize-advantage``), clipped to ``[-clip, clip]``, where a group is the
+    attempts at one task in one iteration; groups whose rewards are all equal carry no signal and
+    are dropped and counted (DAPO's dynamic sampling, Yu et al. 2025). Every step of an episode
+    carries the episode's advantage (`webgym_rl.samples`).
+  * the PPO clipped surrogate per response token ``t`` of sample ``i``, with separate bounds
+    (DAPO's "clip-higher": ``--clip-low``, ``--clip-high``)::
+
+        rho_t = exp(log pi_theta(t) - log pi_prox(t))
+        s_t   = min(rho_t * A_i, clip(rho_t, 1 - clip_low, 1 + clip_high) * A_i)
+
+  * decoupled PPO for stale samples (Fu et al. 2025, AReaL): ``pi_prox`` is the proximal policy,
+    the weights at the start of the batch's update (with one batch per version, as AReaL runs it,
+    the weights at the start of the version's update; the trainer computes its log-probabilities
+    in the batch's first pass and keeps them for the other ``--ppo-epochs`` passes), and the
+    surrogate is corrected by the behaviour importance weight ``w_t = exp(log pi_prox(t) - log
+    mu(t))`` (detached; ``mu`` the policy that rolled the sample out). Tokens with ``w_t >
+    --behaviour-cap`` are masked out (AsyncWebRL masks above 5 after a ratio spike collapsed its
+    reward; 0 = no mask), so the correction is capped. Without behaviour log-probabilities (the
+    random bootstrap policy, an endpoint that returns none) ``w_t = 1``: the sample is taken as
+    on-policy. In the synchronous loop ``mu`` is the proximal policy and ``w_t`` is about 1.
+  * an optional KL penalty to the reference (starting) model, off by default (``--kl-coef``
+    ``beta``), with the unbiased per-token estimator GRPO uses (Schulman's k3)::
+
+        k_t = exp(log pi_ref(t) - log pi_theta(t)) - (log pi_ref(t) - log pi_theta(t)) - 1  (>= 0)
+
+  * the per-token loss ``l_t = -w_t * s_t * m_t + beta * k_t`` (``m_t`` the behaviour mask) is
+    averaged with the per-step normaliser ``--loss-aggregation``: ``token-mean`` divides the sum over
+    all response tokens of the (micro-)batch by their number (DAPO's token-level loss: a long reply
+    weighs as its tokens do), ``sequence-mean`` averages each sample's tokens, then the samples
+    (the GRPO paper's form: every step weighs the same). Masked tokens count in the denominator.
+
+  On the first pass over a batch ``pi_theta = pi_prox``, so ``rho_t = 1`` and the gradient is the
+  advantage-weighted likelihood gradient; from the second pass on (``--ppo-epochs 2``), a token
+  whose ratio has left the clip range in the direction its advantage pushes gets no gradient.
 
 `OBJECTIVES` maps each `webgym_rl.samples.Objective` to the function of the same name.
-
-``labels`` are the collator's: ``-100`` everywhere but the response tokens; ``logits[:, t]``
-predicts ``labels[:, t + 1]``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from webgym_rl.samples import Objective
 
-__all__ = ["OBJECTIVES", "filtered_bc", "importance_weights", "reinforce", "response_logprobs"]
+if TYPE_CHECKING:
+    from webgym_rl.train import TrainingSettings
+
+__all__ = ["NEEDS_PROXIMAL", "OBJECTIVES", "ObjectiveBatch", "filtered_bc", "grpo", "importance_weights",
+           "kl_k3", "reinforce", "response_logprobs"]
 
 # Detached scalar tensors: the trainer turns them into numbers only when it logs (no sync per step).
 Metrics = dict[str, torch.Tensor]
 
 
+@dataclass
+class ObjectiveBatch:
+    """What every objective is given (see the module docstring for the alignment)."""
+
+    logits: torch.Tensor
+    """``(B, L, V)``: the trained model's, with gradient."""
+    labels: torch.Tensor
+    """``(B, L)``: token ids on the response tokens, ``-100`` elsewhere."""
+    advantages: torch.Tensor
+    """``(B,)``: each sample's advantage (1.0 for filtered_bc)."""
+    behaviour_logprobs: torch.Tensor | None = None
+    """``(B, L - 1)``: the behaviour policy's log-probability of each response token; NaN where
+    unknown. None: unknown everywhere."""
+    proximal_logprobs: torch.Tensor | None = None
+    """``(B, L - 1)``, detached: the proximal policy's (grpo). None: the trained model's own,
+    detached (the first pass over a batch)."""
+    reference_logprobs: torch.Tensor | None = None
+    """``(B, L - 1)``, detached: the reference (starting) model's, for grpo's KL penalty."""
+
+
 def response_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probabilities of the labelled tokens and their mask, both ``(B, L - 1)``."""
+    """Per-token log-probabilities of the labelled tokens and their mask, both ``(B, L - 1)``
+    (0 where the mask is False)."""
     targets = labels[:, 1:]
     mask = targets != -100
     logits = logits[:, :-1].float()
@@ -44,10 +113,9 @@ def response_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch
     return logp * mask, mask
 
 
-def filtered_bc(logits: torch.Tensor, labels: torch.Tensor,
-                advantages: torch.Tensor | None = None) -> tuple[torch.Tensor, Metrics]:
+def filtered_bc(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
     """Mean negative log-likelihood of the response tokens (advantages are ignored)."""
-    logp, mask = response_logprobs(logits, labels)
+    logp, mask = response_logprobs(batch.logits, batch.labels)
     tokens = mask.sum()
     loss = -logp.sum() / tokens.clamp(min=1)
     return loss, {"nll": loss.detach(), "tokens": tokens.detach().float()}
@@ -66,20 +134,74 @@ def importance_weights(per_sample: torch.Tensor, behaviour: torch.Tensor | None,
     return torch.where(known, ratio, ones)
 
 
-def reinforce(logits: torch.Tensor, labels: torch.Tensor, advantages: torch.Tensor,
-              behaviour: torch.Tensor | None = None, importance_clip: float = 0.0
-              ) -> tuple[torch.Tensor, Metrics]:
+def reinforce(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
     """``-mean_b(w_b * advantage_b * mean_t log p(response_b,t))``, `w` the truncated importance
-    weights (`importance_weights`; 1 without `behaviour`)."""
-    logp, mask = response_logprobs(logits, labels)
+    weights (`importance_weights` of the per-sample mean behaviour log-probability; 1 without)."""
+    logp, mask = response_logprobs(batch.logits, batch.labels)
     per_sample = logp.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
-    advantages = advantages.to(per_sample.dtype)
-    weights = importance_weights(per_sample, behaviour, importance_clip)
+    advantages = batch.advantages.to(per_sample.dtype)
+    behaviour = None
+    if batch.behaviour_logprobs is not None:
+        nan = torch.full_like(per_sample[:, None].expand_as(logp), float("nan"))
+        behaviour = torch.nanmean(torch.where(mask, batch.behaviour_logprobs.to(logp.dtype), nan), dim=1)
+    weights = importance_weights(per_sample, behaviour, settings.importance_clip)
     loss = -(weights * advantages * per_sample).mean()
     return loss, {"nll": -per_sample.detach().mean(), "advantage_mean": advantages.detach().mean(),
                   "importance_weight_mean": weights.mean(), "tokens": mask.sum().float()}
 
 
+def kl_k3(logp: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Per-token ``exp(ref - logp) - (ref - logp) - 1``: an unbiased, non-negative estimate of
+    KL(pi_theta || pi_ref) from samples of pi_theta; 0 where the two agree."""
+    delta = reference - logp
+    return torch.exp(delta) - delta - 1
+
+
+def grpo(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
+    """The clipped, decoupled, optionally KL-penalised surrogate of the module docstring."""
+    g = settings.grpo
+    logp, mask = response_logprobs(batch.logits, batch.labels)
+    proximal = logp.detach() if batch.proximal_logprobs is None else batch.proximal_logprobs.to(logp.dtype)
+    advantages = batch.advantages.to(logp.dtype)[:, None]
+    ratio = torch.exp(logp - proximal)
+    clipped = ratio.clamp(1 - g.clip_low, 1 + g.clip_high)
+    surrogate = torch.minimum(ratio * advantages, clipped * advantages)
+
+    # Decoupled PPO: the behaviour correction pi_prox / mu, tokens above the cap masked out.
+    weight = torch.ones_like(logp)
+    if batch.behaviour_logprobs is not None:
+        behaviour = batch.behaviour_logprobs.to(logp.dtype)
+        known = ~torch.isnan(behaviour) & mask
+        weight = torch.where(known, torch.exp(proximal - torch.nan_to_num(behaviour)), weight)
+    kept = mask & (weight <= g.behaviour_cap) if g.behaviour_cap > 0 else mask
+    weight = torch.where(kept, weight, torch.zeros_like(weight))  # no inf * 0 on masked tokens
+    per_token = -(weight * surrogate)
+    kl = torch.zeros_like(logp)
+    if g.kl_coef > 0:
+        if batch.reference_logprobs is None:
+            raise ValueError("grpo: kl_coef > 0 needs the reference model's log-probabilities")
+        kl = kl_k3(logp, batch.reference_logprobs.to(logp.dtype)) * mask
+        per_token = per_token + g.kl_coef * kl
+
+    tokens = mask.sum()
+    if g.loss_aggregation == "token-mean":
+        loss = per_token.sum() / tokens.clamp(min=1)
+    else:
+        loss = (per_token.sum(dim=1) / mask.sum(dim=1).clamp(min=1)).mean()
+    n = tokens.clamp(min=1).float()
+    at_clip = ((ratio > 1 + g.clip_high) & (advantages > 0)) | ((ratio < 1 - g.clip_low) & (advantages < 0))
+    return loss, {
+        "nll": (-logp.detach().sum() / n), "advantage_mean": batch.advantages.detach().float().mean(),
+        "ratio_mean": (ratio.detach() * mask).sum() / n, "clip_fraction": (at_clip & mask).sum() / n,
+        "behaviour_masked_fraction": (mask & ~kept).sum() / n,
+        "behaviour_weight_mean": (weight.detach() * kept).sum() / kept.sum().clamp(min=1),
+        "kl": kl.detach().sum() / n, "tokens": tokens.detach().float()}
+
+
+NEEDS_PROXIMAL = frozenset({Objective.GRPO})
+"""The objectives that take the proximal log-probabilities: the trainer computes them once per batch
+(in its first pass) and makes ``--ppo-epochs`` passes over it."""
+
 # Each objective's loss is the function named after it: a new `Objective` without one fails here.
-OBJECTIVES: dict[Objective, Callable[..., tuple[torch.Tensor, Metrics]]] = {
+OBJECTIVES: dict[Objective, Callable[[ObjectiveBatch, TrainingSettings], tuple[torch.Tensor, Metrics]]] = {
     objective: globals()[objective.value] for objective in Objective}

@@ -11,6 +11,12 @@ returned. Which episodes and steps are kept, and with what weight or advantage, 
 - ``reinforce``: steps of every judged episode of the last K iterations, ``same_as_next`` steps
   dropped; advantage = reward minus the mean reward of that task's attempts in the same iteration
   (optionally divided by the group's standard deviation), clipped to ``[-clip, clip]``.
+- ``grpo``: the same group-relative advantages (GRPO: a group is the attempts at one task in one
+  iteration), but a group whose rewards are all equal carries no signal and is dropped (DAPO's
+  dynamic sampling), counted in `SampleCounts.groups_dropped`.
+
+Every step of an episode carries the episode's advantage. `SampleCounts.group_sizes` records how
+many groups of each size the reinforce and grpo selections saw.
 
 Episodes are never trained on when they belong to the test split, have no reward, or ended in an
 infrastructure failure (`EpisodeStatus.is_error`): those say nothing about the agent. Everything
@@ -73,6 +79,8 @@ class Objective(StrEnum):
     """Behaviour cloning on the steps of successful episodes, recency-weighted."""
     REINFORCE = "reinforce"
     """REINFORCE with a per-task baseline over every judged episode."""
+    GRPO = "grpo"
+    """Clipped-ratio policy gradient on group-relative advantages; groups without signal dropped."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +94,10 @@ class SampleSelection:
     success_threshold: float = 1.0
     """filtered_bc keeps episodes whose reward is at least this."""
     normalize_advantage: bool = False
-    """reinforce: divide each advantage by the std of its task's rewards."""
+    """reinforce, grpo: divide each advantage by the std of its group's rewards (the GRPO paper's
+    form; off = the mean baseline alone, as Dr. GRPO recommends)."""
     advantage_clip: float = 5.0
-    """reinforce: clip advantages to [-clip, clip]."""
+    """reinforce, grpo: clip advantages to [-clip, clip]."""
     drop_same_as_next: bool = True
     """Drop steps whose screenshot equals the next one (no-op actions)."""
 
@@ -115,12 +124,15 @@ class Sample:
     response: str
     """The raw policy response (the target)."""
     advantage: float
-    """1.0 for filtered_bc; the clipped advantage for reinforce."""
+    """1.0 for filtered_bc; the episode's clipped advantage for reinforce and grpo."""
     episode_id: str
     step: int
     behaviour_logprob: float | None = None
     """Mean log-probability of the response tokens under the policy that produced them, as its
     endpoint returned them (`Step.logprobs`); None when it returned none (the random policy)."""
+    behaviour_logprobs: tuple[float, ...] | None = None
+    """The same per reply token, as the endpoint returned them; None when it returned none. The
+    collator lines them up with the trainer's tokens (`webgym_rl.collate`)."""
 
 
 @dataclass
@@ -140,13 +152,22 @@ class SampleCounts:
     """Samples kept from each iteration: where the training data came from."""
     skipped: dict[str, int] = field(default_factory=dict)
     """Episodes not used, by reason."""
+    group_sizes: dict[str, int] = field(default_factory=dict)
+    """reinforce, grpo: attempts per group (one task in one iteration) -> number of such groups."""
+    groups_dropped: int = 0
+    """grpo: groups whose attempts all got the same reward (no signal), dropped."""
 
     def summary(self) -> str:
         skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items())) or "none"
+        groups = ""
+        if self.group_sizes:
+            sizes = ", ".join(f"{n} of {size}" for size, n in sorted(self.group_sizes.items(),
+                                                                     key=lambda kv: int(kv[0])))
+            groups = f"; groups: {sizes}, {self.groups_dropped} dropped (equal rewards)"
         return (f"{self.objective}: {self.trajectories_read} trajectories read, "
                 f"{self.trajectories_kept} kept (iterations {self.iterations_kept}); "
                 f"{self.steps_read} steps read, {self.steps_kept} kept, "
-                f"{self.same_as_next_dropped} same_as_next dropped; skipped: {skipped}")
+                f"{self.same_as_next_dropped} same_as_next dropped; skipped: {skipped}{groups}")
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -216,13 +237,14 @@ class StepSamples:
             return image.convert("RGB") if image.mode != "RGB" else image
 
         messages = expand_messages(step["messages"][ref.step].as_py(), image_for_step)
-        behaviour = None
+        behaviour, per_token = None, None
         if steps.type.get_field_index("logprobs") >= 0:  # schema 1.1 rows have none
             logprobs = steps.field("logprobs")[ref.step].as_py() or []
-            behaviour = sum(logprobs) / len(logprobs) if logprobs else None
+            if logprobs:
+                behaviour, per_token = sum(logprobs) / len(logprobs), tuple(logprobs)
         return Sample(messages=messages, response=step["response"][ref.step].as_py() or "",
                       advantage=self.advantages[index], episode_id=episode_id, step=ref.step,
-                      behaviour_logprob=behaviour)
+                      behaviour_logprob=behaviour, behaviour_logprobs=per_token)
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -352,27 +374,35 @@ def _candidates(sources: Sequence[TrajectorySet], counts: SampleCounts,
 
 
 def _advantages(objective: Objective, episodes: list[_Candidate], selection: SampleSelection,
-                names: str) -> list[float]:
-    """One advantage per episode; raises `NoTrainingDataError` when there is no learning signal."""
+                counts: SampleCounts, skipped: Counter[str], names: str) -> list[tuple[_Candidate, float]]:
+    """The episodes trained on, each with its advantage (see the module docstring); records the
+    group sizes (and grpo's dropped groups) in `counts`. Raises `NoTrainingDataError` when there is
+    no learning signal."""
     if objective is Objective.FILTERED_BC:
-        return [1.0] * len(episodes)
-    groups: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for i, episode in enumerate(episodes):
-        groups[(episode.iteration, episode.task_id)].append(i)
-    advantages = [0.0] * len(episodes)
+        return [(episode, 1.0) for episode in episodes]
+    groups: dict[tuple[int, str], list[_Candidate]] = defaultdict(list)
+    for episode in episodes:
+        groups[(episode.iteration, episode.task_id)].append(episode)
+    sizes = Counter(len(members) for members in groups.values())
+    counts.group_sizes = {str(size): n for size, n in sorted(sizes.items())}
+    kept: list[tuple[_Candidate, float]] = []
     for members in groups.values():
-        rewards = [episodes[i].reward for i in members]
+        rewards = [episode.reward for episode in members]
         mean = sum(rewards) / len(rewards)
+        if objective is Objective.GRPO and all(r == rewards[0] for r in rewards):
+            counts.groups_dropped += 1  # DAPO's dynamic sampling: every advantage would be 0
+            skipped["episodes of groups with equal rewards"] += len(members)
+            continue
         std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
-        for i in members:
-            value = episodes[i].reward - mean
+        for episode in members:
+            value = episode.reward - mean
             if selection.normalize_advantage:
                 value /= std + 1e-6
-            advantages[i] = max(-selection.advantage_clip, min(selection.advantage_clip, value))
-    if all(abs(a) < 1e-12 for a in advantages):
-        raise NoTrainingDataError(f"reinforce: every advantage in {names} is zero (each task got the "
+            kept.append((episode, max(-selection.advantage_clip, min(selection.advantage_clip, value))))
+    if all(abs(a) < 1e-12 for _, a in kept):
+        raise NoTrainingDataError(f"{objective.value}: every advantage in {names} is zero (each task got the "
                                   "same reward on all its attempts): no learning signal")
-    return advantages
+    return kept
 
 
 def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
@@ -427,10 +457,8 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
             raise NoTrainingDataError(f"filtered_bc: no trajectory in {names} has reward >= "
                                       f"{threshold:g} (of {counts.trajectories_read} read): "
                                       "nothing to imitate")
-    advantage_of = _advantages(objective, episodes, selection, names)
-
     refs, advantages, weights, provenance = [], [], [], []
-    for episode, advantage in zip(episodes, advantage_of, strict=True):
+    for episode, advantage in _advantages(objective, episodes, selection, counts, skipped, names):
         counts.trajectories_kept += 1
         weight = counts.iteration_weights[str(episode.iteration)]
         for j, same in enumerate(episode.same_as_next):

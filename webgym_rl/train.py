@@ -1,17 +1,20 @@
 """``webgym-rl train``: fine-tune a Qwen-VL policy on trajectory datasets with a visible Accelerate loop.
 
-Reading order: `TrainingSettings` (how to train: objective, sample selection, LoRA, optimizer,
-schedule, batch, precision, logging; a docstring each), `TrainSettings` (what to train: the model,
-the data and the output folder, plus one `TrainingSettings`; the loop holds the same
-`TrainingSettings`), `train` (checks the inputs, then one ``accelerator.prepare(...)`` and a plain
-loop), `train_command` (the CLI, its flags made from the settings by `webgym_core.settings`).
+Reading order: `TrainingSettings` (how to train: objective, sample selection, grpo's knobs
+(`GRPOSettings`), LoRA, optimizer, schedule, batch, precision, logging; a docstring each),
+`TrainSettings` (what to train: the model, the data and the output folder, plus one
+`TrainingSettings`; the loop holds the same `TrainingSettings`), `train` (checks the inputs, then
+one ``accelerator.prepare(...)`` and a plain loop), `train_command` (the CLI, its flags made from
+the settings by `webgym_core.settings`).
 Distribution (DDP, FSDP, DeepSpeed) and mixed precision come from ``accelerate launch`` / the
 Accelerate config, never from this module.
 
 Checkpoints go to ``OUT/checkpoint-NNNNNN/``: the model (or LoRA adapter) and the processor in
 Hugging Face format, ``training_state/`` (optimizer, scheduler, RNG and model state, written by
-``accelerator.save_state``) and ``trainer_state.json`` (step, data position, counts, sources, loss
-history, the settings; written last, so its presence marks a complete checkpoint). The sample order
+``accelerator.save_state``), for a checkpoint taken between two ``--ppo-epochs`` passes over a batch
+the proximal log-probabilities of that batch (``proximal-RANK.safetensors``), and
+``trainer_state.json`` (step, data position, counts, sources, loss history, the settings; written
+last, so its presence marks a complete checkpoint). The sample order
 of an epoch is a pure function of (seed, epoch), so ``--resume`` replays exactly the batches an
 uninterrupted run would have seen.
 
@@ -27,7 +30,6 @@ Exceptions (`webgym_rl.errors`)::
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -45,18 +47,21 @@ from webgym_core.settings import flat, load_settings, settings_options, settings
 from webgym_rl.errors import ResumeError, TrainingError, TrainSettingsError, WebgymRLError
 from webgym_rl.samples import Objective, SampleSelection
 
-__all__ = ["EpochOrder", "FitResult", "ResumeError", "TrainResult", "TrainSettings", "TrainSettingsError",
-           "Trainer", "TrainingError", "TrainingSettings", "complete_checkpoints", "make_accelerator",
-           "steps_for", "train", "train_command"]
+__all__ = ["EpochOrder", "FitResult", "GRPOSettings", "ResumeError", "TrainResult", "TrainSettings",
+           "TrainSettingsError", "Trainer", "TrainingError", "TrainingSettings", "complete_checkpoints",
+           "make_accelerator", "steps_for", "train", "train_command"]
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_PREFIX = "checkpoint-"
+_NOT_INPUTS = ("labels", "advantages", "behaviour_logprobs")
+"""Keys of a collated batch that are not model inputs."""
 
 Scheduler = Literal["constant", "linear", "cosine"]
 ModelDtype = Literal["float32", "bfloat16"]
 MixedPrecision = Literal["auto", "no", "bf16", "fp16"]
+LossAggregation = Literal["token-mean", "sequence-mean"]
 
 
 def _check_choice(name: str, value: Any, allowed: Any) -> None:
@@ -65,6 +70,45 @@ def _check_choice(name: str, value: Any, allowed: Any) -> None:
     if value not in allowed:
         raise TrainSettingsError(f"{name}: {value!r} is unknown; choose one of "
                                  f"{', '.join(repr(a) for a in allowed)}")
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    """The knobs of ``--objective grpo`` (its exact form: `webgym_rl.objectives`)."""
+
+    clip_low: float = 0.2
+    """grpo: PPO clipping below: the ratio to the proximal policy is clipped to
+    [1 - clip_low, 1 + clip_high]."""
+    clip_high: float = 0.28
+    """grpo: PPO clipping above (DAPO's clip-higher: wider than clip_low, so unlikely tokens of good
+    replies can still rise)."""
+    behaviour_cap: float = 5.0
+    """grpo: decoupled PPO: tokens whose behaviour weight pi_prox / mu (proximal over the policy that
+    rolled them out) exceeds this are masked out (AsyncWebRL: 5); 0 = no mask."""
+    ppo_epochs: int = 1
+    """grpo: passes over each batch (one optimizer step each; --max-steps counts them all); the
+    proximal log-probabilities are computed once per batch, in its first pass."""
+    kl_coef: float = 0.0
+    """grpo: weight of the KL penalty to the starting (reference) model; 0 = off. The reference is a
+    frozen copy of the starting weights (a LoRA run from a fresh adapter: the model with its adapter
+    switched off, no copy)."""
+    loss_aggregation: LossAggregation = "token-mean"
+    """grpo: per-step normaliser: token-mean (all response tokens of the batch weigh alike; DAPO) or
+    sequence-mean (each step's tokens averaged first, then the steps; the GRPO paper)."""
+
+    def __post_init__(self) -> None:
+        _check_choice("loss_aggregation", self.loss_aggregation, LossAggregation)
+        if not 0 < self.clip_low < 1:
+            raise TrainSettingsError(f"clip_low: must be in (0, 1), got {self.clip_low}")
+        if not self.clip_high > 0:
+            raise TrainSettingsError(f"clip_high: must be > 0, got {self.clip_high}")
+        if not (self.behaviour_cap == 0 or self.behaviour_cap >= 1):
+            raise TrainSettingsError(f"behaviour_cap: must be 0 (no mask) or >= 1 (an on-policy token has "
+                                     f"weight 1), got {self.behaviour_cap}")
+        if self.ppo_epochs < 1:
+            raise TrainSettingsError(f"ppo_epochs: must be >= 1, got {self.ppo_epochs}")
+        if not self.kl_coef >= 0:
+            raise TrainSettingsError(f"kl_coef: must be >= 0, got {self.kl_coef}")
 
 
 @dataclass(frozen=True)
@@ -78,6 +122,7 @@ class TrainingSettings:
     importance_clip: float = 2.0
     """reinforce: truncate the importance weight of off-policy samples (trained model over the policy
     that rolled them out, from the stored log-probabilities) at this value; 0 = no weights."""
+    grpo: GRPOSettings = flat(GRPOSettings)
     lora: bool = False
     """Train a LoRA adapter (peft) instead of all weights."""
     lora_rank: int = 16
@@ -140,6 +185,11 @@ class TrainingSettings:
             raise TrainSettingsError(f"learning_rate: must be > 0, got {self.learning_rate}")
         if self.max_steps == 0 and not self.epochs > 0:
             raise TrainSettingsError(f"epochs: must be > 0 when max_steps is 0, got {self.epochs}")
+        if Objective(self.objective) is not Objective.GRPO:
+            for name, default in (("ppo_epochs", 1), ("kl_coef", 0.0)):
+                if getattr(self.grpo, name) != default:
+                    raise TrainSettingsError(f"{name}: applies to --objective grpo only (the objective is "
+                                             f"{Objective(self.objective).value})")
 
 
 @dataclass(frozen=True)
@@ -292,25 +342,17 @@ def _tracker_config(settings: Any) -> dict[str, Any]:
             for k, v in settings_to_dict(settings).items()}
 
 
-def _with_behaviour(collator: Any, samples: list[Any]) -> dict[str, Any]:
-    """The collator's batch plus each sample's behaviour log-probability (NaN when unknown), which
-    reinforce's importance weights need (`webgym_rl.objectives.importance_weights`)."""
-    import torch
-
-    batch = collator(samples)
-    batch["behaviour_logprobs"] = torch.tensor(
-        [float("nan") if s.behaviour_logprob is None else s.behaviour_logprob for s in samples],
-        dtype=torch.float32)
-    return batch
-
-
 def make_accelerator(training: TrainingSettings, out: Path) -> Any:
     """The `Accelerator` of a training run: it owns devices, processes and precision (creating it
     trains nothing; ``accelerate launch`` and the Accelerate config decide the layout)."""
     from accelerate import Accelerator
+    from accelerate.utils import GradientAccumulationPlugin
 
+    # The trainer closes each optimizer step's group of micro-batches itself (`Trainer.fit` replays a
+    # group for every PPO epoch), so the end of the data loader does not decide.
     return Accelerator(
-        gradient_accumulation_steps=training.gradient_accumulation_steps,
+        gradient_accumulation_plugin=GradientAccumulationPlugin(
+            num_steps=training.gradient_accumulation_steps, sync_with_dataloader=False),
         mixed_precision=_mixed_precision(training.mixed_precision),
         log_with=None if training.log_with == "none" else training.log_with,
         project_dir=str(out), rng_types=[],
@@ -319,12 +361,13 @@ def make_accelerator(training: TrainingSettings, out: Path) -> Any:
 
 def steps_for(samples: int, training: TrainingSettings, num_processes: int = 1) -> int:
     """Optimizer steps one pass of `training` makes over `samples` samples: ``max_steps``, else
-    ``epochs`` passes of per-process batches after sharding (at least one step)."""
+    ``epochs`` passes of per-process batches after sharding (at least one step), each batch
+    ``ppo_epochs`` times."""
     if training.max_steps:
         return training.max_steps
     batches_per_epoch = math.ceil(math.ceil(samples / training.per_device_batch_size) / num_processes)
     steps_per_epoch = max(1, math.ceil(batches_per_epoch / training.gradient_accumulation_steps))
-    return math.ceil(training.epochs * steps_per_epoch)
+    return math.ceil(training.epochs * steps_per_epoch) * training.grpo.ppo_epochs
 
 
 @dataclass
@@ -337,7 +380,7 @@ class FitResult:
     """One entry per optimizer step of this call: step (counted over the trainer's life), loss, lr,
     grad_norm."""
     samples_seen: int
-    """Samples this process trained on in this call."""
+    """Samples this process trained on in this call (each pass over a batch counts its samples)."""
     loop_seconds: float
     loop_cpu_seconds: float
 
@@ -365,7 +408,7 @@ class Trainer:
         from transformers import get_scheduler
 
         from webgym_rl.collate import Collator
-        from webgym_rl.objectives import OBJECTIVES
+        from webgym_rl.objectives import NEEDS_PROXIMAL, OBJECTIVES
         from webgym_rollout.modeling import load_model, load_processor
 
         t = self.training = training
@@ -401,6 +444,13 @@ class Trainer:
                 net = get_peft_model(net, LoraConfig(
                     r=t.lora_rank, lora_alpha=t.lora_alpha, lora_dropout=t.lora_dropout,
                     target_modules=list(t.lora_target_modules)))
+        self._reference = None
+        """The frozen starting model grpo's KL penalty compares with (None: not needed, or a LoRA run
+        without a starting adapter, whose reference is the model with its adapter switched off)."""
+        if t.grpo.kl_coef > 0 and (not t.lora or adapter is not None):
+            import copy
+
+            self._reference = copy.deepcopy(net).requires_grad_(False).eval().to(accelerator.device)
         optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad],
                                       lr=t.learning_rate, weight_decay=t.weight_decay)
         # Accelerate steps a prepared scheduler once per process per optimizer step.
@@ -410,6 +460,13 @@ class Trainer:
         self.model, self.optimizer, self.scheduler = accelerator.prepare(net, optimizer, scheduler)
         self.objective = Objective(t.objective)
         self.loss = OBJECTIVES[self.objective]
+        self.needs_proximal = self.objective in NEEDS_PROXIMAL
+        self.needs_reference = t.grpo.kl_coef > 0
+        self.passes = t.grpo.ppo_epochs
+        """Passes (optimizer steps) over each batch."""
+        self._proximal: list[Any] | None = None
+        """The proximal log-probabilities of the batch being passed over, while passes remain (a
+        checkpoint keeps them, so a resume in the middle of a batch's passes is exact)."""
         self.step = 0
         """Optimizer steps over the trainer's life."""
         self.log_history: list[dict[str, float]] = []
@@ -436,20 +493,37 @@ class Trainer:
 
         loader = torch.utils.data.DataLoader(
             samples, batch_size=self.training.per_device_batch_size, sampler=order,
-            collate_fn=functools.partial(_with_behaviour, self.collator))
+            collate_fn=self.collator)
         return self.accelerator.prepare_data_loader(loader)
 
     def fit(self, loader: Any, order: Any, *, until: int, position: dict[str, int] | None = None,
             save_every: int = 0, on_save: Callable[[], None] | None = None, progress: Any = None
             ) -> FitResult:
-        """Train on `loader` (from `loader`, over sampler `order`) until the trainer has made `until`
-        optimizer steps in all. `position` (``epoch``, ``batches_in_epoch``; updated in place) is where
-        in the data order to start: a resumed run skips the batches it has seen. `on_save()` is called
-        every `save_every` optimizer steps before the last, with the log history up to date."""
+        """Train on `loader` (over sampler `order`) until the trainer has made `until` optimizer steps
+        in all.
+
+        A batch is the ``gradient_accumulation_steps`` consecutive micro-batches of one optimizer step
+        (fewer at the end of an epoch); it gets ``ppo_epochs`` passes, one optimizer step each, the
+        objective called the same way on every micro-batch (`webgym_rl.objectives.ObjectiveBatch`).
+        The proximal log-probabilities (for the objectives that need them) are those of the batch's
+        first pass, before its first update; the reference model's are computed per batch.
+
+        `position` (``epoch``; ``batches_in_epoch``, the micro-batches of the epoch whose passes are
+        all done; ``ppo_epoch``, the passes done over the next batch; updated in place) is where in the
+        data order to start: a resumed run skips what it has seen. `on_save()` is called every
+        `save_every` optimizer steps before the last, with the log history up to date."""
+        from webgym_rl.objectives import ObjectiveBatch
+
         t, accelerator = self.training, self.accelerator
-        position = position if position is not None else {"epoch": 0, "batches_in_epoch": 0}
+        position = position if position is not None else {}
+        for key in ("epoch", "batches_in_epoch", "ppo_epoch"):
+            position.setdefault(key, 0)
+        if position["ppo_epoch"] == 0:
+            self._proximal = None
+        elif self._proximal is None:
+            raise ResumeError(f"the position is {position['ppo_epoch']} passes into a batch, but the "
+                              "checkpoint holds no proximal log-probabilities for it")
         first_step, samples_seen = self.step, 0
-        window_loss, window_batches, window_metrics = 0.0, 0, {}
         # Per-step figures stay tensors until a log step: no device sync (.item()) on every step.
         pending: list[tuple[int, int, Any, float, Any, dict[str, Any]]] = []
 
@@ -471,6 +545,64 @@ class Trainer:
                 progress.set_postfix(loss=f"{entries[-1]['loss']:.4f}")
             pending.clear()
 
+        def passes(group: list[dict[str, Any]]) -> None:
+            """The remaining passes over one batch (`group`: its micro-batches)."""
+            nonlocal samples_seen
+            n = len(group)
+            accelerator.gradient_accumulation_steps = n  # one optimizer step per pass over the group
+            reference = [self._reference_logprobs(micro) for micro in group] if self.needs_reference \
+                else [None] * n
+            proximal = self._proximal if position["ppo_epoch"] else [None] * n
+            if len(proximal) != n:
+                raise ResumeError(f"the checkpoint holds proximal log-probabilities of {len(proximal)} "
+                                  f"micro-batches, the batch it stopped in has {n}")
+            while self.step < until:
+                accelerator.step = 0  # accumulate() syncs at the group's last micro-batch
+                window_loss, window_metrics, grad_norm = 0.0, {}, None
+                for j, micro in enumerate(group):
+                    labels = micro["labels"]
+                    inputs = {k: v for k, v in micro.items() if k not in _NOT_INPUTS}
+                    with accelerator.accumulate(self.model):
+                        logits = self.model(**inputs).logits
+                        if self.needs_proximal and proximal[j] is None:
+                            proximal[j] = self._logprobs(logits, labels)
+                        batch = ObjectiveBatch(
+                            logits=logits, labels=labels, advantages=micro["advantages"],
+                            behaviour_logprobs=micro["behaviour_logprobs"][:, 1:],
+                            proximal_logprobs=proximal[j], reference_logprobs=reference[j])
+                        loss, metrics = self.loss(batch, t)
+                        accelerator.backward(loss)
+                        if accelerator.sync_gradients and t.max_grad_norm > 0:
+                            grad_norm = accelerator.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+                        self.optimizer.step()
+                        self.scheduler.step()
+                        self.optimizer.zero_grad()
+                    samples_seen += labels.shape[0]
+                    window_loss += loss.detach().float()
+                    for key, value in metrics.items():
+                        window_metrics[key] = window_metrics.get(key, 0.0) + value
+                if not accelerator.sync_gradients:  # accelerate's accounting is ours to keep right
+                    raise TrainingError(f"BUG: the optimizer did not step after a batch of {n} micro-batches")
+                self.step += 1
+                position["ppo_epoch"] += 1
+                done = position["ppo_epoch"] == self.passes
+                if done:
+                    position["batches_in_epoch"] += n
+                    position["ppo_epoch"], self._proximal = 0, None
+                else:
+                    self._proximal = proximal
+                mean_loss = accelerator.reduce(window_loss / n, reduction="mean")
+                pending.append((self.step, position["epoch"], mean_loss, self.scheduler.get_last_lr()[0],
+                                grad_norm, {k: v / n for k, v in window_metrics.items()}))
+                if self.step % t.log_every == 0:
+                    flush()
+                if save_every and on_save is not None and self.step % save_every == 0 and self.step < until:
+                    flush()
+                    on_save()
+                if done:
+                    return
+
+        accumulation = t.gradient_accumulation_steps
         started, started_cpu = time.perf_counter(), time.process_time()
         while self.step < until:
             if position["batches_in_epoch"] >= len(loader):
@@ -478,40 +610,13 @@ class Trainer:
             order.epoch = position["epoch"]
             epoch_loader = (accelerator.skip_first_batches(loader, position["batches_in_epoch"])
                             if position["batches_in_epoch"] else loader)
-            for batch in epoch_loader:
-                labels, advantages = batch.pop("labels"), batch.pop("advantages")
-                behaviour = batch.pop("behaviour_logprobs")
-                with accelerator.accumulate(self.model):
-                    logits = self.model(**batch).logits
-                    if self.objective is Objective.REINFORCE:
-                        loss, metrics = self.loss(logits, labels, advantages, behaviour, t.importance_clip)
-                    else:
-                        loss, metrics = self.loss(logits, labels, advantages)
-                    accelerator.backward(loss)
-                    grad_norm = None
-                    if accelerator.sync_gradients and t.max_grad_norm > 0:
-                        grad_norm = accelerator.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
-                    self.optimizer.step()
-                    self.scheduler.step()
-                    self.optimizer.zero_grad()
-                position["batches_in_epoch"] += 1
-                samples_seen += labels.shape[0]
-                window_loss += loss.detach().float()
-                window_batches += 1
-                for key, value in metrics.items():
-                    window_metrics[key] = window_metrics.get(key, 0.0) + value
-                if not accelerator.sync_gradients:
+            group: list[dict[str, Any]] = []
+            for micro in epoch_loader:
+                group.append(dict(micro))
+                if len(group) < min(accumulation, len(loader) - position["batches_in_epoch"]):
                     continue
-                self.step += 1
-                mean_loss = accelerator.reduce(window_loss / window_batches, reduction="mean")
-                pending.append((self.step, position["epoch"], mean_loss, self.scheduler.get_last_lr()[0],
-                                grad_norm, {k: v / window_batches for k, v in window_metrics.items()}))
-                window_loss, window_batches, window_metrics = 0.0, 0, {}
-                if self.step % t.log_every == 0:
-                    flush()
-                if save_every and on_save is not None and self.step % save_every == 0 and self.step < until:
-                    flush()
-                    on_save()
+                passes(group)
+                group = []
                 if self.step >= until:
                     break
         flush()
@@ -521,6 +626,30 @@ class Trainer:
                          loop_seconds=time.perf_counter() - started,
                          loop_cpu_seconds=time.process_time() - started_cpu)
 
+    @staticmethod
+    def _logprobs(logits: Any, labels: Any) -> Any:
+        """The response tokens' log-probabilities under `logits`, detached (`response_logprobs`)."""
+        import torch
+
+        from webgym_rl.objectives import response_logprobs
+
+        with torch.no_grad():
+            return response_logprobs(logits.detach(), labels)[0]
+
+    def _reference_logprobs(self, micro: dict[str, Any]) -> Any:
+        """The reference (starting) model's log-probabilities of `micro`'s response tokens."""
+        import torch
+
+        inputs = {k: v for k, v in micro.items() if k not in _NOT_INPUTS}
+        model = self.accelerator.unwrap_model(self.model)
+        with torch.no_grad(), self.accelerator.autocast():
+            if self._reference is not None:
+                logits = self._reference(**inputs).logits
+            else:  # a LoRA run from a fresh adapter: the model without its adapter is the start
+                with model.disable_adapter():
+                    logits = model(**inputs).logits
+        return self._logprobs(logits, micro["labels"])
+
     def save(self, folder: Path, state: dict[str, Any]) -> Path:
         """A full checkpoint in `folder`: ``training_state/`` (optimizer, schedule, RNG, model),
         the model (or adapter) and processor in Hugging Face format, and `state` as
@@ -529,6 +658,11 @@ class Trainer:
         accelerator = self.accelerator
         accelerator.save_state(str(folder / "training_state"))
         self._save_model(folder)
+        if self._proximal is not None:  # stopped between two passes over a batch: each rank its own
+            from safetensors.torch import save_file
+
+            save_file({str(j): p.contiguous().cpu() for j, p in enumerate(self._proximal)},
+                      str(folder / f"proximal-{accelerator.process_index}.safetensors"))
         if accelerator.is_main_process:
             (folder / STATE_FILE).write_text(json.dumps(state, indent=1))
         accelerator.wait_for_everyone()
@@ -553,6 +687,13 @@ class Trainer:
             raise ResumeError(f"{folder} was written by {state.get('num_processes')} processes, this run "
                               f"has {self.num_processes}")
         self.accelerator.load_state(str(folder / "training_state"))
+        self._proximal = None
+        proximal = folder / f"proximal-{self.accelerator.process_index}.safetensors"
+        if proximal.is_file():
+            from safetensors.torch import load_file
+
+            tensors = load_file(str(proximal), device=str(self.accelerator.device))
+            self._proximal = [tensors[str(j)] for j in range(len(tensors))]
         self.step = int(state["step"])
         self.log_history = list(state.get("log_history", []))
         return state
@@ -640,16 +781,17 @@ def train(settings: TrainSettings) -> TrainResult:
     loader = trainer.loader(samples, order)
 
     state: dict[str, Any] = {
-        "step": 0, "epoch": 0, "batches_in_epoch": 0, "log_history": [],
+        "step": 0, "epoch": 0, "batches_in_epoch": 0, "ppo_epoch": 0, "log_history": [],
         "base_model": trainer.base_model, "base_model_revision": trainer.base_revision,
         "start_adapter": str(trainer.start_adapter) if trainer.start_adapter else None,
         "objective": objective_name, "data": describe_sources(sources), "counts": samples.counts.as_dict(),
         "num_processes": trainer.num_processes, "settings": settings_to_dict(settings),
     }
-    position = {"epoch": 0, "batches_in_epoch": 0}
+    position = {"epoch": 0, "batches_in_epoch": 0, "ppo_epoch": 0}
     if resume_from is not None:
         saved = trainer.load(resume_from)
-        position = {"epoch": saved["epoch"], "batches_in_epoch": saved["batches_in_epoch"]}
+        position = {"epoch": saved["epoch"], "batches_in_epoch": saved["batches_in_epoch"],
+                    "ppo_epoch": saved.get("ppo_epoch", 0)}
         state["resumed_from"] = str(resume_from)
         if trainer.is_main_process:
             log.info("resuming from %s at step %d (epoch %d, batch %d)", resume_from, trainer.step,
@@ -681,7 +823,7 @@ def train(settings: TrainSettings) -> TrainResult:
 @click.command("train", context_settings={"help_option_names": ["-h", "--help"]})
 @settings_options(TrainSettings)
 def train_command(config: str | None, **flags: Any) -> None:
-    """Fine-tune a Qwen-VL policy on trajectory datasets (filtered_bc or reinforce).
+    """Fine-tune a Qwen-VL policy on trajectory datasets (filtered_bc, reinforce or grpo).
 
     Reads every kept step of the trajectories as (prompt the policy saw, response it gave), trains
     with Accelerate and writes Hugging Face checkpoints to OUT/checkpoint-NNNNNN. Run it under

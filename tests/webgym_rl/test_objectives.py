@@ -5,8 +5,22 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from webgym_rl.objectives import OBJECTIVES, filtered_bc, reinforce, response_logprobs
+from webgym_rl.objectives import OBJECTIVES, ObjectiveBatch, filtered_bc, grpo, reinforce, response_logprobs
 from webgym_rl.samples import Objective
+from webgym_rl.train import TrainingSettings
+
+SETTINGS = TrainingSettings()
+
+
+def _call(fn, logits, labels, advantages=None, behaviour=None, **settings):
+    """`fn` on one `ObjectiveBatch`; `behaviour` per sample (broadcast over its response tokens)."""
+    per_token = None
+    if behaviour is not None:
+        mask = labels[:, 1:] != -100
+        per_token = torch.where(mask, behaviour[:, None].expand(mask.shape), torch.tensor(float("nan")))
+    advantages = advantages if advantages is not None else torch.ones(labels.shape[0])
+    batch = ObjectiveBatch(logits=logits, labels=labels, advantages=advantages, behaviour_logprobs=per_token)
+    return fn(batch, TrainingSettings(**settings) if settings else SETTINGS)
 
 
 def _batch(seed=0, vocab=11):
@@ -22,11 +36,12 @@ def test_every_objective_has_its_loss_and_nothing_else_does():
     assert set(OBJECTIVES) == set(Objective)
     assert OBJECTIVES[Objective.FILTERED_BC] is filtered_bc and OBJECTIVES[Objective.REINFORCE] is reinforce
     assert OBJECTIVES[Objective("reinforce")] is reinforce  # the settings' string names the same loss
+    assert OBJECTIVES[Objective("grpo")] is grpo
 
 
 def test_filtered_bc_is_the_cross_entropy_of_the_labelled_tokens():
     logits, labels = _batch()
-    loss, metrics = filtered_bc(logits, labels)
+    loss, metrics = _call(filtered_bc, logits, labels)
     expected = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
                                ignore_index=-100)
     assert torch.allclose(loss, expected)
@@ -38,16 +53,16 @@ def test_unlabelled_positions_do_not_matter():
     changed = logits.clone()
     changed[0, :2] += 5.0  # predicts labels[0, 1:3], all -100
     changed[:, -1] += 3.0  # the last position predicts nothing
-    assert torch.equal(filtered_bc(logits, labels)[0], filtered_bc(changed, labels)[0])
-    assert torch.equal(reinforce(logits, labels, torch.tensor([1.0, -1.0]))[0],
-                       reinforce(changed, labels, torch.tensor([1.0, -1.0]))[0])
+    for fn in OBJECTIVES.values():
+        assert torch.equal(_call(fn, logits, labels, torch.tensor([1.0, -1.0]))[0],
+                           _call(fn, changed, labels, torch.tensor([1.0, -1.0]))[0]), fn.__name__
 
 
 def test_reinforce_weights_each_sample_by_its_advantage():
     logits, labels = _batch()
     logp, mask = response_logprobs(logits, labels)
     per_sample = logp.sum(1) / mask.sum(1)
-    loss, _ = reinforce(logits, labels, torch.tensor([2.0, -0.5]))
+    loss, _ = _call(reinforce, logits, labels, torch.tensor([2.0, -0.5]))
     assert torch.allclose(loss, -(2.0 * per_sample[0] - 0.5 * per_sample[1]) / 2)
 
 
@@ -56,14 +71,14 @@ def test_a_negative_advantage_gives_the_opposite_gradient():
     grads = []
     for advantage in (1.0, -1.0):
         leaf = logits[:1].clone().requires_grad_(True)
-        reinforce(leaf, labels[:1], torch.tensor([advantage]))[0].backward()
+        _call(reinforce, leaf, labels[:1], torch.tensor([advantage]))[0].backward()
         grads.append(leaf.grad)
     assert grads[0].abs().sum() > 0
     assert torch.allclose(grads[0], -grads[1])
     # With advantage +1 a gradient step raises the response's likelihood; with -1 it lowers it.
     for advantage, sign in ((1.0, 1), (-1.0, -1)):
         leaf = logits[:1].clone().requires_grad_(True)
-        reinforce(leaf, labels[:1], torch.tensor([advantage]))[0].backward()
+        _call(reinforce, leaf, labels[:1], torch.tensor([advantage]))[0].backward()
         before = response_logprobs(logits[:1], labels[:1])[0].sum()
         after = response_logprobs(logits[:1] - 0.1 * leaf.grad, labels[:1])[0].sum()
         assert sign * (after - before) > 0
@@ -81,12 +96,13 @@ def test_a_negative_advantage_sample_pushes_a_real_model_the_other_way(tmp_path_
     samples = build_samples(load_trajectories([folder], cache_dir=tmp_path / "c"), "reinforce")
     batch = Collator(load_processor(model_dir))([samples[1]])  # the failed attempt
     labels, advantages = batch.pop("labels"), batch.pop("advantages")
+    batch.pop("behaviour_logprobs")
     assert advantages.tolist() == [-0.5]
     model = load_model(model_dir)
     grads = []
     for advantage in (advantages, -advantages):
         model.zero_grad()
-        reinforce(model(**batch).logits, labels, advantage)[0].backward()
+        _call(reinforce, model(**batch).logits, labels, advantage)[0].backward()
         grads.append(model.lm_head.weight.grad.clone())
     assert grads[0].abs().sum() > 0
     assert torch.allclose(grads[0], -grads[1], atol=1e-7)
@@ -111,11 +127,11 @@ def test_reinforce_scales_each_sample_by_its_importance_weight_without_different
     # Sample 0 was rolled out by a policy that liked its reply much less (weight truncated at 2),
     # sample 1 by the same policy (weight 1).
     behaviour = torch.stack([per_sample[0] - 3.0, per_sample[1]])
-    loss, metrics = reinforce(logits, labels, advantages, behaviour, importance_clip=2.0)
+    loss, metrics = _call(reinforce, logits, labels, advantages, behaviour, importance_clip=2.0)
     assert torch.allclose(loss, -(2.0 * per_sample[0] + per_sample[1]) / 2)
     assert torch.allclose(metrics["importance_weight_mean"], torch.tensor(1.5))
     leaf = logits.clone().requires_grad_(True)
-    reinforce(leaf, labels, advantages, behaviour, importance_clip=2.0)[0].backward()
+    _call(reinforce, leaf, labels, advantages, behaviour, importance_clip=2.0)[0].backward()
     plain = logits.clone().requires_grad_(True)
     (-(2.0 * (response_logprobs(plain, labels)[0].sum(1) / mask.sum(1))[0]) / 2).backward()
     assert torch.allclose(leaf.grad[0], plain.grad[0])  # the weight is a constant factor

@@ -220,3 +220,15 @@ def test_a_status_outside_the_contract_is_named(tmp_path):
     pq.write_table(table.set_column(table.schema.get_field_index("status"), "status", statuses), shard)
     with pytest.raises(TrainingDataError, match="episode b-it0-a0 has status 'finished'"):
         build_samples(_load(folder, cache_dir=tmp_path / "c"), "filtered_bc")
+
+
+def test_a_sample_carries_the_endpoints_logprobs_per_token_and_their_mean(tmp_path):
+    import dataclasses
+
+    played = episode(task_id="a", num_steps=2)
+    played.steps[0] = dataclasses.replace(played.steps[0], logprobs=(-0.5, -1.5, -1.0))
+    samples = build_samples(_load(write_shards(tmp_path / "it", [played]), cache_dir=tmp_path / "c"),
+                            "filtered_bc")
+    by_step = {samples[i].step: samples[i] for i in range(len(samples))}
+    assert by_step[0].behaviour_logprobs == (-0.5, -1.5, -1.0) and by_step[0].behaviour_logprob == -1.0
+    assert by_step[1].behaviour_logprobs is None and by_step[1].behaviour_logprob is None  # none returned

@@ -15,7 +15,7 @@ from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_from_dict
 from webgym_rl.collate import Collator
 from webgym_rl.errors import TrainSettingsError
-from webgym_rl.objectives import filtered_bc
+from webgym_rl.objectives import ObjectiveBatch, filtered_bc
 from webgym_rl.samples import build_samples, load_trajectories
 from webgym_rl.train import ResumeError, TrainingSettings, TrainSettings, train, train_command
 from webgym_rollout.modeling import load_model, load_processor
@@ -33,6 +33,7 @@ def _settings(model, data, out, **kw):
 def _batch(model_dir, data):
     samples = build_samples(load_trajectories([data]), "filtered_bc")
     batch = Collator(load_processor(model_dir))([samples[i] for i in range(len(samples))])
+    batch.pop("behaviour_logprobs")
     return batch.pop("labels"), batch.pop("advantages"), batch
 
 
@@ -40,7 +41,8 @@ def _kept_loss(model_dir, data, model=None):
     labels, _, inputs = _batch(model_dir, data)
     model = model if model is not None else load_model(model_dir)
     with torch.no_grad():
-        return filtered_bc(model(**inputs).logits, labels)[0].item()
+        batch = ObjectiveBatch(model(**inputs).logits, labels, torch.ones(len(labels)))
+        return filtered_bc(batch, TrainingSettings())[0].item()
 
 
 @pytest.fixture(scope="module")

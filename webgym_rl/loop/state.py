@@ -170,7 +170,10 @@ class TrainRecord(_Record):
             return f"skipped: {self.skipped}"
         loss = (f", loss {self.first_loss:.4f} -> {self.last_loss:.4f}"
                 if self.first_loss is not None and self.last_loss is not None else "")
-        return f"{self.steps} steps on {self.samples} samples of rounds {self.window}{loss}"
+        groups = self.counts.get("group_sizes") or {}
+        dropped = (f", {self.counts.get('groups_dropped', 0)} of {sum(groups.values())} groups dropped "
+                   "(equal rewards)" if self.counts.get("groups_dropped") else "")
+        return f"{self.steps} steps on {self.samples} samples of rounds {self.window}{loss}{dropped}"
 
 
 class EvalRecord(RolloutRecord):
