@@ -12,15 +12,13 @@ import zlib
 from collections.abc import Iterator
 
 import pytest
-import requests
-import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.errors import Unsatisfiable
 from PIL import Image
 from schemathesis import GenerationMode
 
 from tests.models import tiny_model_dir
+from tests.openapi_fuzz import fuzz_operations, http_session
 from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
 
 _EXAMPLES = 20
@@ -34,12 +32,6 @@ def root() -> Iterator[str]:
                                     served_model_name=_SERVED)
     with running_policy_server(settings) as base_url:
         yield base_url.removesuffix("/v1")
-
-
-def _http() -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False  # never a proxy from the environment
-    return session
 
 
 def _check(what: str, response) -> None:
@@ -60,28 +52,18 @@ def _served_model(case):
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=lambda m: m.value)
 def test_no_request_to_the_policy_server_gets_a_500_and_it_keeps_serving(root, mode):
-    http = _http()
-    schema = schemathesis.openapi.from_dict(http.get(f"{root}/openapi.json", timeout=10).json())
-    calls = 0
-    for result in schema.get_all_operations():
-        operation = result.ok()
+    http = http_session()
+
+    def strategy_for(operation):
         strategy = operation.as_strategy(mode)
         if operation.path == "/v1/chat/completions":
             strategy = st.one_of(strategy, strategy.map(_served_model))
+        return strategy
 
-        @settings(max_examples=_EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
-        @given(case=strategy)
-        def call(case) -> None:
-            nonlocal calls
-            response = case.call(base_url=root, session=http, timeout=120)
-            calls += 1
-            _check(case.as_curl_command(), response)
+    def send(case) -> None:
+        _check(case.as_curl_command(), case.call(base_url=root, session=http, timeout=120))
 
-        try:
-            call()
-        except Unsatisfiable:  # nothing to get wrong in a request of this route (GET /health)
-            assert mode == GenerationMode.NEGATIVE, operation.label
+    calls = fuzz_operations(http, root, mode, _EXAMPLES, strategy_for=strategy_for, send=send)
     assert calls >= 3 * _EXAMPLES
     health = http.get(f"{root}/health", timeout=10)
     assert health.status_code == 200 and health.json()["status"] == "ok"
@@ -138,7 +120,7 @@ _CHAT = st.fixed_dictionaries({"model": st.sampled_from([_SERVED, _SERVED, "othe
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(body=_CHAT)
 def test_typed_chat_requests_never_get_a_500(root, body):
-    response = _http().post(f"{root}/v1/chat/completions", json=body, timeout=120)
+    response = http_session().post(f"{root}/v1/chat/completions", json=body, timeout=120)
     _check(f"chat {body!r}"[:2000], response)
     if response.status_code == 200:
         assert response.json()["usage"]["completion_tokens"] <= 2
@@ -156,7 +138,7 @@ def test_typed_chat_requests_never_get_a_500(root, body):
 def test_weights_bodies_never_get_a_500(root, body, version):
     """``POST /weights`` takes a raw safetensors body (not in the schema's request bodies)."""
     query = "" if version is None else f"?version={version}"
-    response = _http().post(f"{root}/weights{query}", data=body,
+    response = http_session().post(f"{root}/weights{query}", data=body,
                             headers={"Content-Type": "application/octet-stream"}, timeout=60)
     _check(f"weights {body[:80]!r} version={version}", response)
     assert response.status_code != 200  # none of these is the model's state_dict

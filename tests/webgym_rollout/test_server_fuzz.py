@@ -14,12 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
+from tests.openapi_fuzz import fuzz_operations, http_session
 from webgym_rollout.browser.pool import PoolSettings
 from webgym_rollout.browser.protocol import ErrorBody
 from webgym_rollout.browser.server import ServerSettings, running_server
@@ -71,12 +70,6 @@ def live(chromium_path, sites):
         yield url, server_pool
 
 
-def _http() -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False  # never a proxy from the environment
-    return session
-
-
 def _check(case, response) -> None:
     status = response.status_code
     head = response.content[:300].decode("utf-8", "replace")
@@ -92,32 +85,22 @@ def _check(case, response) -> None:
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=lambda m: m.value)
 def test_no_request_to_the_browser_server_gets_a_500_and_it_keeps_serving(live, sites, mode):
     url, pool = live
-    http = _http()
-    schema = schemathesis.openapi.from_dict(http.get(f"{url}/openapi.json", timeout=10).json())
+    http = http_session()
     page = f"{sites.base_url}/sandbox/form.html"
-    calls = 0
-    for result in schema.get_all_operations():
-        operation = result.ok()
+
+    def strategy_for(operation):
         strategies = [operation.as_strategy(mode)]
         if "{session_id}" in operation.path and operation.method.upper() != "DELETE":
             # A real session on a real page, recreated when an earlier example ended it.
             strategies.append(operation.as_strategy(mode, path_parameters={"session_id": "live"}))
+        return st.one_of(strategies)
 
-        @settings(max_examples=_EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
-        @given(case=st.one_of(strategies))
-        def call(case) -> None:
-            nonlocal calls
-            if case.path_parameters and case.path_parameters.get("session_id") == "live":
-                case.path_parameters["session_id"] = _live_session(http, url, page)
-            response = case.call(base_url=url, session=http, timeout=60)
-            calls += 1
-            _check(case, response)
+    def send(case) -> None:
+        if case.path_parameters and case.path_parameters.get("session_id") == "live":
+            case.path_parameters["session_id"] = _live_session(http, url, page)
+        _check(case, case.call(base_url=url, session=http, timeout=60))
 
-        try:
-            call()
-        except Unsatisfiable:  # nothing to get wrong in a request of this route (GET /health)
-            assert mode == GenerationMode.NEGATIVE, operation.label
+    calls = fuzz_operations(http, url, mode, _EXAMPLES, strategy_for=strategy_for, send=send)
     assert calls >= 5 * _EXAMPLES
     health = http.get(f"{url}/health", timeout=10)
     assert health.status_code == 200 and health.json()["browsers"] == 1
@@ -147,7 +130,7 @@ def test_uploaded_bodies_are_checked_against_their_hash(live, body, claimed):
     url, pool = live
     sha = hashlib.sha256(body).hexdigest()
     name = sha if claimed is None else requests.utils.quote(claimed, safe="") or "x"
-    response = _http().put(f"{url}/bodies/{name}", data=body, timeout=10)
+    response = http_session().put(f"{url}/bodies/{name}", data=body, timeout=10)
     if claimed is None:
         assert response.status_code == 204 and pool.bodies.missing([sha]) == []
     else:
@@ -199,7 +182,7 @@ _URLS = st.one_of(
 ))
 def test_well_formed_requests_on_a_live_session_never_get_a_500(live, sites, request):
     url, _pool = live
-    http = _http()
+    http = http_session()
     what, body = request
     if what == "create":
         response = http.post(f"{url}/sessions", json=body, timeout=60)

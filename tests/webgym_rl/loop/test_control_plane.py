@@ -5,7 +5,7 @@ this machine: not the browser server's API, not the CPU policy server, not anoth
 The hostile pages come from a site server standing in for the one a user passes as ``sites_url``
 (the loop allowlists exactly its ``host:port``); they try fetch, XHR, an image, a form, a script
 navigation, a redirect and a link the agent clicks. Every attempt is refused by the browser's guards
-(counted in the browser server's ``/metrics``), the plain listener accepts no connection and the
+(counted in the browser server's ``/metrics``), the other local service accepts no connection and the
 servers see no request (their own counters say so).
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +22,7 @@ import httpx
 import pytest
 
 from tests.webgym_rl.loops import loop_settings
+from tests.webgym_rollout.fault_pages import FaultPages
 from webgym_rl.loop.services import LoopServices
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.protocol import BrowserAction
@@ -99,42 +99,10 @@ class _HostileSite:
         self._server.server_close()
 
 
-class _Listener:
-    """A plain TCP listener on another loopback port, standing for any other local service (Ray, a
-    database): counts every connection it accepts."""
-
-    def __init__(self) -> None:
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(16)
-        self._sock.settimeout(0.1)
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            self.connections += 1
-            conn.close()
-
-    def __enter__(self) -> _Listener:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._sock.close()
-
-
 @pytest.fixture
-def listener() -> Iterator[_Listener]:
-    with _Listener() as found:
+def listener() -> Iterator[FaultPages]:
+    """Another local service on another loopback port (Ray, a database): counts every connection."""
+    with FaultPages() as found:
         yield found
 
 
