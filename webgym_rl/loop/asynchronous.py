@@ -14,7 +14,9 @@ runs beside the trainer instead of before it:
   episodes too stale to train on. The endpoint is never stopped: each step records the version
   that produced it (`Step.policy_version`) and its token log-probabilities.
 - the trainer (this thread) takes the first ``batch`` committed episodes as soon as they are there
-  (`webgym_rl.loop.stream.TrajectoryStream`: each committed episode once, no shard read twice),
+  (`webgym_rl.loop.stream.TrajectoryStream`: each committed episode once; for reinforce and grpo
+  whole groups, the ``--attempts`` attempts at one task of one chunk, once all are committed, so no
+  group is split across two batches; two groups of one task in a batch count as one group),
   writes them as round r's batch (``OUT/batches/round-XXXX``, the round's episodes tagged with r),
   trains the resident trainer on the last K rounds' batches and publishes version r + 1 while
   episodes keep running. With ``--overprovision N`` the rollout keeps N episodes more in flight,
@@ -313,7 +315,24 @@ def _batch_size(loop: Loop) -> tuple[int, int]:
     if not tasks:
         raise LoopSettingsError(f"{settings.tasks}: no '{settings.split}' task passes the sampler's filters")
     chunk = len(tasks) * settings.rollout.attempts
-    return chunk, settings.async_loop.batch_episodes or chunk
+    size = settings.async_loop.batch_episodes or chunk
+    group = _group(loop)
+    if size % group:
+        raise LoopSettingsError(
+            f"--batch-episodes {size} is not a multiple of --attempts {group}: {settings.training.objective} "
+            f"takes whole groups of attempts into a batch (use {size - size % group or group} or "
+            f"{size - size % group + group})")
+    return chunk, size
+
+
+def _group(loop: Loop) -> int:
+    """Attempts that make one group in a batch: --attempts for the objectives with group baselines
+    (reinforce, grpo), 1 for filtered_bc (which takes episodes one by one, in commit order)."""
+    from webgym_rl.samples import Objective
+
+    settings = loop.settings
+    grouped = Objective(settings.training.objective) is not Objective.FILTERED_BC
+    return settings.rollout.attempts if grouped else 1
 
 
 def _compose(loop: Loop, episodes: list[Episode], r: int) -> BatchRecord:
@@ -350,12 +369,13 @@ def _compose(loop: Loop, episodes: list[Episode], r: int) -> BatchRecord:
 
 
 def _take_batch(loop: Loop, stream: TrajectoryStream, board: _Board, size: int, r: int) -> BatchRecord:
-    """Wait for the next `size` committed episodes past the recorded position and make them round
-    `r`'s batch, recorded (with the position after them) before anything trains on them."""
+    """Wait for the next `size` committed episodes past the recorded position (whole groups of
+    attempts for reinforce and grpo) and make them round `r`'s batch, recorded (with the position
+    after them) before anything trains on them."""
     state = loop.state
     position = StreamPosition.from_json(state.position)
     began = time.monotonic()
-    while (taken := stream.take(size, position)) is None:
+    while (taken := stream.take(size, position, group=_group(loop))) is None:
         loop.services.check_policy()
         with board.cond:
             board.check()

@@ -221,7 +221,8 @@ def _needs_site_server(tasks: Sequence[Task], settings: LoopSettings) -> bool:
 
 
 def run_settings(settings: LoopSettings, services: LoopServices, *, tasks: Path, out: Path, split: str,
-                 index: int, horizon_table: str = "split", shard_episodes: int | None = None) -> RunSettings:
+                 index: int, horizon_table: str = "split", shard_episodes: int | None = None,
+                 attempts: int | None = None) -> RunSettings:
     """The settings of one rollout of the loop (train, chunk, evaluation, or a caller's baseline):
     the loop's browsers, sites, environment, judge and episode scheduler; the one place they are
     put together. MiniWoB tasks get the site server (started on first use)."""
@@ -243,8 +244,11 @@ def run_settings(settings: LoopSettings, services: LoopServices, *, tasks: Path,
                 f"({', '.join(remote)}) need --sites-url: run `webgym-rollout serve-sites` on those machines "
                 "and pass its URL as they see it (e.g. http://127.0.0.1:8400)")
         env = dataclasses.replace(env, sites_url=services.sites_url())
-    rollout = settings.rollout if shard_episodes is None else dataclasses.replace(
-        settings.rollout, shard_episodes=shard_episodes)
+    rollout = settings.rollout
+    if shard_episodes is not None:
+        rollout = dataclasses.replace(rollout, shard_episodes=shard_episodes)
+    if attempts is not None:
+        rollout = dataclasses.replace(rollout, attempts=attempts)
     return RunSettings(
         tasks=tasks, servers=services.browser_urls(), out=out, split=split,  # type: ignore[arg-type]
         horizon_table=horizon_table, resume=True, iteration=index,  # type: ignore[arg-type]
@@ -560,7 +564,8 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
                        sampler=settings.eval_sampler, index=version, target=folder / "tasks.jsonl")
     check_tasks(settings, load_tasks(tasks), f"the evaluation tasks of v{version}")
     run = run_settings(settings, loop.services, tasks=tasks, out=folder / "trajectories",
-                       split=settings.eval_split, index=version, horizon_table=settings.eval_horizons)
+                       split=settings.eval_split, index=version, horizon_table=settings.eval_horizons,
+                       attempts=settings.eval_attempts)
     started = time.time()
     report = await run_rollout(run, policy=policy)  # closes the policy
     loop.services.check_policy()  # a dead server failed the episodes: not the version's figure

@@ -138,6 +138,9 @@ class LoopSettings:
     """Split of the evaluation tasks."""
     eval_temperature: float = 0.0
     """Sampling temperature of the evaluation rollouts (train rollouts use --policy-temperature)."""
+    eval_attempts: int = 1
+    """Attempts per evaluation task (train rollouts use --attempts; at temperature 0 a second
+    attempt mostly replays the first)."""
     eval_horizons: Literal["split", "train", "test"] = "test"
     """Step budgets of the evaluation rollouts: the test horizons (the paper's protocol), the
     train ones, or those of the evaluation split."""
@@ -204,6 +207,8 @@ class LoopSettings:
             raise LoopSettingsError(
                 f"lr_scheduler: {self.training.lr_scheduler} decays over the run's optimizer steps, which "
                 "the loop knows only with --max-steps (steps per round); give it, or use 'constant'")
+        if self.eval_attempts < 1:
+            raise LoopSettingsError(f"eval_attempts: must be >= 1, got {self.eval_attempts}")
         for name in ("eval_every", "eval_temperature"):
             value = getattr(self, name)
             if value is not None and value < 0:

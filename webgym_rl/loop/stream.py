@@ -4,15 +4,23 @@ The asynchronous schedule's rollouts write one trajectory folder per task batch 
 chunk-XXXX``), each growing shard by shard while episodes finish (`webgym_rollout.dataset.
 TrajectoryWriter`: a shard is listed in the manifest only once it is complete, and listed shards
 never change). `TrajectoryStream` reads the shards the manifests list (through `webgym_rollout.
-trajectory.read_episodes`) past a `StreamPosition`: per folder, how many listed shards are used up
-and how many rows of the next one. `take(n)` returns the next `n` committed episodes, in folder
-order then manifest order, and the position after them; the caller records that position (in
-``loop_state.json``, `webgym_rl.loop.state`) together with what it did with the episodes, so after
-a crash every committed episode is handed out exactly once and no used shard is read again.
+trajectory.read_episodes`) past a `StreamPosition`. `take(n)` returns the next `n` committed
+episodes, in folder order then manifest order, and the position after them; the caller records that
+position (in ``loop_state.json``, `webgym_rl.loop.state`) together with what it did with the
+episodes, so after a crash every committed episode is handed out exactly once.
+
+**Groups.** `take(n, group=G)` hands out whole groups only: the G attempts at one task in one folder
+(GRPO's group; reinforce's per-task baseline), a group being ready once all G are committed. Taken
+in commit order, a group's attempts would otherwise be split across two batches whenever a batch
+boundary falls between them (attempts finish at different times), and each half would get the
+wrong baseline. Ready groups go out in the stream order of their last attempt, so the trainer waits
+for a group's slowest attempt, never for the rest of the folder; the episodes of groups not yet
+ready stay in the stream (the position records which rows past its prefix are already taken).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +33,9 @@ __all__ = ["StreamPosition", "TrajectoryStream"]
 
 @dataclass
 class StreamPosition:
-    """Per folder name: ``[listed shards used up, rows used of the next shard]``."""
+    """Per folder name: ``[listed shards used up, rows used of the next shard, *taken]``, where the
+    optional ``taken`` are offsets (0 = the first row past the prefix) of rows already handed out
+    beyond the prefix (only `TrajectoryStream.take` with groups leaves such gaps)."""
 
     folders: dict[str, list[int]] = field(default_factory=dict)
 
@@ -34,7 +44,21 @@ class StreamPosition:
 
     @classmethod
     def from_json(cls, value: dict[str, Any] | None) -> StreamPosition:
-        return cls({str(name): [int(v[0]), int(v[1])] for name, v in (value or {}).items()})
+        return cls({str(name): [int(x) for x in v] for name, v in (value or {}).items()})
+
+    def of(self, folder: str) -> tuple[int, int, set[int]]:
+        """(shards used up, rows used of the next shard, offsets taken past them) of `folder`."""
+        value = self.folders.get(folder, [0, 0])
+        return value[0], value[1], set(value[2:])
+
+
+@dataclass
+class _Row:
+    folder: str
+    shard: Path
+    row: int  # in its shard
+    offset: int  # past the folder's prefix
+    task_id: str = ""
 
 
 class TrajectoryStream:
@@ -49,43 +73,99 @@ class TrajectoryStream:
             return []  # the rollout has not written its manifest yet
         return read_episodes(folder).files
 
+    def _rows(self, position: StreamPosition, *, task_ids: bool = False) -> dict[str, list[_Row]]:
+        """Per folder, the committed rows past `position` not taken yet (reads shard footers, and
+        the task_id column of the shards holding such rows when `task_ids`)."""
+        import pyarrow.parquet as pq
+
+        rows: dict[str, list[_Row]] = {}
+        for folder in self._folders():
+            shards_done, rows_done, taken = position.of(folder.name)
+            mine = rows[folder.name] = []
+            offset = 0
+            for i, shard in enumerate(self._shards(folder)[shards_done:]):
+                first = rows_done if i == 0 else 0
+                count = pq.read_metadata(shard).num_rows
+                here = [_Row(folder.name, shard, r, offset + r - first) for r in range(first, count)
+                        if offset + r - first not in taken]
+                offset += count - first
+                if here and task_ids:
+                    column = pq.read_table(shard, columns=["task_id"]).column("task_id").to_pylist()
+                    for row in here:
+                        row.task_id = column[row.row]
+                mine.extend(here)
+        return rows
+
     def available(self, position: StreamPosition) -> int:
         """How many committed episodes lie past `position` (reads shard footers only)."""
-        import pyarrow.parquet as pq
+        return sum(len(rows) for rows in self._rows(position).values())
 
-        total = 0
-        for folder in self._folders():
-            shards_done, rows_done = position.folders.get(folder.name, [0, 0])
-            for i, shard in enumerate(self._shards(folder)[shards_done:]):
-                total += pq.read_metadata(shard).num_rows - (rows_done if i == 0 else 0)
-        return total
-
-    def take(self, n: int, position: StreamPosition) -> tuple[list[Episode], StreamPosition] | None:
+    def take(self, n: int, position: StreamPosition, *, group: int = 1
+             ) -> tuple[list[Episode], StreamPosition] | None:
         """The next `n` committed episodes past `position` and the position after them; None while
-        fewer than `n` are committed. `position` itself is not changed."""
+        fewer than `n` are committed (with ``group`` > 1: while the ready groups of `group` attempts
+        hold fewer than `n` episodes; whole groups are taken, so a batch may hold a few more).
+        `position` itself is not changed."""
+        rows = self._rows(position, task_ids=group > 1)
+        chosen: list[_Row] = []
+        if group <= 1:
+            chosen = [row for folder in rows.values() for row in folder][:n]
+        else:
+            ready: list[tuple[int, int, list[_Row]]] = []  # (folder index, last offset, members)
+            for index, folder_rows in enumerate(rows.values()):
+                groups: dict[str, list[_Row]] = defaultdict(list)
+                for row in folder_rows:
+                    groups[row.task_id].append(row)
+                ready.extend((index, members[-1].offset, members)
+                             for members in groups.values() if len(members) >= group)
+            for *_, members in sorted(ready, key=lambda g: g[:2]):
+                if len(chosen) >= n:
+                    break
+                chosen.extend(members)
+        if len(chosen) < n:
+            return None
+        return self._read(chosen), self._advance(position, chosen)
+
+    @staticmethod
+    def _read(chosen: list[_Row]) -> list[Episode]:
+        """The episodes of `chosen`, in that order (each shard read once)."""
+        by_shard: dict[Path, set[int]] = defaultdict(set)
+        for row in chosen:
+            by_shard[row.shard].add(row.row)
+        episodes: dict[tuple[Path, int], Episode] = {}
+        for shard, wanted in by_shard.items():
+            start = 0
+            for batch in TrajectorySet(str(shard.parent), "", "", files=[shard]).batches():
+                for i in range(start, start + batch.num_rows):
+                    if i in wanted:  # only the wanted rows are decoded
+                        episodes[(shard, i)] = Episode.from_row(batch.slice(i - start, 1).to_pylist()[0])
+                start += batch.num_rows
+                if start > max(wanted):
+                    break
+        return [episodes[(row.shard, row.row)] for row in chosen]
+
+    def _advance(self, position: StreamPosition, chosen: list[_Row]) -> StreamPosition:
+        """`position` with `chosen` taken: each folder's prefix moves past every row taken in a run
+        from its start; the rows taken beyond a gap are recorded as offsets past the new prefix."""
         import pyarrow.parquet as pq
 
-        if self.available(position) < n:
-            return None
         after = StreamPosition(position.to_json())
-        taken: list[Episode] = []
+        newly: dict[str, set[int]] = defaultdict(set)
+        for row in chosen:
+            newly[row.folder].add(row.offset)
         for folder in self._folders():
-            if len(taken) >= n:
-                break
-            shards_done, rows_done = after.folders.get(folder.name, [0, 0])
+            if folder.name not in newly:
+                continue
+            shards_done, rows_done, taken = position.of(folder.name)
+            taken |= newly[folder.name]
+            moved = 0
             for shard in self._shards(folder)[shards_done:]:
-                rows = pq.read_metadata(shard).num_rows
-                want = min(rows - rows_done, n - len(taken))
-                one = TrajectorySet(str(folder), "", "", files=[shard])
-                for i, episode in enumerate(one):
-                    if i >= rows_done + want:
-                        break
-                    if i >= rows_done:
-                        taken.append(episode)
-                rows_done += want
-                if rows_done >= rows:
-                    shards_done, rows_done = shards_done + 1, 0
-                after.folders[folder.name] = [shards_done, rows_done]
-                if len(taken) >= n:
+                count = pq.read_metadata(shard).num_rows
+                while rows_done < count and moved in taken:
+                    taken.discard(moved)
+                    rows_done, moved = rows_done + 1, moved + 1
+                if rows_done < count:
                     break
-        return taken, after
+                shards_done, rows_done = shards_done + 1, 0
+            after.folders[folder.name] = [shards_done, rows_done, *sorted(o - moved for o in taken)]
+        return after

@@ -1,0 +1,272 @@
+"""The objectives compared on one CPU: filtered_bc, reinforce and grpo from one bootstrap checkpoint.
+
+One run, all on 127.0.0.1, with the shipped ``miniwob-cpu`` recipe (`webgym_rl.loop.recipes`):
+
+1. task files: easy MiniWoB++ kinds (one click or focus; default click-test, focus-text) and
+   multi-step kinds a random policy rarely finishes (default click-checkboxes, click-tab-2,
+   enter-text, login-user), `--train-seeds` training seeds and `--heldout-seeds` held-out seeds
+   (from 100000 on) per kind;
+2. on the held-out seeds: the pixel-random baseline and the DOM-aware random policy;
+3. the shared bootstrap: one round of the loop (the DOM-aware random policy plays the training
+   tasks once, filtered_bc trains `--bootstrap-steps` steps on its successes), evaluated on the
+   held-out seeds at temperature 0 (iteration 0 of every curve below);
+4. from that checkpoint, one loop per objective (filtered_bc, reinforce, grpo) with everything else
+   equal: the same task kinds and seeds, the same sampler seed (each round `--tasks-per-round`
+   tasks x `--attempts` attempts, played by the policy being trained at temperature 1), the same
+   learning rate and the same budget of `--max-steps` optimizer steps per round (grpo's
+   `--ppo-epochs` passes over a batch count as steps), each version evaluated on the held-out seeds
+   at temperature 0. So what each learns beyond the bootstrap it learns from its own rollouts;
+5. prints a table (held-out success and valid-action rate per iteration and objective, per-kind
+   success of each objective's last version), writes OUT/objectives_miniwob.png (both rates per
+   iteration, one line per objective, the two baselines dashed) and OUT/results.json.
+
+No target on which objective wins; the run is meant to finish within 45 minutes on 2 cores.
+
+    OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/objectives_miniwob.py --out out/objectives
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from learning_miniwob import RECIPE, _stats, rollout, write_task_files  # benchmarks/
+
+OBJECTIVES = ("filtered_bc", "reinforce", "grpo")
+COLOURS = {"filtered_bc": "#0969da", "reinforce": "#bf8700", "grpo": "#8250df"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="example:\n  OMP_NUM_THREADS=1 python "
+                                            "benchmarks/objectives_miniwob.py --out out/objectives")
+    parser.add_argument("--out", type=Path, default=Path("out/objectives-miniwob"))
+    parser.add_argument("--easy-kinds", default="click-test,focus-text")
+    parser.add_argument("--hard-kinds", default="click-checkboxes,click-tab-2,enter-text,login-user",
+                        help="multi-step MiniWoB++ kinds a random policy rarely finishes")
+    parser.add_argument("--train-seeds", type=int, default=60, help="training seeds per kind")
+    parser.add_argument("--heldout-seeds", type=int, default=6, help="held-out seeds per kind")
+    parser.add_argument("--objectives", default=",".join(OBJECTIVES))
+    parser.add_argument("--iterations", type=int, default=4, help="loop rounds per objective")
+    parser.add_argument("--tasks-per-round", type=int, default=12, help="tasks each round rolls out")
+    parser.add_argument("--attempts", type=int, default=4, help="attempts per task (grpo's group size)")
+    parser.add_argument("--horizon", type=int, default=5, help="steps per MiniWoB episode")
+    parser.add_argument("--bootstrap-steps", type=int, default=1000, help="optimizer steps of the bootstrap")
+    parser.add_argument("--max-steps", type=int, default=250,
+                        help="optimizer steps per round, every objective")
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--ppo-epochs", type=int, default=2, help="grpo: passes over each batch")
+    parser.add_argument("--family", default="qwen3_vl", choices=("qwen2_vl", "qwen3_vl"))
+    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--num-layers", type=int, default=2)
+    parser.add_argument("--vision-width", type=int, default=32)
+    parser.add_argument("--min-pixels", type=int, default=56 * 56)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--progress", action="store_true", help="live progress bars")
+    return parser.parse_args(argv)
+
+
+def _kinds(text: str) -> list[str]:
+    return [k.strip() for k in text.split(",") if k.strip()]
+
+
+def recipe(args: argparse.Namespace, **changes: Any) -> Any:
+    """The shipped CPU recipe with this run's sizes and `changes` (YAML keys) on top."""
+    from webgym_rl.loop import load_recipe
+
+    values = dict(
+        eval_tasks=str(args.out / "tasks" / "heldout.jsonl"), seed=args.seed, progress=args.progress,
+        concurrency=args.concurrency, pool={"contexts_per_browser": args.concurrency},
+        miniwob_horizon=args.horizon, learning_rate=args.learning_rate,
+        per_device_batch_size=args.batch_size, tasks=str(args.out / "tasks" / "train.jsonl"),
+        policy={"model": "tiny-policy", "max_new_tokens": args.max_new_tokens,
+                "max_tokens": args.max_new_tokens, "temperature": 1.0, "variant": "compact"})
+    return load_recipe(RECIPE, **{**values, **changes})
+
+
+def per_kind(folder: str | Path) -> dict[str, list[int]]:
+    """MiniWoB kind -> [successes, episodes] of a trajectory folder."""
+    from webgym_rollout.trajectory import read_episodes
+
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for episode in read_episodes(folder):
+        kind = episode.task.environment.partition(":")[2]
+        counts[kind][0] += int(episode.success)
+        counts[kind][1] += 1
+    return dict(sorted(counts.items()))
+
+
+def loop_curve(result: Any) -> list[dict[str, Any]]:
+    """Per round of a finished loop: the evaluation of the version it trained and what trained it."""
+    points = []
+    for i, record in enumerate(result.rounds):
+        evaluation = record.eval.model_dump() if record.eval else {}
+        train = record.train.model_dump() if record.train else {}
+        counts = train.get("counts") or {}
+        points.append({
+            "iteration": i + 1, "eval": _stats(evaluation), "eval_out": evaluation.get("out"),
+            "rollout": _stats(record.rollout.model_dump() if record.rollout else {}),
+            "train": {k: train.get(k)
+                      for k in ("steps", "first_loss", "last_loss", "seconds", "skipped", "samples")},
+            "groups_dropped": counts.get("groups_dropped"), "group_sizes": counts.get("group_sizes")})
+    return points
+
+
+def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    from webgym_rl.loop import LoopServices, run_loop
+    from webgym_rl.tiny import TinyModelSettings, build_tiny_model
+    from webgym_rollout.policy import PolicySettings, RandomPolicySettings
+
+    started = time.perf_counter()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    kinds = _kinds(args.easy_kinds) + _kinds(args.hard_kinds)
+    objectives = _kinds(args.objectives)
+    write_task_files(out / "tasks", kinds, args.train_seeds, args.heldout_seeds)
+    heldout = out / "tasks" / "heldout.jsonl"
+    tiny = TinyModelSettings(family=args.family, seed=args.seed, hidden_size=args.hidden_size,
+                             num_layers=args.num_layers, vision_width=args.vision_width,
+                             min_pixels=args.min_pixels, max_pixels=max(args.min_pixels, 256 * 256),
+                             image_mean=1.0)
+    model_dir = out / "model"
+    if not (model_dir / "config.json").is_file():
+        build_tiny_model(model_dir, settings=tiny)
+    results: dict[str, Any] = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "kinds": kinds, "model": dataclasses.asdict(tiny), "recipe": RECIPE, "objectives": {}}
+
+    # The shared bootstrap: the DOM-aware random policy plays every training task once; filtered_bc.
+    bootstrap = recipe(args, model=str(model_dir), out=str(out / "bootstrap"), iterations=1,
+                       bootstrap_policy="random", objective="filtered_bc", max_steps=args.bootstrap_steps,
+                       sampler={"kind": "all"})
+    agent = bootstrap.policy.agent
+    with LoopServices(bootstrap) as services:
+        for name, kind in (("pixel_random", "pixel_random"), ("dom_random", "random")):
+            results[name] = rollout(heldout, out / "baselines" / name.replace("_", "-"),
+                                    PolicySettings(kind=kind, agent=agent,
+                                                   random=RandomPolicySettings(seed=args.seed)),
+                                    services, bootstrap)
+            results[name]["per_kind"] = per_kind(results[name]["out"])
+            _line(name, results[name])
+        began = time.perf_counter()
+        result = run_loop(bootstrap, services=services)
+    start = {**loop_curve(result)[0], "iteration": 0}
+    start["per_kind"] = per_kind(start["eval_out"])
+    results["bootstrap"] = {**start, "checkpoint": result.checkpoint, "seconds": time.perf_counter() - began}
+    _line("bootstrap", start["eval"])
+
+    for objective in objectives:
+        began = time.perf_counter()
+        settings = recipe(args, model=result.checkpoint, out=str(out / objective), iterations=args.iterations,
+                          bootstrap_policy="model", objective=objective, attempts=args.attempts,
+                          max_steps=args.max_steps, ppo_epochs=args.ppo_epochs if objective == "grpo" else 1,
+                          sampler={"kind": "epoch", "batch_size": args.tasks_per_round})
+        with LoopServices(settings) as services:
+            curve = loop_curve(run_loop(settings, services=services))
+        curve[-1]["per_kind"] = per_kind(curve[-1]["eval_out"])
+        results["objectives"][objective] = {"curve": curve, "seconds": time.perf_counter() - began}
+        for point in curve:
+            _line(f"{objective} it {point['iteration']}", point["eval"])
+    results["seconds"] = time.perf_counter() - started
+    write_outputs(out, results)
+    return results
+
+
+def _line(label: str, run: dict[str, Any]) -> None:
+    print(f"{label:>18}: success {run['successes']}/{run['episodes']} ({run['success_rate']:.1%}), "
+          f"valid actions {run['valid_action_rate']:.1%}", flush=True)
+
+
+def write_outputs(out: Path, results: dict[str, Any]) -> None:
+    kinds, start = results["kinds"], results["bootstrap"]
+    print(f"\n{'held-out, temperature 0':<28}" + "".join(f"{'it ' + str(i):>16}" for i in
+                                                    range(results["args"]["iterations"] + 1)))
+    for objective, run in results["objectives"].items():
+        points = [start] + run["curve"]
+        print(f"{objective + ' success':<28}" + "".join(
+            f"{p['eval']['successes']:>9}/{p['eval']['episodes']:<3}{p['eval']['success_rate']:>4.0%}"
+            for p in points))
+        print(f"{'  valid actions':<28}"
+              + "".join(f"{p['eval']['valid_action_rate']:>16.1%}" for p in points))
+    for name in ("pixel_random", "dom_random"):
+        print(f"{name + ' (baseline)':<28}{results[name]['success_rate']:>16.1%}")
+    print(f"\nper kind, held-out successes ({results['args']['heldout_seeds']} seeds each)")
+    print(f"{'':<28}" + "".join(f"{k[:15]:>16}" for k in kinds))
+    rows = [("pixel-random", results["pixel_random"]), ("DOM-aware random", results["dom_random"]),
+            ("bootstrap", start)]
+    rows += [(f"{objective}, last", run["curve"][-1]) for objective, run in results["objectives"].items()]
+    for label, run in rows:
+        counts = run.get("per_kind", {})
+        print(f"{label:<28}" + "".join(f"{counts.get(k, [0, 0])[0]:>16}" for k in kinds))
+    for objective, run in results["objectives"].items():
+        for point in run["curve"]:
+            train = point["train"]
+            dropped = (f", {point['groups_dropped']} groups dropped"
+                       if point["groups_dropped"] is not None else "")
+            trained = (f"trained {train['steps']} steps on {train['samples']} samples{dropped}"
+                       if not train.get("skipped") else f"skipped ({train['skipped']})")
+            print(f"{objective} round {point['iteration'] - 1}: own rollouts "
+                  f"{point['rollout']['success_rate']:.1%} success; {trained}")
+        print(f"{objective}: {run['seconds']:.0f} s")
+    print(f"total {results['seconds']:.0f} s (bootstrap {start['seconds']:.0f} s)")
+    _plot(out / "objectives_miniwob.png", results)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n", encoding="utf-8")
+    print(f"plot: {out / 'objectives_miniwob.png'}; figures: {out / 'results.json'}")
+
+
+def _plot(path: Path, results: dict[str, Any]) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    start = results["bootstrap"]
+    figure = Figure(figsize=(10, 4), dpi=100)
+    FigureCanvasAgg(figure)
+    for index, (key, title) in enumerate((("success_rate", "held-out success (temperature 0)"),
+                                          ("valid_action_rate", "valid-action rate"))):
+        axes = figure.add_subplot(1, 2, index + 1)
+        for objective, run in results["objectives"].items():
+            points = [start] + run["curve"]
+            axes.plot([p["iteration"] for p in points], [100 * p["eval"][key] for p in points], marker="o",
+                      color=COLOURS.get(objective), label=objective)
+        for name, label, colour in (("pixel_random", "pixel-random", "#cf222e"),
+                                    ("dom_random", "DOM-aware random", "#1a7f37")):
+            axes.axhline(100 * results[name][key], color=colour, linestyle="--", label=label)
+        axes.set_ylim(0, 100)
+        axes.yaxis.set_major_formatter(PercentFormatter())
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.set_xlabel("loop iteration (0 = the shared bootstrap)")
+        axes.set_title(title)
+        axes.grid(alpha=0.3)
+        if index == 0:
+            axes.legend(loc="best", fontsize=8)
+    figure.suptitle(f"Objectives on MiniWoB++ ({len(results['kinds'])} kinds), held-out seeds")
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.WARNING)
+    run_benchmark(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
