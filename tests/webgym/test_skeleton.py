@@ -98,11 +98,12 @@ async def test_chromium_fixture_really_renders(chromium, serve_folder, tmp_path)
     assert hashlib.sha256(before).digest() != hashlib.sha256(after).digest()
 
 
-def test_readme_cli_reference_is_current():
-    """README's CLI reference is generated from --help; regenerate it with scripts/cli_reference.py."""
+def test_cli_reference_is_current():
+    """docs/reference/cli.md is generated from --help; regenerate it with scripts/cli_reference.py."""
     result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "cli_reference.py"), "--check"],
                             capture_output=True, text=True, check=False)
-    assert result.returncode == 0, "README.md is out of date: run scripts/cli_reference.py" + result.stderr
+    assert result.returncode == 0, "docs/reference/cli.md is out of date: " + result.stderr
+    assert "## `webgym-rollout`" in (REPO_ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
 
 
 def test_a_built_wheel_carries_the_card_templates(tmp_path):
