@@ -285,9 +285,11 @@ def _heldout_rollout(run: Any) -> dict[str, Any]:
     return {"out": str(run.out), "steps_per_s": report.steps_per_s, **stats}
 
 
-def _learning_curve(summary: dict[str, Any], rounds: list[Any], path: Path) -> Path:
+def _learning_curve(summary: dict[str, Any], rounds: list[Any], path: Path,
+                    colours: dict[str, str]) -> tuple[Path, list[Any]]:
     """Held-out success of each evaluated version of the trained policy, beside both baselines (flat
-    lines)."""
+    lines; bars while one version is evaluated), each in its colour of the comparison report
+    (`colours`). Returns the PNG's path and the points."""
     from webgym_rollout.charts import CurvePoint, write_learning_curve
 
     runs, points = summary["rollouts"], []
@@ -295,12 +297,13 @@ def _learning_curve(summary: dict[str, Any], rounds: list[Any], path: Path) -> P
         if record.eval is None:
             continue
         evaluation = record.eval.model_dump()
-        for label, run in (("trained tiny policy", evaluation), ("pixel-random", runs["pixel_random"]),
-                           ("DOM-aware random", runs["dom_random"])):
+        for label, run in (("pixel-random", runs["pixel_random"]), ("DOM-aware random", runs["dom_random"]),
+                           ("trained tiny policy", evaluation)):  # the comparison report's order
             judged = run["episodes"] - run["errors"]
             points.append(CurvePoint.from_counts(record.eval.version, label, run["successes"], judged, 0.95))
-    return write_learning_curve(points, path, title="Held-out MiniWoB++ success by policy version",
-                                x_label="policy version")
+    png = write_learning_curve(points, path, title="Held-out MiniWoB++ success by policy version",
+                               x_label="policy version", colours=colours)
+    return png, points
 
 
 def run_demo(settings: DemoSettings) -> DemoResult:
@@ -417,6 +420,7 @@ def run_demo(settings: DemoSettings) -> DemoResult:
 
     # 8. Reports, learning curve and summary.
     stages.stage(8, "Writing the HTML reports, the learning curve and the summary")
+    from webgym_rollout.charts import run_colours
     from webgym_rollout.report import build_report, write_report
     from webgym_rollout.viewer import render_report
 
@@ -439,17 +443,20 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     summary["internal_errors"] = sum(run["internal_errors"] for run in summary["rollouts"].values())
     if summary["internal_errors"]:
         log.warning("%s", _bug_note(summary))
-    curve = _learning_curve(summary, result.rounds, report_dir / "learning_curve.png")
     comparison = build_report(
         [measured["pixel_random"]["out"], measured["dom_random"]["out"], evaluation["out"]],
         labels=["pixel-random", "DOM-aware random", "trained tiny policy"])
+    colours = run_colours(run.label for run in comparison.runs)  # one colour per run, PNG and page
+    curve, points = _learning_curve(summary, result.rounds, report_dir / "learning_curve.png", colours)
     summary["folders"] = {
         "task dataset": tasks_dir, "held-out tasks": heldout_tasks,
         "trajectories (bootstrap)": Path(rollout["out"]), "checkpoint (trained)": Path(train["checkpoint"]),
         "trajectories (pixel-random)": Path(measured["pixel_random"]["out"]),
         "trajectories (DOM-aware random)": Path(measured["dom_random"]["out"]),
         "trajectories (trained)": Path(evaluation["out"]),
-        "report (held-out comparison)": write_report(comparison, report_dir / "heldout"),
+        "report (held-out comparison)": write_report(comparison, report_dir / "heldout",
+                                                     learning_curve=points or None, x_label="policy version",
+                                                     colours=colours),
         "report (bootstrap)": render_report(rollout["out"], report_dir / "bootstrap.html"),
         "report (trained)": render_report(evaluation["out"], report_dir / "trained.html"),
         "learning curve": curve, "loop state": out / "loop" / "loop_state.json"}

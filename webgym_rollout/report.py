@@ -62,13 +62,13 @@ from webgym_core.files import write_atomic, write_json_atomic
 from webgym_core.settings import flat, load_settings, settings_options
 from webgym_data.schema import TASK_DIFFICULTY_LEVELS
 from webgym_rollout.charts import (
-    PALETTE,
     CurvePoint,
     count_chart,
     curve_points,
     histogram,
     learning_curve_svg,
     rate_chart,
+    run_colours,
 )
 from webgym_rollout.rates import SuccessRate, sign_test
 from webgym_rollout.trajectory import EpisodeStatus, TrajectoryError, TrajectorySet, read_episodes
@@ -539,6 +539,9 @@ svg .heading { font-weight: 600; }
 svg .grid { stroke: #ddd; }
 svg .ci { stroke: #222; stroke-width: 1.3; fill: none; }
 svg .tick, svg .value { fill: #555; }
+.swatch { display: inline-block; width: .8em; height: .8em; margin-right: .35em; border-radius: 2px;
+          vertical-align: -.05em; }
+.run { white-space: nowrap; }
 .note { color: #555; }
 .bugs { border: 2px solid #b00020; background: #fdecea; color: #5f0010; padding: .6em 1em;
         margin: 1em 0; border-radius: 4px; }
@@ -557,14 +560,21 @@ def _rate_cells(rate: SuccessRate) -> str:
             f"<td class='num'>{rate.successes}/{rate.trials}</td>")
 
 
-def _runs_table(report: Report) -> str:
+def _run_name(label: str, colours: Mapping[str, str]) -> str:
+    """A run's name with a swatch of its colour, for a table cell."""
+    return (f"<span class='run'><span class='swatch' data-run='{_e(label)}' "
+            f"style='background:{_e(colours[label])}' aria-hidden='true'></span>{_e(label)}</span>")
+
+
+def _runs_table(report: Report, colours: Mapping[str, str]) -> str:
     head = ("<tr><th>run</th><th>source</th><th>episodes</th><th>infrastructure failures</th>"
             "<th>of them bugs (error:internal)</th><th>success rate, failures left out</th>"
             "<th>successes / evaluated</th>"
             "<th>success rate, failures counted</th><th>successes / episodes</th><th>tasks</th>"
             "<th>attempts per task</th></tr>")
     rows = "".join(
-        f"<tr data-run='{_e(run.label)}'><td>{_e(run.label)}</td><td title='version {_e(run.version)}'>"
+        f"<tr data-run='{_e(run.label)}'><td>{_run_name(run.label, colours)}</td>"
+        f"<td title='version {_e(run.version)}'>"
         f"{_e(run.source)}</td><td class='num'>{run.episodes}</td><td class='num errors'>{run.errors}</td>"
         f"<td class='num internal'>{run.internal_errors}</td>"
         f"{_rate_cells(run.overall)}{_rate_cells(run.overall_with_failures)}"
@@ -574,7 +584,7 @@ def _runs_table(report: Report) -> str:
     return f"<table class='runs'>{head}{rows}</table>"
 
 
-def _breakdown_section(report: Report, key: str, heading: str, level: int) -> str:
+def _breakdown_section(report: Report, key: str, heading: str, level: int, colours: Mapping[str, str]) -> str:
     groups = [g.name for g in report.runs[0].breakdowns[key]]
     title = f"Success rate by {heading}"
     if key == "website":
@@ -584,7 +594,7 @@ def _breakdown_section(report: Report, key: str, heading: str, level: int) -> st
                 "<p>(no episodes)</p></section>")
     series = [(run.label, [g.success for g in run.breakdowns[key]]) for run in report.runs]
     head = "<tr><th>" + _e(heading) + "</th>" + "".join(
-        f"<th>{_e(run.label)}: success [{level}% CI]</th><th>s/n</th><th>failures</th>"
+        f"<th>{_run_name(run.label, colours)}: success [{level}% CI]</th><th>s/n</th><th>failures</th>"
         for run in report.runs) + "</tr>"
     rows = []
     for i, name in enumerate(groups):
@@ -592,22 +602,23 @@ def _breakdown_section(report: Report, key: str, heading: str, level: int) -> st
                         + f"<td class='num'>{run.breakdowns[key][i].errors}</td>" for run in report.runs)
         rows.append(f"<tr data-group='{_e(name)}'><td>{_e(name)}</td>{cells}</tr>")
     return (f"<section class='breakdown' data-key='{key}'><h2>{_e(title)}</h2>"
-            f"{rate_chart(title, groups, series, level)}<table>{head}{''.join(rows)}</table></section>")
+            f"{rate_chart(title, groups, series, level, colours=colours)}"
+            f"<table>{head}{''.join(rows)}</table></section>")
 
 
-def _steps_section(report: Report) -> str:
+def _steps_section(report: Report, colours: Mapping[str, str]) -> str:
     seen = [n for run in report.runs for n in run.steps_to_success]
     if not seen:
         return "<section id='steps'><h2>Steps to success</h2><p>(no successful episode)</p></section>"
     lowest, highest = min(seen), max(seen)
     charts, rows = [], []
-    for i, run in enumerate(report.runs):
+    for run in report.runs:
         charts.append(histogram(f"{run.label}: steps of successful episodes", run.steps_to_success,
-                                 lowest, highest, PALETTE[i % len(PALETTE)]))
+                                 lowest, highest, colours[run.label]))
         figures = run.as_dict()["steps_to_success"]
         mean = "n/a" if figures["mean"] is None else f"{figures['mean']:.1f}"
         median = "n/a" if figures["median"] is None else f"{figures['median']:g}"
-        rows.append(f"<tr data-run='{_e(run.label)}'><td>{_e(run.label)}</td>"
+        rows.append(f"<tr data-run='{_e(run.label)}'><td>{_run_name(run.label, colours)}</td>"
                     f"<td class='num'>{sum(run.steps_to_success.values())}</td><td class='num'>{mean}</td>"
                     f"<td class='num'>{median}</td></tr>")
     return ("<section id='steps'><h2>Steps to success</h2><div class='charts'>" + "".join(charts) + "</div>"
@@ -615,14 +626,15 @@ def _steps_section(report: Report) -> str:
             + "".join(rows) + "</table></section>")
 
 
-def _errors_section(report: Report) -> str:
+def _errors_section(report: Report, colours: Mapping[str, str]) -> str:
     charts, rows = [], []
-    for i, run in enumerate(report.runs):
+    for run in report.runs:
         if run.error_kinds:
             charts.append(count_chart(f"{run.label}: infrastructure failures by kind",
-                                       list(run.error_kinds.items()), PALETTE[i % len(PALETTE)]))
+                                       list(run.error_kinds.items()), colours[run.label]))
         for status, count in run.statuses.items():
-            rows.append(f"<tr data-run='{_e(run.label)}' data-status='{_e(status)}'><td>{_e(run.label)}</td>"
+            rows.append(f"<tr data-run='{_e(run.label)}' data-status='{_e(status)}'>"
+                        f"<td>{_run_name(run.label, colours)}</td>"
                         f"<td>{_e(status)}</td><td class='num'>{count}</td></tr>")
     return ("<section id='errors'><h2>Infrastructure failures</h2><p class='note'>Episodes that ended "
             "in an infrastructure failure (<code>error:&lt;kind&gt;</code>, <code>blocked</code>) say "
@@ -653,7 +665,7 @@ def _judges_section(report: Report) -> str:
             f"rates give by chance.</p><ul>{items}</ul></section>")
 
 
-def _comparison_section(report: Report) -> str:
+def _comparison_section(report: Report, colours: Mapping[str, str]) -> str:
     if not report.comparisons:
         return ""
     head = ("<tr><th>run A</th><th>run B</th><th>shared tasks</th><th>A won</th><th>A lost</th>"
@@ -663,8 +675,9 @@ def _comparison_section(report: Report) -> str:
     for pair in report.comparisons:
         p = "n/a" if pair.p_value is None else f"{pair.p_value:.3g}"
         rows.append(
-            f"<tr class='pair' data-a='{_e(pair.a)}' data-b='{_e(pair.b)}'><td>{_e(pair.a)}</td>"
-            f"<td>{_e(pair.b)}</td><td class='num shared'>{pair.shared_tasks}</td>"
+            f"<tr class='pair' data-a='{_e(pair.a)}' data-b='{_e(pair.b)}'>"
+            f"<td>{_run_name(pair.a, colours)}</td><td>{_run_name(pair.b, colours)}</td>"
+            f"<td class='num shared'>{pair.shared_tasks}</td>"
             f"<td class='num won'>{pair.won}</td><td class='num lost'>{pair.lost}</td>"
             f"<td class='num tied'>{pair.tied}</td><td class='num'>{_e(pair.a_success.describe())}</td>"
             f"<td class='num'>{_e(pair.b_success.describe())}</td><td class='num p'>{p}</td>"
@@ -698,11 +711,14 @@ def _bugs_banner(report: Report) -> str:
             f"and the figures below may be skewed by them. Please report it.<ul>{items}</ul></div>")
 
 
-def _page(report: Report, curve: list[CurvePoint] | None, x_label: str = "iteration") -> str:
+def _page(report: Report, curve: list[CurvePoint] | None, x_label: str = "iteration",
+          colours: Mapping[str, str] | None = None) -> str:
     level = int(round(100 * report.settings.confidence))
     title = "WebGym evaluation report: " + ", ".join(run.label for run in report.runs)
+    # One colour per run (and per curve of the learning curve), used by every chart and table.
+    colours = run_colours([run.label for run in report.runs] + [p.label for p in curve or ()], colours)
     overall = rate_chart("Success rate", ["all tasks"], [(run.label, [run.overall]) for run in report.runs],
-                          level)
+                          level, colours=colours)
     split = f" Split: {_e(report.settings.split)}." if report.settings.split else ""
     parts = [
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
@@ -711,24 +727,30 @@ def _page(report: Report, curve: list[CurvePoint] | None, x_label: str = "iterat
         f"<p class='note'>Success rates with {level}% Wilson score intervals; episodes that ended in an "
         f"infrastructure failure are left out of them and counted apart (the rate with them counted as "
         f"failures stands next to each run's).{split}</p>",
-        f"<section id='overall'>{_runs_table(report)}{overall}</section>",
+        f"<section id='overall'>{_runs_table(report, colours)}{overall}</section>",
     ]
     if curve:
-        svg = learning_curve_svg(curve, title=f"Success rate by {x_label}", x_label=x_label)
+        svg = learning_curve_svg(curve, title=f"Success rate by {x_label}", x_label=x_label, colours=colours)
         parts.append(f"<section id='learning-curve'><h2>Learning curve</h2>{svg}</section>")
-    parts.append(_comparison_section(report))
+    parts.append(_comparison_section(report, colours))
     parts.append(_judges_section(report))
-    parts += [_breakdown_section(report, key, heading, level) for key, heading in _BREAKDOWNS]
-    parts += [_steps_section(report), _errors_section(report), "</body></html>"]
+    parts += [_breakdown_section(report, key, heading, level, colours) for key, heading in _BREAKDOWNS]
+    parts += [_steps_section(report, colours), _errors_section(report, colours), "</body></html>"]
     return "".join(parts)
 
 
 def write_report(report: Report, out_dir: str | Path, *,
                  learning_curve: Iterable[CurvePoint | Sequence[Any] | Mapping[str, Any]] | None = None,
-                 x_label: str = "iteration") -> Path:
+                 x_label: str = "iteration", colours: Mapping[str, str] | None = None) -> Path:
     """Write ``out_dir/report.html`` and ``out_dir/report.json`` (each replaced atomically); returns
     the HTML's path. With `learning_curve` points (see `write_learning_curve`) the page shows the
-    curve (its x axis named `x_label`) and the JSON holds the points under ``learning_curve``."""
+    curve (its x axis named `x_label`) and the JSON holds the points under ``learning_curve``.
+
+    Each run has one colour in every chart and table of the page, and each curve of the learning
+    curve too: `colours` (label -> CSS colour, e.g. from `webgym_rollout.charts.run_colours`) for the
+    labels it holds, free palette colours for the others, runs first in their order, then the
+    curves' labels. A curve labelled like a run takes the run's colour. Pass the same `colours` to
+    `write_learning_curve` for a PNG in the page's colours."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     curve = curve_points(learning_curve) if learning_curve is not None else None
@@ -737,7 +759,7 @@ def write_report(report: Report, out_dir: str | Path, *,
         figures["learning_curve"] = [p.as_dict() for p in curve]
     html_path = out_dir / "report.html"
     write_json_atomic(out_dir / "report.json", figures)
-    write_atomic(html_path, _page(report, curve, x_label))
+    write_atomic(html_path, _page(report, curve, x_label, colours))
     logger.info("wrote %s and report.json", html_path)
     return html_path
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
 from PIL import Image
 
 from webgym_data.schema import Task
-from webgym_rollout.charts import CurvePoint, write_learning_curve
+from webgym_rollout.charts import PALETTE, CurvePoint, write_learning_curve
 from webgym_rollout.dataset import TrajectoryWriter
 from webgym_rollout.rates import sign_test, wilson_interval
 from webgym_rollout.report import (
@@ -286,6 +287,16 @@ async def test_report_renders_from_disk_in_chromium(two_runs, tmp_path, chromium
         assert await page.locator("#learning-curve circle.point").count() == 2
         assert await page.locator("#errors rect.bar[data-group='browser_crashed']").count() == 1
         assert await page.locator("#steps rect.bar").count() == 6
+        # A run looks the same colour in the table's swatch as in its bar, as rendered on screen.
+        seen = {}
+        for label in ("before", "after"):
+            swatch = Image.open(io.BytesIO(await page.locator(
+                f"table.runs span.swatch[data-run='{label}']").screenshot())).convert("RGB")
+            bar = Image.open(io.BytesIO(await page.locator(
+                f"#overall rect.bar[data-run='{label}']").screenshot())).convert("RGB")
+            seen[label] = swatch.getpixel((swatch.width // 2, swatch.height // 2))
+            assert seen[label] == bar.getpixel((3, 2))
+        assert seen["before"] != seen["after"]
     finally:
         await context.close()
 
@@ -317,6 +328,51 @@ def test_learning_curve_points_are_checked():
         CurvePoint(0, "test", 0.5, 0.6, 0.7)
     with pytest.raises(ValueError, match="points"):
         write_learning_curve([], "never.png")
+
+
+def chart_fills(page: str) -> dict[str, set[str]]:
+    """The fill colours of each SVG chart's bars, points and lines, by the chart's title."""
+    return {title: set(re.findall(r"class='(?:bar|point)'[^>]*?fill='(#[0-9a-f]{6})'", body))
+            | set(re.findall(r"class='curve'[^>]*?stroke='(#[0-9a-f]{6})'", body))
+            for title, body in re.findall(r"<svg [^>]*aria-label='([^']*)'(.*?)</svg>", page)}
+
+
+def swatches(page: str, label: str) -> list[str]:
+    return re.findall(rf"<span class='swatch' data-run='{label}' style='background:(#[0-9a-f]{{6}})'", page)
+
+
+def test_each_run_has_one_colour_in_every_table_and_chart(two_runs, tmp_path):
+    report = build_report(list(two_runs))
+    # The curve: one line not a run ("train"), and the runs' own points ("before", "after").
+    points = [CurvePoint.from_counts(0, "train", 2, 9), CurvePoint.from_counts(1, "train", 4, 9),
+              CurvePoint.from_counts(0, "before", 5, 7), CurvePoint.from_counts(1, "after", 3, 7)]
+    page = write_report(report, tmp_path / "r", learning_curve=points).read_text()
+    colour = {}
+    for label in ("before", "after"):
+        # runs table, 4 breakdown tables, steps table, statuses table, paired table
+        found = swatches(page, label)
+        assert len(found) >= 8 and len(set(found)) == 1
+        colour[label] = found[0]
+        bars = re.findall(rf"<rect class='bar' data-run='{label}'[^>]*?fill='(#[0-9a-f]{{6}})'", page)
+        assert len(bars) > 4 and set(bars) == {colour[label]}  # overall and every breakdown chart
+    assert colour == {"before": PALETTE[0], "after": PALETTE[1]}
+    fills = chart_fills(page)
+    assert fills["before: steps of successful episodes"] == {colour["before"]}
+    assert fills["after: infrastructure failures by kind"] == {colour["after"]}
+    curve = fills["Success rate by iteration"]
+    train = re.findall(r"class='curve' data-label='train'[^>]*?stroke='(#[0-9a-f]{6})'", page)
+    assert len(train) == 1 and train[0] not in colour.values()  # its own colour
+    assert curve == {colour["before"], colour["after"], train[0]}
+    for label in ("before", "after"):  # the run's point of the curve is in the run's colour
+        assert re.findall(rf"<circle class='point' data-label='{label}'[^>]*?fill='(#[0-9a-f]{{6}})'",
+                          page) == [colour[label]]
+
+    # Given colours are kept everywhere; the others take free palette colours.
+    page = write_report(report, tmp_path / "given", learning_curve=points,
+                        colours={"after": "#000000", "train": PALETTE[0]}).read_text()
+    assert set(swatches(page, "after")) == {"#000000"}
+    assert set(swatches(page, "before")) == {PALETTE[1]}
+    assert chart_fills(page)["after: steps of successful episodes"] == {"#000000"}
 
 
 # ----------------------------------------------------------------------------------- the command

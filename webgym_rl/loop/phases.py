@@ -582,11 +582,15 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
 
 
 def _report(loop: Loop, record: EvalRecord, train: dict[str, list[int]]) -> None:
-    from webgym_rollout.charts import CurvePoint, write_learning_curve
+    from webgym_rollout.charts import CurvePoint, run_colours, write_learning_curve
     from webgym_rollout.report import build_report, write_report
 
     settings = loop.settings
-    report = build_report([record.out], settings.report, labels=[f"v{record.version}"])
+    label = f"v{record.version}"
+    report = build_report([record.out], settings.report, labels=[label])
+    # One colour per curve in the PNG and the page; the evaluated run is the test curve's last point.
+    colours = run_colours(["train", "test"])
+    colours[label] = colours["test"]
     overall = report.runs[0].overall
     confidence = settings.report.confidence
     points = [CurvePoint.from_counts(int(v), "train", won, judged, confidence)
@@ -601,9 +605,9 @@ def _report(loop: Loop, record: EvalRecord, train: dict[str, list[int]]) -> None
     curve = loop.out / "learning_curve.png"
     if points:
         write_learning_curve(points, curve, title=f"{loop.out.name}: success rate by policy version",
-                             x_label="policy version")
+                             x_label="policy version", colours=colours)
     page = write_report(report, loop.eval_dir(record.version) / "report", learning_curve=points or None,
-                        x_label="policy version")
+                        x_label="policy version", colours=colours)
     record.evaluated = [overall.successes, overall.trials]
     record.success_low, record.success_high = overall.low, overall.high
     record.report, record.learning_curve = str(page), str(curve) if points else None
