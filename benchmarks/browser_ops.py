@@ -44,9 +44,9 @@ from webgym_rollout.browser.processes import (  # noqa: E402
     process_tree_pss_mib,
 )
 from webgym_rollout.browser.protocol import BrowserAction  # noqa: E402
-from webgym_rollout.miniwob import MINIWOB_CLIP  # noqa: E402
-from webgym_rollout.miniwob import task_url as miniwob_task_url  # noqa: E402
-from webgym_rollout.sites import SiteServer  # noqa: E402
+from webgym_rollout.tasks.miniwob import MINIWOB_CLIP  # noqa: E402
+from webgym_rollout.tasks.miniwob import task_url as miniwob_task_url  # noqa: E402
+from webgym_rollout.tasks.sites import SiteServer  # noqa: E402
 
 CHROMIUM = os.environ.get("WEBGYM_CHROMIUM", DEFAULT_CHROMIUM)
 fresh = itertools.count()  # query strings that make every page load a new URL

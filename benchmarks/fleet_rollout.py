@@ -41,11 +41,11 @@ from rollout_async_vs_sync import (  # noqa: E402
 )
 
 from webgym_core.endpoint import Endpoint  # noqa: E402
+from webgym_rollout.agent.policies import OpenAIPolicy, PolicySettings  # noqa: E402
 from webgym_rollout.env import EnvSettings  # noqa: E402
 from webgym_rollout.fleet import ray_environment  # noqa: E402
-from webgym_rollout.policy import OpenAIPolicy, PolicySettings  # noqa: E402
 from webgym_rollout.runner import RolloutSettings, RunSettings, run  # noqa: E402
-from webgym_rollout.sites import SiteServer  # noqa: E402
+from webgym_rollout.tasks.sites import SiteServer  # noqa: E402
 
 for _key, _value in ray_environment("127.0.0.1:6379").items():
     os.environ.setdefault(_key, _value)

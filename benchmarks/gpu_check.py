@@ -6,7 +6,7 @@ One prepared script for a CUDA machine without internet. For each model shape it
    tokenizer and image-only processor come from `webgym_rl.tiny.build_tiny_model` (a byte-level BPE
    trained on the spot), the model from the numbers in `QWEN3_VL_8B` / `QWEN3_VL_2B` below;
 2. writes a synthetic trajectory dataset with the rollout's own `TrajectoryWriter`: 1280x720 PNG
-   screenshots, prompts made by `webgym_rollout.agent.build_messages` (the ``memory`` variant, 4 full
+   screenshots, prompts made by `webgym_rollout.agent.protocol.build_messages` (the ``memory`` variant, 4 full
    image rounds), replies by `format_response`; the first 4 steps of each episode are marked
    ``same_as_next`` (dropped by the sample selection), so every training sample shows 5 screenshots:
    4 earlier rounds and the current page;
@@ -17,7 +17,7 @@ One prepared script for a CUDA machine without internet. For each model shape it
    One warm-up optimizer step, then ``--steps`` timed ones. The 2B run then writes a full
    checkpoint (`Trainer.save`: weights, optimizer, processor); the LoRA run writes its servable
    weights (`Trainer.save_servable`: the adapter merged into the base weights, as the loop does);
-4. serves that checkpoint with `webgym_rollout.policy_server.create_app` on the GPU (its ASGI app
+4. serves that checkpoint with `webgym_rl.policy_server.create_app` on the GPU (its ASGI app
    driven in-process through ``httpx.ASGITransport``, no socket) and asks it for ``--replies`` chat
    completions with the rollout's own request: `build_messages` + `inline_images` of a 1280x720
    observation, ``temperature`` 1.0, ``logprobs``, ``max_tokens``.
@@ -354,7 +354,7 @@ def build_checkpoint(out: Path, shape: Shape, source: Path, *, device: str, dtyp
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
-    from webgym_rollout.modeling import load_processor
+    from webgym_rl.modeling import load_processor
 
     processor = load_processor(source, min_pixels=shape.min_pixels, max_pixels=shape.max_pixels)
     config = qwen3_vl_config(shape, processor.tokenizer)
@@ -405,9 +405,15 @@ def screenshot(seed: int, size: tuple[int, int] = (1280, 720)) -> bytes:
 
 def _episode(index: int, kept_steps: int, size: tuple[int, int]) -> Any:
     from webgym_data.schema import FactGroup, Task
-    from webgym_rollout.actions import parse_arguments
-    from webgym_rollout.agent import AgentSettings, Observation, Round, build_messages, format_response
-    from webgym_rollout.trajectory import Episode, EpisodeStatus, Latency, Step, TokenUsage, Verdict
+    from webgym_rollout.agent.actions import parse_arguments
+    from webgym_rollout.agent.protocol import (
+        AgentSettings,
+        Observation,
+        Round,
+        build_messages,
+        format_response,
+    )
+    from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Latency, Step, TokenUsage, Verdict
 
     task_id = f"gpu-check-{index}"
     instruction = f"Find the price of the cheapest flight from Paris to Berlin on day {index + 1}."
@@ -445,7 +451,7 @@ def _episode(index: int, kept_steps: int, size: tuple[int, int]) -> Any:
 
 def write_dataset(out: Path, *, episodes: int, kept_steps: int, size: tuple[int, int] = (1280, 720)) -> Path:
     """A rollout folder of `episodes` successful episodes, written by `TrajectoryWriter`."""
-    from webgym_rollout.dataset import TrajectoryWriter
+    from webgym_rollout.trajectory.writer import TrajectoryWriter
 
     with TrajectoryWriter(out) as writer:
         for index in range(episodes):
@@ -457,8 +463,8 @@ def observation_request(size: tuple[int, int] = (1280, 720), *, steps: int = 6, 
                         seed: int = 0) -> dict[str, Any]:
     """The chat request the rollout's policy client sends at step `steps` of an episode (memory
     variant, 4 full rounds, the older steps as summaries): messages with inline screenshots."""
-    from webgym_rollout.actions import AgentAction
-    from webgym_rollout.agent import (
+    from webgym_rollout.agent.actions import AgentAction
+    from webgym_rollout.agent.protocol import (
         AgentSettings,
         Observation,
         Round,
@@ -668,7 +674,7 @@ def generate(checkpoint: Path, *, device: str, dtype: str, replies: int, max_tok
              size: tuple[int, int] = (1280, 720)) -> GenerateFigures:
     """Serve `checkpoint` with the policy server's app on `device` in `dtype` and time `replies` chat
     replies."""
-    from webgym_rollout.policy_server import PolicyServerSettings, create_app
+    from webgym_rl.policy_server import PolicyServerSettings, create_app
 
     _reset_peak(device)
     port = 8500  # nothing binds it: the app runs in-process; the caller check wants its Host

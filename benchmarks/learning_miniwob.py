@@ -110,7 +110,7 @@ class ShuffledScreenshots:
 
 def screenshot_pool(trajectories: Path) -> list[bytes]:
     """The first screenshot of each episode of a trajectory dataset."""
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     return [episode.steps[0].screenshot for episode in read_episodes(trajectories) if episode.steps]
 
@@ -121,7 +121,7 @@ def rollout(tasks: Path, out: Path, policy_settings: Any, services: Any, loop: A
     settings (`webgym_rl.loop.phases.run_settings`); the stats of the dataset."""
     from webgym_rl.loop.phases import run_settings
     from webgym_rollout.runner import run
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     settings = dataclasses.replace(
         run_settings(loop, services, tasks=tasks, out=out, split=split, index=0, horizon_table=split),
@@ -136,7 +136,12 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     from webgym_core.endpoint import Endpoint
     from webgym_rl.loop import LoopServices, load_recipe, run_loop
     from webgym_rl.tiny import TinyModelSettings, build_tiny_model
-    from webgym_rollout.policy import OpenAIPolicy, PolicySettings, RandomPolicySettings, SamplingSettings
+    from webgym_rollout.agent.policies import (
+        OpenAIPolicy,
+        PolicySettings,
+        RandomPolicySettings,
+        SamplingSettings,
+    )
 
     started = time.perf_counter()
     out: Path = args.out
@@ -217,8 +222,8 @@ def log_line(results: dict[str, Any]) -> None:
 
 
 def write_outputs(out: Path, results: dict[str, Any]) -> None:
-    from webgym_rollout.charts import CurvePoint
-    from webgym_rollout.report import build_report, write_report
+    from webgym_rollout.report.charts import CurvePoint
+    from webgym_rollout.report.html import build_report, write_report
 
     iterations = results["iterations"]
     pixel, dom = results["pixel_random"], results["dom_random"]

@@ -145,8 +145,8 @@ def rollout_alone(args: argparse.Namespace, work: Path, task_files: list[Path], 
 
     from webgym_core.endpoint import Endpoint
     from webgym_rl.loop.stream import StreamPosition, TrajectoryStream
+    from webgym_rollout.agent.policies import OpenAIPolicy, PolicySettings, SamplingSettings
     from webgym_rollout.env import EnvSettings
-    from webgym_rollout.policy import OpenAIPolicy, PolicySettings, SamplingSettings
     from webgym_rollout.runner import RolloutSettings, RunSettings, run
 
     tasks = work / "rollout-alone-tasks.jsonl"
@@ -251,7 +251,7 @@ def main() -> None:
 
 def run_benchmark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from webgym_rl.tiny import build_tiny_model
-    from webgym_rollout.sites import SiteServer
+    from webgym_rollout.tasks.sites import SiteServer
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     model = work / "model"
@@ -282,7 +282,7 @@ def run_benchmark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             batches = [rollouts / f"round-{i:04d}-tasks.jsonl" for i in range(args.versions)]
             # The tasks the async run's over-provision plays: the start of the next batch.
             from webgym_data.loading import load_tasks
-            from webgym_rollout.sampler import TaskSampler
+            from webgym_data.sampler import TaskSampler
 
             sampler = loop_settings(args, work, "async", **common).sampler
             extra = TaskSampler(load_tasks(tasks), sampler).batch(args.versions)[:args.overprovision]

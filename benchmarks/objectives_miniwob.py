@@ -104,7 +104,7 @@ def recipe(args: argparse.Namespace, **changes: Any) -> Any:
 
 def per_kind(folder: str | Path) -> dict[str, list[int]]:
     """MiniWoB kind -> [successes, episodes] of a trajectory folder."""
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for episode in read_episodes(folder):
@@ -133,7 +133,7 @@ def loop_curve(result: Any) -> list[dict[str, Any]]:
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     from webgym_rl.loop import LoopServices, run_loop
     from webgym_rl.tiny import TinyModelSettings, build_tiny_model
-    from webgym_rollout.policy import PolicySettings, RandomPolicySettings
+    from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
 
     started = time.perf_counter()
     out: Path = args.out

@@ -9,7 +9,7 @@ serve-policy``) runs as a separate process on 127.0.0.1, as in the RL loop, one 
   publishing a checkpoint writes), ``POST /reload {"model": DIR, "version": N}``;
 - shm: ``push_weights(url, model.state_dict(), version=N, transport="shm")``: the trainer writes
   the weights into a new file in /dev/shm and names it in a small request; the server maps it and
-  points its tensors at it (no copy), `webgym_rollout.policy_server`;
+  points its tensors at it (no copy), `webgym_rl.policy_server`;
 - http: the same with ``transport="http"``: the safetensors bytes as the request body, copied into
   the served tensors (the form for a server on another machine).
 
@@ -77,8 +77,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from common import free_port, stop  # noqa: E402  (benchmarks/common.py)
 
+from webgym_rl.policy_server import push_weights, version_fingerprint  # noqa: E402
 from webgym_rl.tiny import TinyModelSettings, build_tiny_model  # noqa: E402
-from webgym_rollout.policy_server import push_weights, version_fingerprint  # noqa: E402
 
 __all__ = ["PATHS", "SIZES", "build_model", "measure_publish_latency", "serve_policy"]
 
@@ -100,9 +100,9 @@ def build_model(out_dir: Path, size: str) -> Path:
 
 @contextlib.contextmanager
 def serve_policy(model_dir: Path, *, start_limit_s: float = 600) -> Iterator[tuple[str, int]]:
-    """``webgym-rollout serve-policy`` on 127.0.0.1 in a child process; yields (base URL, pid)."""
+    """``webgym-rl serve-policy`` on 127.0.0.1 in a child process; yields (base URL, pid)."""
     port = free_port()
-    command = [sys.executable, "-c", "from webgym_rollout.cli import main; main()", "serve-policy",
+    command = [sys.executable, "-c", "from webgym_rl.cli import main; main()", "serve-policy",
                "--model", str(model_dir), "--port", str(port), "--served-model-name", SERVED_NAME,
                "--max-new-tokens", "1"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -225,7 +225,7 @@ def measure_publish_latency(model_dir: Path | str, repeats: int, pause_s: float 
     """
     import torch
 
-    from webgym_rollout.modeling import load_model, load_processor
+    from webgym_rl.modeling import load_model, load_processor
 
     model_dir = Path(model_dir)
     model = load_model(model_dir, dtype=torch.float32)

@@ -60,13 +60,13 @@ sys.path.insert(0, str(REPO))
 from common import free_port, tree_cpu_s  # noqa: E402  (benchmarks/common.py)
 
 from webgym_core.endpoint import Endpoint  # noqa: E402
-from webgym_rollout.actions import GRID_SIZE, AgentAction  # noqa: E402
-from webgym_rollout.agent import format_response  # noqa: E402
+from webgym_rollout.agent.actions import GRID_SIZE, AgentAction  # noqa: E402
+from webgym_rollout.agent.policies import OpenAIPolicy, PolicySettings, RandomPolicySettings  # noqa: E402
+from webgym_rollout.agent.protocol import format_response  # noqa: E402
 from webgym_rollout.env import EnvSettings  # noqa: E402
-from webgym_rollout.policy import OpenAIPolicy, PolicySettings, RandomPolicySettings  # noqa: E402
 from webgym_rollout.runner import RolloutSettings, RunSettings, run  # noqa: E402
-from webgym_rollout.sites import SiteServer  # noqa: E402
-from webgym_rollout.trajectory import read_episodes  # noqa: E402
+from webgym_rollout.tasks.sites import SiteServer  # noqa: E402
+from webgym_rollout.trajectory.reader import read_episodes  # noqa: E402
 
 DEFAULT_TASKS = ("click-button", "click-link", "click-dialog", "click-tab", "click-checkboxes",
                  "click-option", "focus-text", "click-test-2")

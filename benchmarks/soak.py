@@ -164,7 +164,7 @@ class Soak:
 
 def account(out: Path, runs: list[dict[str, Any]], versions: int) -> dict[str, Any]:
     """Every started episode accounted for; nothing trained twice (see the module docstring)."""
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     committed = {e.episode_id: e for chunk in sorted((out / "rollouts").glob("chunk-*")) if chunk.is_dir()
                  for e in read_episodes(chunk)}

@@ -39,9 +39,9 @@ def bare_loop(model_dir: Path, samples, *, steps: int, batch_size: int, lr: floa
     import torch
 
     from webgym_rl.collate import Collator
+    from webgym_rl.modeling import load_model, load_processor
     from webgym_rl.objectives import filtered_bc
     from webgym_rl.train import EpochOrder
-    from webgym_rollout.modeling import load_model, load_processor
 
     torch.manual_seed(seed)
     model = load_model(model_dir, dtype=torch.float32).train()

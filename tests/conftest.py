@@ -143,7 +143,7 @@ from tests.models import tiny_qwen2_vl, tiny_qwen3_vl  # noqa: E402,F401
 @pytest.fixture(scope="session")
 def sites():
     """The local site server (MiniWoB++ and sandbox pages) on 127.0.0.1, for the whole session."""
-    from webgym_rollout.sites import SiteServer
+    from webgym_rollout.tasks.sites import SiteServer
 
     with SiteServer() as server:
         yield server

@@ -1,7 +1,7 @@
 """A schema 1.1 trajectory folder, as the toolkit wrote it before schema 1.2.
 
 `features_1_1()` is a frozen copy of the 1.1 row layout (``trajectory_features()`` of
-``webgym_rollout/trajectory.py`` at schema 1.1: no per-step ``policy_version`` / ``logprobs``, no
+``webgym_rollout/trajectory/contract.py`` at schema 1.1: no per-step ``policy_version`` / ``logprobs``, no
 per-episode ``outcome``). `write_1_1(out, episodes)` writes `Episode`s in that layout the way the
 1.1 writer did: ``data/<split>-00000.parquet`` (no run id in the name) and a manifest with
 ``schema_version: "1.1"``. Nothing here is committed as a binary fixture: the folder is made in
@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from webgym_rollout.trajectory import Episode
+from webgym_rollout.trajectory.contract import Episode
 
 
 def features_1_1():

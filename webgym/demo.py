@@ -26,9 +26,10 @@ benchmark's target (3x the pixel-random success), one line says so and points to
 (``benchmarks/learning_miniwob.py``), which trains longer. Everything the demo starts it stops,
 also on Ctrl-C.
 
-Exceptions::
+Exceptions (defined in `webgym.errors`)::
 
-    DemoError (RuntimeError)   the output folder is not the demo's, or a stage failed (names it)
+    WebgymError
+     └── DemoError (RuntimeError)   the output folder is not the demo's, or a stage failed (names it)
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from typing import Any, Literal
 
 import click
 
+from webgym.errors import DemoError
+
 __all__ = ["SAMPLE_TASKS", "DemoError", "DemoResult", "DemoSettings", "demo_command", "run_demo"]
 
 log = logging.getLogger(__name__)
@@ -60,10 +63,6 @@ BENCHMARK = "benchmarks/learning_miniwob.py"
 RECIPE = "miniwob-cpu"
 """The shipped loop recipe the demo runs, sized down (`webgym_rl.loop.recipes`)."""
 """Where the longer run that shows learning lives (its plot is in the README)."""
-
-
-class DemoError(RuntimeError):
-    """The demo cannot run as asked, or one of its stages failed (the message names it)."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +171,8 @@ _FIGURES = ("episodes", "successes", "steps", "valid_actions", "errors", "succes
 
 def _internal_errors(out: str | Path) -> int:
     """Episodes of a trajectory folder with status ``error:internal``: bugs, not infrastructure."""
-    from webgym_rollout.trajectory import EpisodeStatus, read_episodes
+    from webgym_rollout.trajectory.contract import EpisodeStatus
+    from webgym_rollout.trajectory.reader import read_episodes
 
     return sum(status == EpisodeStatus.INTERNAL.value
                for batch in read_episodes(out).batches(columns=["status"], batch_size=1024)
@@ -278,7 +278,7 @@ def _notes(summary: dict[str, Any]) -> list[str]:
 def _heldout_rollout(run: Any) -> dict[str, Any]:
     """Roll out the held-out tasks as `run` (`RunSettings`) says; the stats of its folder."""
     from webgym_rollout.runner import run as run_rollout
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     report = asyncio.run(run_rollout(run))
     stats = read_episodes(run.out).stats().as_dict()
@@ -290,7 +290,7 @@ def _learning_curve(summary: dict[str, Any], rounds: list[Any], path: Path,
     """Held-out success of each evaluated version of the trained policy, beside both baselines (flat
     lines; bars while one version is evaluated), each in its colour of the comparison report
     (`colours`). Returns the PNG's path and the points."""
-    from webgym_rollout.charts import CurvePoint, write_learning_curve
+    from webgym_rollout.report.charts import CurvePoint, write_learning_curve
 
     runs, points = summary["rollouts"], []
     for record in rounds:
@@ -331,7 +331,7 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     report = build(BuildSettings(
         out=tasks_dir, importers=(("generic", str(SAMPLE_TASKS)), ("miniwob", str(spec))),
         split=SplitSettings(test_size=preset.test_size, seed=settings.seed), progress=settings.progress))
-    from webgym_rollout.tasks import task_kind
+    from webgym_rollout.tasks.kind import task_kind
 
     every = [*report.train, *report.test]
     task_counts = {"train": len(report.train), "test": len(report.test),
@@ -364,7 +364,7 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     )
     from webgym_rl.loop.phases import run_settings
     from webgym_rl.tiny import TinyModelSettings, build_tiny_model
-    from webgym_rollout.policy import PolicySettings, RandomPolicySettings
+    from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
 
     tiny = TinyModelSettings(family="qwen3_vl", seed=settings.seed)
     model_dir = build_tiny_model(out / "models" / "tiny-qwen3vl", settings=tiny)
@@ -420,9 +420,9 @@ def run_demo(settings: DemoSettings) -> DemoResult:
 
     # 8. Reports, learning curve and summary.
     stages.stage(8, "Writing the HTML reports, the learning curve and the summary")
-    from webgym_rollout.charts import run_colours
-    from webgym_rollout.report import build_report, write_report
-    from webgym_rollout.viewer import render_report
+    from webgym_rollout.report.charts import run_colours
+    from webgym_rollout.report.html import build_report, write_report
+    from webgym_rollout.report.viewer import render_report
 
     report_dir = out / "report"
     counts = train.get("counts") or {}
@@ -503,7 +503,7 @@ def demo_command(out: Path, size: str, seed: int, concurrency: int, quiet: bool)
       webgym demo --out /tmp/demo --size tiny
       python -c "import datasets; print(datasets.load_dataset('out/demo/tasks'))"
     """
-    from webgym_data.schema import WebgymDataError
+    from webgym_data.errors import WebgymDataError
     from webgym_rl.errors import WebgymRLError
 
     try:

@@ -1,20 +1,29 @@
 """The exception tree of `webgym_core`: catch at the level you can handle.
 
+Every public exception class of `webgym_core` is defined here (checked by
+``tests/webgym_core/test_errors.py``); the modules that raise them import them from here.
+
 ::
 
-    CoreError
+    CoreError                     the root of every error webgym_core raises
      ├── SettingsError            a setting that is unknown, of the wrong type or out of range;
      │                            names the YAML key and the CLI flag (also a ValueError)
-     └── EndpointError            an OpenAI-compatible endpoint failed (the callers pass their own
-          ├── EndpointUnavailable subclasses, e.g. PolicyUnavailable, so their trees stay theirs)
-          ├── EndpointTimeout
-          └── EndpointRejected
+     ├── EndpointError            an OpenAI-compatible endpoint failed (the callers pass their own
+     │    ├── EndpointUnavailable subclasses, e.g. PolicyUnavailable, so their trees stay theirs):
+     │    │                       unreachable, or 5xx/429 through every retry
+     │    ├── EndpointTimeout     no answer within the timeout, through every retry
+     │    └── EndpointRejected    the endpoint refused the request (4xx other than 429)
+     └── FailpointError           a failpoint set to ``raise`` fired, or ``WEBGYM_FAILPOINTS`` is
+                                  malformed (`webgym_core.failpoints`)
+
+Exempt: ``webgym_core.endpoint._Transient``, a private signal inside `ChatClient`'s retry loop
+(it carries which error class to raise once the retries are spent) that never leaves the module.
 """
 
 from __future__ import annotations
 
 __all__ = ["CoreError", "EndpointError", "EndpointRejected", "EndpointTimeout", "EndpointUnavailable",
-           "SettingsError"]
+           "FailpointError", "SettingsError"]
 
 
 class CoreError(Exception):
@@ -39,3 +48,7 @@ class EndpointTimeout(EndpointError):
 
 class EndpointRejected(EndpointError):
     """The endpoint refused the request (HTTP 4xx other than 429); retrying would not help."""
+
+
+class FailpointError(CoreError):
+    """Raised by a failpoint set to ``raise``; also a malformed ``WEBGYM_FAILPOINTS``."""

@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 
-from webgym_core.errors import CoreError
+from webgym_core.errors import FailpointError
 
 __all__ = ["ENV", "FailpointError", "failpoint"]
 
@@ -34,10 +34,6 @@ _ACTIONS = ("kill", "raise", "exit")
 _lock = threading.Lock()
 _hits: dict[str, int] = {}
 _parsed: tuple[str, dict[str, tuple[str, int]]] | None = None
-
-
-class FailpointError(CoreError):
-    """Raised by a failpoint set to ``raise``; also a malformed ``WEBGYM_FAILPOINTS``."""
 
 
 def _points() -> dict[str, tuple[str, int]]:

@@ -9,7 +9,7 @@ The core API, importable from here (the modules say the rest)::
 
 `webgym_data.schema` is the task contract, `webgym_data.loading` the one task reader; the build
 pipeline is `webgym_data.build` (``webgym-data build``). Every error raised here is a
-`WebgymDataError`.
+`WebgymDataError`; `webgym_data.errors` draws the exception tree.
 """
 
 from webgym_data.loading import (

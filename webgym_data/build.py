@@ -25,7 +25,7 @@ still read everywhere (`webgym_data.loading`).
 ``--extend EXISTING`` keeps every task of an earlier build as it is (same ids, same split), adds
 the new seed tasks, and puts a new task on a site that is already split into that site's split.
 
-Exceptions::
+Exceptions (defined in `webgym_data.errors`)::
 
     WebgymDataError
      └── BuildError   (bad settings, no seeds, a destination that is not an earlier build, a folder
@@ -60,10 +60,11 @@ from webgym_core.files import sha256_file, write_atomic
 from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
 from webgym_data import __version__
 from webgym_data.decompose import DecomposeSettings, decompose_tasks
+from webgym_data.errors import BuildError, WebgymDataError
 from webgym_data.llm import LLMSettings
 from webgym_data.loading import MANIFEST, read_task_set
 from webgym_data.rubrics import RUBRIC_MODES, RubricMode
-from webgym_data.schema import SCHEMA_VERSION, Task, WebgymDataError, task_features
+from webgym_data.schema import SCHEMA_VERSION, Task, task_features
 from webgym_data.split import (
     DedupeSettings,
     SplitSettings,
@@ -82,10 +83,6 @@ _KINDS = ("seeds", "subtasks")
 _ROW_GROUP_ROWS = 10_000  # small row groups: readers can stream a shard without loading it whole
 BUILD_ID_CHARS = 12
 """Hex digits of the content hash that name a build's shards."""
-
-
-class BuildError(WebgymDataError, ValueError):
-    """The build cannot run as asked."""
 
 
 @dataclass(frozen=True)

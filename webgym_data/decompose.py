@@ -15,7 +15,7 @@ is used (``"template"``). Either stays within `MAX_INSTRUCTION_CHARS`.
 A subtask's difficulty level is its fact count: the parent's seed label (`seed_difficulty_level`)
 and seed criteria describe the whole task, so a subtask does not carry them.
 
-Exceptions::
+Exceptions (defined in `webgym_data.errors`)::
 
     WebgymDataError
      └── DecomposeError   (bad settings)
@@ -30,7 +30,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from webgym_data.schema import MAX_INSTRUCTION_CHARS, FactGroup, Task, WebgymDataError, make_task_id
+from webgym_data.errors import DecomposeError
+from webgym_data.schema import MAX_INSTRUCTION_CHARS, FactGroup, Task, make_task_id
 
 if TYPE_CHECKING:
     from webgym_data.llm import LLMClient
@@ -55,10 +56,6 @@ _INSTRUCTION_SCHEMA = {
     "required": ["instruction"],
     "additionalProperties": False,
 }
-
-
-class DecomposeError(WebgymDataError, ValueError):
-    """Decomposition settings are invalid."""
 
 
 @dataclass(frozen=True)

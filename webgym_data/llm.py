@@ -21,7 +21,7 @@ HTTP errors (bad key, unknown model); this client then asks again, as often, whe
 JSON (or JSON nested too deeply, or text with a lone surrogate that no file could store), is cut
 off, is no chat completion (no choices, no text), or fails `validate`.
 
-Exceptions::
+Exceptions (defined in `webgym_data.errors`)::
 
     WebgymDataError
      ├── LLMError
@@ -53,7 +53,15 @@ from typing import Any, TypeVar
 from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors
 from webgym_core.files import write_atomic
 from webgym_core.settings import flat
-from webgym_data.schema import WebgymDataError
+from webgym_data.errors import (
+    EventLoopError,
+    LLMError,
+    LLMReplyInvalid,
+    LLMRequestRejected,
+    LLMSettingsError,
+    LLMTimeout,
+    LLMUnavailable,
+)
 
 __all__ = [
     "EventLoopError",
@@ -77,45 +85,6 @@ T = TypeVar("T")
 
 # Exceptions a `validate` callback may raise to say "this reply is not acceptable, ask again".
 _INVALID_REPLY_ERRORS = (ValueError, TypeError, KeyError, IndexError)
-
-
-class LLMError(WebgymDataError):
-    """Base class of the LLM client's errors."""
-
-
-class LLMUnavailable(LLMError):
-    """The endpoint could not be reached, or kept failing (5xx, 429) after every retry."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"LLM endpoint {message}")
-
-
-class LLMTimeout(LLMUnavailable):
-    """The endpoint did not answer within ``endpoint.timeout_s``, through every retry."""
-
-
-class LLMRequestRejected(LLMError):
-    """The endpoint refused the request (4xx other than 429: bad API key, unknown model, ...)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"LLM endpoint {message}")
-
-
-class LLMReplyInvalid(LLMError):
-    """Every attempt gave a reply that was not JSON, was cut off, or failed validation."""
-
-    def __init__(self, purpose: str, cache_key: Sequence[str], attempts: int, reason: str) -> None:
-        self.purpose, self.cache_key, self.attempts, self.reason = purpose, tuple(cache_key), attempts, reason
-        what = " | ".join(str(part)[:80] for part in cache_key)
-        super().__init__(f"{purpose} reply still invalid after {attempts} attempt(s) for [{what}]: {reason}")
-
-
-class LLMSettingsError(LLMError, ValueError):
-    """LLM settings that cannot work; the message names the setting first."""
-
-
-class EventLoopError(WebgymDataError, RuntimeError):
-    """A synchronous entry point was called from inside a running event loop (await its async twin)."""
 
 
 _ERRORS = EndpointErrors(unavailable=LLMUnavailable, timeout=LLMTimeout, rejected=LLMRequestRejected)

@@ -41,7 +41,7 @@ Nothing here goes through ``datasets.load_dataset``: its cache is keyed by the f
 the card's file list, so reading the parquet files directly is both faster and always this
 folder's rows.
 
-Exceptions::
+Exceptions (defined in `webgym_data.errors`)::
 
     WebgymDataError
      └── TaskValidationError          a bad row (names the file, row and field)
@@ -59,7 +59,14 @@ from pathlib import Path
 from typing import Any
 
 from webgym_core.files import TMP_PREFIX, write_atomic
-from webgym_data.schema import Task, TaskValidationError
+from webgym_data.errors import (
+    MAX_LISTED_ERRORS,
+    InvalidTasksError,
+    NotATaskSetError,
+    TaskSourceError,
+    TaskValidationError,
+)
+from webgym_data.schema import Task
 
 __all__ = ["MANIFEST", "MAX_LISTED_ERRORS", "SPLITS", "InvalidTasksError", "NotATaskSetError", "TaskList",
            "TaskSourceError", "load_tasks", "read_manifest", "read_table_rows", "read_task_set",
@@ -69,37 +76,6 @@ MANIFEST = "manifest.json"
 """The file that makes a folder a webgym-data build (versions, settings, counts, shard list)."""
 SPLITS = ("train", "test")
 """The splits a build writes."""
-MAX_LISTED_ERRORS = 20
-"""Invalid rows an `InvalidTasksError` message lists; the rest are counted (all are in ``errors``)."""
-
-
-class TaskSourceError(TaskValidationError):
-    """A task file or folder cannot be read: missing, unreadable, of an unknown type, or without
-    tasks of the asked split."""
-
-
-class NotATaskSetError(TaskSourceError, FileNotFoundError):
-    """A folder is not a built task set (no such folder, or no task shards in it)."""
-
-
-class InvalidTasksError(TaskValidationError):
-    """Rows of a task source are invalid. `errors` holds every one (a `TaskValidationError` naming
-    file, row and field); the message lists the first `MAX_LISTED_ERRORS` and counts the rest."""
-
-    def __init__(self, errors: Sequence[TaskValidationError], *, source: str | None = None) -> None:
-        self.errors: tuple[TaskValidationError, ...] = tuple(errors)
-        if len(self.errors) == 1:
-            message = str(self.errors[0])
-        else:
-            shown = [f"  {error}" for error in self.errors[:MAX_LISTED_ERRORS]]
-            if len(self.errors) > MAX_LISTED_ERRORS:
-                shown.append(f"  ... and {len(self.errors) - MAX_LISTED_ERRORS} more invalid rows")
-            where = f" in {source}" if source else ""
-            message = "\n".join([f"{len(self.errors)} invalid task rows{where}:", *shown])
-        super().__init__(message)
-        # The attributes say where the first bad row is (the message says where each one is).
-        first = self.errors[0] if self.errors else TaskValidationError("", file=source)
-        self.file, self.row, self.field, self.reason = first.file, first.row, first.field, message
 
 
 class TaskList(list):

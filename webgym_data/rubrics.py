@@ -42,9 +42,10 @@ import click
 
 from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_options
+from webgym_data.errors import RubricError, RubricsError, WebgymDataError
 from webgym_data.llm import LLMClient, LLMReplyInvalid, LLMSettings, Usage, gather_all, run_sync
 from webgym_data.loading import load_tasks, write_tasks
-from webgym_data.schema import FactGroup, RubricError, Task, WebgymDataError
+from webgym_data.schema import FactGroup, Task
 
 __all__ = [
     "MAX_FACTS_PER_GROUP",
@@ -286,10 +287,6 @@ def generate_rubrics(tasks: Iterable[Task], client: LLMClient, *, mode: RubricMo
 
 
 # -- CLI -------------------------------------------------------------------------------------------
-class RubricsError(WebgymDataError, ValueError):
-    """``webgym-data rubrics`` cannot run as asked (a missing source, output or endpoint)."""
-
-
 @dataclass(frozen=True)
 class RubricsSettings:
     """Settings of ``webgym-data rubrics``."""

@@ -17,14 +17,14 @@ Difficulty. `Task.difficulty` is the rubric's fact count and `Task.difficulty_le
 Instructions are at most `MAX_INSTRUCTION_CHARS` characters (see there for where the number comes
 from); a longer one is refused by `Task.from_row` and skipped by the importers.
 
-Exceptions::
+Exceptions (defined in `webgym_data.errors`, which draws the whole tree)::
 
     WebgymDataError                 the root of every error webgym_data raises
      ├── TaskValidationError        task input that cannot be used (names the file, row and field; a
      │    │                         ValueError)
-     │    ├── InvalidTasksError     (webgym_data.loading) every invalid row of a task source at once
-     │    └── TaskSourceError       (webgym_data.loading) the file or folder itself cannot be read
-     │         └── NotATaskSetError (webgym_data.loading) a folder that is not a built task set
+     │    ├── InvalidTasksError     every invalid row of a task source at once (`webgym_data.loading`)
+     │    └── TaskSourceError       the file or folder itself cannot be read (`webgym_data.loading`)
+     │         └── NotATaskSetError a folder that is not a built task set (`webgym_data.loading`)
      └── RubricError                a malformed rubric value (a ValueError; `Task.from_row` reports it
                                     as a TaskValidationError naming the field)
 """
@@ -38,6 +38,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from webgym_data.errors import RubricError, TaskValidationError, WebgymDataError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -96,38 +98,6 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _TEXT_FIELDS = ("task_id", "task_name", "website", "benchmark_name", "start_url", "domain", "subdomain",
                 "definite_answer", "parent_task_id", "instruction_source", "environment", "rubric_source",
                 "seed_difficulty_level")
-
-
-class WebgymDataError(Exception):
-    """Base class of every error raised by webgym_data."""
-
-
-class TaskValidationError(WebgymDataError, ValueError):
-    """Task input cannot be used. Says where: source file, row number (0-based), for a text file the
-    line number (1-based, as an editor shows it) and field."""
-
-    def __init__(self, message: str, *, file: str | None = None, row: int | None = None,
-                 field: str | None = None, line: int | None = None) -> None:
-        self.file, self.row, self.field, self.reason, self.line = file, row, field, message, line
-        where = []
-        if file is not None:
-            where.append(str(file))
-        if row is not None:
-            where.append(f"row {row}")
-        if field is not None:
-            where.append(f"field '{field}'")
-        text = f"{', '.join(where)}: {message}" if where else message
-        super().__init__(text if line is None else f"{text} (line {line})")
-
-    def to_dict(self) -> dict[str, Any]:
-        """``{file, row, line, field, reason}``, for a report that lists skipped rows (JSON-ready;
-        ``line`` is None for a file without lines, such as parquet)."""
-        return {"file": self.file, "row": self.row, "line": self.line, "field": self.field,
-                "reason": self.reason}
-
-
-class RubricError(WebgymDataError, ValueError):
-    """A rubric (a list of fact groups) is malformed; the message says which item and why."""
 
 
 def difficulty_level(difficulty: int) -> str:
@@ -245,6 +215,12 @@ class Task:
     @property
     def num_facts(self) -> int:
         return sum(len(g.facts) for g in self.evaluator_reference)
+
+    @property
+    def environment_kind(self) -> str:
+        """The name of the task kind that plays this task: what precedes ``:`` in `environment`
+        (``web``, ``miniwob``); the kind classes themselves are `webgym_rollout.tasks`."""
+        return (self.environment or "web").partition(":")[0]
 
     @property
     def difficulty_level(self) -> str:

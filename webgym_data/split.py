@@ -20,7 +20,7 @@ removed. Near duplicates are found exactly, without comparing all pairs, by pref
 PPJoin): tokens are ordered by global rarity and two sets can only reach the threshold if their
 short rare-token prefixes meet; only the pairs found are checked for key terms.
 
-Exceptions::
+Exceptions (defined in `webgym_data.errors`)::
 
     WebgymDataError
      └── SplitError   (bad settings, or a fixed assignment that breaks the split rules)
@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from urllib.parse import urlsplit
 
-from webgym_data.schema import Task, WebgymDataError
+from webgym_data.errors import SplitError
+from webgym_data.schema import Task
 
 __all__ = [
     "DedupeReport",
@@ -55,10 +56,6 @@ __all__ = [
     "site_assignment",
     "split_tasks",
 ]
-
-
-class SplitError(WebgymDataError, ValueError):
-    """The split cannot be made as asked."""
 
 
 # --------------------------------------------------------------------------------------- sites

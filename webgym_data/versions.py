@@ -8,7 +8,7 @@ dataset repo, optionally a branch, upload the folder, optionally tag the commit)
 A push replaces the dataset's files: shards of an earlier build (other names, see
 `webgym_data.build`) are deleted in the same commit, so the repo holds exactly this build.
 
-Exceptions::
+Exceptions (defined in `webgym_data.errors`)::
 
     WebgymDataError
      ├── NotATaskSetError   (from webgym_data.loading) a folder that is not a build
@@ -24,14 +24,10 @@ from typing import Any
 
 import click
 
+from webgym_data.errors import PushError, WebgymDataError
 from webgym_data.loading import MANIFEST, NotATaskSetError, read_manifest, task_shards
-from webgym_data.schema import WebgymDataError
 
 __all__ = ["PushError", "TaskSetDiff", "diff_command", "diff_task_sets", "push_command", "push_task_set"]
-
-
-class PushError(WebgymDataError):
-    """Publishing to the Hub failed."""
 
 
 @dataclass

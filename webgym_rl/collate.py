@@ -6,7 +6,7 @@ the target is the raw response followed by the end-of-turn token (``<|im_end|>``
 the model learns to stop. Tokenising prompt and prompt + target separately must agree on the
 prompt: we check it token by token, because a BPE merge across the boundary would silently shift
 the labels. Images go through the processor's image processor, which resizes each one to an area
-within its ``min_pixels`` / ``max_pixels`` (set them with `webgym_rollout.modeling.load_processor`).
+within its ``min_pixels`` / ``max_pixels`` (set them with `webgym_rl.modeling.load_processor`).
 Each sample is encoded on its own and the batch is right-padded to its longest sample.
 
 The behaviour policy's log-probabilities (what the rollout's endpoint returned, `Sample`) are

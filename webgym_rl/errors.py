@@ -1,8 +1,12 @@
 """The exception tree of `webgym_rl`: catch at the level you can handle.
 
+Every public exception class of `webgym_rl` is defined here (checked by
+``tests/webgym_rl/test_errors.py``); the modules that raise one import it from here and still
+export it (``from webgym_rl.modeling import CheckpointError`` works).
+
 ::
 
-    WebgymRLError
+    WebgymRLError                            the root of every error webgym_rl raises
      ├── TrainingError (RuntimeError)        the trainer (`webgym_rl.train`)
      │    ├── TrainSettingsError (ValueError) a setting out of range or missing (names the field)
      │    └── ResumeError                    --resume without a complete checkpoint that matches
@@ -15,6 +19,26 @@
      ├── MergeError (ValueError)             a LoRA adapter that does not fit its base model or cannot
      │                                       be merged (`webgym_rl.merge`)
      ├── PushError (ValueError)              a checkpoint or value that cannot be pushed (`webgym_rl.hub`)
+     ├── ModelingError (ValueError)          a checkpoint that cannot be loaded as a Qwen-VL policy
+     │    │                                  (`webgym_rl.modeling`; also a RolloutError, as it was when
+     │    │                                  the module lived in webgym_rollout); names it
+     │    ├── UnknownFamilyError             a family name or a checkpoint config we do not support
+     │    └── CheckpointError                a folder or Hub id without the files a checkpoint needs
+     ├── PolicyServerError                   the CPU policy server (`webgym_rl.policy_server`; also a
+     │    │                                  `webgym_rollout.errors.PolicyError`); HTTP 500
+     │    ├── BadChatRequest                 a malformed request: bad image data URL, unknown model
+     │    │                                  name, empty messages, n > 1, stream (HTTP 400; names the
+     │    │                                  field)
+     │    ├── PolicyUnauthorized             missing or wrong bearer token (HTTP 401)
+     │    ├── ReloadFailed                   /reload could not load the checkpoint (HTTP 400; the old
+     │    │    │                             model keeps serving)
+     │    │    └── WeightsRejected           /weights: not safetensors, or a missing, unexpected,
+     │    │         │                        mis-shaped or mis-typed tensor, or a file the server does
+     │    │         │                        not read (HTTP 400; names the first bad key, or shm)
+     │    │         └── SharedMemoryUnavailable  the server sees no such file (it does not share the
+     │    │                                  client's /dev/shm), or the client cannot write one
+     │    └── WeightsPushFailed              `push_weights`: the server could not be reached, timed
+     │                                       out or failed (HTTP 5xx); transient, may be retried
      └── LoopError (RuntimeError)            the online loop (`webgym_rl.loop`)
           ├── LoopSettingsError (ValueError) a bad setting (names the field or flag)
           ├── LoopStateError                 OUT/loop_state.json is unreadable or belongs to another run
@@ -24,30 +48,42 @@
 
 Settings read from the command line or YAML are checked by `webgym_core.settings`, which reports
 an invalid value as `webgym_core.SettingsError` (also a ValueError) naming the YAML key and the
-flag. Models that do not load raise `webgym_rollout.modeling.ModelingError` (a `RolloutError`).
+flag.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from webgym_rollout.errors import PolicyError, RolloutError
+
 __all__ = [
+    "BadChatRequest",
+    "CheckpointError",
     "CollationError",
     "LoopError",
     "LoopSettingsError",
     "LoopStateError",
     "MergeError",
     "MissingColumnError",
+    "ModelingError",
     "NoTrainingDataError",
     "PhaseFailed",
     "PolicyEndpointError",
+    "PolicyServerError",
+    "PolicyUnauthorized",
     "PromptPrefixError",
     "PushError",
+    "ReloadFailed",
     "ResumeError",
+    "SharedMemoryUnavailable",
     "TrainSettingsError",
     "TrainingDataError",
     "TrainingError",
+    "UnknownFamilyError",
     "WebgymRLError",
+    "WeightsPushFailed",
+    "WeightsRejected",
 ]
 
 
@@ -98,6 +134,89 @@ class MergeError(WebgymRLError, ValueError):
 
 class PushError(WebgymRLError, ValueError):
     """The checkpoint or the push settings are unusable; the message says which file or value."""
+
+
+# ------------------------------------------------------------------------ models, policy server
+
+class ModelingError(WebgymRLError, RolloutError, ValueError):
+    """A checkpoint that cannot be loaded as a Qwen-VL policy; the message names it."""
+
+    kind = "modeling_error"
+
+
+class UnknownFamilyError(ModelingError):
+    """A model family (or a checkpoint's `model_type`) that is not Qwen2-VL, Qwen2.5-VL or Qwen3-VL."""
+
+    kind = "unknown_family"
+
+
+class CheckpointError(ModelingError):
+    """A checkpoint folder or Hub id that lacks the files a processor or model needs."""
+
+    kind = "checkpoint_error"
+
+
+class PolicyServerError(WebgymRLError, PolicyError):
+    """Base of the policy server's errors."""
+
+    kind = "policy_server_error"
+    status_code = 500
+
+
+class BadChatRequest(PolicyServerError):
+    """A chat request the server cannot answer as sent; the message names the field."""
+
+    kind = "bad_chat_request"
+    status_code = 400
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class PolicyUnauthorized(PolicyServerError):
+    """A request without the right bearer token (HTTP 401)."""
+
+    kind = "unauthorized"
+    status_code = 401
+
+
+class ReloadFailed(PolicyServerError):
+    """``/reload`` could not load the new checkpoint; the old one keeps serving."""
+
+    kind = "reload_failed"
+    status_code = 400
+
+
+class WeightsRejected(ReloadFailed):
+    """A ``/weights`` body that is not safetensors or does not match the served model's
+    ``state_dict()``; the message names the first bad key (`param`), expected vs received. The old
+    weights keep serving, untouched."""
+
+    kind = "weights_rejected"
+    status_code = 400
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class SharedMemoryUnavailable(WeightsRejected):
+    """The shared-memory handover cannot work here: the server finds no such file (it does not
+    share the client's /dev/shm: another machine or container), or the client could not write one
+    (/dev/shm missing or full). Nothing was changed; `push_weights` in its ``auto`` mode then sends
+    the weights as an HTTP body instead."""
+
+    kind = "shm_unavailable"
+    status_code = 400
+
+
+class WeightsPushFailed(PolicyServerError):
+    """`push_weights` could not deliver: no connection, a timeout, or a server failure (HTTP 5xx).
+    Transient: the weights were not judged, so the same push may be retried."""
+
+    kind = "weights_push_failed"
+    status_code = 502
 
 
 # ---------------------------------------------------------------------------------------- loop

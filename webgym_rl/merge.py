@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from webgym_rl.errors import MergeError
-from webgym_rollout.modeling import ModelingError, load_model
+from webgym_rl.modeling import ModelingError, load_model
 
 __all__ = ["ADAPTER_CONFIG", "adapter_base", "apply_adapter", "is_adapter", "merge_adapter",
            "merge_command", "merged_state_dict"]
@@ -163,7 +163,7 @@ def merge_adapter(adapter_dir: str | Path, out_dir: str | Path, *, base: str | P
 def merge_command(adapter: Path, out: Path, base: str | None, revision: str | None) -> None:
     """Merge the LoRA adapter checkpoint ADAPTER into its base model's weights.
 
-    ``webgym-rl train --lora`` saves adapters only; ``webgym-rollout serve-policy``, vLLM without
+    ``webgym-rl train --lora`` saves adapters only; ``webgym-rl serve-policy``, vLLM without
     --enable-lora and a full fine-tune need an ordinary checkpoint (``train --lora --model ADAPTER``
     trains the adapter on as it is). ``webgym-rl loop`` merges by itself after each LoRA training
     phase.
@@ -172,7 +172,7 @@ def merge_command(adapter: Path, out: Path, base: str | None, revision: str | No
     Example:
       webgym-rl merge out/ckpt/checkpoint-000200 --out out/merged
       webgym-rl merge out/ckpt/checkpoint-000200 --out out/merged --base Qwen/Qwen3-VL-8B-Instruct
-      webgym-rollout serve-policy --model out/merged
+      webgym-rl serve-policy --model out/merged
     """
     try:
         path = merge_adapter(adapter, out, base=base, revision=revision)

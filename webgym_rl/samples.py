@@ -22,7 +22,7 @@ Episodes are never trained on when they belong to the test split, have no reward
 infrastructure failure (`EpisodeStatus.is_error`): those say nothing about the agent. Everything
 skipped is counted in `SampleCounts`.
 
-Trajectories are read through `webgym_rollout.trajectory.read_episodes` (a rollout folder as its
+Trajectories are read through `webgym_rollout.trajectory.reader.read_episodes` (a rollout folder as its
 manifest lists it, or a Hub dataset; schema 1.1 to 1.3). Selection reads a few columns of the
 episode rows at the Arrow level, so no screenshot is decoded until a sample is drawn; a
 `StepSamples` item decodes only the screenshots its prompt shows.
@@ -45,14 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from webgym_rl.errors import MissingColumnError, NoTrainingDataError, TrainingDataError
-from webgym_rollout.trajectory import (
+from webgym_rollout.trajectory.contract import (
     EpisodeStatus,
     ShardSchemaError,
     TrajectoryError,
-    TrajectorySet,
     expand_messages,
-    read_episodes,
 )
+from webgym_rollout.trajectory.reader import TrajectorySet, read_episodes
 
 __all__ = [
     "MissingColumnError",
@@ -253,7 +252,8 @@ def _check_columns(names: Sequence[str], step_names: Sequence[str] | None, where
     for column in _EPISODE_COLUMNS:
         if column not in names:
             raise MissingColumnError(f"{where}: missing column '{column}' (the trainer reads "
-                                     f"{', '.join(_EPISODE_COLUMNS)}; see webgym_rollout.trajectory)")
+                                     f"{', '.join(_EPISODE_COLUMNS)}; see "
+                                     "webgym_rollout.trajectory.contract)")
     for name in _STEP_FIELDS:
         if step_names is not None and name not in step_names:
             raise MissingColumnError(f"{where}: missing step field 'steps.{name}'")

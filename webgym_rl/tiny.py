@@ -3,7 +3,7 @@
 `build_tiny_model(out_dir, family=...)` writes a randomly initialised Qwen2-VL or Qwen3-VL
 checkpoint (by default two layers, hidden size 64; sizes from `TinyModelSettings`, the command's
 flags) with a byte-level BPE tokenizer trained on the spot and an image-only processor, in the
-ordinary Hugging Face layout: it loads with `webgym_rollout.modeling.load_model` /
+ordinary Hugging Face layout: it loads with `webgym_rl.modeling.load_model` /
 `load_processor` like any Hub checkpoint. Untrained it produces gibberish, but every code path
 (processor, training, serving) is real, and a few minutes of filtered-BC training on MiniWoB++
 teach it the reply format and where the target is on the screenshot
@@ -12,7 +12,7 @@ web pages, to zero (`TinyModelSettings.image_mean`, the default): with Qwen's us
 image token of a random vision tower is one large constant plus a small trace of the page, and
 the model learns one typical click per task instead (benchmarks/RESULTS.md, 2026-12-04).
 
-Errors: `webgym_rollout.modeling.UnknownFamilyError` for a family that is not Qwen2-VL or Qwen3-VL.
+Errors: `webgym_rl.modeling.UnknownFamilyError` for a family that is not Qwen2-VL or Qwen3-VL.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import click
 
 from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_options
-from webgym_rollout.modeling import (
+from webgym_rl.modeling import (
     ADDED_TOKENS,
     CHAT_TEMPLATE,
     FAMILIES,
@@ -236,7 +236,7 @@ def tiny_model_command(out: Path, config: str | None, **flags: Any) -> None:
       webgym-rl tiny-model out/tiny-qwen2vl
       webgym-rl tiny-model out/tiny-qwen3vl --family qwen3_vl --seed 1
       webgym-rl tiny-model out/tiny-qwen3vl-128 --family qwen3_vl --hidden-size 128 --num-layers 4
-      webgym-rollout serve-policy --model out/tiny-qwen3vl
+      webgym-rl serve-policy --model out/tiny-qwen3vl
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:

@@ -24,7 +24,7 @@ Exceptions (`webgym_rl.errors`)::
      ├── TrainSettingsError   a bad setting (names the field; a ValueError too)
      └── ResumeError          --resume without a complete checkpoint in OUT, or one of another run
     (and, from the steps it runs: TrainingDataError, CollationError, MergeError for a starting
-     adapter that does not fit its base model, and webgym_rollout.modeling.ModelingError; the CLI
+     adapter that does not fit its base model, and webgym_rl.modeling.ModelingError; the CLI
      turns each into one clear message)
 """
 
@@ -408,8 +408,8 @@ class Trainer:
         from transformers import get_scheduler
 
         from webgym_rl.collate import Collator
+        from webgym_rl.modeling import load_model, load_processor
         from webgym_rl.objectives import NEEDS_PROXIMAL, OBJECTIVES
-        from webgym_rollout.modeling import load_model, load_processor
 
         t = self.training = training
         self.out = Path(out)
@@ -837,7 +837,7 @@ def train_command(config: str | None, **flags: Any) -> None:
           --out out/checkpoints/run1 --max-steps 20
       accelerate launch "$(which webgym-rl)" train --config train.yaml --lora --resume
     """
-    from webgym_rollout.modeling import ModelingError
+    from webgym_rl.modeling import ModelingError
 
     try:
         settings = load_settings(TrainSettings, config, flags)

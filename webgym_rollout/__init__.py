@@ -11,12 +11,13 @@ The runner (`webgym_rollout.runner.run`, ``webgym-rollout run``) schedules many 
 `webgym_rollout.errors` draws the exception tree (root: `RolloutError`).
 """
 
+from webgym_rollout.agent.policies import OpenAIPolicy, RandomPolicy
 from webgym_rollout.browser.client import BrowserClient, BrowserSession
 from webgym_rollout.env import EnvSettings, StepResult, WebEnv
 from webgym_rollout.errors import RolloutError
-from webgym_rollout.judge import ProgrammaticJudge, RubricJudge
-from webgym_rollout.policy import OpenAIPolicy, RandomPolicy
-from webgym_rollout.trajectory import Episode, EpisodeStatus, Step, read_episodes
+from webgym_rollout.judge.judges import ProgrammaticJudge, RubricJudge
+from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step
+from webgym_rollout.trajectory.reader import read_episodes
 
 __version__ = "0.2.0"
 

@@ -1,4 +1,4 @@
-"""``webgym-rollout``: browser server, site server, policy server, rollout runner, viewer."""
+"""``webgym-rollout``: browser server, site server, rollout runner, judges, reports, viewer."""
 
 from __future__ import annotations
 
@@ -9,22 +9,22 @@ from webgym_core.cli import LazyGroup, setup_logging
 COMMANDS = {
     "serve": ("webgym_rollout.browser.server:serve_command",
               "Run the browser environment server (Chromium pool over HTTP)."),
-    "serve-sites": ("webgym_rollout.sites:serve_sites_command",
+    "serve-sites": ("webgym_rollout.tasks.sites:serve_sites_command",
                     "Serve the local MiniWoB++ and sandbox sites on 127.0.0.1."),
-    "serve-policy": ("webgym_rollout.policy_server:serve_policy_command",
-                     "Serve a transformers VLM as an OpenAI-compatible endpoint on CPU."),
     "run": ("webgym_rollout.runner:run_command",
             "Roll out tasks with a policy against browser servers; write trajectories."),
-    "view": ("webgym_rollout.viewer:view_command", "Write a static HTML report of a trajectory dataset."),
-    "report": ("webgym_rollout.report:report_command",
+    "view": ("webgym_rollout.report.viewer:view_command",
+             "Write a static HTML report of a trajectory dataset."),
+    "report": ("webgym_rollout.report.html:report_command",
                "Success rates with confidence intervals and run-to-run comparisons, as HTML."),
-    "rejudge": ("webgym_rollout.rejudge:rejudge_command",
+    "rejudge": ("webgym_rollout.judge.rejudge:rejudge_command",
                 "Score stored episodes again with another judge, without browsers; write a new dataset."),
-    "judge-eval": ("webgym_rollout.judge_eval:judge_eval_command",
+    "judge-eval": ("webgym_rollout.judge.calibration:judge_eval_command",
                    "Measure a judge against labelled episodes (accuracy, precision, recall, F1)."),
     "fleet": ("webgym_rollout.fleet:fleet_group",
               "Browser fleets on a Ray cluster: fleet up | status | down (needs webgym[ray])."),
-    "push": ("webgym_rollout.dataset:push_command", "Publish a trajectory dataset to the Hugging Face Hub."),
+    "push": ("webgym_rollout.trajectory.hub:push_command",
+             "Publish a trajectory dataset to the Hugging Face Hub."),
 }
 
 

@@ -28,7 +28,7 @@ An agent's mistake is data on the step, never an exception: a reply without a va
 no-op step with ``action_error`` saying why, a click on nothing or a refused URL likewise. An
 infrastructure failure raises a `BrowserError` (a crashed browser, a lost session, an unreachable
 server); `reset` again starts the episode over on a fresh session. How a task opens and whether it
-keeps its own reward is its kind's business (`webgym_rollout.tasks`); the environment never asks
+keeps its own reward is its kind's business (`webgym_rollout.tasks.kind`); the environment never asks
 which kind it plays.
 """
 
@@ -41,14 +41,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webgym_data.schema import Task
-from webgym_rollout.actions import AgentAction
-from webgym_rollout.agent import Observation, ParsedResponse, Round
+from webgym_rollout.agent.actions import AgentAction
+from webgym_rollout.agent.protocol import Observation, ParsedResponse, Round
 from webgym_rollout.browser.client import BrowserClient, BrowserSession
 from webgym_rollout.browser.protocol import BrowserAction, RecordingIndex, Screenshot
-from webgym_rollout.errors import NavigationRefused, RolloutError, ServerBusy, SiteBlocked
-from webgym_rollout.recording import RecordingStore, ReplaySource
-from webgym_rollout.tasks import TaskKind, task_kind
-from webgym_rollout.trajectory import Latency, Step, TaskOutcome, TokenUsage
+from webgym_rollout.errors import EpisodeOver, NavigationRefused, RolloutError, ServerBusy, SiteBlocked
+from webgym_rollout.tasks.kind import TaskKind, task_kind
+from webgym_rollout.trajectory.contract import Latency, Step, TaskOutcome, TokenUsage
+from webgym_rollout.trajectory.recordings import RecordingStore, ReplaySource
 
 __all__ = ["EnvSettings", "EpisodeOver", "StepResult", "WebEnv"]
 
@@ -111,12 +111,6 @@ class StepResult:
     """``step`` (the recorded `Step`), ``timings``, ``outcome``, ``answer``."""
 
 
-class EpisodeOver(RolloutError):
-    """`step` was called on an environment whose episode has ended (or never began): `reset` first."""
-
-    kind = "episode_over"
-
-
 class WebEnv:
     """One task at a time in one browser session. Not safe for concurrent use: one per episode slot."""
 
@@ -162,7 +156,7 @@ class WebEnv:
         ``env_seed``); `split` picks the horizon table; `episode_id` is shown to the policy (the
         random policy seeds itself with it). `record`: record the session's network traffic, its
         bodies into this store (`recording` holds the index once the session closes); `replay`:
-        serve the pages from a recording instead (`webgym_rollout.recording`)."""
+        serve the pages from a recording instead (`webgym_rollout.trajectory.recordings`)."""
         await self.close()
         kind = task_kind(task)
         kind.check(self.settings)
@@ -337,7 +331,7 @@ async def _nothing() -> None:
 
 
 def _as_policy_output(action: Any) -> Any:
-    from webgym_rollout.policy import PolicyOutput
+    from webgym_rollout.agent.policies import PolicyOutput
 
     if isinstance(action, PolicyOutput):
         return action

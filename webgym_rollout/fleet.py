@@ -48,7 +48,7 @@ import click
 from webgym_core.settings import load_settings, settings_options
 from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.browser.pool import PoolSettings
-from webgym_rollout.errors import RolloutError
+from webgym_rollout.errors import FleetError
 
 __all__ = ["Endpoint", "FleetEndpoints", "FleetError", "FleetSettings", "FleetUpSettings", "LocalCluster",
            "fleet_down", "fleet_endpoints", "fleet_group", "fleet_up", "ray_environment"]
@@ -57,12 +57,6 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "webgym"
 """The Ray namespace of every fleet actor."""
-
-
-class FleetError(RolloutError):
-    """A fleet that does not exist, did not come up, or a Ray cluster that cannot be reached."""
-
-    kind = "fleet_error"
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -242,7 +236,7 @@ class _ServerActor:
     def _start_sites(self, fleet: FleetUpSettings) -> str | None:
         if not fleet.sites:
             return None
-        from webgym_rollout.sites import SiteServer
+        from webgym_rollout.tasks.sites import SiteServer
 
         try:
             self._sites = SiteServer("127.0.0.1", fleet.sites_port).start()

@@ -2,7 +2,7 @@
 browser servers, judges the episodes and writes the trajectory dataset.
 
 ``webgym-rollout run`` reads tasks, plays ``attempts`` episodes of each (one `WebEnv` per episode
-slot), judges each ended episode and writes it (`webgym_rollout.dataset`). Two schedulers:
+slot), judges each ended episode and writes it (`webgym_rollout.trajectory.writer`). Two schedulers:
 
 - asynchronous (the default): `concurrency` episodes run at once, each on its own; when one ends
   the next task starts at once. There is no barrier between steps or episodes, so a slow policy
@@ -32,7 +32,7 @@ Errors raised to the caller::
     webgym_rollout.errors.RolloutError
      ├── BrowserError
      │    └── Unauthorized                   wrong or missing browser-server token: stops the run
-     └── TrajectoryError                     (webgym_rollout.trajectory, webgym_rollout.dataset)
+     └── TrajectoryError                     (webgym_rollout.trajectory: contract, writer)
           └── DatasetExists                  --out holds a run and --resume was not given
 
 Every other failure stays inside its episode and becomes its `EpisodeStatus`: ``error:<kind>`` for
@@ -64,8 +64,9 @@ import click
 from webgym_core.errors import SettingsError
 from webgym_core.settings import flat, load_settings, settings_options
 from webgym_data.loading import load_tasks
+from webgym_data.sampler import SamplerSettings, TaskSampler
 from webgym_data.schema import Task, TaskValidationError
-from webgym_rollout.dataset import EpisodeUnstorable
+from webgym_rollout.agent.policies import PolicySettings, make_policy
 from webgym_rollout.env import EnvSettings, WebEnv
 from webgym_rollout.errors import (
     BrowserError,
@@ -78,12 +79,11 @@ from webgym_rollout.errors import (
     Unauthorized,
 )
 from webgym_rollout.fleet import FleetSettings
-from webgym_rollout.judge import JudgeRequest, JudgeSettings, make_judge
-from webgym_rollout.policy import PolicySettings, make_policy
-from webgym_rollout.recording import RecordingStore, RecordSettings, ReplayLibrary
-from webgym_rollout.sampler import SamplerSettings, TaskSampler
-from webgym_rollout.tasks import task_kind
-from webgym_rollout.trajectory import Episode, EpisodeStatus, TaskOutcome, TrajectoryError
+from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, make_judge
+from webgym_rollout.tasks.kind import task_kind
+from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TaskOutcome, TrajectoryError
+from webgym_rollout.trajectory.recordings import RecordingStore, RecordSettings, ReplayLibrary
+from webgym_rollout.trajectory.writer import EpisodeUnstorable
 
 __all__ = ["EpisodeGate", "RolloutSettings", "RunReport", "RunSettings", "episode_id", "run", "run_command"]
 
@@ -237,7 +237,7 @@ class _Stats:
 
 
 def _bug_summary(exc: BaseException) -> str:
-    """``TypeError: unhashable type: 'list' (webgym_rollout/actions.py:275 in parse_arguments)``: an
+    """``TypeError: unhashable type: 'list' (webgym_rollout/agent/actions.py:275 in parse_arguments)``: an
     exception and the innermost frame of its traceback, for the end-of-run warning."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = ""
@@ -662,7 +662,7 @@ async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None,
     reads the page's interactive elements says so with ``observes_elements = True`` (the random
     policy does): each step then reads them too.
     """
-    from webgym_rollout.dataset import TrajectoryWriter
+    from webgym_rollout.trajectory.writer import TrajectoryWriter
 
     loaded = load_tasks(settings.tasks, split=settings.split, skip_invalid=settings.skip_invalid)  # type: ignore[arg-type]
     for error in loaded.invalid:
@@ -744,7 +744,7 @@ def run_command(config: str | None, **flags: Any) -> None:
       webgym-rollout run --tasks tasks.jsonl --servers http://127.0.0.1:8300 \\
           --sites-url http://127.0.0.1:8400 --policy random --judge programmatic \\
           --concurrency 8 --out out/trajectories/iter-0000
-      # a VLM behind vLLM or `webgym-rollout serve-policy`, resumed after an interruption:
+      # a VLM behind vLLM or `webgym-rl serve-policy`, resumed after an interruption:
       webgym-rollout run --tasks out/tasks --split test --servers http://127.0.0.1:8300 \\
           --policy openai --policy-base-url http://127.0.0.1:8500/v1 --policy-model qwen \\
           --policy-temperature 0 --judge rubric --judge-base-url http://127.0.0.1:8001/v1 \\

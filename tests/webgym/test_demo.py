@@ -84,7 +84,7 @@ def _load(folder: Path, cache: Path, **kwargs):
 def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
     import torch
 
-    from webgym_rollout.modeling import load_model, load_processor
+    from webgym_rl.modeling import load_model, load_processor
 
     out = tmp_path / "demo"
     demo = _Demo(out)
@@ -187,8 +187,9 @@ def test_the_summary_gives_both_rates_and_says_when_a_bug_ended_episodes(tmp_pat
 
     from webgym.demo import _figures, _internal_errors, _notes, _summary_table
     from webgym_data.schema import Task
-    from webgym_rollout.dataset import TrajectoryWriter
-    from webgym_rollout.trajectory import Episode, EpisodeStatus, read_episodes
+    from webgym_rollout.trajectory.contract import Episode, EpisodeStatus
+    from webgym_rollout.trajectory.reader import read_episodes
+    from webgym_rollout.trajectory.writer import TrajectoryWriter
 
     def folder(name: str, statuses: list[tuple[str, float]]) -> Path:
         out = tmp_path / name

@@ -33,7 +33,7 @@ def loop_settings(tmp_path: Path, model: Path, **changes) -> LoopSettings:
 
 def committed_episodes(out: Path) -> dict:
     """The episodes an asynchronous loop in `out` committed (every chunk folder), by id."""
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     return {e.episode_id: e for chunk in sorted((out / "rollouts").glob("chunk-*")) if chunk.is_dir()
             for e in read_episodes(chunk)}
@@ -44,7 +44,7 @@ def check_finished_async_run(out: Path, iterations: int) -> dict:
     reads, versions 0..N are live, no episode is in two batches and every batched one is committed,
     no episode was played twice, and the final weights hold each live round once (the trainer's step
     is the sum of the live rounds' steps). Returns the state."""
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     state = json.loads((out / "loop_state.json").read_text())
     assert [v["version"] for v in state["versions"] if not v["superseded"]] == list(range(iterations + 1))

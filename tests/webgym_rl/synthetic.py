@@ -22,16 +22,9 @@ from pathlib import Path
 from PIL import Image
 
 from webgym_data.schema import FactGroup, Task
-from webgym_rollout.dataset import TrajectoryWriter
-from webgym_rollout.trajectory import (
-    Episode,
-    EpisodeStatus,
-    Latency,
-    Step,
-    TokenUsage,
-    Verdict,
-    read_manifest,
-)
+from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Latency, Step, TokenUsage, Verdict
+from webgym_rollout.trajectory.reader import read_manifest
+from webgym_rollout.trajectory.writer import TrajectoryWriter
 
 SYSTEM_PROMPT = "You are a web agent. Reply with one action."
 

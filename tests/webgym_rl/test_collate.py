@@ -7,8 +7,8 @@ import torch
 
 from tests.webgym_rl.synthetic import screenshot, tiny_checkpoint
 from webgym_rl.collate import IGNORE_INDEX, Collator, PromptPrefixError
+from webgym_rl.modeling import CHAT_TEMPLATE, load_model, load_processor
 from webgym_rl.samples import Sample
-from webgym_rollout.modeling import CHAT_TEMPLATE, load_model, load_processor
 
 FAMILIES = ("qwen2_vl", "qwen3_vl")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT, free_port
 from tests.webgym_rl.synthetic import standard_iteration, tiny_checkpoint
-from webgym_rollout.modeling import load_model
+from webgym_rl.modeling import load_model
 
 SCRIPT = '''
 import hashlib, json, os, sys

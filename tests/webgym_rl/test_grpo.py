@@ -15,10 +15,10 @@ from tests.webgym_rl.synthetic import episode, standard_iteration, tiny_checkpoi
 from webgym_core.settings import settings_from_dict
 from webgym_rl.collate import Collator
 from webgym_rl.errors import NoTrainingDataError, ResumeError, TrainSettingsError
+from webgym_rl.modeling import load_model, load_processor
 from webgym_rl.objectives import OBJECTIVES, ObjectiveBatch, grpo, kl_k3, response_logprobs
 from webgym_rl.samples import Objective, Sample, SampleSelection, build_samples, load_trajectories
 from webgym_rl.train import GRPOSettings, Trainer, TrainingSettings, TrainSettings, train, train_command
-from webgym_rollout.modeling import load_model, load_processor
 
 GRPO = TrainingSettings(objective="grpo")
 

@@ -17,8 +17,8 @@ from PIL import Image
 
 from tests.webgym_rl.synthetic import task, write_shards
 from webgym_rl.tiny import TinyModelSettings, build_tiny_model
-from webgym_rollout.actions import AgentAction
-from webgym_rollout.agent import AgentSettings, Observation, build_messages, format_response
+from webgym_rollout.agent.actions import AgentAction
+from webgym_rollout.agent.protocol import AgentSettings, Observation, build_messages, format_response
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPACT = AgentSettings(variant="compact", full_rounds=0)
@@ -28,7 +28,7 @@ TARGET = {"red": (250, 500), "blue": (750, 500)}
 
 
 def test_tiny_model_sizes_come_from_the_settings(tmp_path):
-    from webgym_rollout.modeling import load_model
+    from webgym_rl.modeling import load_model
 
     small = TinyModelSettings(family="qwen3_vl", hidden_size=32, num_layers=1, vision_width=16, seed=1)
     model = load_model(build_tiny_model(tmp_path / "small", settings=small))
@@ -48,7 +48,7 @@ def test_tiny_model_sizes_come_from_the_settings(tmp_path):
 def test_the_checkpoint_normalises_pixels_around_its_image_mean(tmp_path, overrides, white):
     """By default a white page (the background of most web pages) becomes zeros, so the image tokens
     carry what is drawn on the page; the setting is stored with the checkpoint's processor."""
-    from webgym_rollout.modeling import load_processor
+    from webgym_rl.modeling import load_processor
 
     settings = TinyModelSettings(family="qwen3_vl", **overrides)
     processor = load_processor(build_tiny_model(tmp_path / "model", settings=settings))
@@ -80,7 +80,7 @@ def _observation(colour: str, rng: random.Random, index: int) -> tuple[Observati
 
 
 def _training_episodes(count: int):
-    from webgym_rollout.trajectory import Episode, EpisodeStatus, Step
+    from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step
 
     rng = random.Random(0)
     episodes = []
@@ -114,9 +114,14 @@ def test_shuffled_screenshots_fall_back_to_pixel_random(tmp_path):
     from learning_miniwob import ShuffledScreenshots
 
     from webgym_core.endpoint import Endpoint
+    from webgym_rl.policy_server import PolicyServerSettings, running_policy_server
     from webgym_rl.train import TrainingSettings, TrainSettings, train
-    from webgym_rollout.policy import OpenAIPolicy, PixelRandomPolicy, RandomPolicySettings, SamplingSettings
-    from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
+    from webgym_rollout.agent.policies import (
+        OpenAIPolicy,
+        PixelRandomPolicy,
+        RandomPolicySettings,
+        SamplingSettings,
+    )
 
     # Pages of one saturated colour, no white: normalised around mid-grey, so that neither colour is
     # a large constant in every patch (the default, white, suits web pages).

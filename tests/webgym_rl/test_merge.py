@@ -10,9 +10,9 @@ import torch
 from click.testing import CliRunner
 
 from tests.models import tiny_model_dir
-from tests.webgym_rollout.test_modeling import _image, _inputs
+from tests.webgym_rl.test_modeling import _image, _inputs
 from webgym_rl.cli import main as rl_main
-from webgym_rollout.modeling import load_model, load_processor
+from webgym_rl.modeling import load_model, load_processor
 
 
 def _adapter_checkpoint(base: Path, out: Path) -> Path:

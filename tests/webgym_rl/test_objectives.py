@@ -87,8 +87,8 @@ def test_a_negative_advantage_gives_the_opposite_gradient():
 def test_a_negative_advantage_sample_pushes_a_real_model_the_other_way(tmp_path_factory, tmp_path):
     from tests.webgym_rl.synthetic import episode, tiny_checkpoint, write_shards
     from webgym_rl.collate import Collator
+    from webgym_rl.modeling import load_model, load_processor
     from webgym_rl.samples import build_samples, load_trajectories
-    from webgym_rollout.modeling import load_model, load_processor
 
     model_dir = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
     folder = write_shards(tmp_path / "it", [episode(task_id="a", attempt=a, reward=float(a == 0), num_steps=1)

@@ -42,7 +42,7 @@ def _kept(samples):
 
 
 def test_the_columns_read_are_columns_of_the_trajectory_contract():
-    from webgym_rollout.trajectory import trajectory_features
+    from webgym_rollout.trajectory.contract import trajectory_features
 
     features = trajectory_features()
     assert set(_EPISODE_COLUMNS) <= set(features)

@@ -7,8 +7,8 @@ import torch
 from click.testing import CliRunner
 
 from webgym_rl.cli import main as rl_main
+from webgym_rl.modeling import UnknownFamilyError, load_model, load_processor, model_family
 from webgym_rl.tiny import build_tiny_model
-from webgym_rollout.modeling import UnknownFamilyError, load_model, load_processor, model_family
 
 
 def test_seed_decides_weights_not_tokenizer(tmp_path):

@@ -15,10 +15,10 @@ from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_from_dict
 from webgym_rl.collate import Collator
 from webgym_rl.errors import TrainSettingsError
+from webgym_rl.modeling import load_model, load_processor
 from webgym_rl.objectives import ObjectiveBatch, filtered_bc
 from webgym_rl.samples import build_samples, load_trajectories
 from webgym_rl.train import ResumeError, TrainingSettings, TrainSettings, train, train_command
-from webgym_rollout.modeling import load_model, load_processor
 
 
 def _settings(model, data, out, **kw):

@@ -13,11 +13,11 @@ import pytest
 import pytest_asyncio
 
 from webgym_data.schema import Task
-from webgym_rollout.actions import AgentAction, pixels_to_grid
-from webgym_rollout.agent import format_response, parse_response
+from webgym_rollout.agent.actions import AgentAction, pixels_to_grid
+from webgym_rollout.agent.policies import PolicyOutput
+from webgym_rollout.agent.protocol import format_response, parse_response
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.env import EnvSettings, EpisodeOver, WebEnv
-from webgym_rollout.policy import PolicyOutput
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.browser

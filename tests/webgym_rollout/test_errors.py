@@ -1,9 +1,15 @@
-"""The exception tree: kinds round-trip, HTTP status codes, which errors are transient."""
+"""The exception tree: one root, every public class in errors.py and drawn in its docstring; kinds
+round-trip, HTTP status codes, which errors are transient."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import re
+
 import pytest
 
+from tests.error_trees import check_defined_in_errors, check_drawn_tree
 from webgym_rollout import errors
 from webgym_rollout.errors import (
     TRANSIENT_ERRORS,
@@ -22,6 +28,26 @@ from webgym_rollout.errors import (
     Unauthorized,
     error_for_kind,
 )
+
+EXEMPT = {
+    "webgym_rollout.browser.operations._LimitReached":
+        "a Playwright call past its own time limit; the operation raises OperationTimeout naming it",
+}
+
+MOVED = {  # where these were defined before errors.py held them all: those imports keep working
+    "webgym_rollout.browser.http": ["ConnectionBroke"],
+    "webgym_rollout.browser.guard": ["AllowlistError"],
+    "webgym_rollout.browser.egress": ["ResolutionFailed"],
+    "webgym_rollout.agent.actions": ["ActionParseError"],
+    "webgym_rollout.agent.policies": ["PolicyRejected", "PolicyTimeout", "PolicyUnavailable"],
+    "webgym_rollout.judge.judges": ["JudgeRejected", "JudgeReplyInvalid", "JudgeTimeout", "JudgeUnavailable"],
+    "webgym_rollout.judge.calibration": ["LabelError"],
+    "webgym_rollout.trajectory.contract": ["ShardSchemaError", "TrajectoryError"],
+    "webgym_rollout.trajectory.writer": ["DatasetExists", "EpisodeRepeated", "EpisodeUnstorable"],
+    "webgym_rollout.trajectory.hub": ["PushRefused"],
+    "webgym_rollout.env": ["EpisodeOver"],
+    "webgym_rollout.fleet": ["FleetError"],
+}
 
 STATUS = {
     BrowserError: 500,
@@ -79,3 +105,40 @@ def test_only_busy_and_unavailable_are_transient():
             assert cls in (ServerBusy, ServerUnavailable)
         except BrowserError:
             assert cls not in (ServerBusy, ServerUnavailable)
+
+
+def test_every_exception_class_of_the_package_is_in_errors_under_the_root():
+    public = check_defined_in_errors("webgym_rollout", RolloutError, EXEMPT)
+    moved = {name for names in MOVED.values() for name in names}
+    assert set(public) >= moved | {cls.__name__ for cls in STATUS}
+
+
+def test_the_docstring_draws_the_real_tree():
+    check_drawn_tree(errors, RolloutError)
+
+
+def test_every_class_has_its_own_kind():
+    classes = [value for value in vars(errors).values() if inspect.isclass(value)
+               and issubclass(value, RolloutError) and value.__module__ == errors.__name__]
+    for cls in classes:
+        assert "kind" in vars(cls), f"{cls.__name__} inherits its parent's kind"
+        assert re.fullmatch(r"[a-z]+(_[a-z]+)*", cls.kind), cls.kind
+    assert len({cls.kind for cls in classes}) == len(classes)
+
+
+def test_the_extra_bases_stay():
+    for cls in (errors.AllowlistError, errors.ActionParseError, errors.EpisodeRepeated,
+                errors.EpisodeUnstorable):
+        assert issubclass(cls, ValueError), cls
+    with pytest.raises(OSError, match="cannot resolve intranet.test"):  # the proxy catches OSError
+        raise errors.ResolutionFailed("cannot resolve intranet.test: no address")
+    shard = errors.ShardSchemaError("bad columns", version="1.3")
+    assert (shard.path, shard.version) == (None, "1.3") and isinstance(shard, errors.TrajectoryError)
+
+
+@pytest.mark.parametrize(("module", "names"), MOVED.items())
+def test_the_modules_that_defined_a_class_still_export_it(module, names):
+    imported = importlib.import_module(module)
+    for name in names:
+        assert getattr(imported, name) is getattr(errors, name)
+        assert name in imported.__all__

@@ -141,7 +141,7 @@ class _SlowRandom:
     model_id = "slow-random"
 
     def __init__(self, delay: float):
-        from webgym_rollout.policy import RandomPolicy, RandomPolicySettings
+        from webgym_rollout.agent.policies import RandomPolicy, RandomPolicySettings
 
         self.inner, self.delay = RandomPolicy(RandomPolicySettings(seed=0)), delay
         self.calls = 0
@@ -178,7 +178,7 @@ async def test_one_server_per_node_behind_the_token_and_a_rollout_through_the_fl
         tmp_path, cluster, fleet, sites_url):
     from webgym_rollout.browser.client import BrowserClient
     from webgym_rollout.errors import Unauthorized
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     assert {e.node_id for e in fleet} == _browser_nodes(cluster.ray)  # one per browser node, not the head
     assert len({e.url for e in fleet}) == 2 and all(e.url.startswith("http://127.0.0.1:") for e in fleet)
@@ -228,7 +228,7 @@ async def test_a_server_whose_process_dies_is_restarted_and_rejoins(cluster, fle
 async def test_a_removed_node_fails_only_its_sessions_and_a_new_node_gets_a_server(
         tmp_path, cluster, fleet, sites_url):
     from webgym_rollout.browser.client import BrowserClient
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     endpoints, token = await _endpoints(cluster)
     victim = cluster.nodes[-1]

@@ -11,11 +11,11 @@ import pytest
 import pytest_asyncio
 
 from webgym_core.endpoint import Endpoint
+from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
 from webgym_rollout.env import EnvSettings
-from webgym_rollout.judge import JudgeSettings
-from webgym_rollout.policy import PolicySettings, RandomPolicySettings
+from webgym_rollout.judge.judges import JudgeSettings
 from webgym_rollout.runner import RolloutSettings, RunSettings, run
-from webgym_rollout.trajectory import expand_messages
+from webgym_rollout.trajectory.contract import expand_messages
 
 pytestmark = [pytest.mark.browser]
 
@@ -105,7 +105,7 @@ async def test_random_policy_on_click_button(tmp_path, sites_url, browser_url):
 
 @pytest.fixture(scope="module")
 def tiny_policy_url(tiny_qwen2_vl):
-    from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
+    from webgym_rl.policy_server import PolicyServerSettings, running_policy_server
 
     model = tiny_qwen2_vl
     # A cap on new tokens keeps CPU generation short; the random model's text rarely parses anyway.

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from webgym_rollout.env import EnvSettings
 from webgym_rollout.runner import RolloutSettings, RunSettings, episode_id, run, run_command
-from webgym_rollout.trajectory import read_episodes
+from webgym_rollout.trajectory.reader import read_episodes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ class ProbePolicy:
     observes_elements = True
 
     def __init__(self, slow: dict[str, float] | None = None, *, seed: int = 0):
-        from webgym_rollout.policy import RandomPolicy, RandomPolicySettings
+        from webgym_rollout.agent.policies import RandomPolicy, RandomPolicySettings
 
         self.inner = RandomPolicy(RandomPolicySettings(seed=seed))
         self.model_id = "probe"
@@ -156,7 +156,7 @@ async def test_async_mode_has_no_barrier_and_sync_mode_is_lockstep(tmp_path, sit
 async def test_judging_runs_after_the_session_closes_and_overlaps_the_next_episode(tmp_path, sites_url,
                                                                                     browser_url):
     from webgym_rollout.browser.client import BrowserClient
-    from webgym_rollout.judge import ProgrammaticJudge
+    from webgym_rollout.judge.judges import ProgrammaticJudge
 
     events: list[tuple[str, str]] = []
 
@@ -200,7 +200,7 @@ async def test_judging_runs_after_the_session_closes_and_overlaps_the_next_episo
 
 @pytest.mark.browser
 async def test_an_undecided_judge_marks_the_episode_as_an_error(tmp_path, sites_url, browser_url):
-    from webgym_rollout.judge import JudgeResult, ProgrammaticJudge
+    from webgym_rollout.judge.judges import JudgeResult, ProgrammaticJudge
 
     class UndecidedJudge(ProgrammaticJudge):
         async def score(self, request):
@@ -311,8 +311,8 @@ async def test_resume_after_sigkill_has_every_episode_exactly_once(tmp_path, sit
 @pytest.mark.browser
 async def test_agent_mistakes_are_data_and_answer_ends_the_episode(tmp_path, sites_url, browser_url,
                                                                    scripted_openai):
-    from webgym_rollout.actions import AgentAction
-    from webgym_rollout.agent import format_response
+    from webgym_rollout.agent.actions import AgentAction
+    from webgym_rollout.agent.protocol import format_response
 
     replies = [
         "I am not sure.",  # no tool call: a parse error, a no-op step
@@ -325,7 +325,7 @@ async def test_agent_mistakes_are_data_and_answer_ends_the_episode(tmp_path, sit
         {"task_id": "form", "task_name": "Read the form page", "website": f"{sites_url}/sandbox/form.html",
          "benchmark_name": "sandbox", "difficulty": 2}) + "\n")
     from webgym_core.endpoint import Endpoint
-    from webgym_rollout.policy import PolicySettings
+    from webgym_rollout.agent.policies import PolicySettings
 
     policy = PolicySettings(kind="openai", endpoint=Endpoint(base_url=llm.base_url, model="scripted"))
     report = await run(_settings(tmp_path, servers=(browser_url,), policy=policy))
@@ -345,7 +345,7 @@ async def test_agent_mistakes_are_data_and_answer_ends_the_episode(tmp_path, sit
 @pytest.mark.browser
 async def test_the_sampler_picks_the_tasks_of_the_run(tmp_path, sites_url, browser_url):
     from webgym_data.loading import load_tasks
-    from webgym_rollout.sampler import SamplerSettings, TaskSampler
+    from webgym_data.sampler import SamplerSettings, TaskSampler
 
     tasks = write_tasks(tmp_path / "tasks.jsonl", range(6))
     sampler = SamplerSettings(kind="epoch", batch_size=2, seed=4)
@@ -421,7 +421,7 @@ def test_the_run_report_gives_both_success_rates():
 @pytest.mark.browser
 async def test_a_bug_is_recorded_as_error_internal_and_reported_loudly(tmp_path, sites_url, browser_url,
                                                                        caplog):
-    from webgym_rollout.judge import ProgrammaticJudge
+    from webgym_rollout.judge.judges import ProgrammaticJudge
 
     buggy_episode = episode_id("click-button-0", 0, 0)
 

@@ -27,7 +27,7 @@ files themselves directly in DIR (``deepshop_test.jsonl``, ``Online_Mind2Web.jso
 ``import_seed(name, source)`` reads a local path, or, when `source` is not a local path and looks
 like ``org/name``, loads that Hub dataset with ``datasets.load_dataset`` (online only).
 
-Exceptions::
+Exceptions (defined in `webgym_data.errors`)::
 
     WebgymDataError
      ├── TaskValidationError   a malformed row (names file, row and field)
@@ -52,12 +52,20 @@ import click
 
 from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_options
-from webgym_data.importers._base import ImportResult, SeedImporter, SeedNotFoundError
+from webgym_data.errors import (
+    HubImportError,
+    ImportSettingsError,
+    MappingError,
+    SeedNotFoundError,
+    UnknownImporterError,
+    WebgymDataError,
+)
+from webgym_data.importers._base import ImportResult, SeedImporter
 from webgym_data.importers.agentsynth_web import AgentSynthWebImporter
 from webgym_data.importers.browsecomp import BrowseCompImporter
 from webgym_data.importers.deepshop import DeepShopImporter
 from webgym_data.importers.gaia_web import GaiaWebImporter
-from webgym_data.importers.generic import GenericImporter, MappingError
+from webgym_data.importers.generic import GenericImporter
 from webgym_data.importers.insta_v3 import InstaV3Importer
 from webgym_data.importers.mind2web2 import Mind2Web2Importer
 from webgym_data.importers.mind2web_live import Mind2WebLiveImporter
@@ -67,7 +75,6 @@ from webgym_data.importers.pae_webvoyager import PaeWebVoyagerImporter
 from webgym_data.importers.travelplanner import TravelPlannerImporter
 from webgym_data.importers.webvoyager import WebVoyagerImporter
 from webgym_data.loading import write_tasks
-from webgym_data.schema import WebgymDataError
 
 __all__ = [
     "SEED_IMPORTERS",
@@ -101,21 +108,6 @@ class Importer(Protocol):
     default_paths: tuple[str, ...]
 
     def read(self, path: Path) -> ImportResult: ...
-
-
-class UnknownImporterError(WebgymDataError, KeyError):
-    """No importer is registered under that name."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
-
-
-class ImportSettingsError(WebgymDataError, ValueError):
-    """``webgym-data import`` cannot run as asked; the message names the setting first."""
-
-
-class HubImportError(WebgymDataError):
-    """A Hub dataset id could not be loaded (offline, gated, missing, or not in the expected format)."""
 
 
 _REGISTRY: dict[str, SeedImporter] = {importer.name: importer for importer in (

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from webgym_data.loading import TaskSourceError, read_table_rows
+from webgym_data.errors import SeedNotFoundError, TaskSourceError
+from webgym_data.loading import read_table_rows
 from webgym_data.schema import (
     MAX_DIFFICULTY,
     MAX_INSTRUCTION_CHARS,
@@ -26,7 +27,6 @@ from webgym_data.schema import (
     Task,
     TaskSource,
     TaskValidationError,
-    WebgymDataError,
     instruction_too_long,
     make_task_id,
     normalise_evaluator_reference,
@@ -40,10 +40,6 @@ logger = logging.getLogger(__name__)
 # Seeds that give a question but no site start from a search engine, as the reference system does
 # for GAIA-Web (whose rows say so explicitly).
 SEARCH_START_URL = "https://www.google.com/"
-
-
-class SeedNotFoundError(WebgymDataError, FileNotFoundError):
-    """A seed file or folder does not exist (or a folder holds none of the importer's files)."""
 
 
 class Skip(Exception):  # a control-flow signal from `convert`, not an error

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from webgym_data.errors import MappingError
 from webgym_data.importers._base import SeedImporter, require_text, text_field
 from webgym_data.loading import saved_dataset_files
 from webgym_data.schema import (
@@ -29,7 +30,6 @@ from webgym_data.schema import (
     RUBRIC_SOURCES,
     Task,
     TaskValidationError,
-    WebgymDataError,
     make_task_id,
     seed_difficulty_label,
 )
@@ -42,10 +42,6 @@ TARGET_FIELDS = ("task_name", "website", "start_url", "task_id", "benchmark_name
 
 _OURS = {"difficulty_level", "fact_group_ids", "parent_task_id", "instruction_source", "environment",
          "env_seed", "source", "rubric_source", "seed_difficulty_level"}
-
-
-class MappingError(WebgymDataError, ValueError):
-    """A column mapping names a task field that does not exist (or is malformed)."""
 
 
 class GenericImporter(SeedImporter):

@@ -93,7 +93,7 @@ from webgym_rl.loop.state import AsyncMetrics, BatchRecord
 from webgym_rl.loop.stream import StreamPosition, TrajectoryStream
 
 if TYPE_CHECKING:
-    from webgym_rollout.trajectory import Episode
+    from webgym_rollout.trajectory.contract import Episode
 
 __all__ = ["run_async"]
 
@@ -308,7 +308,7 @@ class _Evaluations:
 
 def _batch_size(loop: Loop) -> tuple[int, int]:
     """(episodes per chunk: one sampler batch x attempts, episodes per training round)."""
-    from webgym_rollout.sampler import TaskSampler
+    from webgym_data.sampler import TaskSampler
 
     settings = loop.settings
     tasks = TaskSampler(load_tasks(settings.tasks, split=settings.split), settings.sampler).batch(0)
@@ -339,7 +339,7 @@ def _compose(loop: Loop, episodes: list[Episode], r: int) -> BatchRecord:
     """Write round `r`'s batch (OUT/batches/round-XXXX), tagged with the round, leaving out
     (filtered_bc) the episodes staler than the bound; returns its record."""
     from webgym_rl.samples import Objective
-    from webgym_rollout.dataset import TrajectoryWriter
+    from webgym_rollout.trajectory.writer import TrajectoryWriter
 
     settings = loop.settings
     bound = settings.async_loop.max_staleness

@@ -36,6 +36,7 @@ from webgym_core.failpoints import failpoint
 from webgym_core.files import write_atomic, write_json_atomic
 from webgym_core.settings import settings_to_dict
 from webgym_data.loading import load_tasks
+from webgym_data.sampler import SamplerSettings, TaskHistory, TaskSampler, history_from
 from webgym_data.schema import Task
 from webgym_rl.errors import LoopSettingsError, LoopStateError, NoTrainingDataError, PhaseFailed
 from webgym_rl.loop.events import (
@@ -59,7 +60,6 @@ from webgym_rl.loop.state import (
     save_state,
 )
 from webgym_rl.loop.updater import version_of
-from webgym_rollout.sampler import SamplerSettings, TaskHistory, TaskSampler, history_from
 
 if TYPE_CHECKING:
     from webgym_rl.loop.resident import TrainerClient
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from webgym_rl.loop.settings import LoopSettings
     from webgym_rl.loop.updater import PolicyUpdater
     from webgym_rollout.runner import RunReport, RunSettings
-    from webgym_rollout.trajectory import Episode
+    from webgym_rollout.trajectory.contract import Episode
 
 __all__ = ["Loop", "VersionedPolicy", "bootstrap_policy", "check_tasks", "checkpoint_due", "draw_tasks",
            "episode_staleness", "evaluate", "evaluation_due", "final_version", "finished_evaluation",
@@ -175,7 +175,8 @@ def draw_tasks(*, source: str, split: str, sampler: SamplerSettings, index: int,
 def history_of(folders: Iterable[tuple[int, Path]]) -> TaskHistory:
     """What the rollouts in `folders` (``(batch index, trajectory folder)``) did with each task:
     judged episodes only (an infrastructure failure says nothing about the policy)."""
-    from webgym_rollout.trajectory import EpisodeStatus, read_episodes
+    from webgym_rollout.trajectory.contract import EpisodeStatus
+    from webgym_rollout.trajectory.reader import read_episodes
 
     outcomes = []
     for index, folder in folders:
@@ -191,7 +192,7 @@ def history_of(folders: Iterable[tuple[int, Path]]) -> TaskHistory:
 def check_tasks(settings: LoopSettings, tasks: Sequence[Task], where: str) -> None:
     """Refuse a judge that cannot score these tasks: the programmatic judge reads the environment's
     own reward, which a website does not keep."""
-    from webgym_rollout.tasks import task_kind
+    from webgym_rollout.tasks.kind import task_kind
 
     if settings.judge.kind != "programmatic":
         return
@@ -209,7 +210,7 @@ def check_tasks(settings: LoopSettings, tasks: Sequence[Task], where: str) -> No
 
 def _needs_site_server(tasks: Sequence[Task], settings: LoopSettings) -> bool:
     """Some task's kind cannot run without a site server (its check refuses settings without one)."""
-    from webgym_rollout.tasks import task_kind
+    from webgym_rollout.tasks.kind import task_kind
 
     without = dataclasses.replace(settings.env, sites_url=None)
     for task in tasks:
@@ -228,8 +229,8 @@ def run_settings(settings: LoopSettings, services: LoopServices, *, tasks: Path,
     put together. MiniWoB tasks get the site server (started on first use)."""
     from urllib.parse import urlsplit
 
+    from webgym_rollout.agent.policies import PolicySettings
     from webgym_rollout.browser.guard import is_loopback_host
-    from webgym_rollout.policy import PolicySettings
     from webgym_rollout.runner import RunSettings
 
     env = settings.env
@@ -285,7 +286,7 @@ class VersionedPolicy:
         self.model_id = loop.settings.policy.served_name
 
     def _policy(self, version: int) -> Any:
-        from webgym_rollout.policy import OpenAIPolicy
+        from webgym_rollout.agent.policies import OpenAIPolicy
 
         if version not in self._policies:
             endpoint = self._loop.settings.policy
@@ -313,7 +314,7 @@ class VersionedPolicy:
 
 def bootstrap_policy(loop: Loop, seed: int) -> Any:
     """The DOM-aware random policy of the first rollouts (``--bootstrap-policy random``)."""
-    from webgym_rollout.policy import PolicySettings, RandomPolicySettings, make_policy
+    from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings, make_policy
 
     return make_policy(PolicySettings(kind="random", agent=loop.settings.policy.agent,
                                       random=RandomPolicySettings(seed=seed)))
@@ -328,7 +329,7 @@ def play(run: RunSettings, policy: Any, gate: Any = None) -> RunReport:
 
 def rollout_record(run: RunSettings, report: RunReport, policy: str, version: int) -> RolloutRecord:
     """The record of a finished rollout, its figures read back from its folder."""
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     stats = read_episodes(run.out).stats().as_dict()  # type: ignore[arg-type]
     return RolloutRecord(out=str(run.out), tasks=str(run.tasks), policy=policy, version=version,
@@ -556,7 +557,7 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
     policy version, `train`; test success of every finished evaluation) and its record
     (``eval.json``: the evaluation is done once that file exists)."""
     from webgym_rollout.runner import run as run_rollout
-    from webgym_rollout.trajectory import read_episodes
+    from webgym_rollout.trajectory.reader import read_episodes
 
     settings = loop.settings
     folder = loop.eval_dir(version)
@@ -582,8 +583,8 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
 
 
 def _report(loop: Loop, record: EvalRecord, train: dict[str, list[int]]) -> None:
-    from webgym_rollout.charts import CurvePoint, run_colours, write_learning_curve
-    from webgym_rollout.report import build_report, write_report
+    from webgym_rollout.report.charts import CurvePoint, run_colours, write_learning_curve
+    from webgym_rollout.report.html import build_report, write_report
 
     settings = loop.settings
     label = f"v{record.version}"

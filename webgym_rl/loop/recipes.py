@@ -121,11 +121,11 @@ def _levels(tasks) -> str:
 def plan(settings: LoopSettings) -> Plan:
     """The dry run of `settings` (see the module docstring); raises what a real run would refuse."""
     from webgym_data.loading import load_tasks
+    from webgym_data.sampler import TaskSampler
     from webgym_rl.loop.run import check_recipe
     from webgym_rl.loop.state import STATE_FILE, load_state
     from webgym_rl.samples import Objective
-    from webgym_rollout.sampler import TaskSampler
-    from webgym_rollout.tasks import task_kind
+    from webgym_rollout.tasks.kind import task_kind
 
     check_recipe(settings)
     result = Plan()

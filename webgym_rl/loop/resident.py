@@ -124,7 +124,7 @@ class ResidentTrainer:
     def push(self, base_url: str, version: int) -> dict[str, Any]:
         """Send the servable weights to the policy server at `base_url` (``POST /weights``) as
         `version`, in memory."""
-        from webgym_rollout.policy_server import push_weights
+        from webgym_rl.policy_server import push_weights
 
         began = time.perf_counter()
         weights = self.trainer.servable_state_dict()

@@ -44,7 +44,7 @@ class LoopResult:
 def check_recipe(settings: LoopSettings) -> None:
     """Refuse, before anything starts, what cannot work: missing task sources, and a judge that
     cannot score the tasks the samplers may draw (`webgym_rl.loop.phases.check_tasks`)."""
-    from webgym_rollout.sampler import TaskSampler
+    from webgym_data.sampler import TaskSampler
 
     if not Path(settings.tasks).exists():
         raise LoopSettingsError(f"--tasks {settings.tasks}: no such file or folder")

@@ -12,7 +12,7 @@ on Ctrl-C and on errors):
   each new version by the `webgym_rl.loop.updater.PolicyUpdater` that `updater()` makes
   (``--policy-updater``), while episodes may keep running:
 
-  - default (no ``base_url``): the CPU policy server (`webgym_rollout.policy_server`) runs as a child
+  - default (no ``base_url``): the CPU policy server (`webgym_rl.policy_server`) runs as a child
     process (generation does not compete with the loop for this process's GIL); new weights reach
     it in memory (``POST /weights``) or as a folder (``POST /reload``).
   - ``command`` (e.g. ``vllm serve {checkpoint} --port {port} --served-model-name {name}``): the loop
@@ -51,8 +51,8 @@ from webgym_core.endpoint import Endpoint
 from webgym_core.settings import flat
 from webgym_rl.errors import LoopError, LoopSettingsError, PolicyEndpointError
 from webgym_rl.loop.events import OnEvent, ServiceStarted
-from webgym_rollout.agent import AgentSettings
-from webgym_rollout.policy import SamplingSettings
+from webgym_rollout.agent.policies import SamplingSettings
+from webgym_rollout.agent.protocol import AgentSettings
 
 if TYPE_CHECKING:
     from webgym_rl.loop.settings import LoopSettings
@@ -269,7 +269,7 @@ class LoopServices:
     def sites_url(self) -> str:
         """The site server's URL (started here on first use unless `sites_url` is set)."""
         if self._sites_url is None:
-            from webgym_rollout.sites import SiteServer
+            from webgym_rollout.tasks.sites import SiteServer
 
             began = time.perf_counter()
             sites = self._stack.enter_context(SiteServer(host="127.0.0.1", port=0))
@@ -306,7 +306,7 @@ class LoopServices:
     def start_policy(self, checkpoint: str, version: int = 0) -> str:
         """Start (or reach) the policy endpoint serving `checkpoint` as `version`; returns its base
         URL. Without --policy-base-url / --policy-command the CPU policy server runs as a child
-        process (`webgym-rollout serve-policy`), switched in place by `updater()`."""
+        process (`webgym-rl serve-policy`), switched in place by `updater()`."""
         import sys
 
         policy = self.settings.policy
@@ -322,7 +322,7 @@ class LoopServices:
             revision = [] if checkpoint != self.settings.model or not self.settings.model_revision else \
                 ["--revision", str(self.settings.model_revision)]
             self._start_process(checkpoint, [
-                sys.executable, "-c", "from webgym_rollout.cli import main; main()", "serve-policy",
+                sys.executable, "-c", "from webgym_rl.cli import main; main()", "serve-policy",
                 "--model", "{checkpoint}", "--host", "127.0.0.1", "--port", "{port}",
                 "--served-model-name", "{name}", "--max-new-tokens", str(policy.max_new_tokens),
                 "--policy-version", str(version), *revision])

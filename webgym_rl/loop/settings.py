@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from webgym_core.settings import flat
+from webgym_data.sampler import SamplerSettings
 from webgym_rl.errors import LoopSettingsError
 from webgym_rl.loop.services import PolicyEndpointSettings
 from webgym_rl.train import TrainingSettings
 from webgym_rollout.browser.pool import PoolSettings
 from webgym_rollout.env import EnvSettings
 from webgym_rollout.fleet import FleetSettings
-from webgym_rollout.judge import JudgeSettings
-from webgym_rollout.report import ReportSettings
+from webgym_rollout.judge.judges import JudgeSettings
+from webgym_rollout.report.html import ReportSettings
 from webgym_rollout.runner import RolloutSettings
-from webgym_rollout.sampler import SamplerSettings
-from webgym_rollout.tasks import kind_names
+from webgym_rollout.tasks.kind import kind_names
 
 __all__ = ["AsyncSettings", "Bootstrap", "LoopSettings", "Publish", "Schedule", "Split", "TrainerSettings"]
 

@@ -1,7 +1,7 @@
 """The trainer's view of growing trajectory datasets: newly committed episodes, each handed out once.
 
 The asynchronous schedule's rollouts write one trajectory folder per task batch (``OUT/rollouts/
-chunk-XXXX``), each growing shard by shard while episodes finish (`webgym_rollout.dataset.
+chunk-XXXX``), each growing shard by shard while episodes finish (`webgym_rollout.trajectory.writer.
 TrajectoryWriter`: a shard is listed in the manifest only once it is complete, and listed shards
 never change). `TrajectoryStream` reads the shards the manifests list (through `webgym_rollout.
 trajectory.read_episodes`) past a `StreamPosition`. `take(n)` returns the next `n` committed
@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webgym_rollout.trajectory import Episode, TrajectorySet, read_episodes
+from webgym_rollout.trajectory.contract import Episode
+from webgym_rollout.trajectory.reader import TrajectorySet, read_episodes
 
 __all__ = ["StreamPosition", "TrajectoryStream"]
 

@@ -5,7 +5,7 @@ one per training round) while episodes may keep running. Two paths:
 
 - in memory, where the endpoint takes weights over its API (`PolicyUpdater.weights_url`: the CPU
   policy server's ``POST /weights``): the resident trainer sends the weights there itself
-  (`webgym_rollout.policy_server.push_weights`), no disk involved;
+  (`webgym_rl.policy_server.push_weights`), no disk involved;
 - through a folder: the trainer writes the version's checkpoint (or LoRA adapter) folder and the
   loop calls ``updater.update(weights, version)``: `weights` is the checkpoint folder, or, for an
   updater that ``loads_adapters``, the adapter folder (an adapter of the starting model the
@@ -15,7 +15,7 @@ Either way, new requests are then answered by `version`; requests already runnin
 weights they started with. ``updater.model_name(version)`` is the model name a request must ask
 for to get that version (the served name, except for LoRA adapters).
 
-- `CpuPolicyUpdater`: the CPU policy server (`webgym_rollout.policy_server`): ``POST /weights``
+- `CpuPolicyUpdater`: the CPU policy server (`webgym_rl.policy_server`): ``POST /weights``
   (in memory) or ``POST /reload {"model", "version"}`` (a folder) swaps the weights between
   generations in the same process; its replies carry ``system_fingerprint: v<N>``.
 - `VllmLoraUpdater` (LoRA runs on vLLM serving the starting model, started with ``--enable-lora``

@@ -3,7 +3,9 @@
     protocol    the wire models both sides speak (BrowserAction, Screenshot, ...)
     client      BrowserClient / BrowserSession: the typed async client (http: its connection pool)
     server      the FastAPI server, ServerSettings and ``webgym-rollout serve``
-    pool        BrowserPool and PoolSettings: the session table, composing the parts below
+    settings    PoolSettings: how the pool runs its browsers (every field a flag of ``serve``)
+    pool        BrowserPool: the session table, composing the parts below
+    pages       the server-side page hooks of each environment kind, a registry the task kinds fill
     egress      the egress proxy every connection of the browsers passes (resolves, decides, forwards)
     processes   the Chromium processes: launch, replace, recycle, memory bound, context reuse, popups
     session     one session: a context + page on a process, its lock and navigation tracker
@@ -13,6 +15,11 @@
     metrics     the Prometheus text of /metrics
     guard       where pages may go: the one set of rules (URLs, resolved addresses), the blocklist
     callers     who may call the server: the Host and Origin checks (the policy server's too)
+    traffic     recording a page's network traffic, and serving a page from a recording
+
+May import `webgym_core` and `webgym_rollout.errors` only (import-linter checks it): the browser
+server knows nothing of tasks, agents, judges or trajectories; environments reach it through the
+page-hook registry (`pages`).
 
 Only the client side is imported here; the server side needs Playwright.
 """

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from webgym_rollout.browser.guard import IPAddress, UrlGuard, ip_literal
-from webgym_rollout.errors import BrowserError
+from webgym_rollout.errors import BrowserError, ResolutionFailed
 
 __all__ = [
     "EGRESS_HEADER",
@@ -79,10 +79,6 @@ _RESOLVE_TIMEOUT_S = 10.0
 _OUTCOMES_KEPT = 1024
 _HOP_BY_HOP = (b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization", b"te",
                b"trailer", b"upgrade")
-
-
-class ResolutionFailed(OSError):
-    """A name could not be resolved (the proxy answers ``unresolved``)."""
 
 
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from webgym_rollout.errors import NavigationRefused, RolloutError, SiteBlocked
+from webgym_rollout.errors import AllowlistError, NavigationRefused, SiteBlocked
 
 __all__ = [
     "AllowlistError",
@@ -138,13 +138,6 @@ def address_reason(address: IPAddress) -> str | None:
     if address.is_private or not address.is_global:
         return f"address {address} is private"
     return None
-
-
-class AllowlistError(RolloutError, ValueError):
-    """An ``--allow-hosts`` entry the guard does not take: malformed, or a whole local host (a bare
-    loopback or private IP literal, ``localhost``) where a ``host:port`` is needed. Names the entry."""
-
-    kind = "allowlist_error"
 
 
 def _machine_local(address: IPAddress) -> bool:

@@ -22,14 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from webgym_rollout.errors import OperationTimeout, ServerUnavailable
+from webgym_rollout.errors import ConnectionBroke, OperationTimeout, ServerUnavailable
 
 __all__ = ["ConnectionBroke", "HttpPool", "Response"]
-
-
-class ConnectionBroke(Exception):
-    """The connection failed after the request was written: it may have reached the server.
-    (Failing to connect is `ServerUnavailable` at once: that request cannot have run.)"""
 
 
 @dataclass

@@ -13,7 +13,7 @@ the egress proxy refuses; a page a script opens anyway is closed at once
 (`webgym_rollout.browser.processes.Tabs`).
 
 The same interception records a page's traffic or serves the page from a recording when its
-session asks for it (`NavigationTracker.traffic`, `webgym_rollout.browser.recording`): a request
+session asks for it (`NavigationTracker.traffic`, `webgym_rollout.browser.traffic`): a request
 the guard allows is then answered from the recording instead of continuing, and the guard's
 refusals stay as they are.
 
@@ -38,7 +38,7 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from webgym_rollout.browser.guard import UrlGuard
-from webgym_rollout.browser.recording import TrafficRecorder, TrafficReplayer
+from webgym_rollout.browser.traffic import TrafficRecorder, TrafficReplayer
 from webgym_rollout.errors import NavigationRefused
 
 __all__ = ["NavigationTracker", "guard_context", "set_replaying"]
@@ -134,7 +134,7 @@ class NavigationTracker:
         refuse it: `webgym_rollout.browser.egress.EgressProxy.outcome`)."""
         self.traffic: TrafficRecorder | TrafficReplayer | None = None
         """Records the page's traffic, or serves the page from a recording (set before `install`;
-        `webgym_rollout.browser.recording`)."""
+        `webgym_rollout.browser.traffic`)."""
         self._answers: set[asyncio.Task] = set()
 
     def begin_action(self) -> tuple[int, int]:

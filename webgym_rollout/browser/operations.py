@@ -31,7 +31,7 @@ import io
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
@@ -54,6 +54,7 @@ from webgym_rollout.browser.protocol import (
     ScreenshotRequest,
 )
 from webgym_rollout.browser.session import Session
+from webgym_rollout.browser.settings import PoolSettings
 from webgym_rollout.errors import (
     BrowserCrashed,
     BrowserError,
@@ -61,9 +62,6 @@ from webgym_rollout.errors import (
     OperationTimeout,
     ServerBusy,
 )
-
-if TYPE_CHECKING:
-    from webgym_rollout.browser.pool import PoolSettings
 
 __all__ = ["Operations"]
 
@@ -222,7 +220,7 @@ class Operations:
         state = await self._goto(session, request.start_url)
         if state.error:
             raise BrowserError(f"could not load {request.start_url}: {state.error}")
-        await session.kind.start_page(
+        await session.hooks.start_page(
             session.page,
             argument,
             request.seed,
@@ -330,7 +328,7 @@ class Operations:
 
     async def _screenshot(self, session: Session, request: ScreenshotRequest) -> Screenshot:
         page = session.page
-        clip = session.kind.clip
+        clip = session.hooks.clip
         for attempt in range(_CAPTURE_ATTEMPTS):
             try:
                 raw = await page.screenshot(
@@ -476,7 +474,7 @@ class Operations:
 
     async def env_state(self, session: Session) -> EnvState:
         async with session.lock:
-            state = await self.run(session, "page_info", session.kind.read_page(session.page),
+            state = await self.run(session, "page_info", session.hooks.read_page(session.page),
                                    self.settings.action_timeout_s, self._action_limit)
         return EnvState(**state) if state is not None else EnvState()
 

@@ -8,16 +8,17 @@
   bound), the reuse of cleared contexts and the closing of popups;
 - `webgym_rollout.browser.navigation`: the URL guard on every request of a page, and the tracking
   of its navigations;
-- `webgym_rollout.browser.recording`: a session created with ``record`` keeps its page's traffic;
+- `webgym_rollout.browser.traffic`: a session created with ``record`` keeps its page's traffic;
   one created with ``replay`` is served from a recording (bodies uploaded to `BrowserPool.bodies`);
 - `webgym_rollout.browser.operations`: navigate, screenshot, execute, page_info and env_state, each
   in the `Lane` of its kind (`webgym_rollout.browser.lanes`) and under a timeout, with failures
   mapped to the typed errors of `webgym_rollout.errors`.
 
-`create` opens a session on the least-busy process and loads its start URL (the task kind, e.g.
-MiniWoB, prepares the page: `webgym_rollout.tasks`); `close_session` ends it and keeps its context
-for reuse. A maintenance task closes sessions idle for ``idle_timeout_s`` and keeps the processes
-healthy. Origins that fail repeatedly land on the `SiteBlocklist`. `health` and `metrics_text` report.
+`create` opens a session on the least-busy process and loads its start URL (the environment's page
+hooks, e.g. MiniWoB's, prepare the page: `webgym_rollout.browser.pages`); `close_session` ends it and
+keeps its context for reuse. A maintenance task closes sessions idle for ``idle_timeout_s`` and keeps
+the processes healthy. Origins that fail repeatedly land on the `SiteBlocklist`. `health` and
+`metrics_text` report.
 
 The resolver the egress proxy uses to look up names can be given (`BrowserPool(resolver=...)`):
 tests pass a `webgym_rollout.browser.egress.MappingResolver` so that nothing does real DNS.
@@ -29,12 +30,10 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import secrets
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from playwright.async_api import Error as PlaywrightError
 
@@ -44,9 +43,9 @@ from webgym_rollout.browser.lanes import Lane
 from webgym_rollout.browser.metrics import render_prometheus
 from webgym_rollout.browser.navigation import NavigationTracker, guard_context, set_replaying
 from webgym_rollout.browser.operations import Operations
+from webgym_rollout.browser.pages import load_page_modules, page_hooks
 from webgym_rollout.browser.processes import (
     CHROMIUM_ARGS,
-    DEFAULT_CHROMIUM,
     ChromiumProcess,
     ChromiumProcesses,
     clear_context,
@@ -66,110 +65,24 @@ from webgym_rollout.browser.protocol import (
     ServerHealth,
     SessionCreated,
 )
-from webgym_rollout.browser.recording import BodyStore, TrafficRecorder, TrafficReplayer
 from webgym_rollout.browser.session import Session
+from webgym_rollout.browser.settings import DEFAULT_CHROMIUM, OP_KINDS, PoolSettings
+from webgym_rollout.browser.traffic import BodyStore, TrafficRecorder, TrafficReplayer
 from webgym_rollout.errors import BrowserCrashed, BrowserError, InvalidRequest, ServerBusy, SessionNotFound
-from webgym_rollout.tasks import kind_class
 
-# CHROMIUM_ARGS, DEFAULT_CHROMIUM and process_tree_pss_mib live in `processes`; they are named here
+# CHROMIUM_ARGS and process_tree_pss_mib live in `processes`, PoolSettings in `settings`; they are named here
 # too for the callers that start Chromium the way the pool does (test fixtures, benchmarks).
 __all__ = ["CHROMIUM_ARGS", "DEFAULT_CHROMIUM", "OP_KINDS", "BrowserPool", "PoolSettings",
            "process_tree_pss_mib"]
 
 log = logging.getLogger(__name__)
 
-_DEFAULT_CONCURRENCY = {"create": 4, "navigate": 8, "screenshot": 8, "execute": 8, "page_info": 8}
-OP_KINDS = tuple(_DEFAULT_CONCURRENCY)
-"""The operation kinds, each with its own lane (``env_state`` runs in the ``page_info`` lane)."""
-
-
-@dataclass
-class PoolSettings:
-    """How the pool runs its browsers; every field is a CLI flag of ``webgym-rollout serve``."""
-
-    executable_path: str = field(default_factory=lambda: os.environ.get("WEBGYM_CHROMIUM", DEFAULT_CHROMIUM))
-    """Chromium binary (Debian's headless shell; `WEBGYM_CHROMIUM` overrides the default)."""
-    browsers: int = 2
-    """Browser processes kept running."""
-    contexts_per_browser: int = 6
-    """Sessions per browser (the measured sweet spot on 2 cores is 4-8)."""
-    allow_hosts: tuple[str, ...] = ()
-    """Hosts opened despite the URL guard's rules: ``host:port``, e.g. ``127.0.0.1:8400`` for a local
-    site server; a bare local address or ``localhost`` is refused (every other port of this machine
-    is a control plane), a name without a port (``intranet.example``, ``*.example``) opens it on every
-    port but never at a loopback or link-local address (`webgym_rollout.browser.guard`)."""
-    idle_timeout_s: float = 300.0
-    """A session untouched this long is closed (a client that died leaks nothing)."""
-    create_timeout_s: float = 30.0
-    """Bound on opening a session, its first page load and MiniWoB episode start included."""
-    navigate_timeout_s: float = 20.0
-    """Bound on a navigation (until the page's load event)."""
-    action_timeout_s: float = 10.0
-    """Bound on screenshot, execute, page_info and env_state."""
-    recycle_after_sessions: int = 200
-    """A browser is replaced after hosting this many sessions."""
-    max_browser_mib: float = 2048.0
-    """A browser whose process tree passes this PSS is replaced once its sessions end."""
-    memory_check_s: float = 10.0
-    """How often the browsers' PSS is read (reading smaps costs a few ms per process)."""
-    concurrency: dict[str, int] = field(default_factory=lambda: dict(_DEFAULT_CONCURRENCY))
-    """Operations of each kind (create, navigate, screenshot, execute, page_info) running at once;
-    a kind not given keeps its default. Screenshots are not held below the other kinds: measured
-    with 8 sessions on 2 cores, a limit of 4 cost 10-15 % of the steps/s."""
-    spare_contexts: int = 2
-    """Cleared contexts each browser keeps for reuse (each costs ~23 MiB)."""
-    max_queue: int = 256
-    """Operations of one kind that may wait; beyond that the server answers `ServerBusy` (429)."""
-    episode_max_time_s: float | None = 60.0
-    """Time limit of environments that keep one (MiniWoB pages: their own 10 s is too short for a
-    slow policy); none = the environment's own."""
-    blocklist_threshold: int = 3
-    """Failures (timeouts, crashes, block pages) of one origin (scheme, host, port) within 10 minutes
-    after which the origin is blocked."""
-    blocklist_ttl_s: float = 3600.0
-    """How long an origin stays blocked (``DELETE /blocklist/{origin}`` lifts it sooner)."""
-    extra_args: tuple[str, ...] = ()
-    """More Chromium flags (on the command line as ``--extra-args=--some-flag``)."""
-    replay_cache_mib: float = 512.0
-    """Bodies of recordings kept for replays (``PUT /bodies/{sha256}``), in MiB; the least recently
-    used go first (a replay under way keeps its own)."""
-
-    def __post_init__(self) -> None:
-        for name in ("browsers", "contexts_per_browser", "recycle_after_sessions", "blocklist_threshold"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("spare_contexts", "max_queue"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
-        UrlGuard(self.allow_hosts)  # AllowlistError (a ValueError) naming a bad entry, before any launch
-        for name in ("idle_timeout_s", "create_timeout_s", "navigate_timeout_s", "action_timeout_s",
-                     "max_browser_mib", "memory_check_s", "blocklist_ttl_s", "replay_cache_mib"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
-        if self.episode_max_time_s is not None and not self.episode_max_time_s > 0:
-            raise ValueError(f"episode_max_time_s: must be > 0 or none, got {self.episode_max_time_s}")
-        for kind, limit in self.concurrency.items():
-            if kind not in _DEFAULT_CONCURRENCY:
-                raise ValueError(f"concurrency: unknown operation kind {kind!r} "
-                                 f"(expected {', '.join(OP_KINDS)})")
-            if not isinstance(limit, int) or limit < 1:
-                raise ValueError(f"concurrency: {kind} must be an integer >= 1, got {limit!r}")
-
-    @property
-    def max_sessions(self) -> int:
-        return self.browsers * self.contexts_per_browser
-
-    @property
-    def lane_limits(self) -> dict[str, int]:
-        """`concurrency` for every operation kind, the defaults filling the kinds not given."""
-        return {kind: self.concurrency.get(kind, default) for kind, default in _DEFAULT_CONCURRENCY.items()}
-
-
 class BrowserPool:
     """Browsers, sessions and the per-kind operation lanes. Use as an async context manager."""
 
     def __init__(self, settings: PoolSettings | None = None, *, resolver: Resolver | None = None):
         self.settings = settings or PoolSettings()
+        load_page_modules(self.settings.page_modules)  # the task kinds register their page hooks
         self.guard = UrlGuard(self.settings.allow_hosts)
         self.egress = EgressProxy(self.guard, resolver)
         """The forwarding proxy every browser connection passes (`webgym_rollout.browser.egress`)."""
@@ -205,7 +118,7 @@ class BrowserPool:
             discard=self._discard,
         )
         self.bodies = BodyStore(int(self.settings.replay_cache_mib * 2**20))
-        """Recorded bodies uploaded for replays (`webgym_rollout.browser.recording`)."""
+        """Recorded bodies uploaded for replays (`webgym_rollout.browser.traffic`)."""
         self._sessions: dict[str, Session] = {}
         self._reserved = 0
         self._maintenance: asyncio.Task | None = None
@@ -335,7 +248,7 @@ class BrowserPool:
 
     async def create(self, request: CreateSessionRequest) -> SessionCreated:
         """Open a session on the least-busy browser and load its start URL (and MiniWoB episode)."""
-        kind, argument = kind_class(request.environment)
+        hooks, argument = page_hooks(request.environment)
         self.guard.check(request.start_url)
         self.blocklist.check(request.start_url)
         traffic = (TrafficReplayer(request.replay, self.bodies) if request.replay is not None
@@ -358,7 +271,7 @@ class BrowserPool:
                     process=process,
                     context=tabs.context,
                     page=page,
-                    kind=kind,
+                    hooks=hooks,
                     viewport=request.viewport,
                     navigation=NavigationTracker(page, self.guard, session_id,
                                                  on_refused=self._count_refusal),
@@ -387,7 +300,7 @@ class BrowserPool:
             raise
         return SessionCreated(
             session_id=session.id,
-            environment=request.environment or kind.name,
+            environment=request.environment or hooks.name,
             viewport=request.viewport,
             url=session.page.url,
             title=state.title,

@@ -35,16 +35,14 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 from playwright.async_api import Browser, BrowserContext, CDPSession, Page, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
+from webgym_rollout.browser.settings import DEFAULT_CHROMIUM, PoolSettings
 from webgym_rollout.errors import BrowserError
-
-if TYPE_CHECKING:
-    from webgym_rollout.browser.pool import PoolSettings
 
 __all__ = [
     "CHROMIUM_ARGS",
@@ -58,7 +56,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
 # Offline, sandboxed machines: no background requests; no smooth scrolling (a wheel scroll is done
 # when its frame is drawn); iframes stay in their page's process so the page's request
 # interception (the URL guard) sees their requests too.

@@ -139,7 +139,7 @@ def _all_action_fields() -> tuple[str, ...]:
 
 
 class RecordedExchange(BaseModel):
-    """One request of a recorded page and the response it got (`webgym_rollout.browser.recording`)."""
+    """One request of a recorded page and the response it got (`webgym_rollout.browser.traffic`)."""
 
     method: str
     url: str

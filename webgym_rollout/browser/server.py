@@ -66,6 +66,7 @@ from webgym_core.settings import flat, load_settings, settings_options
 from webgym_rollout.browser.callers import CallerCheck, CallerCheckMiddleware, Refusal
 from webgym_rollout.browser.egress import Resolver
 from webgym_rollout.browser.guard import is_loopback_host, origin_of
+from webgym_rollout.browser.pages import environment_names
 from webgym_rollout.browser.pool import BrowserPool, PoolSettings
 from webgym_rollout.browser.protocol import (
     BODIES_MEDIA_TYPE,
@@ -90,7 +91,6 @@ from webgym_rollout.browser.protocol import (
     encode_screenshot,
 )
 from webgym_rollout.errors import BrowserError, Unauthorized
-from webgym_rollout.tasks import kind_names
 
 __all__ = ["ServerSettings", "check_bind", "create_app", "running_server", "serve_command"]
 
@@ -319,7 +319,7 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
             "action_timeout_s": s.action_timeout_s,
             "concurrency": s.lane_limits,
             "max_queue": s.max_queue,
-            "environments": kind_names(),
+            "environments": environment_names(),
             "blocklist_threshold": s.blocklist_threshold,
             "blocklist_ttl_s": s.blocklist_ttl_s,
             "blocklist": [

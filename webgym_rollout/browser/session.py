@@ -15,22 +15,22 @@ from dataclasses import dataclass, field
 from playwright.async_api import BrowserContext, Page
 
 from webgym_rollout.browser.navigation import NavigationTracker
+from webgym_rollout.browser.pages import PageHooks
 from webgym_rollout.browser.processes import ChromiumProcess, Tabs
-from webgym_rollout.tasks import TaskKind
 
 __all__ = ["Session"]
 
 
 @dataclass(eq=False)
 class Session:
-    """A context + page on `process`, opened for one task kind."""
+    """A context + page on `process`, opened for one environment."""
 
     id: str
     process: ChromiumProcess
     context: BrowserContext
     page: Page
-    kind: type[TaskKind]
-    """The task kind of the page (`webgym_rollout.tasks`): its clip and page hooks."""
+    hooks: type[PageHooks]
+    """The page hooks of the session's environment (`webgym_rollout.browser.pages`)."""
     viewport: tuple[int, int]
     navigation: NavigationTracker
     tabs: Tabs

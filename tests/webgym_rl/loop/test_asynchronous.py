@@ -14,7 +14,7 @@ from tests.webgym_rl.loops import committed_episodes, loop_settings
 from webgym_rl.loop.events import VersionPublished
 from webgym_rl.loop.phases import episode_staleness, step_version
 from webgym_rl.loop.run import run_loop
-from webgym_rollout.trajectory import read_episodes
+from webgym_rollout.trajectory.reader import read_episodes
 
 ASYNC = dict(schedule="async", iterations=3, max_staleness=1, batch_episodes=2, eval_every=0,
              sampler={"kind": "epoch", "batch_size": 2}, bootstrap_policy="random")
@@ -190,8 +190,8 @@ def test_lora_versions_are_adapters_of_the_starting_model_loaded_into_vllm(tmp_p
     from safetensors.torch import load_file
 
     from tests.webgym_rl.vllm_stand_in import serving, vllm_stand_in
-    from webgym_rollout.agent import AgentAction, format_response
-    from webgym_rollout.modeling import load_model
+    from webgym_rl.modeling import load_model
+    from webgym_rollout.agent.protocol import AgentAction, format_response
 
     calls: list[tuple[str, dict, dict]] = []
     reply = format_response(AgentAction("left_click", coordinate=(500, 500)), memory="clicked")

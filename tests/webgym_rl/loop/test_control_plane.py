@@ -138,7 +138,7 @@ def test_a_whole_local_host_in_the_loops_pool_is_refused_naming_the_field(tmp_pa
 
 
 async def test_the_loop_allowlists_its_own_site_server_and_nothing_else(tmp_path, chromium_path, listener):
-    from webgym_rollout.miniwob import task_url
+    from webgym_rollout.tasks.miniwob import task_url
 
     with _services(tmp_path, chromium_path) as services:
         (browser_url,) = services.browser_urls()  # starts the site server first
@@ -158,7 +158,7 @@ async def test_the_loop_allowlists_its_own_site_server_and_nothing_else(tmp_path
 
 async def test_pages_cannot_reach_the_browser_api_the_policy_server_or_another_local_port(
         tmp_path, chromium_path, tiny_qwen2_vl, listener):
-    from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
+    from webgym_rl.policy_server import PolicyServerSettings, running_policy_server
 
     served = PolicyServerSettings(model=str(tiny_qwen2_vl), port=0, served_model_name="policy")
     with _HostileSite() as site, running_policy_server(served) as policy_url, \

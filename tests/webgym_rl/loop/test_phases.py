@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.webgym_rl.loops import loop_settings
+from webgym_data.sampler import SamplerSettings
 from webgym_rl.errors import LoopSettingsError
 from webgym_rl.loop.phases import draw_tasks
 from webgym_rl.loop.run import run_loop
-from webgym_rollout.sampler import SamplerSettings
-from webgym_rollout.trajectory import read_episodes
+from webgym_rollout.trajectory.reader import read_episodes
 
 
 def _trainable_steps(folder: str, r: int) -> int:
@@ -59,7 +59,7 @@ def test_a_sampler_that_needs_a_history_is_refused_where_none_is_kept(tmp_path):
     with pytest.raises(LoopSettingsError, match="success_aware draws by the outcomes of earlier batches"):
         draw_tasks(source=str(tasks), split="train", sampler=sampler, index=0, target=tmp_path / "t.jsonl")
     # With the history of earlier batches it draws (a task never tried weighs 1).
-    from webgym_rollout.sampler import TaskHistory
+    from webgym_data.sampler import TaskHistory
 
     drawn = draw_tasks(source=str(tasks), split="train", sampler=sampler, index=0,
                        target=tmp_path / "t.jsonl", history=TaskHistory)

@@ -12,8 +12,8 @@ from webgym_rl.loop.services import PolicyEndpointSettings
 
 def test_the_policy_endpoint_settings_compose_the_rollouts_own():
     from webgym_core.endpoint import Endpoint
-    from webgym_rollout.agent import AgentSettings
-    from webgym_rollout.policy import SamplingSettings
+    from webgym_rollout.agent.policies import SamplingSettings
+    from webgym_rollout.agent.protocol import AgentSettings
 
     settings = PolicyEndpointSettings()
     assert isinstance(settings.endpoint, Endpoint) and settings.endpoint.base_url == ""  # the CPU server
@@ -33,7 +33,7 @@ def _root(base_url: str) -> str:
 def test_external_endpoint_is_switched_through_the_reload_url(tmp_path, tiny_qwen2_vl):
     from tests.models import tiny_model_dir
     from webgym_rl.loop.services import LoopServices
-    from webgym_rollout.policy_server import PolicyServerSettings, running_policy_server
+    from webgym_rl.policy_server import PolicyServerSettings, running_policy_server
 
     other = tiny_model_dir("qwen2_vl", seed=1)
     served = PolicyServerSettings(model=str(tiny_qwen2_vl), port=0, served_model_name="webgym-policy")
@@ -65,7 +65,7 @@ def test_policy_command_is_restarted_for_each_checkpoint_and_stopped(tmp_path, t
     other = tiny_model_dir("qwen2_vl", seed=1)
     # The braces of the dict stand for vLLM's JSON flags: only the three placeholders are replaced.
     command = (f"{shlex.quote(sys.executable)} -c 'assert {{\"image\": 5}}; "
-               "from webgym_rollout.cli import main; main()' serve-policy --model {checkpoint} "
+               "from webgym_rl.cli import main; main()' serve-policy --model {checkpoint} "
                "--port {port} --served-model-name {name} --max-new-tokens 4")
     settings = _settings(tmp_path, tiny_qwen2_vl, policy={"command": command, "start_timeout_s": 300})
     pids = []

@@ -9,7 +9,7 @@ import pytest
 
 from tests.webgym_rl.synthetic import episode
 from webgym_rl.loop.stream import StreamPosition, TrajectoryStream
-from webgym_rollout.dataset import TrajectoryWriter
+from webgym_rollout.trajectory.writer import TrajectoryWriter
 
 
 class Rollout:

@@ -21,7 +21,7 @@ from webgym_rl.errors import LoopSettingsError, LoopStateError, PhaseFailed
 from webgym_rl.loop.events import PhaseSkipped, PhaseStarted
 from webgym_rl.loop.run import run_loop
 from webgym_rl.loop.settings import LoopSettings
-from webgym_rollout.trajectory import read_episodes, read_manifest
+from webgym_rollout.trajectory.reader import read_episodes, read_manifest
 
 
 def _fingerprint(folder: Path) -> dict[str, tuple[int, str]]:
@@ -39,7 +39,7 @@ def _phases(events, kind) -> list[tuple[int, str]]:
 def test_two_rounds_then_resume_after_a_train_failure(tmp_path, tiny_qwen2_vl, monkeypatch):
     from huggingface_hub import HfApi
 
-    from webgym_rollout.modeling import load_model
+    from webgym_rl.modeling import load_model
 
     # The Hub's write API is the one thing replaced: it records what each push would upload.
     commits = []
@@ -251,7 +251,7 @@ def test_the_resident_trainer_runs_under_a_launcher(tmp_path, tiny_qwen2_vl):
     launched trainer stays up across rounds."""
     import sys
 
-    from webgym_rollout.modeling import load_model
+    from webgym_rl.modeling import load_model
 
     accelerate = Path(sys.executable).with_name("accelerate")
     launcher = (f"{accelerate} launch --num_processes 1 --num_machines 1 --mixed_precision no "
@@ -290,7 +290,7 @@ def test_miniwob_on_remote_browser_servers_needs_their_own_site_server(tmp_path,
 def test_lora_versions_are_published_merged_and_the_adapter_trains_on(tmp_path, tiny_qwen2_vl):
     import torch
 
-    from webgym_rollout.modeling import load_model
+    from webgym_rl.modeling import load_model
 
     settings = _settings(tmp_path, tiny_qwen2_vl, iterations=2, eval_every=0, lora=True, lora_rank=4,
                          lora_alpha=8, learning_rate=0.05, publish="folder", bootstrap_policy="random",

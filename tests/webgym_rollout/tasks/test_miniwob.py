@@ -1,0 +1,53 @@
+"""The MiniWoB task kind on a real page: seeding, utterance, rewards; its URL and settings check."""
+
+from __future__ import annotations
+
+import pytest
+
+from webgym_data.schema import Task
+from webgym_rollout.env import EnvSettings
+from webgym_rollout.tasks.kind import task_kind
+from webgym_rollout.tasks.miniwob import MiniWobPage, MiniWobTask, task_url
+from webgym_rollout.tasks.sites import SiteServer
+
+
+def _task(seed: int = 3) -> Task:
+    return Task.from_row({"task_name": "MiniWoB click-button", "website": "miniwob:click-button",
+                          "environment": "miniwob:click-button", "env_seed": seed})
+
+
+def test_the_kind_needs_the_site_server_and_opens_the_seeded_page():
+    kind = task_kind(_task(7))
+    assert isinstance(kind, MiniWobTask) and kind.argument == "click-button"
+    with pytest.raises(ValueError, match="sites_url: .*site server"):
+        kind.session_request(EnvSettings(), seed=7)
+    settings = EnvSettings(sites_url="http://127.0.0.1:8400/", viewport="160x210")
+    request = kind.session_request(settings, seed=7)
+    assert request.start_url == "http://127.0.0.1:8400/miniwob/click-button.html" == task_url(
+        "http://127.0.0.1:8400", "click-button")
+    assert (request.environment, request.seed, request.viewport) == ("miniwob:click-button", 7, (160, 210))
+    assert kind.horizon(EnvSettings(miniwob_horizon=4), "test") == 4
+
+
+@pytest.mark.browser
+async def test_seeded_episode_state_and_rewards(chromium):
+    with SiteServer() as sites:
+        context = await chromium.new_context(viewport={"width": 400, "height": 400})
+        try:
+            page = await context.new_page()
+            utterances = []
+            for seed in (3, 3, 4, 5, 6):
+                await page.goto(task_url(sites.base_url, "click-button"))
+                await MiniWobPage.start_page(page, "click-button", seed, max_time_s=30, timeout_s=10)
+                state = await MiniWobPage.read_page(page)
+                assert state["done"] is False and state["reward"] == 0
+                assert state["reason"] == ""  # no reason yet (not the text "undefined")
+                utterances.append(state["utterance"])
+            assert utterances[0] == utterances[1]  # same seed, same task
+            assert len(set(utterances[1:])) > 1  # other seeds, other tasks
+            target = utterances[-1].split('"')[1]
+            await page.get_by_role("button", name=target, exact=True).first.click()
+            state = await MiniWobPage.read_page(page)
+            assert state["done"] is True and state["raw_reward"] == 1 and 0 < state["reward"] <= 1
+        finally:
+            await context.close()

@@ -1,0 +1,31 @@
+"""The local site server: MiniWoB pages from the miniwob package, sandbox pages, the CLI."""
+
+from __future__ import annotations
+
+import httpx
+from click.testing import CliRunner
+
+from webgym_rollout.tasks.miniwob import task_url as miniwob_task_url
+from webgym_rollout.tasks.sites import SiteServer, serve_sites_command
+
+
+def test_serves_miniwob_and_sandbox_pages():
+    with SiteServer() as sites:
+        assert sites.base_url.startswith("http://127.0.0.1:")
+        url = miniwob_task_url(sites.base_url + "/", "click-button")
+        assert url == f"{sites.base_url}/miniwob/click-button.html"
+        with httpx.Client(trust_env=False) as http:
+            page = http.get(url)
+            assert page.status_code == 200 and "Click Button Task" in page.text
+            assert "core.startEpisodeReal" in http.get(f"{sites.base_url}/core/core.js").text
+            form = http.get(f"{sites.base_url}/sandbox/form.html")
+            assert form.status_code == 200 and 'id="greet"' in form.text
+            assert http.get(f"{sites.base_url}/sandbox/nothing.html").status_code == 404
+            assert http.get(f"{sites.base_url}/miniwob/no-such-task.html").status_code == 404
+
+
+def test_serve_sites_help_has_example():
+    result = CliRunner().invoke(serve_sites_command, ["--help"])
+    assert (
+        result.exit_code == 0 and "Example:" in result.output and "miniwob/click-button.html" in result.output
+    )

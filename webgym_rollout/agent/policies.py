@@ -1,0 +1,448 @@
+"""Policies: ``await policy.act(observation) -> PolicyOutput``.
+
+- `OpenAIPolicy`: any OpenAI-compatible chat-completions endpoint (vLLM in production,
+  ``webgym-rl serve-policy`` on CPU, hosted APIs for baselines) through the toolkit's one retry
+  client (`webgym_core.endpoint.ChatClient`: bounded concurrency, timeouts, typed retries, usage).
+  Screenshots go inline as base64 ``data:`` URLs, never as file paths, so policy and browsers need
+  no shared disk. Sampling lives in `SamplingSettings`; the reply's token log-probabilities and the
+  model name the endpoint answered with (the policy version) are kept on the output.
+- `RandomPolicy`: clicks the centre of a random interactive element or types words from the
+  instruction; seeded, needs no model. It writes its replies in the agent protocol's format, so its
+  successful episodes can bootstrap training and it benchmarks the rollout machinery alone.
+- `PixelRandomPolicy`: clicks a uniformly random point of the 0-1000 grid, with well-formed
+  replies; it reads nothing (no elements, no pixels): the floor a policy that learned must beat.
+
+A reply that does not parse is not an error here: `PolicyOutput.parsed` has ``action=None`` and the
+reason, and the runner records it as a no-op step (so is an empty reply: ``content`` null). Failures
+of the endpoint raise::
+
+    RolloutError
+     └── PolicyError                  (webgym_rollout.errors)
+          ├── PolicyUnavailable       connection failed, or HTTP 5xx/429 after the retries, or a body
+          │                           that is no chat completion (no choices, no message, content
+          │                           that is not text); names the URL
+          ├── PolicyTimeout           no answer within timeout_s, after the retries
+          └── PolicyRejected          HTTP 4xx other than 429 (bad key, unknown model); not retried
+
+Serving Qwen3-VL-8B-Instruct with vLLM (untested here: these machines have no GPU; ``pip install
+'webgym[vllm]'`` on a CUDA machine)::
+
+    vllm serve Qwen/Qwen3-VL-8B-Instruct --port 8000 --served-model-name qwen3-vl-8b \\
+        --max-model-len 32768 --limit-mm-per-prompt '{"image": 5, "video": 0}' \\
+        --mm-processor-kwargs '{"max_pixels": 1003520}' --gpu-memory-utilization 0.9 \\
+        --max-num-seqs 128 --tensor-parallel-size 1
+
+and point the policy at it: ``OpenAIPolicy(Endpoint(base_url="http://HOST:8000/v1",
+model="qwen3-vl-8b"))`` (``webgym-rollout run --policy openai --policy-base-url ... --policy-model ...``).
+`PolicySettings` is what the CLI fills; `make_policy(settings)` builds the policy it describes.
+``--limit-mm-per-prompt`` must allow ``AgentSettings.full_rounds + 1``
+images (the last 4 rounds plus the current screenshot).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors, Usage
+from webgym_core.settings import flat
+from webgym_rollout.agent.actions import GRID_SIZE, AgentAction, pixels_to_grid
+from webgym_rollout.agent.protocol import (
+    AgentSettings,
+    Observation,
+    ParsedResponse,
+    build_messages,
+    format_response,
+    inline_images,
+    observation_images,
+    parse_response,
+)
+from webgym_rollout.errors import PolicyRejected, PolicyTimeout, PolicyUnavailable
+
+__all__ = [
+    "OpenAIPolicy",
+    "PixelRandomPolicy",
+    "Policy",
+    "PolicyOutput",
+    "PolicyRejected",
+    "PolicySettings",
+    "PolicyTimeout",
+    "PolicyUnavailable",
+    "RandomPolicy",
+    "RandomPolicySettings",
+    "SamplingSettings",
+    "make_policy",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PolicyOutput:
+    """One policy step: the reply, what it parsed to, and the messages as sent (image placeholders)."""
+
+    response: str
+    parsed: ParsedResponse
+    messages: list[dict[str, Any]]
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = ""
+    latency_s: float = 0.0
+    policy_version: str = ""
+    """The checkpoint that produced the reply, as the endpoint named it (its reply's
+    ``system_fingerprint`` when it sets one, e.g. the CPU policy server's ``v3``; else its ``model``)."""
+    logprobs: tuple[float, ...] = ()
+    """Log-probability of each reply token, when the endpoint returned them."""
+
+    @property
+    def action(self) -> AgentAction | None:
+        return self.parsed.action
+
+    @classmethod
+    def scripted(cls, action: AgentAction, *, model: str = "scripted") -> PolicyOutput:
+        """The output of a policy that chose `action` without a model (scripted play, tests)."""
+        response = action.to_tool_call()
+        return cls(response=response, parsed=ParsedResponse(action=action), messages=[], model=model,
+                   finish_reason="stop", policy_version=model)
+
+    @property
+    def messages_json(self) -> str:
+        """The messages as a trajectory step stores them."""
+        return json.dumps(self.messages, ensure_ascii=False)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that maps an observation to a reply. A policy that reads the page's interactive
+    elements (``Observation.elements``) says so with ``observes_elements = True``."""
+
+    model_id: str
+
+    async def act(self, observation: Observation) -> PolicyOutput: ...
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Sampling parameters sent with every policy request."""
+
+    temperature: float = 1.0
+    """Sampling temperature (RL rollouts sample; use 0 for evaluation)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    max_tokens: int = 1024
+    """Longest reply; a reply cut here usually fails to parse and becomes a no-op step."""
+    sampling_seed: int | None = None
+    """Per-request seed where the server supports it (vLLM does). Unset in RL: attempts of one task
+    must be able to differ."""
+    logprobs: bool = True
+    """Ask for the reply tokens' log-probabilities (stored on each step; vLLM and the CPU policy
+    server return them)."""
+    extra_body: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
+    """Server-specific fields passed through, e.g. ``{"top_k": 50}`` for vLLM."""
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p: must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens: must be >= 1, got {self.max_tokens}")
+
+
+@dataclass(frozen=True)
+class RandomPolicySettings:
+    """The random baseline policy (no model)."""
+
+    seed: int = 0
+    """Base seed; each step's choice depends only on (seed, episode id, step), not on timing."""
+    type_probability: float = 0.2
+    """Chance of typing words from the instruction instead of clicking."""
+    scroll_probability: float = 0.05
+    """Chance of scrolling down instead of clicking."""
+    max_words: int = 3
+    """Most words typed at once."""
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """Which policy plays, and how it is called (the ``--policy-*`` flags)."""
+
+    kind: Literal["random", "pixel_random", "openai"] = "random"
+    """random (clicks element centres, types words of the instruction; no model), pixel_random
+    (clicks uniformly random points of the 0-1000 grid; the floor of learning) or openai (any
+    OpenAI-compatible chat endpoint: vLLM, the CPU policy server, an API)."""
+    endpoint: Endpoint = flat(Endpoint)
+    sampling: SamplingSettings = flat(SamplingSettings)
+    agent: AgentSettings = flat(AgentSettings)
+    random: RandomPolicySettings = flat(RandomPolicySettings)
+
+    def __post_init__(self) -> None:
+        if self.kind == "openai" and not self.endpoint.configured:
+            raise ValueError("base_url: the openai policy needs the endpoint's base_url and model "
+                             "(--policy-base-url, --policy-model)")
+
+
+def make_policy(settings: PolicySettings) -> Policy:
+    """The policy `settings` describe."""
+    if settings.kind == "random":
+        return RandomPolicy(settings.random, agent=settings.agent)
+    if settings.kind == "pixel_random":
+        return PixelRandomPolicy(settings.random, agent=settings.agent)
+    return OpenAIPolicy(settings.endpoint, sampling=settings.sampling, agent=settings.agent)
+
+
+class OpenAIPolicy:
+    """A VLM behind an OpenAI-compatible endpoint. Use as ``async with OpenAIPolicy(endpoint) as p``."""
+
+    def __init__(self, endpoint: Endpoint, *, sampling: SamplingSettings | None = None,
+                 agent: AgentSettings | None = None) -> None:
+        self.endpoint = endpoint
+        self.sampling = sampling or SamplingSettings()
+        self.agent = agent or AgentSettings()
+        self.model_id = endpoint.model
+        self._client = ChatClient(endpoint, errors=EndpointErrors(
+            unavailable=PolicyUnavailable, timeout=PolicyTimeout, rejected=PolicyRejected))
+
+    @property
+    def usage(self) -> Usage:
+        """Requests, retries, failures and tokens over the life of this policy."""
+        return self._client.usage
+
+    async def __aenter__(self) -> OpenAIPolicy:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def act(self, observation: Observation) -> PolicyOutput:
+        messages = build_messages(observation, self.agent)
+        sampling = self.sampling
+        request: dict[str, Any] = {
+            "messages": inline_images(messages, observation_images(observation)),
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+        }
+        if sampling.sampling_seed is not None:
+            request["seed"] = sampling.sampling_seed
+        if sampling.logprobs:
+            request["logprobs"] = True
+        if sampling.extra_body:
+            request["extra_body"] = dict(sampling.extra_body)
+        started = time.perf_counter()
+        completion = await self._client.complete(**request)
+        latency = time.perf_counter() - started
+        # The client does not check the body's types: every field is read as possibly anything.
+        choices = getattr(completion, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            raise PolicyUnavailable(f"{self.endpoint.base_url} returned a completion without choices")
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        if message is None:
+            raise PolicyUnavailable(f"{self.endpoint.base_url} returned a choice without a message")
+        content = getattr(message, "content", None)
+        if content is not None and not isinstance(content, str):
+            raise PolicyUnavailable(f"{self.endpoint.base_url} returned a message whose content is "
+                                    f"{type(content).__name__}, not text")
+        text = _reply_text(message)
+        usage = getattr(completion, "usage", None)
+        finish_reason = getattr(choice, "finish_reason", None)
+        return PolicyOutput(
+            response=text,
+            parsed=parse_response(text, self.agent.variant),
+            messages=messages,
+            model=self.model_id,
+            prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),
+            completion_tokens=_count(getattr(usage, "completion_tokens", 0)),
+            finish_reason=_valid_text(finish_reason) if isinstance(finish_reason, str) else "",
+            latency_s=latency,
+            # The weights' version when the server names it (the CPU policy server: ``v<N>``), else the
+            # model it answered as (a vLLM LoRA adapter per version: ``name-v<N>``).
+            policy_version=_valid_text(next(
+                (name for name in (getattr(completion, "system_fingerprint", None),
+                                   getattr(completion, "model", None)) if isinstance(name, str) and name),
+                self.model_id)),
+            logprobs=_token_logprobs(choice),
+        )
+
+
+def _count(value: Any) -> int:
+    """A token count as the endpoint reported it; 0 when it is not a count (a broken server)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _valid_text(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD: JSON's ``"\\ud800"`` decodes to one, and
+    no trajectory file can store it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def _reply_text(message: Any) -> str:
+    """The reply as text. A server running a tool-call parser (vLLM ``--enable-auto-tool-choice``)
+    moves the call out of the text into ``tool_calls``; it is put back as a ``<tool_call>`` block so
+    that the stored response is the full training target and parses the same way. Whatever the
+    server put there (arguments that are not JSON, a name that is not a string) is kept as it came:
+    the parser reports it as the agent's mistake."""
+    content = getattr(message, "content", None)
+    text = content if isinstance(content, str) else ""
+    calls = getattr(message, "tool_calls", None)
+    for call in calls if isinstance(calls, list) else ():
+        function = getattr(call, "function", None)
+        if function is None:
+            continue
+        arguments = getattr(function, "arguments", None)
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except (ValueError, RecursionError):
+                pass  # kept verbatim: the parser reports it as invalid
+        try:
+            call_json = json.dumps({"name": getattr(function, "name", None), "arguments": arguments},
+                                   ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            call_json = "(a tool call that is not JSON)"  # the parser reports it as invalid
+        text += f"\n<tool_call>\n{call_json}\n</tool_call>"
+    return _valid_text(text)
+
+
+def _token_logprobs(choice: Any) -> tuple[float, ...]:
+    """The reply tokens' log-probabilities from an OpenAI ``choice.logprobs``; empty when absent or
+    when any of them is not a number (a partial list would no longer line up with the tokens)."""
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not isinstance(content, list):
+        return ()
+    values = [getattr(token, "logprob", None) for token in content]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return ()
+    try:
+        return tuple(float(v) for v in values)
+    except OverflowError:  # an integer beyond any float
+        return ()
+
+
+# Elements worth clicking; others (plain text, layout boxes) are skipped when any of these exist.
+_INTERACTIVE_TAGS = {"a", "button", "input", "select", "textarea", "option", "label", "summary"}
+_INTERACTIVE_ROLES = {"button", "link", "checkbox", "radio", "tab", "menuitem", "option", "textbox",
+                      "combobox", "searchbox", "switch", "slider"}
+_WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+
+
+def _field(element: Any, name: str, default: Any = None) -> Any:
+    if isinstance(element, dict):
+        return element.get(name, default)
+    return getattr(element, name, default)
+
+
+class RandomPolicy:
+    """Clicks the centre of a random interactive element, sometimes types instruction words."""
+
+    model_id = "random"
+    observes_elements = True
+
+    def __init__(self, settings: RandomPolicySettings | None = None, *,
+                 agent: AgentSettings | None = None) -> None:
+        self.settings = settings or RandomPolicySettings()
+        self.agent = agent or AgentSettings()
+
+    async def act(self, observation: Observation) -> PolicyOutput:
+        started = time.perf_counter()
+        settings = self.settings
+        # A string seed hashes with SHA-512: the same on every run and process.
+        rng = random.Random(
+            f"{settings.seed}|{observation.episode_id}|{observation.instruction}|{observation.step}")
+        words = _WORD.findall(observation.instruction)
+        targets = self._targets(observation)
+        roll = rng.random()
+        if words and roll < settings.type_probability:
+            count = rng.randint(1, max(1, min(settings.max_words, len(words))))
+            start = rng.randrange(0, len(words) - count + 1)
+            text = " ".join(words[start:start + count])
+            action = AgentAction(name="type", text=text)
+            intention = f"Type {text!r} into the focused field."
+        elif targets and roll >= settings.type_probability + settings.scroll_probability:
+            x, y, label = rng.choice(targets)
+            action = AgentAction(name="left_click", coordinate=pixels_to_grid(x, y, observation.viewport))
+            intention = f"Click {label}."
+        else:
+            action = AgentAction(name="scroll", direction="down")
+            intention = "Scroll down to see more of the page."
+        response = format_response(action, variant=self.agent.variant,
+                                   memory="Nothing recorded (random policy).",
+                                   progress=f"Step {observation.step}.", intention=intention)
+        return PolicyOutput(
+            response=response,
+            parsed=parse_response(response, self.agent.variant),
+            messages=build_messages(observation, self.agent),
+            model=self.model_id,
+            finish_reason="stop",
+            latency_s=time.perf_counter() - started,
+            policy_version=self.model_id,
+        )
+
+    @staticmethod
+    def _targets(observation: Observation) -> list[tuple[float, float, str]]:
+        """(centre x, centre y, label) of visible elements, interactive ones only if there are any."""
+        width, height = observation.viewport
+        visible, interactive = [], []
+        for element in observation.elements:
+            x, y = float(_field(element, "x", 0) or 0), float(_field(element, "y", 0) or 0)
+            w, h = float(_field(element, "width", 0) or 0), float(_field(element, "height", 0) or 0)
+            cx, cy = x + w / 2, y + h / 2
+            if w <= 0 or h <= 0 or not (0 <= cx < width and 0 <= cy < height):
+                continue
+            tag = str(_field(element, "tag", "") or "").lower()
+            role = str(_field(element, "role", "") or "").lower()
+            text = " ".join(str(_field(element, "text", "") or "").split())[:40]
+            label = f"the {tag or role or 'element'}" + (f" {text!r}" if text else "")
+            visible.append((cx, cy, label))
+            if tag in _INTERACTIVE_TAGS or role in _INTERACTIVE_ROLES:
+                interactive.append((cx, cy, label))
+        return interactive or visible
+
+
+class PixelRandomPolicy:
+    """Clicks a uniformly random point of the 0-1000 grid: the baseline of a policy that reads nothing.
+
+    Seeded like `RandomPolicy` (``RandomPolicySettings.seed``; the other fields do not apply): the
+    same (seed, episode, step) gives the same click. Replies are well formed, so its valid-action
+    rate is 100 % and its success rate is what blind clicking achieves on the page."""
+
+    model_id = "pixel_random"
+    observes_elements = False
+
+    def __init__(self, settings: RandomPolicySettings | None = None, *,
+                 agent: AgentSettings | None = None) -> None:
+        self.settings = settings or RandomPolicySettings()
+        self.agent = agent or AgentSettings()
+
+    async def act(self, observation: Observation) -> PolicyOutput:
+        started = time.perf_counter()
+        rng = random.Random(f"pixel|{self.settings.seed}|{observation.episode_id}|{observation.instruction}|"
+                            f"{observation.step}")
+        point = (rng.randint(0, GRID_SIZE), rng.randint(0, GRID_SIZE))
+        action = AgentAction(name="left_click", coordinate=point)
+        response = format_response(action, variant=self.agent.variant,
+                                   memory="Nothing recorded (random clicks).",
+                                   progress=f"Step {observation.step}.", intention="Click a random point.")
+        return PolicyOutput(
+            response=response,
+            parsed=parse_response(response, self.agent.variant),
+            messages=build_messages(observation, self.agent),
+            model=self.model_id,
+            finish_reason="stop",
+            latency_s=time.perf_counter() - started,
+            policy_version=self.model_id,
+        )

@@ -1,0 +1,58 @@
+"""Judges: ``await judge.score(JudgeRequest) -> JudgeResult`` after an episode has ended.
+
+`judges` holds the request and result types, the rubric judge (an OpenAI-protocol VLM shown key
+screenshots and the visited pages), the programmatic judge (the environment's own reward) and
+`make_judge`; `rejudge` scores stored episodes again without browsers; `calibration` measures a
+judge against human-label files (``webgym-rollout judge-eval``). May import `webgym_core`,
+`webgym_data`, `webgym_rollout.errors`, `webgym_rollout.agent` (how replies are read) and
+`webgym_rollout.trajectory`; never a browser.
+
+The names of `judges` are re-exported here, so imports written for the former module
+`webgym_rollout.judge` keep working.
+"""
+
+from webgym_rollout.judge.judges import (
+    SYSTEM_PROMPT,
+    Judge,
+    JudgeRejected,
+    JudgeReplyInvalid,
+    JudgeRequest,
+    JudgeResult,
+    JudgeSettings,
+    JudgeTimeout,
+    JudgeUnavailable,
+    ProgrammaticJudge,
+    RubricJudge,
+    cited_steps,
+    fact_question,
+    grounding_question,
+    make_judge,
+    parse_verdict,
+    reference_question,
+    select_key_screenshots,
+    task_question,
+    visited_pages,
+)
+
+__all__ = [
+    "Judge",
+    "JudgeRejected",
+    "JudgeReplyInvalid",
+    "JudgeRequest",
+    "JudgeResult",
+    "JudgeSettings",
+    "JudgeTimeout",
+    "JudgeUnavailable",
+    "ProgrammaticJudge",
+    "RubricJudge",
+    "SYSTEM_PROMPT",
+    "cited_steps",
+    "fact_question",
+    "grounding_question",
+    "make_judge",
+    "parse_verdict",
+    "reference_question",
+    "select_key_screenshots",
+    "task_question",
+    "visited_pages",
+]

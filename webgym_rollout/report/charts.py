@@ -1,0 +1,390 @@
+"""Charts of the evaluation report: inline SVG drawn here (no script, nothing loaded: the page opens
+from disk) and the learning curve, as SVG for the report and as a PNG (matplotlib's Agg canvas).
+
+A learning curve is a list of `CurvePoint`s (iteration, label such as ``train`` or ``test``,
+success rate and its Wilson interval); `write_learning_curve` draws them as a PNG,
+`learning_curve_svg` inline. A label measured at two or more iterations is a line with its
+confidence band; a label measured once is a point with its interval as a whisker; when every point
+is at the same iteration (one evaluated version) the chart is labelled bars, one per label, on that
+iteration. The x axis has integer ticks only.
+
+Colours: each run or curve has one colour, `run_colours` assigns them (the palette in order of first
+appearance, a label given a colour keeps it). Every chart here takes a ``colours`` mapping, so that a
+run is drawn in the same colour in the report's tables, its SVG charts and the PNG learning curve:
+pass the same mapping to `write_learning_curve` and `webgym_rollout.report.write_report`.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from webgym_core.files import write_atomic
+from webgym_rollout.report.rates import SuccessRate, wilson_interval
+
+__all__ = ["PALETTE", "CurvePoint", "count_chart", "curve_points", "histogram", "learning_curve_svg",
+           "rate_chart", "run_colours", "write_learning_curve"]
+
+logger = logging.getLogger(__name__)
+
+PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#6e7781", "#bf3989")
+"""Colours of the runs / curves, in order."""
+
+
+def run_colours(labels: Iterable[str], colours: Mapping[str, str] | None = None) -> dict[str, str]:
+    """One colour per label: a label in `colours` keeps its colour, the others take the palette's
+    colours not yet used, in order of their first appearance (the palette repeats once every colour
+    is taken). Returns `colours` and the new labels together, so that the same call on the same
+    labels always gives the same mapping."""
+    result = dict(colours or {})
+    free = [colour for colour in PALETTE if colour not in result.values()]
+    taken = 0
+    for label in labels:
+        if label not in result:
+            result[label] = free[taken] if taken < len(free) else PALETTE[(taken - len(free)) % len(PALETTE)]
+            taken += 1
+    return result
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One point of a learning curve: a success rate measured at an iteration."""
+
+    iteration: int
+    label: str
+    """The curve it belongs to, e.g. ``train`` or ``test``."""
+    rate: float
+    low: float
+    """Lower end of the confidence interval."""
+    high: float
+    """Upper end of the confidence interval."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.low <= self.rate <= self.high <= 1:
+            raise ValueError(f"rate: expected 0 <= low <= rate <= high <= 1, got low={self.low}, "
+                             f"rate={self.rate}, high={self.high} (iteration {self.iteration}, {self.label})")
+
+    @classmethod
+    def from_counts(cls, iteration: int, label: str, successes: int, trials: int,
+                    confidence: float = 0.95) -> CurvePoint:
+        """The point of `successes` out of `trials` evaluated episodes, with its Wilson interval.
+        Raises ValueError when `trials` is 0 (an evaluation with no evaluated episode has no rate:
+        leave it off the curve)."""
+        if trials <= 0:
+            raise ValueError(f"trials: no evaluated episode at iteration {iteration} ({label}), "
+                             "so there is no success rate to draw")
+        low, high = wilson_interval(successes, trials, confidence)
+        return cls(iteration, label, successes / trials, low, high)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "label": self.label, "rate": self.rate, "low": self.low,
+                "high": self.high}
+
+
+def curve_points(points: Iterable[CurvePoint | Sequence[Any] | Mapping[str, Any]]) -> list[CurvePoint]:
+    """`points` as `CurvePoint`s (records may be tuples in field order or dicts as `as_dict` writes)."""
+    result = []
+    for point in points:
+        if isinstance(point, CurvePoint):
+            result.append(point)
+        elif isinstance(point, Mapping):
+            result.append(CurvePoint(int(point["iteration"]), str(point["label"]), float(point["rate"]),
+                                     float(point["low"]), float(point["high"])))
+        else:
+            iteration, label, rate, low, high = point
+            result.append(CurvePoint(int(iteration), str(label), float(rate), float(low), float(high)))
+    if not result:
+        raise ValueError("points: no learning-curve points to draw")
+    return sorted(result, key=lambda p: p.iteration)
+
+
+def _curves(points: list[CurvePoint]) -> dict[str, list[CurvePoint]]:
+    curves: dict[str, list[CurvePoint]] = {}
+    for point in points:
+        curves.setdefault(point.label, []).append(point)
+    return curves
+
+
+def write_learning_curve(points: Iterable[CurvePoint | Sequence[Any] | Mapping[str, Any]],
+                         png_path: str | Path, *, title: str = "Success rate by iteration",
+                         x_label: str = "iteration",
+                         size: tuple[float, float] = (8.0, 4.5), dpi: int = 100,
+                         colours: Mapping[str, str] | None = None) -> Path:
+    """Draw a learning curve as a PNG of ``size`` inches at `dpi` (800 x 450 pixels by default).
+
+    `points` are `CurvePoint`s, or records ``(iteration, label, rate, low, high)`` (tuples, or dicts
+    as `CurvePoint.as_dict` writes them): one line per label (``train``, ``test``) with its
+    confidence band, a point with a whisker for a label measured once, labelled bars when all
+    points are at one iteration. `colours` maps labels to colours (`run_colours`; the labels it
+    lacks take free palette colours in order). The file is replaced atomically; returns its path.
+    Uses matplotlib's Agg canvas directly (no pyplot, no global backend change)."""
+    curves = _curves(curve_points(points))
+    figure = _learning_curve_figure(curves, run_colours(curves, colours), title=title, x_label=x_label,
+                                    size=size, dpi=dpi)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    png_path = Path(png_path)
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(png_path, buffer.getvalue())
+    logger.info("wrote %s (%d curves)", png_path, len(curves))
+    return png_path
+
+
+def _iteration_ticks(iterations: Sequence[int], most: int = 12) -> list[int]:
+    """Integer ticks for these iterations: all of them when few, else every n-th (the last one kept)."""
+    every = -(-len(iterations) // most)
+    ticks = list(iterations[::every])
+    if ticks[-1] != iterations[-1]:
+        ticks[-1] = iterations[-1]
+    return ticks
+
+
+def _learning_curve_figure(curves: dict[str, list[CurvePoint]], colours: Mapping[str, str], *, title: str,
+                           x_label: str, size: tuple[float, float], dpi: int) -> Any:
+    """The matplotlib `Figure` of `write_learning_curve` (one axes)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import PercentFormatter
+
+    figure = Figure(figsize=size, dpi=dpi, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    iterations = sorted({p.iteration for curve in curves.values() for p in curve})
+    if len(iterations) == 1:  # one evaluated version: a bar per label, no line through one point
+        for i, (label, curve) in enumerate(curves.items()):
+            (point,) = curve
+            axes.bar(i, 100 * point.rate, width=0.6, color=colours[label], label=label,
+                     yerr=[[100 * (point.rate - point.low)], [100 * (point.high - point.rate)]], capsize=6,
+                     error_kw={"ecolor": "#222222", "elinewidth": 1.2})
+            if not point.rate:  # a 0 % bar stays visible as a line in its colour
+                axes.hlines(0, i - 0.3, i + 0.3, colors=colours[label], linewidth=3, clip_on=False)
+            axes.annotate(f"{point.rate:.1%}", (i, 100 * point.high), xytext=(0, 4),
+                          textcoords="offset points", ha="center", va="bottom", annotation_clip=False)
+        axes.set_xticks(range(len(curves)), labels=list(curves))
+        axes.set_xlim(-0.6, len(curves) - 0.4)
+        axes.set_xlabel(f"{x_label} {iterations[0]}")
+        axes.spines[["top", "right"]].set_visible(False)
+        axes.set_ylim(0, 108)  # room for the value above a bar at 100 %
+        axes.spines["left"].set_bounds(0, 100)
+        axes.set_yticks(range(0, 101, 20))
+        axes.grid(axis="y", alpha=0.3)
+    else:
+        for label, curve in curves.items():
+            colour = colours[label]
+            xs = [p.iteration for p in curve]
+            if len(curve) > 1:
+                axes.fill_between(xs, [100 * p.low for p in curve], [100 * p.high for p in curve],
+                                  color=colour, alpha=0.15, linewidth=0)
+                axes.plot(xs, [100 * p.rate for p in curve], marker="o", color=colour, label=label)
+            else:  # measured once: a point with its interval as a whisker, no line
+                (point,) = curve
+                axes.errorbar(xs, [100 * point.rate], yerr=[[100 * (point.rate - point.low)],
+                                                            [100 * (point.high - point.rate)]],
+                              fmt="o", color=colour, capsize=4, linewidth=1.2, label=label)
+        axes.set_xticks(_iteration_ticks(iterations))
+        pad = max(0.5, 0.03 * (iterations[-1] - iterations[0]))
+        axes.set_xlim(iterations[0] - pad, iterations[-1] + pad)
+        axes.set_xlabel(x_label)
+        axes.set_ylim(0, 100)
+        axes.grid(alpha=0.3)
+        axes.legend(loc="best")
+    axes.yaxis.set_major_formatter(PercentFormatter())
+    axes.set_ylabel("success rate")
+    axes.set_title(title)
+    return figure
+
+
+# ------------------------------------------------------------------------------------- SVG charts
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _short(text: str, width: int = 30) -> str:
+    return text if len(text) <= width else text[:width - 1] + "\u2026"
+
+
+def _svg(width: int, height: int, title: str, body: list[str], kind: str) -> str:
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' class='chart {kind}' width='{width}' "
+            f"height='{height}' viewBox='0 0 {width} {height}' role='img' aria-label='{_e(title)}'>"
+            f"<title>{_e(title)}</title>{''.join(body)}</svg>")
+
+
+def _legend(names: Sequence[str], x: float, y: float, colours: Mapping[str, str]) -> list[str]:
+    parts = []
+    for name in names:
+        parts.append(f"<rect class='legend' data-label='{_e(name)}' x='{x:.1f}' y='{y - 9:.1f}' width='10' "
+                     f"height='10' fill='{colours[name]}'/><text x='{x + 14:.1f}' y='{y:.1f}'>"
+                     f"{_e(_short(name, 24))}</text>")
+        x += 34 + 7 * min(len(name), 24)
+    return parts
+
+
+def rate_chart(title: str, groups: Sequence[str], series: Sequence[tuple[str, Sequence[SuccessRate]]],
+                level: int, *, colours: Mapping[str, str] | None = None) -> str:
+    """Horizontal bars: per group one bar per run, its success rate with the interval as a whisker;
+    each run in its colour of `colours` (`run_colours`; by default the palette in the runs' order)."""
+    colours = run_colours((run for run, _ in series), colours)
+    left, plot, right, bar, gap = 210, 380, 150, 14, 10
+    top = 40 if len(series) > 1 else 24
+    height = top + len(groups) * (len(series) * bar + gap) + 24
+    width = left + plot + right
+    body = [f"<text class='heading' x='0' y='14'>{_e(title)}</text>"]
+    if len(series) > 1:
+        body += _legend([name for name, _ in series], left, 32, colours)
+    for tick in (0, 25, 50, 75, 100):
+        x = left + plot * tick / 100
+        body.append(f"<line class='grid' x1='{x:.1f}' y1='{top - 4}' x2='{x:.1f}' y2='{height - 20}'/>"
+                    f"<text class='tick' x='{x:.1f}' y='{height - 6}' text-anchor='middle'>{tick}%</text>")
+    y = top
+    for g, group in enumerate(groups):
+        body.append(f"<text class='group' x='{left - 8}' y='{y + len(series) * bar / 2 + 4:.1f}' "
+                    f"text-anchor='end'><title>{_e(group)}</title>{_e(_short(group))}</text>")
+        for run, rates in series:
+            rate = rates[g]
+            colour = colours[run]
+            if rate.trials:
+                w = plot * (rate.rate or 0.0)
+                lo, hi = left + plot * rate.low, left + plot * rate.high
+                mid = y + bar / 2
+                body.append(
+                    f"<rect class='bar' data-run='{_e(run)}' data-group='{_e(group)}' x='{left}' y='{y}' "
+                    f"width='{max(w, 1):.1f}' height='{bar - 2}' fill='{colour}'>"
+                    f"<title>{_e(run)} / {_e(group)}: {_e(rate.describe())}, {level}% interval</title></rect>"
+                    f"<path class='ci' d='M{lo:.1f} {mid:.1f}H{hi:.1f}M{lo:.1f} {mid - 4:.1f}V{mid + 4:.1f}"
+                    f"M{hi:.1f} {mid - 4:.1f}V{mid + 4:.1f}'/>")
+            body.append(f"<text class='value' x='{left + plot + 8}' y='{y + bar - 3}'>"
+                        f"{_e(rate.percent())} ({rate.successes}/{rate.trials})</text>")
+            y += bar
+        y += gap
+    return _svg(width, height, title, body, "rates")
+
+
+def count_chart(title: str, items: Sequence[tuple[str, int]], colour: str) -> str:
+    """Horizontal bars of counts (error kinds)."""
+    left, plot, right, bar = 210, 300, 60, 16
+    height = 24 + len(items) * bar + 8
+    body = [f"<text class='heading' x='0' y='14'>{_e(title)}</text>"]
+    biggest = max((count for _, count in items), default=0) or 1
+    for i, (name, count) in enumerate(items):
+        y = 24 + i * bar
+        body.append(f"<text class='group' x='{left - 8}' y='{y + 12}' text-anchor='end'>"
+                    f"{_e(_short(name))}</text><rect class='bar' data-group='{_e(name)}' x='{left}' y='{y}' "
+                    f"width='{max(plot * count / biggest, 1):.1f}' height='{bar - 3}' fill='{colour}'>"
+                    f"<title>{_e(name)}: {count}</title></rect>"
+                    f"<text class='value' x='{left + plot * count / biggest + 6:.1f}' y='{y + 12}'>"
+                    f"{count}</text>")
+    return _svg(left + plot + right, height, title, body, "counts")
+
+
+def histogram(title: str, counts: Mapping[int, int], lowest: int, highest: int, colour: str) -> str:
+    """Vertical bars: successful episodes by their number of steps, from `lowest` to `highest`."""
+    left, bottom, plot_h = 40, 34, 120
+    bins = list(range(lowest, highest + 1))
+    width_each = max(8, min(28, 480 // max(len(bins), 1)))
+    width = max(left + len(bins) * width_each + 16, 8 * len(title))  # room for the heading
+    height = 24 + plot_h + bottom
+    biggest = max(counts.values(), default=0) or 1
+    body = [f"<text class='heading' x='0' y='14'>{_e(title)}</text>",
+            f"<text class='tick' x='{left - 6}' y='32' text-anchor='end'>{biggest}</text>",
+            f"<line class='grid' x1='{left}' y1='{24 + plot_h}' x2='{width - 8}' y2='{24 + plot_h}'/>"]
+    every = max(1, len(bins) // 12)
+    for i, steps in enumerate(bins):
+        count = counts.get(steps, 0)
+        x = left + i * width_each
+        h = plot_h * count / biggest
+        if count:
+            body.append(f"<rect class='bar' data-steps='{steps}' data-count='{count}' x='{x + 1}' "
+                        f"y='{24 + plot_h - h:.1f}' width='{width_each - 2}' height='{h:.1f}' "
+                        f"fill='{colour}'>"
+                        f"<title>{steps} steps: {count} successful episodes</title></rect>")
+        if i % every == 0:
+            body.append(f"<text class='tick' x='{x + width_each / 2:.1f}' y='{24 + plot_h + 14}' "
+                        f"text-anchor='middle'>{steps}</text>")
+    body.append(f"<text class='tick' x='{left + len(bins) * width_each / 2:.1f}' y='{height - 4}' "
+                "text-anchor='middle'>steps</text>")
+    return _svg(width, height, title, body, "histogram")
+
+
+def learning_curve_svg(points: Iterable[CurvePoint | Sequence[Any] | Mapping[str, Any]], *,
+                       title: str = "Success rate by iteration", x_label: str = "iteration",
+                       colours: Mapping[str, str] | None = None) -> str:
+    """The learning curve as an inline SVG element, for an HTML page; the same points and colours
+    as `write_learning_curve` takes, drawn the same way (lines with their confidence bands, a point
+    with a whisker for a label measured once, labelled bars when all points share one iteration)."""
+    curves = _curves(curve_points(points))
+    colours = run_colours(curves, colours)
+    left, top, plot_w, plot_h = 48, 40, 560, 220
+    width, height = left + plot_w + 24, top + plot_h + 40
+    iterations = sorted({p.iteration for curve in curves.values() for p in curve})
+
+    def y(rate: float) -> float:
+        return top + plot_h * (1 - rate)
+
+    def whisker(cx: float, point: CurvePoint) -> str:
+        return (f"<path class='ci' d='M{cx:.1f} {y(point.low):.1f}V{y(point.high):.1f}M{cx - 4:.1f} "
+                f"{y(point.low):.1f}H{cx + 4:.1f}M{cx - 4:.1f} {y(point.high):.1f}H{cx + 4:.1f}' "
+                "stroke='#222' fill='none'/>")
+
+    def tooltip(label: str, point: CurvePoint) -> str:
+        return (f"<title>{_e(label)}, {_e(x_label)} {point.iteration}: {point.rate:.1%} "
+                f"[{100 * point.low:.1f}-{100 * point.high:.1f}]</title>")
+
+    body = [f"<text class='heading' x='0' y='14'>{_e(title)}</text>"]
+    for tick in (0, 25, 50, 75, 100):
+        body.append(f"<line class='grid' x1='{left}' y1='{y(tick / 100):.1f}' x2='{left + plot_w}' "
+                    f"y2='{y(tick / 100):.1f}'/><text class='tick' x='{left - 6}' "
+                    f"y='{y(tick / 100) + 4:.1f}' text-anchor='end'>{tick}%</text>")
+    if len(iterations) == 1:  # one evaluated version: a labelled bar per label, no line through one point
+        slot = plot_w / len(curves)
+        bar = min(56.0, 0.6 * slot)
+        for i, (label, (point,)) in enumerate(curves.items()):
+            cx, colour = left + slot * (i + 0.5), colours[label]
+            top_y = min(y(point.rate), y(0) - 1)  # a 0 % bar stays visible as a line
+            body.append(f"<rect class='bar' data-label='{_e(label)}' data-iteration='{point.iteration}' "
+                        f"x='{cx - bar / 2:.1f}' y='{top_y:.1f}' width='{bar:.1f}' "
+                        f"height='{y(0) - top_y:.1f}' fill='{colour}'>{tooltip(label, point)}</rect>"
+                        f"{whisker(cx, point)}"
+                        f"<text class='value' x='{cx:.1f}' y='{y(point.high) - 6:.1f}' text-anchor='middle'>"
+                        f"{point.rate:.1%}</text>"
+                        f"<text class='tick' data-label='{_e(label)}' x='{cx:.1f}' y='{top + plot_h + 16}' "
+                        f"text-anchor='middle'>{_e(_short(label, max(4, int(slot / 7))))}</text>")
+        body.append(f"<text class='tick axis' x='{left + plot_w / 2}' y='{height - 4}' text-anchor='middle'>"
+                    f"{_e(x_label)} {iterations[0]}</text>")
+        return _svg(width, height, title, body, "learning-curve")
+
+    first, last = iterations[0] - 0.5, iterations[-1] + 0.5
+
+    def x(iteration: float) -> float:
+        return left + plot_w * (iteration - first) / (last - first)
+
+    body += _legend(list(curves), left, 32, colours)
+    for iteration in _iteration_ticks(iterations):
+        body.append(f"<text class='tick' x='{x(iteration):.1f}' y='{top + plot_h + 16}' "
+                    f"text-anchor='middle'>{iteration}</text>")
+    body.append(f"<text class='tick axis' x='{left + plot_w / 2}' y='{height - 4}' text-anchor='middle'>"
+                f"{_e(x_label)}</text>")
+    for label, curve in curves.items():
+        colour = colours[label]
+        if len(curve) > 1:
+            band = [f"{x(p.iteration):.1f},{y(p.high):.1f}" for p in curve]
+            band += [f"{x(p.iteration):.1f},{y(p.low):.1f}" for p in reversed(curve)]
+            line = " ".join(f"{x(p.iteration):.1f},{y(p.rate):.1f}" for p in curve)
+            body.append(f"<polygon class='band' points='{' '.join(band)}' fill='{colour}' "
+                        f"fill-opacity='0.15'/><polyline class='curve' data-label='{_e(label)}' "
+                        f"points='{line}' fill='none' stroke='{colour}' stroke-width='2'/>")
+        else:  # measured once: its interval as a whisker
+            body.append(whisker(x(curve[0].iteration), curve[0]))
+        for p in curve:
+            body.append(f"<circle class='point' data-label='{_e(label)}' data-iteration='{p.iteration}' "
+                        f"cx='{x(p.iteration):.1f}' cy='{y(p.rate):.1f}' r='3.5' fill='{colour}'>"
+                        f"{tooltip(label, p)}</circle>")
+    return _svg(width, height, title, body, "learning-curve")
+
+
+# ------------------------------------------------------------------------------------- the page

@@ -1,0 +1,110 @@
+"""MiniWoB++ as a task kind: ``environment="miniwob:click-button"`` plus a seed. Every
+MiniWoB-specific line of the rollout side is here.
+
+The pages ship in the ``miniwob`` package (`html_dir`) and are served on 127.0.0.1 by
+`webgym_rollout.tasks.sites`. A page shows a START cover; `MiniWobTask.start_page` seeds its random
+generator (``Math.seedrandom``), starts the episode (``core.startEpisodeReal()``) and waits for
+``WOB_TASK_READY``. `MiniWobTask.read_page` reads the instruction (``core.getUtterance()``) and the
+outcome (``WOB_DONE_GLOBAL``, ``WOB_REWARD_GLOBAL`` time-discounted, ``WOB_RAW_REWARD_GLOBAL`` 1 / -1,
+``WOB_REWARD_REASON``). Screenshots are cropped to the task area (`MiniWobPage.clip`): the timer
+beside it changes every frame and would defeat the "nothing changed" hash.
+
+A MiniWoB episode's instruction is the page's utterance, its reward the page's raw reward (read
+after every step: an episode ends when the page says it is done), and its step budget
+`EnvSettings.miniwob_horizon` (short, single-page tasks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from webgym_rollout.browser.pages import PageHooks
+from webgym_rollout.tasks.kind import TaskKind
+from webgym_rollout.trajectory.contract import TaskOutcome
+
+if TYPE_CHECKING:
+    from webgym_rollout.browser.client import BrowserSession
+    from webgym_rollout.env import EnvSettings
+
+__all__ = ["MINIWOB_CLIP", "MiniWobPage", "MiniWobTask", "html_dir", "task_url"]
+
+MINIWOB_CLIP = {"x": 0, "y": 0, "width": 160, "height": 210}
+
+_START = """([seed, maxMs]) => {
+    if (maxMs !== null) { core.EPISODE_MAX_TIME = maxMs; }
+    if (seed !== null) { Math.seedrandom(String(seed)); }
+    core.startEpisodeReal();
+}"""
+_STATE = """() => ({
+    utterance: String(core.getUtterance()),
+    done: Boolean(WOB_DONE_GLOBAL),
+    reward: Number(WOB_REWARD_GLOBAL),
+    raw_reward: Number(WOB_RAW_REWARD_GLOBAL),
+    reason: WOB_REWARD_REASON == null ? "" : String(WOB_REWARD_REASON),
+})"""
+
+
+def html_dir() -> Path:
+    """The ``html`` folder shipped in the ``miniwob`` package (raises ImportError naming the fix)."""
+    try:
+        import miniwob
+    except ImportError as exc:
+        raise ImportError("the 'miniwob' package is missing: pip install 'webgym[rollout]'") from exc
+    folder = Path(miniwob.__file__).resolve().parent / "html"
+    if not (folder / "miniwob").is_dir():
+        raise ImportError(f"{folder} has no miniwob/ pages; reinstall the 'miniwob' package")
+    return folder
+
+
+def task_url(sites_url: str, task: str) -> str:
+    """The page of MiniWoB task `task` (e.g. ``click-button``) on a site server at `sites_url`."""
+    return f"{sites_url.rstrip('/')}/miniwob/{task}.html"
+
+
+class MiniWobPage(PageHooks):
+    """Server side: start the seeded episode once the page has loaded; read the page's reward."""
+
+    name = "miniwob"
+    takes_argument = True
+    clip: ClassVar[dict[str, int] | None] = MINIWOB_CLIP
+
+    @classmethod
+    async def start_page(cls, page: Any, argument: str, seed: int | None, *, max_time_s: float | None,
+                         timeout_s: float) -> None:
+        timeout_ms = timeout_s * 1000
+        await page.wait_for_selector("#sync-task-cover", state="attached", timeout=timeout_ms)
+        await page.evaluate(_START, [seed, None if max_time_s is None else int(max_time_s * 1000)])
+        await page.wait_for_function("() => WOB_TASK_READY === true", timeout=timeout_ms)
+
+    @classmethod
+    async def read_page(cls, page: Any) -> dict[str, Any]:
+        return await page.evaluate(_STATE)
+
+
+class MiniWobTask(TaskKind):
+    """A MiniWoB++ page, seeded with the task's ``env_seed``; the page reports the reward."""
+
+    name = "miniwob"
+    page = MiniWobPage
+    keeps_reward: ClassVar[bool] = True
+
+    def check(self, settings: EnvSettings) -> None:
+        if not settings.sites_url:
+            raise ValueError(f"sites_url: task {self.task.task_id} is a MiniWoB task ({self.environment}); "
+                             "give the site server's URL (webgym-rollout serve-sites; --sites-url)")
+
+    def start_url(self, settings: EnvSettings) -> str:
+        self.check(settings)
+        return task_url(str(settings.sites_url), self.argument)
+
+    async def setup(self, session: BrowserSession) -> str:
+        state = await session.env_state()
+        return state.utterance or self.task.task_name
+
+    async def validate(self, session: BrowserSession) -> TaskOutcome:
+        state = await session.env_state()
+        return TaskOutcome(done=state.done, raw_reward=state.raw_reward, reason=state.reason)
+
+    def horizon(self, settings: EnvSettings, split: str) -> int:
+        return settings.miniwob_horizon

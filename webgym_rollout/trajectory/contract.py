@@ -1,0 +1,625 @@
+"""The trajectory contract: `Episode`, `Step` and `EpisodeStatus`, one dataset row per episode.
+
+Everything that writes or reads trajectory rows goes through these types: the runner builds an
+`Episode` from the `Step`s a `WebEnv` recorded, the writer stores ``episode.to_row()``, and the
+trainer, the viewer, the statistics and the demo read ``read_episodes(source)``. The Hugging Face
+`Features` of a row (`trajectory_features`) are derived from the dataclasses below, and the task
+columns from the task contract (`webgym_data.schema.task_features`), so a column is declared once.
+
+How prompts are stored
+----------------------
+``Step.messages`` is the JSON text of the chat messages exactly as sent to the policy at that step
+(OpenAI chat format), with one substitution: each image part is ``{"type": "image", "step": j}``,
+"the screenshot of step j of this episode", instead of an inline base64 data URL, so that every
+screenshot is stored once. `expand_messages` puts the images back. ``Step.response`` is the raw
+text the policy returned: the training target.
+
+Schema versions
+---------------
+1.2 adds, per step, the policy version that produced it and the response's token log-probabilities
+as the endpoint returned them, and per episode the environment's own outcome (`TaskOutcome`).
+Shards are named after the run that wrote them. 1.3 (written now) adds, per step, the popups the
+browser server closed (`Step.popups`) and, per episode, the task's `seed_difficulty_level` and
+`rubric_source`. Schema 1.1 and 1.2 datasets are read unchanged: the new fields take their
+defaults.
+
+Reading checks before it reads: every shard is a readable parquet file whose columns are those of
+its schema version (`shard_schema_problem`): no column missing (a missing ``reward`` would read as
+0 everywhere), none unknown, each of its declared type. A row read is checked field by field
+(`Episode.from_row`).
+
+Exceptions: `TrajectoryError` (a `RolloutError`) for a source that is not a trajectory dataset, a
+shard that is truncated or empty, or a row that does not fit the contract, and its subclass
+`ShardSchemaError` for a readable shard whose columns are not its version's; the message names the
+source, shard (and column, and schema version) or episode (and field).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import io
+import json
+import logging
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from enum import Enum, StrEnum
+from pathlib import Path
+from typing import Any
+
+from webgym_data.schema import Task
+from webgym_rollout.errors import ShardSchemaError, TrajectoryError
+
+__all__ = [
+    "READABLE_SCHEMA_VERSIONS",
+    "TRAJECTORY_SCHEMA_VERSION",
+    "Episode",
+    "EpisodeStatus",
+    "Latency",
+    "Step",
+    "TaskOutcome",
+    "TokenUsage",
+    "ShardSchemaError",
+    "TrajectoryError",
+    "Verdict",
+    "expand_messages",
+    "check_shard",
+    "shard_schema_problem",
+    "version_of",
+    "trajectory_features",
+]
+
+log = logging.getLogger(__name__)
+
+TRAJECTORY_SCHEMA_VERSION = "1.3"
+READABLE_SCHEMA_VERSIONS = ("1.1", "1.2", "1.3")
+MANIFEST = "manifest.json"
+
+# What each version added to the row (``steps.x``: a field of each step); a shard of an older
+# version lacks these and only these.
+_ADDED_IN = {
+    "1.2": ("outcome", "steps.policy_version", "steps.logprobs"),
+    "1.3": ("seed_difficulty_level", "rubric_source", "recording", "steps.popups"),
+}
+
+# The task fields a trajectory row carries (the rest of a task row, e.g. its provenance, stays in
+# the task set): their features come from the task contract.
+TASK_COLUMNS = ("task_id", "task_name", "website", "start_url", "benchmark_name", "domain", "subdomain",
+                "difficulty", "difficulty_level", "seed_difficulty_level", "rubric_source",
+                "evaluator_reference", "definite_answer", "parent_task_id", "environment", "env_seed")
+
+
+class EpisodeStatus(StrEnum):
+    """How an episode ended. ``ok``: by the agent's answer or the environment's own end;
+    ``timeout``: the horizon was reached; ``blocked``: the site was refused or on the blocklist;
+    ``error:<kind>``: an infrastructure failure of that kind (the browser, the policy endpoint, the
+    judge, or a bug: ``error:internal``). Only ``ok`` and ``timeout`` say anything about the agent."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"
+    BLOCKED = "blocked"
+    # browser environment (webgym_rollout.errors)
+    BROWSER_ERROR = "error:browser_error"
+    SESSION_NOT_FOUND = "error:session_not_found"
+    BROWSER_CRASHED = "error:browser_crashed"
+    OPERATION_TIMEOUT = "error:operation_timeout"
+    NAVIGATION_REFUSED = "error:navigation_refused"
+    SERVER_BUSY = "error:server_busy"
+    SERVER_UNAVAILABLE = "error:server_unavailable"
+    UNAUTHORIZED = "error:unauthorized"
+    INVALID_REQUEST = "error:invalid_request"
+    # policy endpoint (webgym_rollout.agent.policies)
+    POLICY_ERROR = "error:policy_error"
+    POLICY_UNAVAILABLE = "error:policy_unavailable"
+    POLICY_TIMEOUT = "error:policy_timeout"
+    POLICY_REJECTED = "error:policy_rejected"
+    # judge endpoint (webgym_rollout.judge.judges)
+    JUDGE_ERROR = "error:judge_error"
+    JUDGE_UNAVAILABLE = "error:judge_unavailable"
+    JUDGE_TIMEOUT = "error:judge_timeout"
+    JUDGE_REJECTED = "error:judge_rejected"
+    JUDGE_REPLY_INVALID = "error:judge_reply_invalid"
+    # anything else: a bug, logged with its traceback
+    INTERNAL = "error:internal"
+
+    @property
+    def is_error(self) -> bool:
+        """An infrastructure failure (``error:<kind>`` or ``blocked``): says nothing about the agent."""
+        return self is EpisodeStatus.BLOCKED or self.value.startswith("error:")
+
+    @property
+    def error_kind(self) -> str:
+        """``browser_crashed`` for ``error:browser_crashed``, ``blocked`` for blocked, "" otherwise."""
+        return self.value.removeprefix("error:") if self.is_error else ""
+
+    @classmethod
+    def for_error(cls, kind: str) -> EpisodeStatus:
+        """The status of an episode that failed with an error of `kind` (`RolloutError.kind`);
+        an unknown kind (a bug) is ``error:internal``."""
+        if kind == "site_blocked":
+            return cls.BLOCKED
+        try:
+            return cls(f"error:{kind}")
+        except ValueError:
+            return cls.INTERNAL
+
+    @classmethod
+    def _missing_(cls, value: object) -> EpisodeStatus | None:
+        # A status written by a newer version with an error kind this one does not know.
+        if isinstance(value, str) and value.startswith("error:"):
+            log.warning("unknown episode status %r read as %r", value, cls.INTERNAL.value)
+            return cls.INTERNAL
+        return None
+
+
+# ------------------------------------------------------------------------------------- the parts
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """Tokens of one policy call, as the endpoint counted them."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Seconds spent in each phase of a step."""
+
+    policy_s: float = 0.0
+    """Waiting for the policy's reply."""
+    execute_s: float = 0.0
+    """Carrying out the action in the browser (and waiting for a navigation it started)."""
+    screenshot_s: float = 0.0
+    """Taking the screenshot the policy was shown."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One judged criterion: its name, whether it passed, and why."""
+
+    criterion: str
+    passed: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What the environment itself says about the episode, where it says anything (MiniWoB++ pages
+    do; a website does not, and its reward comes from the judge)."""
+
+    done: bool = False
+    """The environment ended the episode."""
+    raw_reward: float | None = None
+    """The environment's own reward (MiniWoB++: 1 success, -1 failure); None if it gives none."""
+    reason: str = ""
+    """The environment's explanation, if any."""
+
+
+@dataclass
+class Step:
+    """One step: what the policy saw and said, what the browser did, and how long each part took."""
+
+    index: int
+    """Position in the episode, from 0."""
+    screenshot: bytes = field(default=b"", metadata={"feature": "image"})
+    """The screenshot the policy was shown (PNG or JPEG bytes)."""
+    screenshot_sha256: str = ""
+    """SHA-256 of `screenshot` (equal for pixel-identical pages); filled in when left empty."""
+    messages: str = "[]"
+    """The chat messages as sent, as JSON, images as ``{"type": "image", "step": j}``."""
+    response: str = ""
+    """The policy's raw reply: the training target."""
+    action: str = ""
+    """The parsed action as JSON (`AgentAction.to_json`); "" when the reply held no valid action."""
+    action_error: str = ""
+    """Why the reply did not parse, or why the action failed ("" when it went fine)."""
+    memory: str = ""
+    """The reply's Memory section."""
+    url: str = ""
+    """The page's URL when the screenshot was taken."""
+    title: str = ""
+    """The page's title when the screenshot was taken."""
+    same_as_next: bool = False
+    """The next screenshot equals this one: the action changed nothing (dropped from training)."""
+    finish_reason: str = ""
+    """The endpoint's finish reason (``stop``, ``length``)."""
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    """Tokens of the policy call."""
+    latency: Latency = field(default_factory=Latency)
+    """Seconds per phase of the step."""
+    policy_version: str = ""
+    """The policy checkpoint that produced the reply, as the endpoint named it (schema 1.2)."""
+    logprobs: tuple[float, ...] = ()
+    """Log-probability of each reply token as the endpoint returned it; empty if it returned none
+    (schema 1.2)."""
+    popups: tuple[str, ...] = ()
+    """URLs of the pages (popups, new tabs) opened since the previous action, by this action or by
+    the page on its own, that the browser server closed at once: a session has one page
+    (`webgym_rollout.browser.protocol.ExecuteResult.popups`); empty in rows written before it."""
+
+    def __post_init__(self) -> None:
+        if self.screenshot and not self.screenshot_sha256:
+            self.screenshot_sha256 = hashlib.sha256(self.screenshot).hexdigest()
+
+    def to_row(self) -> dict[str, Any]:
+        row = _plain(self)
+        row["screenshot"] = {"bytes": self.screenshot or None, "path": None}
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], *, where: str = "step") -> Step:
+        """A step from its stored row; raises ValueError naming `where` and the field that does not
+        fit (`Episode.from_row` reports it as a `TrajectoryError`)."""
+        if not isinstance(row, Mapping):
+            raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
+        values = _from_plain(cls, row, where=where)
+        values["screenshot"] = _image_bytes(row.get("screenshot"), f"{where}.screenshot")
+        return cls(**values)
+
+
+@dataclass
+class Episode:
+    """One episode of one task: its steps, how it ended, and the judge's verdicts."""
+
+    task: Task
+    """The task (its columns are stored beside the episode's: task_id, task_name, website, ...)."""
+    episode_id: str
+    """Stable id: the same (task, attempt, iteration) always gets the same id."""
+    iteration: int = 0
+    """RL iteration that rolled it out."""
+    attempt: int = 0
+    """Attempt number of this task in this iteration (several for RL)."""
+    split: str = "train"
+    """Task split the episode belongs to."""
+    instruction: str = ""
+    """The instruction the agent was given: `task_name`, or the environment's own sentence
+    (MiniWoB's utterance, where `task_name` is only the row's name)."""
+    policy_model: str = ""
+    """The policy (model name at its endpoint, or ``random``)."""
+    judge_model: str = ""
+    """The judge (model name, or ``programmatic``)."""
+    reward: float = 0.0
+    """1.0 when the judge passed the episode, else 0.0."""
+    status: EpisodeStatus = EpisodeStatus.OK
+    """How the episode ended (`EpisodeStatus`)."""
+    answer: str = ""
+    """The agent's final answer ("" if it never answered)."""
+    verdicts: list[Verdict] = field(default_factory=list)
+    """The judge's verdict on each criterion."""
+    outcome: TaskOutcome = field(default_factory=TaskOutcome)
+    """The environment's own report (schema 1.2)."""
+    started_at: float = field(default=0.0, metadata={"dtype": "float64"})
+    """Unix time the episode started."""
+    duration_s: float = 0.0
+    """Seconds from the start to the end of the episode (judging not included)."""
+    judge_s: float = 0.0
+    """Seconds the judge took."""
+    recording: str = ""
+    """Where the episode's recorded network traffic is, relative to the dataset folder
+    (``recordings/episodes/<episode_id>.json``, `webgym_rollout.trajectory.recordings`); "" when the
+    run did not record (and in rows written before it)."""
+    steps: list[Step] = field(default_factory=list)
+    """The steps, in order."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, EpisodeStatus):
+            self.status = EpisodeStatus(self.status)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def success(self) -> bool:
+        return self.reward >= 1.0
+
+    def to_row(self) -> dict[str, Any]:
+        """The dataset row (`trajectory_features`)."""
+        task_row = self.task.to_row()
+        row: dict[str, Any] = {}
+        for item in fields(self):
+            if item.name == "task":
+                row.update({name: task_row[name] for name in TASK_COLUMNS})
+            elif item.name == "steps":
+                row["num_steps"] = self.num_steps
+                row["steps"] = [step.to_row() for step in self.steps]
+            else:
+                row[item.name] = _plain(getattr(self, item.name))
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Episode:
+        """An episode from a stored row (schema 1.1 to 1.3; screenshots as bytes, ``{"bytes", "path"}``
+        or PIL images). Raises `TrajectoryError` naming the episode when the row does not fit."""
+        if not isinstance(row, Mapping):
+            raise TrajectoryError(f"a trajectory row must be an object, got {type(row).__name__}")
+        episode = row.get("episode_id") or "(no episode_id)"
+        try:
+            task = Task.from_row({name: row.get(name) for name in TASK_COLUMNS if name in row})
+            values = _from_plain(cls, row, skip=("task", "steps"))
+            steps = row.get("steps") or ()
+            if not isinstance(steps, list | tuple):
+                raise ValueError(f"steps: expected a list of steps, got {type(steps).__name__}")
+            parsed = [Step.from_row(step, where=f"steps[{i}]") for i, step in enumerate(steps)]
+            return cls(task=task, steps=parsed, **values)
+        except (TypeError, ValueError, KeyError, OSError) as exc:
+            raise TrajectoryError(f"episode {episode}: the row does not fit the trajectory contract: "
+                                  f"{exc}") from exc
+
+
+# ------------------------------------------------------------------------------- rows and features
+
+def _plain(value: Any) -> Any:
+    """A dataclass / enum / tuple as the plain values a dataset row holds. Text UTF-8 cannot encode
+    (a lone surrogate: a page title or a reply can hold one) gets U+FFFD in its place: it is data
+    the agent saw, and the shard it goes to could not be written with it."""
+    if isinstance(value, str):
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {item.name: _plain(getattr(value, item.name)) for item in fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _from_plain(cls: type, row: Mapping[str, Any], skip: Sequence[str] = (),
+                where: str = "") -> dict[str, Any]:
+    """Constructor arguments of dataclass `cls` from a row; fields the row lacks keep their defaults
+    (a schema 1.1 row has no `policy_version`), nested dataclasses and tuples are rebuilt. A value of
+    the wrong type raises ValueError naming its field (``steps[2].latency.policy_s``)."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for item in fields(cls):
+        if item.name in skip or item.name not in row or row[item.name] is None:
+            continue
+        value, kind = row[item.name], hints[item.name]
+        name = f"{where}.{item.name}" if where else item.name
+        if item.metadata.get("feature") == "image":
+            continue  # read by the caller (bytes, {"bytes", "path"} or an image)
+        values[item.name] = _typed(value, kind, name)
+    return values
+
+
+_SCALARS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+def _scalar_fits(value: Any, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, str)
+
+
+def _wrong(name: str, expected: str, value: Any) -> ValueError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return ValueError(f"{name}: expected {expected}, got {type(value).__name__} {shown}")
+
+
+def _typed(value: Any, kind: Any, name: str) -> Any:
+    """`value` as a value of field type `kind`, or ValueError naming the field `name`."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 1:
+        kind = args[0]
+    origin = typing.get_origin(kind)
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        if not isinstance(value, Mapping):
+            raise _wrong(name, "an object", value)
+        return kind(**_from_plain(kind, value, where=name))
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise _wrong(name, "a list", value)
+        inner = typing.get_args(kind)[0]
+        if inner in _SCALARS:  # a long list (log-probabilities): checked without a name per item
+            for i, item in enumerate(value):
+                if not _scalar_fits(item, inner):
+                    raise _wrong(f"{name}[{i}]", _SCALARS[inner], item)
+            items = [float(v) for v in value] if inner is float else list(value)
+        else:
+            items = [_typed(v, inner, f"{name}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        if not isinstance(value, str | Enum):
+            raise _wrong(name, "a string", value)
+        return value
+    if kind in _SCALARS:
+        if not _scalar_fits(value, kind):
+            raise _wrong(name, _SCALARS[kind], value)
+        return float(value) if kind is float else value
+    return value
+
+
+def _image_bytes(value: Any, name: str = "screenshot") -> bytes:
+    if value is None:
+        return b""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    if isinstance(value, Mapping):
+        data = value.get("bytes")
+        if data is not None:
+            if not isinstance(data, bytes | bytearray | memoryview):
+                raise ValueError(f"{name}: 'bytes' must be bytes, got {type(data).__name__}")
+            return bytes(data)
+        if value.get("path"):
+            if not isinstance(value["path"], str):
+                raise ValueError(f"{name}: 'path' must be a string, got {type(value['path']).__name__}")
+            return Path(value["path"]).read_bytes()
+        return b""
+    if hasattr(value, "save"):  # a PIL image (a dataset read with decoding on)
+        buffer = io.BytesIO()
+        value.save(buffer, format="PNG")
+        return buffer.getvalue()
+    raise TypeError(f"{name}: a screenshot must be bytes, {{'bytes', 'path'}} or an image, "
+                    f"got {type(value).__name__}")
+
+
+def _feature(kind: Any, metadata: Mapping[str, Any]) -> Any:
+    from datasets import Image, List, Value
+
+    if metadata.get("feature") == "image":
+        return Image()
+    if metadata.get("dtype"):
+        return Value(metadata["dtype"])
+    origin = typing.get_origin(kind)
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType) and len(args) == 1:
+        return _feature(args[0], metadata)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return Value("string")
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        hints = typing.get_type_hints(kind)
+        return {item.name: _feature(hints[item.name], item.metadata) for item in fields(kind)}
+    if origin in (list, tuple):
+        return List(_feature(args[0], {}))
+    simple = {bool: "bool", int: "int32", float: "float32", str: "string"}
+    if kind in simple:
+        return Value(simple[kind])
+    raise TypeError(f"no dataset feature for type {kind!r}")
+
+
+def trajectory_features():
+    """The `datasets.Features` of an episode row, derived from `Episode` and `Step`."""
+    from datasets import Features, Value
+
+    from webgym_data.schema import task_features
+
+    tasks = task_features()
+    hints = typing.get_type_hints(Episode)
+    columns: dict[str, Any] = {}
+    for item in fields(Episode):
+        if item.name == "task":
+            columns.update({name: tasks[name] for name in TASK_COLUMNS})
+        elif item.name == "steps":
+            columns["num_steps"] = Value("int32")
+            columns["steps"] = _feature(list[Step], {})
+        else:
+            columns[item.name] = _feature(hints[item.name], item.metadata)
+    return Features(columns)
+
+
+def expand_messages(messages_json: str, image_for_step: Callable[[int], Any]) -> list[dict[str, Any]]:
+    """Decode ``Step.messages`` and replace each ``{"type": "image", "step": j}`` part by
+    ``{"type": "image", "image": image_for_step(j)}`` (for example a PIL image)."""
+    messages = json.loads(messages_json) if messages_json else []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            message["content"] = [
+                {"type": "image", "image": image_for_step(int(part["step"]))}
+                if isinstance(part, dict) and part.get("type") == "image" and "step" in part
+                else part
+                for part in content
+            ]
+    return messages
+
+
+# ---------------------------------------------------------------------------------- shard layout
+
+@functools.cache
+def _expected_schema(version: str) -> Any:
+    """The Arrow schema of a row of trajectory schema `version` (today's, less what came later)."""
+    import pyarrow as pa
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in v.split("."))
+
+    later = [name for v, names in _ADDED_IN.items() if key(v) > key(version) for name in names]
+    schema = trajectory_features().arrow_schema
+    columns = [f for f in schema if f.name not in later]
+    step_type = schema.field("steps").type.value_type
+    dropped = {name.split(".", 1)[1] for name in later if name.startswith("steps.")}
+    steps = pa.list_(pa.struct([f for f in step_type if f.name not in dropped]))
+    return pa.schema([pa.field("steps", steps) if f.name == "steps" else f for f in columns])
+
+
+def shard_schema_problem(schema: Any, version: str) -> str | None:
+    """What keeps an Arrow `schema` (a shard's) from being a row of trajectory schema `version`: a
+    column missing or one of another type (named with its path, ``steps.latency.policy_s``); None
+    when it fits. Integer widths, string and binary sizes may differ, and an all-null column fits
+    any type. Columns the version does not have are a user's own (labels, notes): they fit."""
+    expected = _expected_schema(version)
+    present = set(schema.names)
+    missing = [name for name in expected.names if name not in present]
+    if missing:
+        return f"missing column{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}"
+    for field_ in expected:
+        problem = _type_problem(schema.field(field_.name).type, field_.type, field_.name)
+        if problem:
+            return problem
+    return None
+
+
+def _type_problem(actual: Any, expected: Any, name: str) -> str | None:
+    import pyarrow as pa
+
+    types_ = pa.types
+    if types_.is_null(actual):
+        return None
+    kinds = ((types_.is_integer, "an integer"), (types_.is_boolean, "a boolean"),
+             (lambda t: types_.is_string(t) or types_.is_large_string(t), "a string"),
+             (lambda t: types_.is_binary(t) or types_.is_large_binary(t), "bytes"))
+    for test, words in kinds:
+        if test(expected):
+            return None if test(actual) else f"column '{name}' is {actual}, expected {words}"
+    if types_.is_floating(expected):
+        fits = types_.is_floating(actual) or types_.is_integer(actual)
+        return None if fits else f"column '{name}' is {actual}, expected a number"
+    if types_.is_list(expected):
+        if not (types_.is_list(actual) or types_.is_large_list(actual)):
+            return f"column '{name}' is {actual}, expected a list"
+        return _type_problem(actual.value_type, expected.value_type, name)
+    if types_.is_struct(expected):
+        if not types_.is_struct(actual):
+            return f"column '{name}' is {actual}, expected a struct of {', '.join(f.name for f in expected)}"
+        names = {f.name for f in actual}
+        for child in expected:
+            if child.name not in names:
+                return f"column '{name}' has no field '{child.name}'"
+            problem = _type_problem(actual.field(child.name).type, child.type, f"{name}.{child.name}")
+            if problem:
+                return problem
+        extra = sorted(names - {f.name for f in expected})
+        if extra:
+            return f"column '{name}' has unknown field{'s' if len(extra) > 1 else ''} {', '.join(extra)}"
+        return None
+    return None if actual == expected else f"column '{name}' is {actual}, expected {expected}"
+
+
+def version_of(columns: Sequence[str]) -> str:
+    """The schema version a set of columns is (for rows without a manifest to say)."""
+    return "1.3" if "rubric_source" in columns else "1.2" if "outcome" in columns else "1.1"
+
+
+def check_shard(path: Path, version: str) -> None:
+    """Raise `TrajectoryError` naming `path` unless it is a readable parquet file of `version`
+    (`ShardSchemaError` when it is readable but its columns do not fit). A shard without rows holds
+    no episode, so its columns are not checked (a writer may leave out the schema of an empty file)."""
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_metadata(path)
+        schema = metadata.schema.to_arrow_schema()
+    except Exception as exc:  # pyarrow raises several unrelated types for a bad file
+        size = path.stat().st_size if path.is_file() else 0
+        state = "it is empty (0 bytes)" if size == 0 else "truncated or not parquet"
+        raise TrajectoryError(f"{path}: not a readable parquet shard, {state}: {exc}") from None
+    problem = shard_schema_problem(schema, version) if metadata.num_rows else None
+    if problem:
+        raise ShardSchemaError(f"{path}: not a trajectory schema {version} shard: {problem}", path=path,
+                               version=version)
+
+
+# ---------------------------------------------------------------------------------------- reading
