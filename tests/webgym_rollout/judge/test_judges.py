@@ -3,6 +3,10 @@ programmatic judge. Only a reply that ends with an explicit pass verdict can eve
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -413,3 +417,46 @@ async def test_a_body_that_is_not_json_is_an_unavailable_judge_naming_the_url(sc
             await judge.score(request())
     assert server.base_url in str(caught.value)
     assert len(server.requests) == 2
+
+
+# ------------------------------------------------- the request's wire format: the bodies the LLM gets
+
+WIRE_GOLDEN = Path(__file__).with_name("judge_requests.json")
+"""The bodies the judge sent for the requests below, recorded before `JudgeRequest` carried typed
+`FactGroup`s (and before any later change): the typed request must send exactly the same JSON."""
+
+
+def wire_bodies(bodies: list[dict]) -> list[str]:
+    """The request bodies as sorted JSON texts (fact questions are asked concurrently), each inline
+    image replaced by a digest of its data URL."""
+    texts = []
+    for body in bodies:
+        body = json.loads(json.dumps(body))
+        for message in body["messages"]:
+            for part in message["content"] if isinstance(message["content"], list) else ():
+                if part.get("type") == "image_url":
+                    url = part["image_url"]["url"]
+                    part["image_url"]["url"] = "sha256:" + hashlib.sha256(url.encode()).hexdigest()[:16]
+        texts.append(json.dumps(body, sort_keys=True, ensure_ascii=False))
+    return sorted(texts)
+
+
+async def recorded_wire_bodies(scripted_openai) -> dict[str, list[str]]:
+    recorded = {}
+    cases = {"rubric": (scripted_judge(), request()),
+             "task_only": (task_only_judge, JudgeRequest.from_episode(shop_episode())),
+             "url_fact": (task_only_judge, JudgeRequest.from_episode(shop_episode(task={
+                 **SHOP_TASK, "evaluator_reference": [
+                     {"id": "store", "description": "the store",
+                      "facts": ["Visits a URL whose store parameter is 2630"]}]})))}
+    for name, (replies, judged) in cases.items():
+        server = scripted_openai(replies)
+        async with judge_for(server, max_screenshots=3) as judge:
+            await judge.score(judged)
+        recorded[name] = wire_bodies(server.requests)
+    return recorded
+
+
+async def test_the_bodies_sent_to_the_judge_model_are_unchanged(scripted_openai):
+    expected = json.loads(WIRE_GOLDEN.read_text(encoding="utf-8"))
+    assert await recorded_wire_bodies(scripted_openai) == expected
