@@ -307,3 +307,9 @@ def recorded_samples(tmp_path) -> dict:
 def test_the_samples_of_a_written_dataset_are_those_recorded(tmp_path):
     expected = json.loads(SAMPLES_GOLDEN.read_text(encoding="utf-8"))
     assert recorded_samples(tmp_path) == expected
+
+
+def test_filtered_bc_imitates_rewards_from_its_threshold_up():
+    assert [SampleSelection().imitates(r) for r in (1.0, 0.99, 0.0)] == [True, False, False]
+    everything_judged = SampleSelection(success_threshold=0.0)
+    assert [everything_judged.imitates(r) for r in (1.0, 0.0, -1.0)] == [True, True, False]
