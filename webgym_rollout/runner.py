@@ -403,7 +403,7 @@ class _Finisher:
                     self.stats.note_bug(exc)
                     episode.status = EpisodeStatus.INTERNAL
                 else:
-                    record_result(episode, result)  # a judge that could not decide: not the agent's failure
+                    record_result(episode, result)
                 episode.judge_s = time.perf_counter() - began
             async with self._write_lock:  # shards are written one at a time, off the event loop
                 try:
