@@ -40,8 +40,8 @@ def bare_loop(model_dir: Path, samples, *, steps: int, batch_size: int, lr: floa
 
     from webgym_rl.collate import Collator
     from webgym_rl.modeling import load_model, load_processor
-    from webgym_rl.objectives import filtered_bc
-    from webgym_rl.train import EpochOrder
+    from webgym_rl.objectives import ObjectiveBatch, filtered_bc
+    from webgym_rl.train import EpochOrder, TrainingSettings
 
     torch.manual_seed(seed)
     model = load_model(model_dir, dtype=torch.float32).train()
@@ -49,12 +49,15 @@ def bare_loop(model_dir: Path, samples, *, steps: int, batch_size: int, lr: floa
     order = EpochOrder(samples.weights, seed)
     loader = torch.utils.data.DataLoader(samples, batch_size=batch_size, sampler=order,
                                          collate_fn=Collator(load_processor(model_dir)))
+    settings = TrainingSettings(objective="filtered_bc")
     done, seen = 0, 0
     started, started_cpu = time.perf_counter(), time.process_time()
     while done < steps:
         for batch in loader:
-            labels, _ = batch.pop("labels"), batch.pop("advantages")
-            loss, _ = filtered_bc(model(**batch).logits, labels)
+            labels, advantages = batch.pop("labels"), batch.pop("advantages")
+            batch.pop("behaviour_logprobs", None)  # filtered_bc does not read them
+            objective = ObjectiveBatch(logits=model(**batch).logits, labels=labels, advantages=advantages)
+            loss, _ = filtered_bc(objective, settings)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
             optimizer.step()

@@ -171,12 +171,9 @@ _FIGURES = ("episodes", "successes", "steps", "valid_actions", "errors", "succes
 
 def _internal_errors(out: str | Path) -> int:
     """Episodes of a trajectory folder with status ``error:internal``: bugs, not infrastructure."""
-    from webgym_rollout.trajectory.contract import EpisodeStatus
     from webgym_rollout.trajectory.reader import read_episodes
 
-    return sum(status == EpisodeStatus.INTERNAL.value
-               for batch in read_episodes(out).batches(columns=["status"], batch_size=1024)
-               for status in batch.column("status").to_pylist())
+    return read_episodes(out).stats().internal_errors
 
 
 def _figures(run: dict[str, Any], internal_errors: int) -> dict[str, Any]:

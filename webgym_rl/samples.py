@@ -19,13 +19,15 @@ Every step of an episode carries the episode's advantage. `SampleCounts.group_si
 many groups of each size the reinforce and grpo selections saw.
 
 Episodes are never trained on when they belong to the test split, have no reward, or ended in an
-infrastructure failure (`EpisodeStatus.is_error`): those say nothing about the agent. Everything
-skipped is counted in `SampleCounts`.
+infrastructure failure (`EpisodeStatus.is_error`): those say nothing about the agent. That rule is
+the trajectory contract's (`webgym_rollout.trajectory.contract.untrainable`, `Episode.trainable`),
+and so is what counts as a success. Everything skipped is counted in `SampleCounts`.
 
 Trajectories are read through `webgym_rollout.trajectory.reader.read_episodes` (a rollout folder as its
 manifest lists it, or a Hub dataset; schema 1.1 to 1.3). Selection reads a few columns of the
-episode rows at the Arrow level, so no screenshot is decoded until a sample is drawn; a
-`StepSamples` item decodes only the screenshots its prompt shows.
+episode rows at the Arrow level, named by the contract (`EpisodeColumn`, `StepField`), so no
+screenshot is decoded until a sample is drawn; a `StepSamples` item decodes only the screenshots
+its prompt shows.
 
 Exceptions (`webgym_rl.errors`)::
 
@@ -46,10 +48,13 @@ from typing import Any
 
 from webgym_rl.errors import MissingColumnError, NoTrainingDataError, TrainingDataError
 from webgym_rollout.trajectory.contract import (
+    EpisodeColumn,
     EpisodeStatus,
     ShardSchemaError,
+    StepField,
     TrajectoryError,
     expand_messages,
+    untrainable,
 )
 from webgym_rollout.trajectory.reader import TrajectorySet, read_episodes
 
@@ -106,12 +111,16 @@ class SampleSelection:
         if not self.advantage_clip > 0:
             raise ValueError(f"advantage_clip: must be > 0, got {self.advantage_clip}")
 
+    def imitates(self, reward: float) -> bool:
+        """filtered_bc imitates a (trainable) episode of this reward: at least `success_threshold`."""
+        return reward >= self.success_threshold
 
-# The columns the selection reads, at the Arrow level (fields of `Episode`, its task and `Step`;
-# a test checks that they are columns of `trajectory_features()`). Reading `steps` this way
-# touches only the struct fields asked for, never a decoded image.
-_EPISODE_COLUMNS = ("episode_id", "iteration", "task_id", "split", "reward", "status", "steps")
-_STEP_FIELDS = ("screenshot", "messages", "response", "same_as_next")
+
+# The columns the selection and the samples read, at the Arrow level, named by the contract.
+# Reading `steps` this way touches only the struct fields asked for, never a decoded image.
+_EPISODE_COLUMNS = (EpisodeColumn.EPISODE_ID, EpisodeColumn.ITERATION, EpisodeColumn.TASK_ID,
+                    EpisodeColumn.SPLIT, EpisodeColumn.REWARD, EpisodeColumn.STATUS, EpisodeColumn.STEPS)
+_STEP_FIELDS = (StepField.SCREENSHOT, StepField.MESSAGES, StepField.RESPONSE, StepField.SAME_AS_NEXT)
 
 
 @dataclass
@@ -219,29 +228,30 @@ class StepSamples:
 
         ref = self._refs[index]
         table = self._tables[ref.source][ref.row]
-        episode_id = table.column("episode_id")[0].as_py()
-        steps = table.column("steps")[0].values
-        step = {name: steps.field(name) for name in ("screenshot", "messages", "response")}
+        episode_id = table.column(EpisodeColumn.EPISODE_ID)[0].as_py()
+        steps = table.column(EpisodeColumn.STEPS)[0].values
+        step = {name: steps.field(name) for name in (StepField.SCREENSHOT, StepField.MESSAGES,
+                                                     StepField.RESPONSE)}
         decoder = Image()
 
         def image_for_step(j: int):
             if not 0 <= j < len(steps):
                 raise TrainingDataError(f"episode {episode_id} step {ref.step}: its messages show the "
                                         f"screenshot of step {j}, but the episode has {len(steps)} steps")
-            stored = step["screenshot"][j].as_py()
+            stored = step[StepField.SCREENSHOT][j].as_py()
             if not stored or (stored.get("bytes") is None and not stored.get("path")):
                 raise TrainingDataError(f"episode {episode_id} step {ref.step}: its messages show the "
                                         f"screenshot of step {j}, which has no image")
             image = decoder.decode_example(stored)
             return image.convert("RGB") if image.mode != "RGB" else image
 
-        messages = expand_messages(step["messages"][ref.step].as_py(), image_for_step)
+        messages = expand_messages(step[StepField.MESSAGES][ref.step].as_py(), image_for_step)
         behaviour, per_token = None, None
-        if steps.type.get_field_index("logprobs") >= 0:  # schema 1.1 rows have none
-            logprobs = steps.field("logprobs")[ref.step].as_py() or []
+        if steps.type.get_field_index(StepField.LOGPROBS) >= 0:  # schema 1.1 rows have none
+            logprobs = steps.field(StepField.LOGPROBS)[ref.step].as_py() or []
             if logprobs:
                 behaviour, per_token = sum(logprobs) / len(logprobs), tuple(logprobs)
-        return Sample(messages=messages, response=step["response"][ref.step].as_py() or "",
+        return Sample(messages=messages, response=step[StepField.RESPONSE][ref.step].as_py() or "",
                       advantage=self.advantages[index], episode_id=episode_id, step=ref.step,
                       behaviour_logprob=behaviour, behaviour_logprobs=per_token)
 
@@ -262,9 +272,9 @@ def _check_columns(names: Sequence[str], step_names: Sequence[str] | None, where
 def _arrow_step_names(schema) -> list[str] | None:
     import pyarrow as pa
 
-    if "steps" not in schema.names:
+    if EpisodeColumn.STEPS not in schema.names:
         return None
-    steps = schema.field("steps").type
+    steps = schema.field(EpisodeColumn.STEPS).type
     if (pa.types.is_list(steps) or pa.types.is_large_list(steps)) and pa.types.is_struct(steps.value_type):
         inner = steps.value_type
         return [inner.field(i).name for i in range(inner.num_fields)]
@@ -293,7 +303,8 @@ def _load(source: str | Path, cache_dir: str | None) -> TrajectorySet:
         elif not shards:
             found = TrajectorySet(found.id, found.version, found.schema_version, cache_dir=cache_dir)
     elif len(found):  # a Hub dataset
-        inner = getattr(found.dataset.features.get("steps"), "feature", None)  # datasets.List(...) of a dict
+        # datasets.List(...) of a dict
+        inner = getattr(found.dataset.features.get(EpisodeColumn.STEPS), "feature", None)
         _check_columns(found.dataset.column_names, list(inner) if isinstance(inner, dict) else None,
                        f"Hub dataset {found.id}@{found.version}")
     if len(found) == 0:
@@ -320,16 +331,6 @@ def describe_sources(sources: Sequence[TrajectorySet]) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------------------------------- selection
 
-def _skip_reason(split: str | None, status: str | None, reward: float | None) -> str | None:
-    if split == "test":
-        return "test-split episodes"
-    if status and EpisodeStatus(status).is_error:
-        return "infrastructure failures"
-    if reward is None:
-        return "episodes without reward"
-    return None
-
-
 def _episode_status(value: str | None, source: TrajectorySet, episode_id: str) -> str | None:
     """`value` if it is an `EpisodeStatus` (or empty); else a `TrainingDataError` naming the episode."""
     try:
@@ -345,7 +346,7 @@ def _step_flags(steps_column) -> list[list[bool]]:
     flags: list[list[bool]] = []
     for chunk in steps_column.chunks:
         lengths = chunk.value_lengths().fill_null(0).to_pylist()
-        values = chunk.flatten().field("same_as_next").fill_null(False).to_pylist()
+        values = chunk.flatten().field(StepField.SAME_AS_NEXT).fill_null(False).to_pylist()
         offset = 0
         for n in lengths:
             flags.append(values[offset:offset + n])
@@ -358,15 +359,16 @@ def _candidates(sources: Sequence[TrajectorySet], counts: SampleCounts,
     found = []
     for s, source in enumerate(sources):
         table = source.dataset.with_format("arrow")[:]
-        flags = _step_flags(table.column("steps"))
-        names = ("episode_id", "iteration", "task_id", "split", "reward", "status")
+        flags = _step_flags(table.column(EpisodeColumn.STEPS))
+        names = (EpisodeColumn.EPISODE_ID, EpisodeColumn.ITERATION, EpisodeColumn.TASK_ID,
+                 EpisodeColumn.SPLIT, EpisodeColumn.REWARD, EpisodeColumn.STATUS)
         rows = zip(*(table.column(name).to_pylist() for name in names), strict=True)
         for row, (episode_id, iteration, task_id, split, reward, status) in enumerate(rows):
             counts.trajectories_read += 1
             counts.steps_read += len(flags[row])
-            reason = _skip_reason(split, _episode_status(status, source, episode_id), reward)
+            reason = untrainable(split, _episode_status(status, source, episode_id), reward)
             if reason:
-                skipped[reason] += 1
+                skipped[reason.value] += 1
                 continue
             found.append(_Candidate(source=s, row=row, iteration=int(iteration or 0), task_id=task_id,
                                     reward=float(reward), same_as_next=flags[row]))
@@ -449,10 +451,10 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
 
     if objective is Objective.FILTERED_BC:
         threshold = selection.success_threshold
-        failed = [e for e in episodes if e.reward < threshold]
+        failed = [e for e in episodes if not selection.imitates(e.reward)]
         if failed:
             skipped[f"episodes with reward < {threshold:g}"] += len(failed)
-        episodes = [e for e in episodes if e.reward >= threshold]
+        episodes = [e for e in episodes if selection.imitates(e.reward)]
         if not episodes:
             raise NoTrainingDataError(f"filtered_bc: no trajectory in {names} has reward >= "
                                       f"{threshold:g} (of {counts.trajectories_read} read): "

@@ -79,7 +79,7 @@ from webgym_rollout.errors import (
     Unauthorized,
 )
 from webgym_rollout.fleet import FleetSettings
-from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, make_judge
+from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, make_judge, record_failure, record_result
 from webgym_rollout.tasks.kind import task_kind
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TaskOutcome, TrajectoryError
 from webgym_rollout.trajectory.recordings import RecordingStore, RecordSettings, ReplayLibrary
@@ -397,15 +397,13 @@ class _Finisher:
                         result = await self.judge.score(JudgeRequest.from_episode(episode))
                 except RolloutError as exc:  # JudgeError: the judge endpoint failed
                     log.warning("judging episode %s failed: %s", episode.episode_id, exc)
-                    episode.status = EpisodeStatus.for_error(exc.kind)
+                    record_failure(episode, exc.kind)
                 except Exception as exc:  # a bug in the judge: recorded as one, the run goes on
                     log.exception("judging episode %s failed with a bug (error:internal)", episode.episode_id)
                     self.stats.note_bug(exc)
                     episode.status = EpisodeStatus.INTERNAL
                 else:
-                    episode.reward, episode.verdicts = float(result.reward), list(result.verdicts)
-                    if result.error_kind:  # the judge could not decide: not a failure of the agent
-                        episode.status = EpisodeStatus.for_error(result.error_kind)
+                    record_result(episode, result)
                 episode.judge_s = time.perf_counter() - began
             async with self._write_lock:  # shards are written one at a time, off the event loop
                 try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from PIL import ImageChops
@@ -232,3 +233,83 @@ def test_a_sample_carries_the_endpoints_logprobs_per_token_and_their_mean(tmp_pa
     by_step = {samples[i].step: samples[i] for i in range(len(samples))}
     assert by_step[0].behaviour_logprobs == (-0.5, -1.5, -1.0) and by_step[0].behaviour_logprob == -1.0
     assert by_step[1].behaviour_logprobs is None and by_step[1].behaviour_logprob is None  # none returned
+
+
+# ------------------------------------------- the samples of a written dataset, against a recording
+
+SAMPLES_GOLDEN = Path(__file__).with_name("samples_golden.json")
+"""What `build_samples` made of `golden_episodes` for each objective, recorded before the trainer
+read its columns through the trajectory contract's names and rules: they must not change."""
+
+
+def golden_episodes() -> list:
+    """Two iterations, every kind of ending: successes and failures, a no-op step, a timeout, a
+    blocked site, an infrastructure failure, a test-split episode, one never judged, logprobs."""
+    import dataclasses
+
+    found = []
+    for it in (0, 1):  # (a writer keeps one episode per task and attempt)
+        found += [
+            episode(task_id="a", iteration=it, attempt=10 * it, reward=1.0, num_steps=3,
+                    same_as_next=[False, True, False]),
+            episode(task_id="a", iteration=it, attempt=10 * it + 1, reward=0.0, num_steps=2,
+                    status="timeout"),
+            episode(task_id="b", iteration=it, attempt=10 * it, reward=0.0, num_steps=2),
+            episode(task_id="b", iteration=it, attempt=10 * it + 1, reward=1.0, num_steps=1),
+            episode(task_id="c", iteration=it, attempt=10 * it, reward=0.0, num_steps=1, status="blocked"),
+            episode(task_id="c", iteration=it, attempt=10 * it + 1, reward=0.0, num_steps=2,
+                    status="error:policy_timeout"),
+            episode(task_id="d", iteration=it, attempt=10 * it, reward=1.0, num_steps=1, split="test"),
+            episode(task_id="e", iteration=it, attempt=10 * it, reward=None, num_steps=1),
+            episode(task_id="f", iteration=it, attempt=10 * it, reward=0.0, num_steps=1),
+            episode(task_id="f", iteration=it, attempt=10 * it + 1, reward=0.0, num_steps=1),
+        ]
+    first = found[0]
+    first.steps[0] = dataclasses.replace(first.steps[0], logprobs=(-0.25, -0.75))
+    return found
+
+
+def sample_record(samples) -> dict:
+    """Everything a `StepSamples` holds, images as digests of their RGB pixels."""
+    import hashlib
+
+    items = []
+    for i in range(len(samples)):
+        sample = samples[i]
+        messages = []
+        for message in sample.messages:
+            content = message["content"]
+            if isinstance(content, list):
+                content = [{"type": "image", "rgb": hashlib.sha256(part["image"].tobytes()).hexdigest()[:16],
+                            "size": list(part["image"].size)} if part["type"] == "image" else part
+                           for part in content]
+            messages.append({**message, "content": content})
+        items.append({"episode_id": sample.episode_id, "step": sample.step,
+                      "advantage": round(sample.advantage, 6), "weight": round(samples.weights[i], 6),
+                      "iteration": samples.iterations[i], "response": sample.response, "messages": messages,
+                      "behaviour_logprob": sample.behaviour_logprob,
+                      "behaviour_logprobs": list(sample.behaviour_logprobs or ()) or None})
+    return {"samples": items, "counts": samples.counts.as_dict()}
+
+
+def recorded_samples(tmp_path) -> dict:
+    folder = write_shards(tmp_path / "golden", golden_episodes(), shard_size=7)
+    sources = _load(folder, cache_dir=tmp_path / "golden-cache")
+    runs = {"filtered_bc": ("filtered_bc", SampleSelection()),
+            "filtered_bc_all": ("filtered_bc", SampleSelection(success_threshold=0.0, drop_same_as_next=False,
+                                                               last_k_iterations=1)),
+            "reinforce": ("reinforce", SampleSelection(normalize_advantage=True)),
+            "grpo": ("grpo", SampleSelection(last_k_iterations=0))}
+    return {name: sample_record(build_samples(sources, objective, selection))
+            for name, (objective, selection) in runs.items()}
+
+
+def test_the_samples_of_a_written_dataset_are_those_recorded(tmp_path):
+    expected = json.loads(SAMPLES_GOLDEN.read_text(encoding="utf-8"))
+    assert recorded_samples(tmp_path) == expected
+
+
+def test_filtered_bc_imitates_rewards_from_its_threshold_up():
+    assert [SampleSelection().imitates(r) for r in (1.0, 0.99, 0.0)] == [True, False, False]
+    everything_judged = SampleSelection(success_threshold=0.0)
+    assert [everything_judged.imitates(r) for r in (1.0, 0.0, -1.0)] == [True, True, False]

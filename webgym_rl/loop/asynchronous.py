@@ -357,8 +357,7 @@ def _compose(loop: Loop, episodes: list[Episode], r: int) -> BatchRecord:
     samples = settings.training.samples
     histogram: Counter[int] = Counter()
     for episode in kept:
-        trainable = not episode.status.is_error and (
-            not filtered or (episode.reward or 0.0) >= samples.success_threshold)
+        trainable = episode.trainable and (not filtered or samples.imitates(episode.reward))
         for step in episode.steps if trainable else ():
             if not (step.same_as_next and samples.drop_same_as_next):
                 histogram[r - step_version(step.policy_version)] += 1

@@ -175,17 +175,18 @@ def draw_tasks(*, source: str, split: str, sampler: SamplerSettings, index: int,
 def history_of(folders: Iterable[tuple[int, Path]]) -> TaskHistory:
     """What the rollouts in `folders` (``(batch index, trajectory folder)``) did with each task:
     judged episodes only (an infrastructure failure says nothing about the policy)."""
-    from webgym_rollout.trajectory.contract import EpisodeStatus
+    from webgym_rollout.trajectory.contract import EpisodeColumn, EpisodeStatus, succeeded
     from webgym_rollout.trajectory.reader import read_episodes
 
+    task_id, reward, status = EpisodeColumn.TASK_ID, EpisodeColumn.REWARD, EpisodeColumn.STATUS
     outcomes = []
     for index, folder in folders:
         if not (folder / "manifest.json").is_file():
             continue
-        for batch in read_episodes(folder).batches(columns=["task_id", "reward", "status"], batch_size=1024):
+        for batch in read_episodes(folder).batches(columns=(task_id, reward, status), batch_size=1024):
             for row in batch.to_pylist():
-                if not EpisodeStatus(row["status"]).is_error:
-                    outcomes.append((row["task_id"], index, (row["reward"] or 0.0) >= 1.0))
+                if not EpisodeStatus(row[status]).is_error:
+                    outcomes.append((row[task_id], index, succeeded(row[reward])))
     return history_from(outcomes)
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webgym_rollout.trajectory.contract import Episode
+from webgym_rollout.trajectory.contract import Episode, EpisodeColumn
 from webgym_rollout.trajectory.reader import TrajectorySet, read_episodes
 
 __all__ = ["StreamPosition", "TrajectoryStream"]
@@ -91,7 +91,8 @@ class TrajectoryStream:
                         if offset + r - first not in taken]
                 offset += count - first
                 if here and task_ids:
-                    column = pq.read_table(shard, columns=["task_id"]).column("task_id").to_pylist()
+                    table = pq.read_table(shard, columns=[EpisodeColumn.TASK_ID])
+                    column = table.column(EpisodeColumn.TASK_ID).to_pylist()
                     for row in here:
                         row.task_id = column[row.row]
                 mine.extend(here)

@@ -564,7 +564,7 @@ async def _score_all(trajectories: TrajectorySet, wanted: Mapping[str, Label], j
             passed, error, verdicts = episode.success, "", {}
         else:
             result = await judge.score(JudgeRequest.from_episode(episode))
-            passed, error = result.reward >= 1.0 and not result.error, result.error
+            passed, error = result.passed, result.error
             verdicts = {v.criterion: v.passed for v in result.verdicts}
             if error:
                 log.warning("episode %s: the judge could not decide: %s", episode.episode_id, error)

@@ -16,7 +16,8 @@ The reward is 1 only if every criterion passes. Each reply must end with the lin
 that final line, or with conflicting verdict lines is a judge error: the criterion fails, the
 result carries ``error`` (kind ``judge_reply_invalid``), and it is never read as a pass.
 
-What the judge sees (`JudgeRequest.from_episode`): the task, the final answer, the pages the agent
+What the judge sees (`JudgeRequest.from_episode`): the task (its rubric as the task's own
+`FactGroup`s, turned into prompt text only when a question is written), the final answer, the pages the agent
 visited in order (each step's URL and title, consecutive repeats collapsed) and the key screenshots,
 each labelled with its step, URL and title. The key screenshots (`select_key_screenshots`, at most
 ``max_screenshots``) come from the whole episode, in this order of priority: the last screenshot,
@@ -28,6 +29,10 @@ sent twice. The rubric-fact and task questions carry the visited pages, so URL f
 URL whose store parameter is 2630") can be checked.
 
 `ProgrammaticJudge` uses the reward an environment reports (MiniWoB++: raw reward 1 -> reward 1).
+
+A result goes onto its episode through `record_result` (the reward and verdicts; a judge that could
+not decide makes the episode an infrastructure failure of that kind), a judge endpoint's failure
+through `record_failure`: the runner and `rejudge` both call them.
 
 `JudgeSettings` is what the CLI fills (``--judge``, ``--judge-base-url``, ...); `make_judge(settings)`
 builds the judge it describes. The LLM is called through the toolkit's one retry client
@@ -51,16 +56,17 @@ import asyncio
 import hashlib
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors
 from webgym_core.settings import flat
+from webgym_data.schema import FactGroup, Task
 from webgym_rollout.agent.protocol import image_data_url, strip_think
 from webgym_rollout.errors import JudgeRejected, JudgeReplyInvalid, JudgeTimeout, JudgeUnavailable
-from webgym_rollout.trajectory.contract import Episode, TaskOutcome, Verdict
+from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TaskOutcome, Verdict, succeeded
 
 __all__ = [
     "SYSTEM_PROMPT",
@@ -79,6 +85,8 @@ __all__ = [
     "grounding_question",
     "make_judge",
     "parse_verdict",
+    "record_failure",
+    "record_result",
     "reference_question",
     "select_key_screenshots",
     "task_question",
@@ -103,9 +111,25 @@ class JudgeResult:
     def error_kind(self) -> str:
         return self.error.split(":", 1)[0] if self.error else ""
 
+    @property
+    def passed(self) -> bool:
+        """The judge passed the episode: its reward is a success (`succeeded`) and it decided."""
+        return succeeded(self.reward) and not self.error
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    return obj.get(name, default) if isinstance(obj, Mapping) else getattr(obj, name, default)
+
+def record_result(episode: Episode, result: JudgeResult) -> None:
+    """Put `result` on `episode`: its reward and verdicts; a judge that could not decide on some
+    criterion (`JudgeResult.error`) makes the episode an infrastructure failure of that kind
+    (``error:judge_reply_invalid``), not a failure of the agent."""
+    episode.reward, episode.verdicts = float(result.reward), list(result.verdicts)
+    if result.error_kind:
+        episode.status = EpisodeStatus.for_error(result.error_kind)
+
+
+def record_failure(episode: Episode, kind: str) -> None:
+    """Mark `episode` unjudged because the judge endpoint failed with an error of `kind`
+    (`RolloutError.kind`): an infrastructure failure, reward 0, no verdicts."""
+    episode.status, episode.reward, episode.verdicts = EpisodeStatus.for_error(kind), 0.0, []
 
 
 @dataclass(frozen=True)
@@ -113,8 +137,8 @@ class JudgeRequest:
     """What a judge needs from an ended episode."""
 
     task_name: str
-    evaluator_reference: tuple[dict[str, Any], ...] = ()
-    """Rubric fact groups ``{id, description, facts}``; empty: the task is judged as stated."""
+    evaluator_reference: tuple[FactGroup, ...] = ()
+    """The task's rubric fact groups; empty: the task is judged as stated."""
     definite_answer: str = ""
     answer: str = ""
     """The agent's final answer ("" if it never answered)."""
@@ -128,17 +152,13 @@ class JudgeRequest:
     """What the environment itself reported (MiniWoB++: done and raw reward 1 / -1), if anything."""
 
     @classmethod
-    def from_task(cls, task: Any, *, answer: str = "", screenshots: Sequence[bytes] = (),
+    def from_task(cls, task: Task, *, answer: str = "", screenshots: Sequence[bytes] = (),
                   urls: Sequence[str] = (), titles: Sequence[str] = (),
                   outcome: TaskOutcome | None = None) -> JudgeRequest:
-        """Build from a task row (mapping) or task object (``webgym_data.schema.Task``)."""
-        groups = []
-        for position, group in enumerate(_get(task, "evaluator_reference", None) or ()):
-            groups.append({"id": str(_get(group, "id", position + 1)),
-                           "description": str(_get(group, "description", "") or ""),
-                           "facts": [str(f) for f in (_get(group, "facts", None) or ())]})
-        return cls(task_name=str(_get(task, "task_name", "")), evaluator_reference=tuple(groups),
-                   definite_answer=str(_get(task, "definite_answer", "") or ""), answer=answer or "",
+        """What the judge needs of `task` (a row becomes a `Task` through `Task.from_row` first)
+        and of the episode played on it."""
+        return cls(task_name=task.task_name, evaluator_reference=tuple(task.evaluator_reference),
+                   definite_answer=task.definite_answer, answer=answer or "",
                    screenshots=tuple(screenshots), urls=tuple(u or "" for u in urls),
                    titles=tuple(t or "" for t in titles), outcome=outcome)
 
@@ -415,8 +435,8 @@ class RubricJudge:
         else:
             verdicts.append(await ask("answer_grounded", grounding_question(request), True))
         if not done():
-            questions = [(f"fact:{group['id']}:{n}", fact_question(request, group, n))
-                         for group in request.evaluator_reference for n in range(len(group["facts"]))]
+            questions = [(f"fact:{group.id}:{n}", fact_question(request, group, n))
+                         for group in request.evaluator_reference for n in range(len(group.facts))]
             if not questions:  # no rubric: the task itself is the criterion (task-only evaluation)
                 questions = [("task", task_question(request))]
             verdicts.extend(await asyncio.gather(*(ask(c, q, True) for c, q in questions)))
@@ -519,12 +539,12 @@ def grounding_question(request: JudgeRequest) -> str:
             "or a visited page shows it; a claim you cannot find, or one they contradict, fails the check.")
 
 
-def fact_question(request: JudgeRequest, group: Mapping[str, Any], index: int) -> str:
+def fact_question(request: JudgeRequest, group: FactGroup, index: int) -> str:
     """Criterion ``fact:<group>:<n>``: does rubric fact `index` of `group` hold?"""
-    facts = "\n".join(f"{n + 1}. {fact}" for n, fact in enumerate(group["facts"]))
+    facts = "\n".join(f"{n + 1}. {fact}" for n, fact in enumerate(group.facts))
     return (_header(request)
-            + f"\nRubric group: {group['description'] or group['id']}\nFacts of this group:\n{facts}\n\n"
-            f"Question: does the episode establish fact {index + 1} ({group['facts'][index]!r}), as "
+            + f"\nRubric group: {group.description or group.id}\nFacts of this group:\n{facts}\n\n"
+            f"Question: does the episode establish fact {index + 1} ({group.facts[index]!r}), as "
             "shown by the screenshots, the visited pages (their URLs and titles) and the final answer, "
             "read in the context of its group? A fact that gives alternatives ('A or B') holds if any "
             "one of them holds.")

@@ -37,7 +37,7 @@ import click
 from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_options
 from webgym_rollout.errors import RolloutError
-from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, make_judge
+from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, make_judge, record_failure, record_result
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TrajectoryError
 from webgym_rollout.trajectory.reader import read_episodes
 from webgym_rollout.trajectory.recordings import RecordingStore
@@ -118,13 +118,11 @@ async def _score(episode: Episode, judge: Any, model_id: str, semaphore: asyncio
             result = await judge.score(JudgeRequest.from_episode(episode))
     except RolloutError as exc:  # JudgeError: the judge endpoint failed
         log.warning("judging episode %s failed: %s", episode.episode_id, exc)
-        episode.status, episode.reward, episode.verdicts = EpisodeStatus.for_error(exc.kind), 0.0, []
+        record_failure(episode, exc.kind)
         failed = True
     else:
-        episode.reward, episode.verdicts = float(result.reward), list(result.verdicts)
-        if result.error_kind:
-            episode.status = EpisodeStatus.for_error(result.error_kind)
-            failed = True
+        record_result(episode, result)
+        failed = bool(result.error_kind)
     episode.judge_s = time.perf_counter() - began
     return failed
 

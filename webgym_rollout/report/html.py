@@ -73,7 +73,7 @@ from webgym_rollout.report.charts import (
     run_colours,
 )
 from webgym_rollout.report.rates import SuccessRate, sign_test
-from webgym_rollout.trajectory.contract import EpisodeStatus, TrajectoryError
+from webgym_rollout.trajectory.contract import EpisodeStatus, TrajectoryError, succeeded
 from webgym_rollout.trajectory.reader import TrajectorySet, read_episodes
 
 __all__ = [
@@ -343,11 +343,10 @@ def _read_rows(trajectories: TrajectorySet) -> list[_Row]:
     for batch in trajectories.batches(columns=_COLUMNS, batch_size=1024):
         for row in batch.to_pylist():
             status = EpisodeStatus(row.get("status") or EpisodeStatus.OK.value)
-            reward = row.get("reward") or 0.0
             groups = tuple(str(row.get(column) or "") or _NONE
                            for column in ("difficulty_level", "benchmark_name", "domain", "website"))
             rows.append(_Row(task_id=str(row.get("task_id") or ""), task_name=str(row.get("task_name") or ""),
-                             success=reward >= 1.0,  # as Episode.success
+                             success=succeeded(row.get("reward")),
                              status=status, error=status.is_error, num_steps=int(row.get("num_steps") or 0),
                              groups=groups, episode_id=str(row.get("episode_id") or ""),
                              judge_model=str(row.get("judge_model") or "")))

@@ -23,6 +23,20 @@ browser server closed (`Step.popups`) and, per episode, the task's `seed_difficu
 `rubric_source`. Schema 1.1 and 1.2 datasets are read unchanged: the new fields take their
 defaults.
 
+Success and trainability
+------------------------
+Each rule is written here once and every user calls it: `succeeded(reward)` (an episode succeeded
+when its judge passed it: reward >= `SUCCESS_REWARD`; `Episode.success`) and
+`untrainable(split, status, reward)` (why an episode is never trained on: a test-split episode, an
+infrastructure failure, `EpisodeStatus.is_error`, or a row without a reward; `Episode.trainable`).
+Both take plain column values too, so code that reads a few Arrow columns applies the same rules.
+
+Column names
+------------
+`EpisodeColumn` and `StepField` are the names of a row's columns and of a step's fields, derived
+from the dataclasses below (``EpisodeColumn.REWARD == "reward"``): code that reads a few columns at
+the Arrow level (the trainer, the statistics) names them through these, never by a literal.
+
 Reading checks before it reads: every shard is a readable parquet file whose columns are those of
 its schema version (`shard_schema_problem`): no column missing (a missing ``reward`` would read as
 0 everywhere), none unknown, each of its declared type. A row read is checked field by field
@@ -56,19 +70,25 @@ from webgym_rollout.errors import ShardSchemaError, TrajectoryError
 
 __all__ = [
     "READABLE_SCHEMA_VERSIONS",
+    "SUCCESS_REWARD",
     "TRAJECTORY_SCHEMA_VERSION",
     "Episode",
+    "EpisodeColumn",
     "EpisodeStatus",
     "Latency",
     "Step",
+    "StepField",
     "TaskOutcome",
     "TokenUsage",
     "ShardSchemaError",
     "TrajectoryError",
+    "Untrainable",
     "Verdict",
     "expand_messages",
     "check_shard",
     "shard_schema_problem",
+    "succeeded",
+    "untrainable",
     "version_of",
     "trajectory_features",
 ]
@@ -154,6 +174,46 @@ class EpisodeStatus(StrEnum):
             log.warning("unknown episode status %r read as %r", value, cls.INTERNAL.value)
             return cls.INTERNAL
         return None
+
+
+# ------------------------------------------------------------------------------------- the rules
+
+SUCCESS_REWARD = 1.0
+"""The reward of a judged success: a judge gives 1.0 when every criterion passed, else 0.0."""
+
+
+def succeeded(reward: float | None) -> bool:
+    """The success rule: an episode succeeded when its reward is at least `SUCCESS_REWARD`; a row
+    without a reward (None: nobody judged it) did not. `Episode.success` and every success count
+    (the statistics, the card, the report, the loop's history) call this."""
+    return reward is not None and reward >= SUCCESS_REWARD
+
+
+class Untrainable(StrEnum):
+    """Why an episode is never trained on, whatever the objective (`untrainable`); the values are
+    how the trainer counts the episodes it skipped."""
+
+    TEST_SPLIT = "test-split episodes"
+    """A test-split episode: held out for evaluation."""
+    INFRASTRUCTURE = "infrastructure failures"
+    """`EpisodeStatus.is_error` (blocked, ``error:<kind>``): says nothing about the agent."""
+    NO_REWARD = "episodes without reward"
+    """A row without a reward (None): nobody judged it."""
+
+
+def untrainable(split: str | None, status: EpisodeStatus | str | None,
+                reward: float | None) -> Untrainable | None:
+    """The trainability rule: why an episode of `split`, `status` and `reward` (an `Episode`'s, or
+    a row's column values: None or "" where a column is empty) is never trained on; None when it
+    may be (each objective then selects among these). A status outside `EpisodeStatus` raises
+    ValueError."""
+    if split == "test":
+        return Untrainable.TEST_SPLIT
+    if status and EpisodeStatus(status).is_error:
+        return Untrainable.INFRASTRUCTURE
+    if reward is None:
+        return Untrainable.NO_REWARD
+    return None
 
 
 # ------------------------------------------------------------------------------------- the parts
@@ -316,7 +376,13 @@ class Episode:
 
     @property
     def success(self) -> bool:
-        return self.reward >= 1.0
+        """The episode succeeded (`succeeded`: its reward is at least `SUCCESS_REWARD`)."""
+        return succeeded(self.reward)
+
+    @property
+    def trainable(self) -> bool:
+        """Some objective may train on the episode (`untrainable` gives no reason against it)."""
+        return untrainable(self.split, self.status, self.reward) is None
 
     def to_row(self) -> dict[str, Any]:
         """The dataset row (`trajectory_features`)."""
@@ -350,6 +416,33 @@ class Episode:
         except (TypeError, ValueError, KeyError, OSError) as exc:
             raise TrajectoryError(f"episode {episode}: the row does not fit the trajectory contract: "
                                   f"{exc}") from exc
+
+
+# ---------------------------------------------------------------------------------- column names
+
+def _row_columns() -> list[str]:
+    """The columns of an episode row, in `Episode.to_row`'s order: the episode's fields, its task's
+    `TASK_COLUMNS` in place of ``task``, and ``num_steps`` before ``steps``."""
+    names: list[str] = []
+    for item in fields(Episode):
+        if item.name == "task":
+            names.extend(TASK_COLUMNS)
+        elif item.name == "steps":
+            names.extend(("num_steps", "steps"))
+        else:
+            names.append(item.name)
+    return names
+
+
+EpisodeColumn = StrEnum("EpisodeColumn", [(name.upper(), name) for name in _row_columns()],
+                        module=__name__)
+EpisodeColumn.__doc__ = """The columns of an episode row, derived from `Episode` (and its task's
+`TASK_COLUMNS`): ``EpisodeColumn.REWARD == "reward"``; a name the contract does not have is an
+AttributeError where it is written."""
+
+StepField = StrEnum("StepField", [(item.name.upper(), item.name) for item in fields(Step)], module=__name__)
+StepField.__doc__ = """The fields of a step in the ``steps`` column, derived from `Step`:
+``StepField.SAME_AS_NEXT == "same_as_next"``."""
 
 
 # ------------------------------------------------------------------------------- rows and features

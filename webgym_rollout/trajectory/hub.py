@@ -19,7 +19,7 @@ import click
 from webgym_core.cards import render_card
 from webgym_core.files import TMP_PREFIX, sha256_file, write_atomic
 from webgym_rollout.errors import PushRefused, TrajectoryError
-from webgym_rollout.trajectory.contract import MANIFEST, TRAJECTORY_SCHEMA_VERSION
+from webgym_rollout.trajectory.contract import MANIFEST, TRAJECTORY_SCHEMA_VERSION, succeeded
 from webgym_rollout.trajectory.reader import read_episodes, read_manifest
 from webgym_rollout.trajectory.recordings import RECORDINGS
 
@@ -59,7 +59,7 @@ def _grouped(rows: list[dict[str, Any]], key: str) -> list[tuple[Any, ...]]:
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         groups[row[key] or "(none)"].append(row)
-    return [(name, len(g), f"{sum((r['reward'] or 0) >= 1 for r in g) / len(g):.1%}",
+    return [(name, len(g), f"{sum(succeeded(r['reward']) for r in g) / len(g):.1%}",
              f"{sum(r['num_steps'] or 0 for r in g) / len(g):.1f}") for name, g in sorted(groups.items())]
 
 
@@ -95,7 +95,7 @@ def write_card(out_dir: str | Path, *, repo_id: str | None = None) -> Path:
         "splits_line": ", ".join(f"{s}: {counts.get(s, 0)}" for s in splits),
         "n_steps": steps,
         "mean_steps": f"{steps / n:.1f}" if n else "0",
-        "success_rate": f"{sum((r['reward'] or 0) >= 1 for r in rows) / n:.1%}" if n else "n/a",
+        "success_rate": f"{sum(succeeded(r['reward']) for r in rows) / n:.1%}" if n else "n/a",
         "policy_models": _names(rows, "policy_model"),
         "judge_models": _names(rows, "judge_model"),
         "n_shards": len(manifest["shards"]),

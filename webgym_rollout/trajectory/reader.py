@@ -24,11 +24,14 @@ from webgym_rollout.trajectory.contract import (
     READABLE_SCHEMA_VERSIONS,
     TRAJECTORY_SCHEMA_VERSION,
     Episode,
+    EpisodeColumn,
     EpisodeStatus,
     ShardSchemaError,
+    StepField,
     TrajectoryError,
     check_shard,
     shard_schema_problem,
+    succeeded,
     trajectory_features,
     version_of,
 )
@@ -44,7 +47,7 @@ class TrajectoryStats:
 
     episodes: int = 0
     successes: int = 0
-    """Episodes with reward >= 1."""
+    """Episodes that succeeded (`webgym_rollout.trajectory.contract.succeeded`)."""
     errors: int = 0
     """Episodes that ended in an infrastructure failure (`EpisodeStatus.is_error`)."""
     steps: int = 0
@@ -152,17 +155,19 @@ class TrajectorySet:
 
         counts = dict.fromkeys(
             ("episodes", "successes", "errors", "steps", "valid_actions", "internal_errors"), 0)
-        for batch in self.batches(columns=["reward", "status", "steps"], batch_size=64):
+        columns = (EpisodeColumn.REWARD, EpisodeColumn.STATUS, EpisodeColumn.STEPS)
+        for batch in self.batches(columns=columns, batch_size=64):
             counts["episodes"] += batch.num_rows
-            rewards, statuses = batch.column("reward").to_pylist(), batch.column("status").to_pylist()
-            counts["successes"] += sum(1 for r in rewards if r is not None and r >= 1)
+            rewards = batch.column(EpisodeColumn.REWARD).to_pylist()
+            statuses = batch.column(EpisodeColumn.STATUS).to_pylist()
+            counts["successes"] += sum(1 for r in rewards if succeeded(r))
             try:
                 counts["errors"] += sum(1 for s in statuses if s and EpisodeStatus(s).is_error)
                 counts["internal_errors"] += sum(1 for s in statuses if s == EpisodeStatus.INTERNAL.value)
             except ValueError as exc:
                 raise TrajectoryError(f"{self.id}: {exc} (a status is ok, timeout, blocked or "
                                       "error:<kind>)") from None
-            actions = pc.struct_field(pc.list_flatten(batch.column("steps")), "action")
+            actions = pc.struct_field(pc.list_flatten(batch.column(EpisodeColumn.STEPS)), StepField.ACTION)
             counts["steps"] += len(actions)
             counts["valid_actions"] += int(pc.sum(pc.not_equal(actions, "")).as_py() or 0)
         return TrajectoryStats(**counts)

@@ -3,6 +3,11 @@ programmatic judge. Only a reply that ends with an explicit pass verdict can eve
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,24 +15,29 @@ from hypothesis import strategies as st
 from tests.untrusted_input import JSON_VALUES, ODD_TEXT
 from tests.webgym_rollout.agent.test_protocol import png
 from webgym_core.endpoint import Endpoint
-from webgym_data.schema import Task
+from webgym_data.schema import FactGroup, Task
 from webgym_rollout.judge.judges import (
     SYSTEM_PROMPT,
     JudgeReplyInvalid,
     JudgeRequest,
+    JudgeResult,
     JudgeSettings,
     JudgeUnavailable,
     ProgrammaticJudge,
     RubricJudge,
     cited_steps,
+    fact_question,
     make_judge,
     parse_verdict,
+    record_failure,
+    record_result,
     select_key_screenshots,
 )
-from webgym_rollout.trajectory.contract import Episode, Step, TaskOutcome
+from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step, TaskOutcome, Verdict
 
-TASK = {
+TASK = Task.from_row({
     "task_name": "Find the cheapest Boston to Denver flight on May 3 and its airline.",
+    "website": "https://flights.example/",
     "evaluator_reference": [
         {"id": "g1", "description": "the flight search", "facts": ["Searched flights from Boston to Denver",
                                                                   "Departure date May 3"]},
@@ -35,7 +45,7 @@ TASK = {
                                                            "Airline is United"]},
     ],
     "definite_answer": "$120, United",
-}
+})
 ANSWER = "The cheapest flight costs $120 with United."
 SHOTS = [png("white"), png("white"), png("red"), png("green"), png("green"), png("blue")]
 
@@ -274,8 +284,8 @@ async def test_a_task_without_rubric_never_passes_on_grounding_alone(scripted_op
 
 
 async def test_a_rubric_whose_groups_hold_no_facts_is_judged_as_a_task(scripted_openai):
-    # (a task row refuses such a rubric; a request built from a plain mapping may still carry one)
-    task = {**SHOP_TASK, "evaluator_reference": [{"id": "g1", "description": "empty", "facts": []}]}
+    # (a task row refuses such a rubric; a task built in code may still carry one)
+    task = dataclasses.replace(Task.from_row(SHOP_TASK), evaluator_reference=(FactGroup("g1", "empty", ()),))
     episode = shop_episode()
     request = JudgeRequest.from_task(task, answer=episode.answer, urls=[s.url for s in episode.steps],
                                      screenshots=[s.screenshot for s in episode.steps])
@@ -413,3 +423,82 @@ async def test_a_body_that_is_not_json_is_an_unavailable_judge_naming_the_url(sc
             await judge.score(request())
     assert server.base_url in str(caught.value)
     assert len(server.requests) == 2
+
+
+# ------------------------------------------------- the request's wire format: the bodies the LLM gets
+
+WIRE_GOLDEN = Path(__file__).with_name("judge_requests.json")
+"""The bodies the judge sent for the requests below, recorded before `JudgeRequest` carried typed
+`FactGroup`s (and before any later change): the typed request must send exactly the same JSON."""
+
+
+def wire_bodies(bodies: list[dict]) -> list[str]:
+    """The request bodies as sorted JSON texts (fact questions are asked concurrently), each inline
+    image replaced by a digest of its data URL."""
+    texts = []
+    for body in bodies:
+        body = json.loads(json.dumps(body))
+        for message in body["messages"]:
+            for part in message["content"] if isinstance(message["content"], list) else ():
+                if part.get("type") == "image_url":
+                    url = part["image_url"]["url"]
+                    part["image_url"]["url"] = "sha256:" + hashlib.sha256(url.encode()).hexdigest()[:16]
+        texts.append(json.dumps(body, sort_keys=True, ensure_ascii=False))
+    return sorted(texts)
+
+
+async def recorded_wire_bodies(scripted_openai) -> dict[str, list[str]]:
+    recorded = {}
+    cases = {"rubric": (scripted_judge(), request()),
+             "task_only": (task_only_judge, JudgeRequest.from_episode(shop_episode())),
+             "url_fact": (task_only_judge, JudgeRequest.from_episode(shop_episode(task={
+                 **SHOP_TASK, "evaluator_reference": [
+                     {"id": "store", "description": "the store",
+                      "facts": ["Visits a URL whose store parameter is 2630"]}]})))}
+    for name, (replies, judged) in cases.items():
+        server = scripted_openai(replies)
+        async with judge_for(server, max_screenshots=3) as judge:
+            await judge.score(judged)
+        recorded[name] = wire_bodies(server.requests)
+    return recorded
+
+
+async def test_the_bodies_sent_to_the_judge_model_are_unchanged(scripted_openai):
+    expected = json.loads(WIRE_GOLDEN.read_text(encoding="utf-8"))
+    assert await recorded_wire_bodies(scripted_openai) == expected
+
+
+def test_the_request_carries_the_tasks_fact_groups_as_they_are():
+    judged = request()
+    assert judged.evaluator_reference == TASK.evaluator_reference
+    assert all(isinstance(group, FactGroup) for group in judged.evaluator_reference)
+    episode = shop_episode(task={**SHOP_TASK, "evaluator_reference": [
+        {"id": 7, "description": "the store", "facts": ["store 2630 is chosen", "the price is given"]}]})
+    (group,) = JudgeRequest.from_episode(episode).evaluator_reference
+    assert group is episode.task.evaluator_reference[0] and group.id == "7"
+    # turned into text only in the question: the group's description, its facts numbered, the one asked
+    question = fact_question(JudgeRequest.from_episode(episode), group, 1)
+    assert ("Rubric group: the store\nFacts of this group:\n1. store 2630 is chosen\n"
+            "2. the price is given\n\nQuestion: does the episode establish fact 2 ('the price is given')"
+            ) in question
+
+
+def test_a_result_goes_onto_its_episode_the_same_way_wherever_it_is_judged():
+    verdicts = (Verdict("answer_grounded", True), Verdict("task", True))
+    passed = JudgeResult(reward=1.0, verdicts=verdicts, judge_model="m")
+    undecided = JudgeResult(reward=0.0, verdicts=verdicts[:1], judge_model="m",
+                            error="judge_reply_invalid: task: cut off")
+    assert passed.passed and not undecided.passed
+    assert not JudgeResult(reward=0.0, verdicts=(), judge_model="m").passed
+
+    episode = shop_episode()
+    record_result(episode, passed)
+    assert (episode.status, episode.reward, episode.verdicts) == (EpisodeStatus.OK, 1.0, list(verdicts))
+    assert episode.success and episode.trainable
+    record_result(episode, undecided)  # the judge could not decide: not a failure of the agent
+    assert episode.status is EpisodeStatus.JUDGE_REPLY_INVALID and not episode.success
+    assert not episode.trainable
+    episode = shop_episode()
+    record_result(episode, passed)
+    record_failure(episode, "judge_timeout")
+    assert (episode.status, episode.reward, episode.verdicts) == (EpisodeStatus.JUDGE_TIMEOUT, 0.0, [])

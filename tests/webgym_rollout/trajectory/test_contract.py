@@ -23,16 +23,22 @@ from tests.webgym_rollout.agent.test_protocol import png
 from webgym_data.schema import Task, task_features
 from webgym_rollout.errors import BrowserError, JudgeError, PolicyError
 from webgym_rollout.trajectory.contract import (
+    SUCCESS_REWARD,
     TASK_COLUMNS,
     Episode,
+    EpisodeColumn,
     EpisodeStatus,
     Latency,
     Step,
+    StepField,
     TaskOutcome,
     TokenUsage,
     TrajectoryError,
+    Untrainable,
     Verdict,
+    succeeded,
     trajectory_features,
+    untrainable,
 )
 from webgym_rollout.trajectory.reader import read_episodes
 from webgym_rollout.trajectory.writer import TrajectoryWriter
@@ -113,6 +119,44 @@ def test_statuses_cover_every_failure_kind_and_classify_them():
     assert EpisodeStatus("error:from_a_newer_version") is EpisodeStatus.INTERNAL
     with pytest.raises(ValueError):
         EpisodeStatus("finished")
+
+
+@pytest.mark.parametrize("status", list(EpisodeStatus))
+def test_success_and_trainability_of_hand_made_episodes_of_every_status(status):
+    judged = not status.is_error  # ok and timeout: the judge's verdict stands for the agent
+    for reward in (1.0, 0.0):
+        episode = dataclasses.replace(_episode(), status=status, reward=reward)
+        assert episode.success is (reward == SUCCESS_REWARD)
+        assert episode.trainable is judged
+        assert untrainable(episode.split, episode.status, episode.reward) == (
+            None if judged else Untrainable.INFRASTRUCTURE)
+        held_out = dataclasses.replace(episode, split="test")
+        assert not held_out.trainable and held_out.success is episode.success
+        assert untrainable("test", status, reward) is Untrainable.TEST_SPLIT  # before anything else
+        # the rules read plain column values too: a status as stored, a reward that may be missing
+        assert untrainable(episode.split, status.value, None) == (
+            Untrainable.NO_REWARD if judged else Untrainable.INFRASTRUCTURE)
+
+
+def test_what_counts_as_a_success():
+    assert [succeeded(r) for r in (1.0, 1, 1.5, 0.999, 0.0, -1.0, None)] == [True] * 3 + [False] * 4
+    assert untrainable("train", "", 0.0) is None and untrainable(None, None, 0.0) is None
+    assert Untrainable.NO_REWARD == "episodes without reward"  # the trainer's count of skipped episodes
+    with pytest.raises(ValueError):
+        untrainable("train", "finished", 1.0)
+
+
+def test_column_names_are_derived_from_the_contract():
+    features = trajectory_features()
+    assert [str(c) for c in EpisodeColumn] == list(features)
+    assert {str(f) for f in StepField} == set(features["steps"].feature)
+    assert EpisodeColumn.REWARD == "reward" and f"{EpisodeColumn.TASK_ID}" == "task_id"
+    assert StepField.SAME_AS_NEXT == "same_as_next"
+    row = _episode().to_row()
+    assert list(row) == [str(c) for c in EpisodeColumn]
+    assert list(row["steps"][0]) == [str(f) for f in StepField]
+    with pytest.raises(AttributeError):
+        EpisodeColumn.SUCCESS  # noqa: B018  (not a column: success is a rule over the reward)
 
 
 def test_read_episodes_reads_a_run_folder_and_counts_without_screenshots(tmp_path):
