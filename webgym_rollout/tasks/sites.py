@@ -193,12 +193,22 @@ class SiteServer:
 def serve_sites_command(host: str, port: int, shop_seed: int, truth_port: int) -> None:
     """Serve the MiniWoB++ pages, the sandbox pages and the shop over HTTP until interrupted.
 
+    The shop (/shop/) keeps a cart, a sign-in and orders per session: the session is the
+    ?session=<id> parameter of the start URL (8-64 letters, digits, - or _), else the
+    webgym_session cookie. Its ground truth is served only by the truth listener, on
+    127.0.0.1:--truth-port with a bearer token; allowlist the site port in the browser
+    server (--allow-hosts 127.0.0.1:8400), never the truth port.
+
     \b
     Example:
-      webgym-rollout serve-sites --port 8400
+      export WEBGYM_TRUTH_TOKEN=change-me
+      webgym-rollout serve-sites --port 8400 --shop-seed 0 --truth-port 8401
       # MiniWoB click-button: http://127.0.0.1:8400/miniwob/click-button.html
       # sandbox form:         http://127.0.0.1:8400/sandbox/form.html
-      # shop:                 http://127.0.0.1:8400/shop/
+      # shop, one session:    http://127.0.0.1:8400/shop/?session=episode-0001
+      # its ground truth:     curl -H "Authorization: Bearer $WEBGYM_TRUTH_TOKEN" \\
+      #                         "http://127.0.0.1:8401/facts?session=episode-0001"
+      webgym-rollout serve --port 8300 --allow-hosts 127.0.0.1:8400
     """
     token = os.environ.get(TRUTH_TOKEN_ENV) or None
     server = SiteServer(host, port, shop_seed=shop_seed, truth_port=truth_port, truth_token=token)
