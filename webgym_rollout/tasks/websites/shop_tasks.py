@@ -90,8 +90,9 @@ def _line_params(product: Product, options: dict[str, str], quantity: int) -> di
 
 
 def _delivery(rng: random.Random) -> dict[str, str]:
-    postcode = (f"{rng.choice('ABCDEFGHJKLMNPRSTW')}{rng.choice('ABCDEFGHJKLMNPRSTW')}{rng.randint(1, 29)} "
-                f"{rng.randint(1, 9)}{rng.choice('ABDEFGHJLNPQRSTUWXYZ')}{rng.choice('ABDEFGHJLNPQRSTUWXYZ')}")
+    area, inward = "ABCDEFGHJKLMNPRSTW", "ABDEFGHJLNPQRSTUWXYZ"
+    postcode = (f"{rng.choice(area)}{rng.choice(area)}{rng.randint(1, 29)} "
+                f"{rng.randint(1, 9)}{rng.choice(inward)}{rng.choice(inward)}")
     return {"full_name": rng.choice(_NAMES), "address": f"{rng.randint(1, 99)} {rng.choice(_STREETS)}",
             "city": rng.choice(_CITIES), "postcode": postcode, "card_number": rng.choice(_CARDS),
             "card_expiry": f"{rng.randint(1, 12):02d}/{rng.randint(27, 31)}",
@@ -101,7 +102,8 @@ def _delivery(rng: random.Random) -> dict[str, str]:
 def _delivery_text(fields: dict[str, str]) -> str:
     method = SHIPPING[fields["shipping"]].label.split(" (")[0].lower()
     return (f"with {method} shipping to {fields['full_name']}, {fields['address']}, {fields['city']} "
-            f"{fields['postcode']}, paying with card {fields['card_number']} (expiry {fields['card_expiry']})")
+            f"{fields['postcode']}, paying with card {fields['card_number']} "
+            f"(expiry {fields['card_expiry']})")
 
 
 def _order_facts(fields: dict[str, str], names: bool = True) -> list[Fact]:
@@ -185,8 +187,8 @@ def _cheapest(rng: random.Random, shop: Catalogue) -> _Draw | None:
     options = {"colour": colour} | ({"size": rng.choice(product.sizes)} if product.sizes else {})
     title = next(c.title for c in CATEGORIES if c.slug == query.category)
     size = f" in size {options['size']}" if "size" in options else ""
-    return _Draw("cheapest", f"Find the cheapest {title.lower()} by {query.brand} that come in {colour} and add "
-                             f"one to my cart in {colour}{size}.",
+    return _Draw("cheapest", f"Find the cheapest {title.lower()} by {query.brand} that come in {colour} "
+                             f"and add one to my cart in {colour}{size}.",
                  [("Search", [("A search or category page of the shop was opened.", _LISTING)]),
                   ("Cart", _line_facts("cart", product, options, 1))],
                  {"search": _query_params(query), "lines": [_line_params(product, options, 1)]})
@@ -199,11 +201,13 @@ def _best_rated(rng: random.Random, shop: Catalogue) -> _Draw | None:
     query, product = picked
     title = next(c.title for c in CATEGORIES if c.slug == query.category)
     rating = f"{product.rating:.1f}"
-    return _Draw("best_rated", f"Which {title.lower()} by {query.brand} available in {query.colours[0]} has the "
-                               "best rating in the Webgym Shop? Give its name, rating and price.",
+    return _Draw("best_rated", f"Which {title.lower()} by {query.brand} available in {query.colours[0]} has "
+                               "the best rating in the Webgym Shop? Give its name, rating and price.",
                  [("Search", [("A search or category page of the shop was opened.", _LISTING)]),
-                  ("Answer", [(f"The answer names the {product.name}.", {"type": "answer", "texts": [product.name]}),
-                              (f"The answer gives the rating {rating}.", {"type": "answer", "texts": [rating]}),
+                  ("Answer", [(f"The answer names the {product.name}.",
+                               {"type": "answer", "texts": [product.name]}),
+                              (f"The answer gives the rating {rating}.",
+                               {"type": "answer", "texts": [rating]}),
                               (f"The answer gives the price {product.price}.",
                                {"type": "answer", "texts": [product.price]})])],
                  {"search": _query_params(query), "product_id": product.id},
@@ -238,7 +242,8 @@ def _account(rng: random.Random, shop: Catalogue) -> _Draw:
 
 def _two_items(rng: random.Random, shop: Catalogue) -> _Draw | None:
     first, second = rng.sample(shop.products, 2)
-    chosen = [(first, {"colour": rng.choice(first.colours)}), (second, {"colour": rng.choice(second.colours)})]
+    chosen = [(first, {"colour": rng.choice(first.colours)}),
+              (second, {"colour": rng.choice(second.colours)})]
     if first.sizes or second.sizes:
         chosen = [(p, o | ({"size": rng.choice(p.sizes)} if p.sizes else {})) for p, o in chosen]
     fields = _delivery(rng)
@@ -267,7 +272,8 @@ def _row(draw: _Draw, shop_seed: int, base_url: str, index: int) -> Task:
     metadata = {"site": "shop", "shop_seed": shop_seed, "template": draw.template, "params": draw.params,
                 "checks": checks}
     category = ""
-    product_id = draw.params.get("product_id") or next(iter(draw.params.get("lines", [])), {}).get("product_id")
+    first_line = next(iter(draw.params.get("lines", [])), {})
+    product_id = draw.params.get("product_id") or first_line.get("product_id")
     if product_id:
         category = catalogue(shop_seed).by_id[product_id].category
     return Task(task_id=make_task_id(BENCHMARK, str(shop_seed), draw.instruction),
@@ -279,7 +285,8 @@ def _row(draw: _Draw, shop_seed: int, base_url: str, index: int) -> Task:
                                   metadata=json.dumps(metadata, sort_keys=True)))
 
 
-def shop_tasks(count: int, *, seed: int = 0, shop_seed: int = 0, base_url: str = DEFAULT_BASE_URL) -> list[Task]:
+def shop_tasks(count: int, *, seed: int = 0, shop_seed: int = 0,
+               base_url: str = DEFAULT_BASE_URL) -> list[Task]:
     """`count` distinct tasks for the shop of `shop_seed`, drawn with `seed`; start URLs under
     `base_url` (the site server's, ``http://host:port``)."""
     if count < 0:
