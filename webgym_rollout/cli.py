@@ -10,7 +10,7 @@ COMMANDS = {
     "serve": ("webgym_rollout.browser.server:serve_command",
               "Run the browser environment server (Chromium pool over HTTP)."),
     "serve-sites": ("webgym_rollout.tasks.sites:serve_sites_command",
-                    "Serve the local MiniWoB++ and sandbox sites on 127.0.0.1."),
+                    "Serve the MiniWoB++, sandbox and shop sites on 127.0.0.1 (truth on its own port)."),
     "run": ("webgym_rollout.runner:run_command",
             "Roll out tasks with a policy against browser servers; write trajectories."),
     "view": ("webgym_rollout.report.viewer:view_command",
@@ -42,3 +42,7 @@ def main(verbose: int) -> None:
       webgym-rollout view out/trajectories/iter-0000
     """
     setup_logging(verbose)
+
+
+if __name__ == "__main__":  # python -m webgym_rollout.cli
+    main()

@@ -54,6 +54,8 @@ export it (``from webgym_rollout.judge.judges import JudgeTimeout`` works).
      │    ├── EpisodeUnstorable (ValueError) an episode whose row does not fit the columns
      │    └── PushRefused             the folder to push is not a finished dataset (`trajectory.hub`)
      ├── EpisodeOver                  `WebEnv.step` after the episode ended (`env`)
+     ├── TruthUnavailable             the local sites' truth listener cannot be reached, refused the
+     │                                token or sent no facts (`tasks.websites.truth`; names the URL)
      └── FleetError                   no such fleet, Ray not reachable, or the fleet did not come up
                                       (`fleet`)
 
@@ -106,6 +108,7 @@ __all__ = [
     "ShardSchemaError",
     "SiteBlocked",
     "TrajectoryError",
+    "TruthUnavailable",
     "Unauthorized",
     "error_for_kind",
 ]
@@ -338,6 +341,13 @@ class EpisodeOver(RolloutError):
     """`step` was called on an environment whose episode has ended (or never began): `reset` first."""
 
     kind = "episode_over"
+
+
+class TruthUnavailable(RolloutError):
+    """The truth listener of the local sites (`webgym_rollout.tasks.websites.truth`) cannot be
+    reached, refused the token, or answered something that is not a session's facts."""
+
+    kind = "truth_unavailable"
 
 
 class FleetError(RolloutError):

@@ -2,7 +2,8 @@
 
 `kind` holds the base class `TaskKind` and its registry (a kind is found from a task's
 ``environment``: ``"web"``, ``"miniwob:click-button"``) with `WebTask`, any website; `miniwob` the
-MiniWoB++ kind; `sites` the site server that serves local pages on 127.0.0.1. Each kind registers
+MiniWoB++ kind; `sites` the site server that serves local pages on 127.0.0.1;
+`websites` the stateful sites it mounts (the shop) and their ground truth. Each kind registers
 its server-side page hooks with the browser server (`webgym_rollout.browser.pages`), so the
 browser never imports this package. May import `webgym_data`, `webgym_rollout.errors`,
 `webgym_rollout.browser` (its protocol and page-hook registry) and `webgym_rollout.trajectory`.

@@ -1,11 +1,18 @@
-"""Local web environments on 127.0.0.1: the MiniWoB++ pages of the ``miniwob`` package and a sandbox.
+"""Local web environments on 127.0.0.1: the MiniWoB++ pages, a sandbox, and the stateful sites.
 
 `SiteServer` serves, from one port:
 
 - ``/miniwob/<task>.html`` (and ``/core``, ``/common``, ``/flight``): the pages shipped in
   ``site-packages/miniwob/html/``, read in place (never copied);
 - ``/sandbox/form.html``, ``/sandbox/next.html``: a small page with a form, a select, a link and a long
-  body to scroll, for smoke tests and demos.
+  body to scroll, for smoke tests and demos;
+- ``/shop/...``: the stateful shop (`webgym_rollout.tasks.websites.shop`), its catalogue drawn from
+  ``shop_seed``, with per-session carts, sign-in and orders (a session per ``webgym_session`` cookie,
+  or per ``?session=<id>`` start-URL parameter: see `webgym_rollout.tasks.websites.state`).
+
+The ground truth of a session (`SiteServer.facts`) is never served on that port, which the
+egress guard allowlists: only in-process, and on the truth listener (`truth_url`, on 127.0.0.1 and
+its own port, with the bearer token `truth_token`; `webgym_rollout.tasks.websites.truth`).
 
 `webgym_rollout.tasks.miniwob.task_url(base, "click-button")` is the page URL of a MiniWoB task.
 """
@@ -16,13 +23,21 @@ import contextlib
 import functools
 import http.server
 import logging
+import os
 import threading
 
 import click
 
 from webgym_rollout.tasks import miniwob
+from webgym_rollout.tasks.websites.facts import SessionFacts
+from webgym_rollout.tasks.websites.router import MAX_BODY, SiteRouter
+from webgym_rollout.tasks.websites.shop import ShopSite
+from webgym_rollout.tasks.websites.truth import TruthServer
 
-__all__ = ["SANDBOX_PAGES", "SiteServer", "serve_sites_command"]
+__all__ = ["SANDBOX_PAGES", "TRUTH_TOKEN_ENV", "SiteServer", "serve_sites_command"]
+
+TRUTH_TOKEN_ENV = "WEBGYM_TRUTH_TOKEN"
+"""The environment variable `serve-sites` reads the truth listener's token from (else it draws one)."""
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +69,43 @@ SANDBOX_PAGES: dict[str, str] = {
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, *args: object, router: SiteRouter, **kwargs: object):
+        self.router = router  # before the base class's __init__, which handles the request
+        super().__init__(*args, **kwargs)
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s " + format, self.address_string(), *args)
 
     def end_headers(self) -> None:
-        # Pages are static; let the browser cache them across sessions of one context.
+        # The static pages (MiniWoB, sandbox) may be cached across sessions of one context.
         self.send_header("Cache-Control", "max-age=600")
         super().end_headers()
 
+    def _stateful(self, method: str) -> bool:
+        """Answer the request when it is under a stateful site's mount; False when it is not."""
+        if self.router.site_for(self.path.split("?", 1)[0]) is None:
+            return False
+        length = int(self.headers.get("Content-Length") or 0) if method == "POST" else 0
+        if length > MAX_BODY:
+            self.send_error(413, f"a form of at most {MAX_BODY} bytes")
+            return True
+        body = self.rfile.read(length) if length > 0 else b""
+        response = self.router.serve(method, self.path, self.headers.get("Cookie", ""), body)
+        self.send_response(response.status)
+        for name, value in response.headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(response.body)))
+        http.server.BaseHTTPRequestHandler.end_headers(self)  # no caching header
+        self.wfile.write(response.body)
+        return True
+
+    def do_POST(self) -> None:
+        if not self._stateful("POST"):
+            self.send_error(405, f"no form at {self.path.split('?', 1)[0]}")
+
     def do_GET(self) -> None:
+        if self._stateful("GET"):
+            return
         path = self.path.split("?", 1)[0]
         if path.startswith("/sandbox/"):
             page = SANDBOX_PAGES.get(path.removeprefix("/sandbox/"))
@@ -80,25 +123,47 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 
 class SiteServer:
-    """The site server in a background thread; a context manager yielding itself (`base_url`)."""
+    """The site server in a background thread; a context manager yielding itself (`base_url`).
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+    `shop_seed` draws the shop's catalogue and accounts; the truth listener binds 127.0.0.1:
+    `truth_port` (0: any free port) and answers the bearer `truth_token` (drawn when not given)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, shop_seed: int = 0, truth_port: int = 0,
+                 truth_token: str | None = None):
         try:
             root = miniwob.html_dir()
         except ImportError as exc:
             raise click.ClickException(str(exc)) from exc
-        handler = functools.partial(_Handler, directory=str(root))
+        self.shop = ShopSite(shop_seed)
+        self.router = SiteRouter([self.shop])
+        handler = functools.partial(_Handler, directory=str(root), router=self.router)
         self._server = http.server.ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
         self.host = host
         self.port = self._server.server_address[1]
+        self._truth = TruthServer(self.router.facts, truth_port, truth_token)
+
+    def facts(self, session_id: str) -> SessionFacts:
+        """The ground truth of session `session_id` on the stateful sites (in-process)."""
+        return self.router.facts(session_id)
+
+    @property
+    def truth_url(self) -> str:
+        """The truth listener's URL (``http://127.0.0.1:<port>``); never allowlist it."""
+        return self._truth.url
+
+    @property
+    def truth_token(self) -> str:
+        """The bearer token the truth listener answers."""
+        return self._truth.token
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> SiteServer:
+        self._truth.start()
         self._thread = threading.Thread(target=self._server.serve_forever, name="webgym-sites", daemon=True)
         self._thread.start()
         return self
@@ -108,6 +173,7 @@ class SiteServer:
         self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._truth.stop()
 
     def __enter__(self) -> SiteServer:
         return self.start()
@@ -119,17 +185,38 @@ class SiteServer:
 @click.command("serve-sites")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8400, show_default=True, type=int, help="Port to bind (0: any free port).")
-def serve_sites_command(host: str, port: int) -> None:
-    """Serve the MiniWoB++ pages and the sandbox pages over HTTP until interrupted.
+@click.option("--shop-seed", default=0, show_default=True, type=int,
+              help="Seed of the shop's catalogue and accounts (tasks generated for it apply).")
+@click.option("--truth-port", default=0, show_default=True, type=int,
+              help="Port of the ground-truth listener on 127.0.0.1 (0: any free port); never allowlist it. "
+                   f"Its bearer token is ${TRUTH_TOKEN_ENV}, else drawn and printed.")
+def serve_sites_command(host: str, port: int, shop_seed: int, truth_port: int) -> None:
+    """Serve the MiniWoB++ pages, the sandbox pages and the shop over HTTP until interrupted.
+
+    The shop (/shop/) keeps a cart, a sign-in and orders per session: the session is the
+    ?session=<id> parameter of the start URL (8-64 letters, digits, - or _), else the
+    webgym_session cookie. Its ground truth is served only by the truth listener, on
+    127.0.0.1:--truth-port with a bearer token; allowlist the site port in the browser
+    server (--allow-hosts 127.0.0.1:8400), never the truth port.
 
     \b
     Example:
-      webgym-rollout serve-sites --port 8400
+      export WEBGYM_TRUTH_TOKEN=change-me
+      webgym-rollout serve-sites --port 8400 --shop-seed 0 --truth-port 8401
       # MiniWoB click-button: http://127.0.0.1:8400/miniwob/click-button.html
       # sandbox form:         http://127.0.0.1:8400/sandbox/form.html
+      # shop, one session:    http://127.0.0.1:8400/shop/?session=episode-0001
+      # its ground truth:     curl -H "Authorization: Bearer $WEBGYM_TRUTH_TOKEN" \\
+      #                         "http://127.0.0.1:8401/facts?session=episode-0001"
+      webgym-rollout serve --port 8300 --allow-hosts 127.0.0.1:8400
     """
-    server = SiteServer(host, port)
-    click.echo(f"serving MiniWoB++ and sandbox sites on {server.base_url} (Ctrl-C stops)")
+    token = os.environ.get(TRUTH_TOKEN_ENV) or None
+    server = SiteServer(host, port, shop_seed=shop_seed, truth_port=truth_port, truth_token=token)
+    click.echo(f"serving MiniWoB++, sandbox and shop (seed {shop_seed}) on {server.base_url} (Ctrl-C stops)")
+    shown = f"${TRUTH_TOKEN_ENV}" if token else server.truth_token
+    click.echo(f"ground truth for the toolkit only: {server.truth_url}/facts?session=<id> "
+               f"(bearer token {shown})")
+    server.start()
     with contextlib.suppress(KeyboardInterrupt):
-        server._server.serve_forever()
-    server._server.server_close()
+        threading.Event().wait()
+    server.stop()

@@ -29,3 +29,7 @@ def test_serve_sites_help_has_example():
     assert (
         result.exit_code == 0 and "Example:" in result.output and "miniwob/click-button.html" in result.output
     )
+    # The shop, its session parameter and the truth listener are documented, with the allowlist to use.
+    text = " ".join(result.output.split())
+    assert "/shop/?session=" in text and "--truth-port 8401" in text and "/facts?session=" in text
+    assert "--allow-hosts 127.0.0.1:8400" in text and "never the truth port" in text

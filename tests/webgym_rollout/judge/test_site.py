@@ -1,0 +1,74 @@
+"""`SiteJudge` against the real shop's ground truth: every generated task, played as its params
+say over HTTP, passes; an idle session and wrong answers fail."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import httpx
+
+from webgym_data.schema import Task
+from webgym_rollout.judge.judges import JudgeRequest
+from webgym_rollout.judge.site import SiteJudge, answer_holds, session_of
+from webgym_rollout.tasks.sites import SiteServer
+from webgym_rollout.tasks.websites.shop_tasks import TEMPLATES, shop_tasks
+from webgym_rollout.tasks.websites.state import new_session_id, with_session
+from webgym_rollout.tasks.websites.truth import TruthClient
+
+
+def _play(sites: SiteServer, task: Task) -> str:
+    """Do `task` as its params say (a stand-in for the scripted expert); returns the session id."""
+    params = task.source.metadata_dict()["params"]
+    session = new_session_id()
+    with httpx.Client(base_url=sites.base_url, trust_env=False, follow_redirects=True) as client:
+        client.get(with_session("/shop/", session))
+        if "account" in params:
+            client.post("/shop/signin", data=params["account"])
+        if "search" in params:
+            client.get(f"/shop/search?{urlencode(params['search'])}")
+        if "product_id" in params:
+            client.get(f"/shop/product/{params['product_id']}")
+        for line in params.get("lines", []):
+            client.get(f"/shop/product/{line['product_id']}")
+            client.post("/shop/cart/add", data={k: str(v) for k, v in line.items()})
+        if "checkout" in params:
+            client.post("/shop/checkout", data=params["checkout"])
+            client.post("/shop/checkout/confirm")
+    return session
+
+
+async def test_every_template_played_right_passes_and_idle_fails():
+    tasks = shop_tasks(2 * len(TEMPLATES))
+    with SiteServer(shop_seed=0) as sites, TruthClient(sites.truth_url, sites.truth_token) as truth:
+        judge = SiteJudge(truth.facts, tasks)
+        idle = new_session_id()
+        httpx.get(with_session(f"{sites.base_url}/shop/", idle), trust_env=False)
+        for task in tasks:
+            session = _play(sites, task)
+            urls = ["about:blank", with_session(task.start_url, session)]
+            done = await judge.score(JudgeRequest.from_task(task, urls=urls, answer=task.definite_answer))
+            assert done.reward == 1.0, (task.task_name, [v for v in done.verdicts if not v.passed])
+            assert len(done.verdicts) == task.num_facts + bool(task.definite_answer)
+            idle_urls = [with_session(task.start_url, idle)]
+            undone = await judge.score(JudgeRequest.from_task(task, urls=idle_urls))
+            assert undone.reward == 0.0 and not any(v.passed for v in undone.verdicts), task.task_name
+
+
+async def test_answers_and_missing_sessions():
+    tasks = shop_tasks(1)  # the first template: a price question
+    (task,) = tasks
+    with SiteServer(shop_seed=0) as sites:
+        judge = SiteJudge(sites.facts, tasks)
+        session = _play(sites, task)
+        urls = [with_session(task.start_url, session)]
+        said = f"It costs {task.definite_answer}."
+        right = await judge.score(JudgeRequest.from_task(task, urls=urls, answer=said))
+        wrong = await judge.score(JudgeRequest.from_task(task, urls=urls, answer="It costs $1.00."))
+        nobody = await judge.score(JudgeRequest.from_task(task, urls=[task.start_url], answer=said))
+        other = await judge.score(JudgeRequest(task_name="something else", urls=tuple(urls)))
+    assert right.reward == 1.0 and wrong.reward == 0.0
+    assert nobody.reward == 0.0 and nobody.verdicts[0].criterion == "session"
+    assert other.reward == 0.0 and other.verdicts[0].criterion == "task"
+    assert answer_holds("$12.95", "about $12.95.") and not answer_holds("$12.95", "$112.95")
+    assert not answer_holds("$12.95", "$12.950") and not answer_holds("", "anything")
+    assert session_of(["http://h/a", "http://h/b?x=1&session=abcdefgh"]) == "abcdefgh"

@@ -1,0 +1,79 @@
+"""`SiteJudge`: a generated local-site task judged against the site's ground truth, not by a model.
+
+A task from `webgym_rollout.tasks.websites.shop_tasks` carries one machine check per rubric fact
+(`webgym_rollout.tasks.websites.goals`). The judge finds the task by its instruction among the
+tasks it was given (a `JudgeRequest` carries no task id), reads the episode's session id from the
+``session`` parameter of the first visited URL that has one (the toolkit opens the start URL with
+``?session=<id>``, `webgym_rollout.tasks.websites.state.with_session`), asks `facts` for that
+session's `SessionFacts` (in-process `SiteServer.facts`, or `TruthClient.facts` for a site server
+elsewhere) and checks each fact; a task with a definite answer also needs the final answer to
+contain it whole (`answer_holds`). The reward is 1 only if every criterion passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Iterable
+from urllib.parse import parse_qs, urlsplit
+
+from webgym_data.schema import Task
+from webgym_rollout.judge.judges import JudgeRequest, JudgeResult
+from webgym_rollout.tasks.websites.facts import SessionFacts
+from webgym_rollout.tasks.websites.goals import check_fact, task_checks
+from webgym_rollout.trajectory.contract import Verdict
+
+__all__ = ["SiteJudge", "answer_holds", "session_of"]
+
+
+def session_of(urls: Iterable[str]) -> str:
+    """The ``session`` parameter of the first URL that carries one (``""`` when none does)."""
+    for url in urls:
+        values = parse_qs(urlsplit(url or "").query).get("session")
+        if values:
+            return values[0]
+    return ""
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def answer_holds(expected: str, answer: str) -> bool:
+    """`answer` contains `expected` as a whole (case and spacing ignored; ``$12.95`` is not in
+    ``$112.95``)."""
+    pattern = r"(?<![\w.,$])" + re.escape(_normal(expected)) + r"(?![\w]|[.,]\w)"
+    return bool(expected.strip()) and re.search(pattern, _normal(answer)) is not None
+
+
+class SiteJudge:
+    """Judges the generated tasks of the local sites by their ground truth."""
+
+    model_id = "site-truth"
+
+    def __init__(self, facts: Callable[[str], SessionFacts], tasks: Iterable[Task]):
+        self._facts = facts
+        self._tasks = {task.task_name: task for task in tasks}
+
+    async def score(self, request: JudgeRequest) -> JudgeResult:
+        task = self._tasks.get(request.task_name)
+        if task is None:
+            return JudgeResult(0.0, (Verdict("task", False, "not one of the judge's site tasks"),),
+                               self.model_id)
+        session = session_of(request.urls)
+        if not session:
+            return JudgeResult(0.0, (Verdict("session", False, "no visited URL carries ?session="),),
+                               self.model_id)
+        facts = await asyncio.to_thread(self._facts, session)
+        checks = iter(task_checks(task))
+        verdicts = []
+        for group in task.evaluator_reference:
+            for n, text in enumerate(group.facts):
+                passed = check_fact(next(checks), facts, request.answer)
+                verdicts.append(Verdict(f"fact:{group.id}:{n}", passed, text))
+        if task.definite_answer:
+            passed = answer_holds(task.definite_answer, request.answer)
+            verdicts.append(Verdict("definite_answer", passed,
+                                    f"expected {task.definite_answer!r} in the answer {request.answer!r}"))
+        reward = 1.0 if verdicts and all(v.passed for v in verdicts) else 0.0
+        return JudgeResult(reward, tuple(verdicts), self.model_id)

@@ -1,0 +1,17 @@
+"""The stateful local sites: pages with per-session state, and the ground truth of each session.
+
+Served by the site server (`webgym_rollout.tasks.sites`) under their mounts (``/shop/``). The
+shared base: `state` (sessions keyed by the ``webgym_session`` cookie or a ``?session=`` start-URL
+parameter), `base` (request, response, `Site`, page layout), `router` (a raw request to a site's
+page), `facts` (the typed ground-truth records), `truth` (the token-guarded listener on its own
+port that serves them to the toolkit, never to a page). The shop: `catalogue`, `accounts`,
+`checkout` (the form's validation) and `shop` (the pages). Same imports as `webgym_rollout.tasks`.
+"""
+
+from webgym_rollout.tasks.websites.facts import LineFacts, OrderFacts, SessionFacts, ShopFacts
+from webgym_rollout.tasks.websites.shop import ShopSite
+from webgym_rollout.tasks.websites.state import new_session_id, with_session
+from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
+
+__all__ = ["LineFacts", "OrderFacts", "SessionFacts", "ShopFacts", "ShopSite", "TruthClient", "TruthServer",
+           "new_session_id", "with_session"]

@@ -1,0 +1,75 @@
+"""The ground truth of a session: what happened on the local sites, as typed records.
+
+`SessionFacts` is what `SiteServer.facts(session_id)` returns in-process and what the truth
+listener (`webgym_rollout.tasks.websites.truth`) sends as JSON; it is never served on the sites'
+own port. It holds what every site records (the pages visited, the searches made) and one record
+per site the session used (`shop`; the travel and reference sites will add theirs beside it).
+
+Prices are integer cents, never floats, so that a fact compares exactly.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["LineFacts", "OrderFacts", "SessionFacts", "ShopFacts"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LineFacts(_Record):
+    """One line of a cart or an order: a product with its chosen options and quantity."""
+
+    product_id: str
+    name: str
+    options: dict[str, str] = Field(default_factory=dict)
+    """The chosen options by name (``colour``, ``size``); a product without sizes has no ``size``."""
+    quantity: int
+    unit_price_cents: int
+
+
+class OrderFacts(_Record):
+    """A placed order (confirmed in the checkout's modal)."""
+
+    order_id: str
+    lines: tuple[LineFacts, ...]
+    shipping: str
+    """The shipping method's value: ``standard``, ``express`` or ``next_day``."""
+    full_name: str
+    address: str
+    city: str
+    postcode: str
+    """Normalised: upper case, one space before the inward part (``AB12 3CD``)."""
+    card_last4: str
+    account: str = ""
+    """The email of the account signed in when the order was placed; ``""`` for a guest."""
+    total_cents: int
+
+
+class ShopFacts(_Record):
+    """The shop's record of a session."""
+
+    seed: int
+    """The catalogue's seed: tasks generated for another seed do not apply."""
+    account: str = ""
+    """The email of the signed-in account; ``""`` when signed out."""
+    sign_ins: tuple[str, ...] = ()
+    """Every successful sign-in, in order (account emails)."""
+    cart: tuple[LineFacts, ...] = ()
+    orders: tuple[OrderFacts, ...] = ()
+
+
+class SessionFacts(_Record):
+    """Everything the sites know of one session."""
+
+    session_id: str
+    seen: bool = False
+    """The session made at least one request (False: no page of any site was ever loaded with it)."""
+    visited: tuple[str, ...] = ()
+    """Pages loaded, in order: path and query (``/shop/search?q=lamp``), at most the last 2,000."""
+    searches: tuple[str, ...] = ()
+    """Search queries submitted, in order, as typed (``shop: linen shirt``: the site, then the text)."""
+    shop: ShopFacts | None = None
+    """The shop's record; None when the session never loaded a shop page."""

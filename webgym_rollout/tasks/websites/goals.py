@@ -1,0 +1,102 @@
+"""A generated site task's facts in machine-checkable form, and their check against the ground truth.
+
+Each fact of a generated task's rubric (`Task.evaluator_reference`) comes with one `check`, a JSON
+object kept in the task's ``source.metadata`` under ``"checks"``, in the order of the facts (group
+by group). `check_fact` decides one against a session's `SessionFacts` and the agent's final answer;
+`check_task` decides every fact of a task. The checks (``type`` and its fields)::
+
+    visited         path            a page with this path (any query) was loaded
+    visited_any     prefixes        a page whose path starts with one of these was loaded
+    answer          texts           the answer contains each text (case and spacing ignored)
+    cart_has        product_id      a cart line of this product
+    cart_option     product_id, name, value     a cart line of it with this option value
+    cart_quantity   product_id, quantity        its cart lines add up to this quantity
+    cart_only       product_ids     the cart holds these products and no other
+    order_has       product_id      the session's last order has a line of this product
+    order_option    product_id, name, value     ... with this option value
+    order_quantity  product_id, quantity        ... adding up to this quantity
+    order_only      product_ids     the last order holds these products and no other
+    order_field     name, value     the last order's field (``shipping``, ``postcode``, ``full_name``,
+                                    ``city``, ``account``) equals value (case and spacing ignored)
+    signed_in       account         the session signed in to this account at least once
+
+A session that never reached the shop fails every check but ``answer``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from webgym_data.schema import Task
+from webgym_rollout.tasks.websites.facts import LineFacts, OrderFacts, SessionFacts
+
+__all__ = ["CHECK_TYPES", "check_fact", "check_task", "task_checks"]
+
+CHECK_TYPES = ("visited", "visited_any", "answer", "cart_has", "cart_option", "cart_quantity", "cart_only",
+               "order_has", "order_option", "order_quantity", "order_only", "order_field", "signed_in")
+
+
+def _norm(text: Any) -> str:
+    return " ".join(str(text).split()).casefold()
+
+
+def _paths(facts: SessionFacts) -> list[str]:
+    return [page.split("?", 1)[0] for page in facts.visited]
+
+
+def _lines_check(kind: str, check: Mapping[str, Any], lines: tuple[LineFacts, ...]) -> bool:
+    if kind == "only":
+        return bool(lines) and {line.product_id for line in lines} == set(check["product_ids"])
+    own = [line for line in lines if line.product_id == check["product_id"]]
+    if kind == "has":
+        return bool(own)
+    if kind == "option":
+        return any(line.options.get(check["name"]) == check["value"] for line in own)
+    if kind == "quantity":
+        return bool(own) and sum(line.quantity for line in own) == int(check["quantity"])
+    raise ValueError(f"unknown line check {kind!r}")
+
+
+def _last_order(facts: SessionFacts) -> OrderFacts | None:
+    return facts.shop.orders[-1] if facts.shop is not None and facts.shop.orders else None
+
+
+def check_fact(check: Mapping[str, Any], facts: SessionFacts, answer: str = "") -> bool:
+    """Whether the fact that `check` describes holds for a session with `facts` and final `answer`."""
+    kind = check.get("type")
+    if kind == "answer":
+        said = _norm(answer)
+        return all(_norm(text) in said for text in check["texts"])
+    if kind == "visited":
+        return check["path"] in _paths(facts)
+    if kind == "visited_any":
+        return any(path.startswith(tuple(check["prefixes"])) for path in _paths(facts))
+    shop = facts.shop
+    if kind == "signed_in":
+        return shop is not None and check["account"] in shop.sign_ins
+    if isinstance(kind, str) and kind.startswith("cart_"):
+        return shop is not None and _lines_check(kind.removeprefix("cart_"), check, shop.cart)
+    if kind == "order_field":
+        order = _last_order(facts)
+        return order is not None and _norm(getattr(order, check["name"])) == _norm(check["value"])
+    if isinstance(kind, str) and kind.startswith("order_"):
+        order = _last_order(facts)
+        return order is not None and _lines_check(kind.removeprefix("order_"), check, order.lines)
+    raise ValueError(f"unknown check type {kind!r}: expected one of {', '.join(CHECK_TYPES)}")
+
+
+def task_checks(task: Task) -> list[dict[str, Any]]:
+    """The checks of a generated site task, one per fact; ValueError when it has none or they do not
+    match its facts one to one."""
+    checks = json.loads(task.source.metadata or "{}").get("checks")
+    if not isinstance(checks, list) or len(checks) != task.num_facts:
+        raise ValueError(f"task {task.task_id}: expected {task.num_facts} checks in source.metadata, "
+                         f"got {len(checks) if isinstance(checks, list) else 'none'}")
+    return checks
+
+
+def check_task(task: Task, facts: SessionFacts, answer: str = "") -> list[bool]:
+    """Whether each fact of `task` holds (in rubric order) for a session with `facts` and `answer`."""
+    return [check_fact(check, facts, answer) for check in task_checks(task)]

@@ -1,0 +1,311 @@
+"""Generated shop tasks as rows of the published task schema, the same for the same seeds.
+
+`shop_tasks(count, seed=..., shop_seed=...)` draws `count` tasks for the shop served with
+``--shop-seed shop_seed`` from nine templates, taken in turn so that the levels come out about a
+third each (the level follows from the fact count: easy 1-3, medium 4-6, hard 7+):
+
+    easy    price          report a named product's price (information seeking: `definite_answer`)
+            rating         report a named product's rating and review count (information seeking)
+            add            add a named product in a colour (and size) to the cart
+    medium  add_quantity   add several of a product with its options, and nothing else
+            cheapest       find the cheapest product of a category and brand in a colour; add it
+            best_rated     name the best-rated product of a category and brand, its rating and price
+    hard    checkout       buy a product with options, shipping and a delivery address as a guest
+            account        sign in to a given account, then buy a product with options
+            two_items      buy two products with their options in one order
+
+Every fact has its check (`webgym_rollout.tasks.websites.goals`) in ``source.metadata["checks"]``,
+beside ``params``: what a session that does the task right does (products, options, quantities,
+the search that finds them, the checkout fields, the account), for a scripted expert and the tests.
+A template whose draw has no single right answer (two products tied for cheapest) draws again.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
+from webgym_rollout.tasks.websites.accounts import accounts
+from webgym_rollout.tasks.websites.catalogue import CATEGORIES, Catalogue, Product, SearchQuery, catalogue
+from webgym_rollout.tasks.websites.checkout import SHIPPING
+
+__all__ = ["BENCHMARK", "DEFAULT_BASE_URL", "TEMPLATES", "shop_tasks"]
+
+BENCHMARK = "webgym-shop"
+"""The `benchmark_name` of the generated rows."""
+DEFAULT_BASE_URL = "http://127.0.0.1:8400"
+"""Where ``webgym-rollout serve-sites`` listens by default; the rows' start URLs are under it."""
+
+_NAMES = ("Ava Nilsen", "Ben Okafor", "Chloe Moreau", "Dev Tanaka", "Elin Kowalski", "Farid Haddad",
+          "Greta Silva", "Hugo Byrne", "Ines Novak", "Jonas Ferreira")
+_STREETS = ("Harbour Road", "Mill Lane", "Station Street", "Church Walk", "Orchard Close", "Quay Street")
+_CITIES = ("Bristol", "Leeds", "York", "Bath", "Exeter", "Norwich")
+_CARDS = ("4111 1111 1111 1111", "5555 5555 5555 4444", "4012 8888 8888 1881")  # test numbers, Luhn-valid
+_LISTING = {"type": "visited_any", "prefixes": ["/shop/search", "/shop/category/"]}
+
+Fact = tuple[str, dict[str, Any]]
+"""A fact's text and its check."""
+
+
+class _Draw:
+    """One template's draw: the instruction, the fact groups with their checks, the right answer."""
+
+    def __init__(self, template: str, instruction: str, groups: list[tuple[str, list[Fact]]],
+                 params: dict[str, Any], answer: str = "", start: str = "/shop/"):
+        self.template, self.instruction, self.groups = template, instruction, groups
+        self.params, self.answer, self.start = params, answer, start
+
+
+def _options(rng: random.Random, product: Product) -> dict[str, str]:
+    chosen = {"colour": rng.choice(product.colours)}
+    if product.sizes:
+        chosen["size"] = rng.choice(product.sizes)
+    return chosen
+
+
+def _described(product: Product, options: dict[str, str]) -> str:
+    size = f", size {options['size']}" if "size" in options else ""
+    return f"the {product.name} in {options['colour']}{size}"
+
+
+def _line_facts(where: str, product: Product, options: dict[str, str], quantity: int | None) -> list[Fact]:
+    """Facts that the cart (`where` = ``cart``) or the last order (``order``) has this line."""
+    place = "the cart" if where == "cart" else "the order"
+    facts: list[Fact] = [(f"{place.capitalize()} contains the {product.name}.",
+                          {"type": f"{where}_has", "product_id": product.id})]
+    for name, value in options.items():
+        facts.append((f"The {product.name} in {place} has the {name} {value}.",
+                      {"type": f"{where}_option", "product_id": product.id, "name": name, "value": value}))
+    if quantity is not None:
+        facts.append((f"{place.capitalize()} holds {quantity} of the {product.name}.",
+                      {"type": f"{where}_quantity", "product_id": product.id, "quantity": quantity}))
+    return facts
+
+
+def _line_params(product: Product, options: dict[str, str], quantity: int) -> dict[str, Any]:
+    return {"product_id": product.id, **options, "quantity": quantity}
+
+
+def _delivery(rng: random.Random) -> dict[str, str]:
+    area, inward = "ABCDEFGHJKLMNPRSTW", "ABDEFGHJLNPQRSTUWXYZ"
+    postcode = (f"{rng.choice(area)}{rng.choice(area)}{rng.randint(1, 29)} "
+                f"{rng.randint(1, 9)}{rng.choice(inward)}{rng.choice(inward)}")
+    return {"full_name": rng.choice(_NAMES), "address": f"{rng.randint(1, 99)} {rng.choice(_STREETS)}",
+            "city": rng.choice(_CITIES), "postcode": postcode, "card_number": rng.choice(_CARDS),
+            "card_expiry": f"{rng.randint(1, 12):02d}/{rng.randint(27, 31)}",
+            "shipping": rng.choice(sorted(SHIPPING))}
+
+
+def _delivery_text(fields: dict[str, str]) -> str:
+    method = SHIPPING[fields["shipping"]].label.split(" (")[0].lower()
+    return (f"with {method} shipping to {fields['full_name']}, {fields['address']}, {fields['city']} "
+            f"{fields['postcode']}, paying with card {fields['card_number']} "
+            f"(expiry {fields['card_expiry']})")
+
+
+def _order_facts(fields: dict[str, str], names: bool = True) -> list[Fact]:
+    facts: list[Fact] = [(f"The order is shipped by {SHIPPING[fields['shipping']].label.split(' (')[0]}.",
+                          {"type": "order_field", "name": "shipping", "value": fields["shipping"]}),
+                         (f"The order is delivered to the postcode {fields['postcode']}.",
+                          {"type": "order_field", "name": "postcode", "value": fields["postcode"]})]
+    if names:
+        facts.append((f"The order is addressed to {fields['full_name']}.",
+                      {"type": "order_field", "name": "full_name", "value": fields["full_name"]}))
+    return facts
+
+
+# ------------------------------------------------------------------------------------ templates
+
+def _price(rng: random.Random, shop: Catalogue) -> _Draw:
+    product = rng.choice(shop.products)
+    return _Draw("price", f"In the Webgym Shop, find the {product.name} and tell me its price.",
+                 [("Product found", [(f"The product page of the {product.name} was opened.",
+                                      {"type": "visited", "path": f"/shop/product/{product.id}"}),
+                                     (f"The answer gives the price {product.price}.",
+                                      {"type": "answer", "texts": [product.price]})])],
+                 {"product_id": product.id}, answer=product.price)
+
+
+def _rating(rng: random.Random, shop: Catalogue) -> _Draw:
+    product = rng.choice(shop.products)
+    rating, reviews = f"{product.rating:.1f}", f"{product.reviews} reviews"
+    return _Draw("rating", f"How is the {product.name} rated in the Webgym Shop? Give its rating out of 5 "
+                           "and its number of reviews.",
+                 [("Product found", [(f"The product page of the {product.name} was opened.",
+                                      {"type": "visited", "path": f"/shop/product/{product.id}"})]),
+                  ("Answer", [(f"The answer gives the rating {rating} out of 5.",
+                               {"type": "answer", "texts": [rating]}),
+                              (f"The answer gives {reviews}.", {"type": "answer", "texts": [reviews]})])],
+                 {"product_id": product.id}, answer=f"{rating} out of 5, {reviews}")
+
+
+def _add(rng: random.Random, shop: Catalogue) -> _Draw:
+    product = rng.choice(shop.products)
+    options = _options(rng, product)
+    return _Draw("add", f"Add {_described(product, options)} to my cart in the Webgym Shop.",
+                 [("Cart", _line_facts("cart", product, options, None))],
+                 {"lines": [_line_params(product, options, 1)]})
+
+
+def _add_quantity(rng: random.Random, shop: Catalogue) -> _Draw:
+    product = rng.choice(shop.products)
+    options, quantity = _options(rng, product), rng.randint(2, 5)
+    facts = _line_facts("cart", product, options, quantity)
+    if len(facts) < 4:
+        facts.append(("The cart holds nothing else.", {"type": "cart_only", "product_ids": [product.id]}))
+    return _Draw("add_quantity", f"Put {quantity} of {_described(product, options)} in my Webgym Shop cart.",
+                 [("Cart", facts)], {"lines": [_line_params(product, options, quantity)]})
+
+
+def _pick(rng: random.Random, shop: Catalogue, sort: str) -> tuple[SearchQuery, Product] | None:
+    """A category, brand and colour whose search in `sort` order has a single first product."""
+    category = rng.choice(CATEGORIES)
+    brand = rng.choice([p.brand for p in shop.products if p.category == category.slug])
+    colour = rng.choice([c for p in shop.products if p.category == category.slug and p.brand == brand
+                         for c in p.colours])
+    query = SearchQuery(category=category.slug, brand=brand, colours=(colour,), sort=sort)
+    found = shop.search(query)
+    key: Callable[[Product], Any] = (lambda p: p.price_cents) if sort == "price_asc" else (lambda p: p.rating)
+    if len(found) < 2 or key(found[0]) == key(found[1]):
+        return None  # one product, or a tie: no single right answer worth a search
+    return query, found[0]
+
+
+def _query_params(query: SearchQuery) -> dict[str, str]:
+    return {"category": query.category, "brand": query.brand, "colour": query.colours[0], "sort": query.sort}
+
+
+def _cheapest(rng: random.Random, shop: Catalogue) -> _Draw | None:
+    picked = _pick(rng, shop, "price_asc")
+    if picked is None:
+        return None
+    query, product = picked
+    colour = query.colours[0]
+    options = {"colour": colour} | ({"size": rng.choice(product.sizes)} if product.sizes else {})
+    title = next(c.title for c in CATEGORIES if c.slug == query.category)
+    size = f" in size {options['size']}" if "size" in options else ""
+    return _Draw("cheapest", f"Find the cheapest {title.lower()} by {query.brand} that come in {colour} "
+                             f"and add one to my cart in {colour}{size}.",
+                 [("Search", [("A search or category page of the shop was opened.", _LISTING)]),
+                  ("Cart", _line_facts("cart", product, options, 1))],
+                 {"search": _query_params(query), "lines": [_line_params(product, options, 1)]})
+
+
+def _best_rated(rng: random.Random, shop: Catalogue) -> _Draw | None:
+    picked = _pick(rng, shop, "rating")
+    if picked is None:
+        return None
+    query, product = picked
+    title = next(c.title for c in CATEGORIES if c.slug == query.category)
+    rating = f"{product.rating:.1f}"
+    return _Draw("best_rated", f"Which {title.lower()} by {query.brand} available in {query.colours[0]} has "
+                               "the best rating in the Webgym Shop? Give its name, rating and price.",
+                 [("Search", [("A search or category page of the shop was opened.", _LISTING)]),
+                  ("Answer", [(f"The answer names the {product.name}.",
+                               {"type": "answer", "texts": [product.name]}),
+                              (f"The answer gives the rating {rating}.",
+                               {"type": "answer", "texts": [rating]}),
+                              (f"The answer gives the price {product.price}.",
+                               {"type": "answer", "texts": [product.price]})])],
+                 {"search": _query_params(query), "product_id": product.id},
+                 answer=f"{product.name}: {rating} out of 5, {product.price}")
+
+
+def _checkout(rng: random.Random, shop: Catalogue) -> _Draw:
+    product = rng.choice(shop.products)
+    options, quantity, fields = _options(rng, product), rng.randint(1, 3), _delivery(rng)
+    return _Draw("checkout", f"In the Webgym Shop, buy {quantity} of {_described(product, options)} "
+                             f"{_delivery_text(fields)}.",
+                 [("Order", _line_facts("order", product, options, quantity)),
+                  ("Delivery", _order_facts(fields))],
+                 {"lines": [_line_params(product, options, quantity)], "checkout": fields})
+
+
+def _account(rng: random.Random, shop: Catalogue) -> _Draw:
+    account = rng.choice(accounts(shop.seed))
+    product = rng.choice(shop.products)
+    options, fields = _options(rng, product), _delivery(rng) | {"full_name": account.full_name}
+    return _Draw("account", f"Sign in to the Webgym Shop as {account.email} (password {account.password}), "
+                            f"then buy {_described(product, options)} {_delivery_text(fields)}.",
+                 [("Account", [(f"The session signed in as {account.email}.",
+                                {"type": "signed_in", "account": account.email}),
+                               (f"The order is placed by the account {account.email}.",
+                                {"type": "order_field", "name": "account", "value": account.email})]),
+                  ("Order", _line_facts("order", product, options, None)),
+                  ("Delivery", _order_facts(fields, names=False))],
+                 {"lines": [_line_params(product, options, 1)], "checkout": fields,
+                  "account": {"email": account.email, "password": account.password}})
+
+
+def _two_items(rng: random.Random, shop: Catalogue) -> _Draw | None:
+    first, second = rng.sample(shop.products, 2)
+    chosen = [(first, {"colour": rng.choice(first.colours)}),
+              (second, {"colour": rng.choice(second.colours)})]
+    if first.sizes or second.sizes:
+        chosen = [(p, o | ({"size": rng.choice(p.sizes)} if p.sizes else {})) for p, o in chosen]
+    fields = _delivery(rng)
+    wanted = " and ".join(_described(p, o) for p, o in chosen)
+    return _Draw("two_items", f"In one Webgym Shop order, buy {wanted}, {_delivery_text(fields)}.",
+                 [("Order", [*_line_facts("order", first, chosen[0][1], None),
+                             *_line_facts("order", second, chosen[1][1], None),
+                             ("The order holds no other product.",
+                              {"type": "order_only", "product_ids": [first.id, second.id]})]),
+                  ("Delivery", _order_facts(fields, names=False))],
+                 {"lines": [_line_params(p, o, 1) for p, o in chosen], "checkout": fields})
+
+
+TEMPLATES: dict[str, Callable[[random.Random, Catalogue], _Draw | None]] = {
+    "price": _price, "add_quantity": _add_quantity, "checkout": _checkout,
+    "rating": _rating, "cheapest": _cheapest, "account": _account,
+    "add": _add, "best_rated": _best_rated, "two_items": _two_items,
+}
+"""The templates, in the order `shop_tasks` takes them (easy, medium, hard, easy, ...)."""
+
+
+def _row(draw: _Draw, shop_seed: int, base_url: str, index: int) -> Task:
+    groups = tuple(FactGroup(id=str(number), description=description, facts=tuple(text for text, _ in facts))
+                   for number, (description, facts) in enumerate(draw.groups, 1))
+    checks = [check for _, facts in draw.groups for _, check in facts]
+    metadata = {"site": "shop", "shop_seed": shop_seed, "template": draw.template, "params": draw.params,
+                "checks": checks}
+    category = ""
+    first_line = next(iter(draw.params.get("lines", [])), {})
+    product_id = draw.params.get("product_id") or first_line.get("product_id")
+    if product_id:
+        category = catalogue(shop_seed).by_id[product_id].category
+    return Task(task_id=make_task_id(BENCHMARK, str(shop_seed), draw.instruction),
+                task_name=draw.instruction, website=f"{base_url}/shop/", start_url=f"{base_url}{draw.start}",
+                benchmark_name=BENCHMARK, domain="shopping", subdomain=category,
+                evaluator_reference=groups, definite_answer=draw.answer, instruction_source="template",
+                rubric_source="given",
+                source=TaskSource(importer="shop_tasks", file="", row=index,
+                                  metadata=json.dumps(metadata, sort_keys=True)))
+
+
+def shop_tasks(count: int, *, seed: int = 0, shop_seed: int = 0,
+               base_url: str = DEFAULT_BASE_URL) -> list[Task]:
+    """`count` distinct tasks for the shop of `shop_seed`, drawn with `seed`; start URLs under
+    `base_url` (the site server's, ``http://host:port``)."""
+    if count < 0:
+        raise ValueError(f"count: must be >= 0, got {count}")
+    rng = random.Random(f"shop-tasks:{seed}:{shop_seed}")
+    shop, base_url = catalogue(shop_seed), base_url.rstrip("/")
+    templates = list(TEMPLATES.values())
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    attempts = 0
+    while len(tasks) < count:
+        attempts += 1
+        if attempts > 50 * count + 100:
+            raise RuntimeError(f"could not draw {count} distinct shop tasks (got {len(tasks)})")
+        draw = templates[len(tasks) % len(templates)](rng, shop)
+        if draw is None:
+            continue
+        task = _row(draw, shop_seed, base_url, len(tasks))
+        if task.task_id not in seen:
+            seen.add(task.task_id)
+            tasks.append(task)
+    return tasks
