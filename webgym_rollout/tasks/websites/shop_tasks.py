@@ -110,7 +110,9 @@ def _order_facts(fields: dict[str, str], names: bool = True) -> list[Fact]:
     facts: list[Fact] = [(f"The order is shipped by {SHIPPING[fields['shipping']].label.split(' (')[0]}.",
                           {"type": "order_field", "name": "shipping", "value": fields["shipping"]}),
                          (f"The order is delivered to the postcode {fields['postcode']}.",
-                          {"type": "order_field", "name": "postcode", "value": fields["postcode"]})]
+                          {"type": "order_field", "name": "postcode", "value": fields["postcode"]}),
+                         (f"The order is delivered in {fields['city']}.",
+                          {"type": "order_field", "name": "city", "value": fields["city"]})]
     if names:
         facts.append((f"The order is addressed to {fields['full_name']}.",
                       {"type": "order_field", "name": "full_name", "value": fields["full_name"]}))
@@ -138,7 +140,8 @@ def _rating(rng: random.Random, shop: Catalogue) -> _Draw:
                                       {"type": "visited", "path": f"/shop/product/{product.id}"})]),
                   ("Answer", [(f"The answer gives the rating {rating} out of 5.",
                                {"type": "answer", "texts": [rating]}),
-                              (f"The answer gives {reviews}.", {"type": "answer", "texts": [reviews]})])],
+                              (f"The answer gives {reviews}.",
+                               {"type": "answer", "texts": [str(product.reviews)]})])],
                  {"product_id": product.id}, answer=f"{rating} out of 5, {reviews}")
 
 
