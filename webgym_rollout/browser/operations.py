@@ -1,10 +1,12 @@
 """The operations on a session's page, each in its kind's lane and under a timeout.
 
 `Operations` runs ``navigate``, ``screenshot``, ``execute``, ``page_info`` and ``env_state`` (and a
-new session's first page load, `open`). Every operation holds its session's lock (operations on one
-session run one at a time), then a slot of its kind's `Lane` (bounded queue + concurrency limit:
-sessions never wait for each other except there), and runs under a timeout (`run`). Failures
-stay with their session and come out typed:
+new session's first page load, `open`), and ``act``: an agent step in one operation, the action in
+the execute lane, then the next observation (screenshot, the page's own state, elements) in the
+screenshot lane, under one hold of the session's lock. Every operation holds its session's lock
+(operations on one session run one at a time), then a slot of its kind's `Lane` (bounded queue +
+concurrency limit: sessions never wait for each other except there), and runs under a timeout
+(`run`). Failures stay with their session and come out typed:
 
 - a timeout (a page stuck in ``while(true){}``, a load that never ends) raises `OperationTimeout`,
   whose message names the limit that ran out (``--navigate-timeout-s``, ...); if the page no longer
@@ -42,6 +44,8 @@ from webgym_rollout.browser.guard import SiteBlocklist, UrlGuard
 from webgym_rollout.browser.lanes import Lane
 from webgym_rollout.browser.processes import ChromiumProcesses
 from webgym_rollout.browser.protocol import (
+    ActRequest,
+    ActResult,
     BrowserAction,
     CreateSessionRequest,
     Element,
@@ -373,6 +377,51 @@ class Operations:
         async with session.lock:  # (a wait has waited already: its bound starts after it)
             return await self.run(session, "execute", self._execute(session, action),
                                   self.settings.action_timeout_s, self._action_limit)
+
+    async def act(self, session: Session, request: ActRequest) -> ActResult:
+        """Execute `request.action`, then read the observation it asks for (see `ActRequest`). The
+        action's own mistakes come back in the result; failures raise as for `execute`."""
+        began = time.perf_counter()
+        action = request.action
+        if action.kind == "wait":
+            session.last_used = time.monotonic()
+            await asyncio.sleep(action.seconds or 0)
+        async with session.lock:
+            result = await self.run(session, "execute", self._execute(session, action),
+                                    self.settings.action_timeout_s, self._action_limit)
+            observed = time.perf_counter()
+            act = ActResult(**result.__dict__, execute_s=observed - began)
+            if request.screenshot is not None or request.env_state or request.elements:
+                await self.run(session, "screenshot", self._observe(session, request, act),
+                               self.settings.action_timeout_s, self._action_limit)
+        act.observe_s = time.perf_counter() - observed
+        return act
+
+    async def _observe(self, session: Session, request: ActRequest, act: ActResult) -> None:
+        """Fill `act` with the observation `request` asks for; the reads run side by side (each is a
+        round trip to the renderer, none changes the page)."""
+        reads = []
+        if request.screenshot is not None:
+            reads.append(self._screenshot(session, request.screenshot))
+        if request.env_state:
+            reads.append(session.hooks.read_page(session.page))
+        if request.elements:
+            reads.append(self._page_info(session, PageInfoRequest(elements=True)))
+        if len(reads) == 1:
+            done = [await reads[0]]
+        else:  # every read finishes (or fails) before the first failure is raised: none is left running
+            done = list(await asyncio.gather(*reads, return_exceptions=True))
+            failed = next((d for d in done if isinstance(d, BaseException)), None)
+            if failed is not None:
+                raise failed
+        if request.screenshot is not None:
+            act.screenshot = done.pop(0)
+        if request.env_state:
+            state = done.pop(0)
+            act.env_state = EnvState(**state) if state is not None else None
+        if request.elements:
+            info = done.pop(0)
+            act.elements, act.url, act.title = info.elements, info.url, info.title
 
     @property
     def _action_limit(self) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from webgym_rollout.browser.pages import PageHooks
+from webgym_rollout.browser.protocol import EnvState
 from webgym_rollout.tasks.kind import TaskKind
 from webgym_rollout.trajectory.contract import TaskOutcome
 
@@ -103,7 +104,10 @@ class MiniWobTask(TaskKind):
         return state.utterance or self.task.task_name
 
     async def validate(self, session: BrowserSession) -> TaskOutcome:
-        state = await session.env_state()
+        return self.outcome(await session.env_state())
+
+    def outcome(self, state: EnvState | None) -> TaskOutcome:
+        state = state or EnvState()
         return TaskOutcome(done=state.done, raw_reward=state.raw_reward, reason=state.reason)
 
     def horizon(self, settings: EnvSettings, split: str) -> int:
