@@ -306,6 +306,8 @@ async def main() -> None:
     parser.add_argument("--ns", default="1,2,4,8,16",
                         help="concurrent sessions of the step table ('' skips it)")
     parser.add_argument("--steps", type=int, default=10, help="measured steps per session and run")
+    parser.add_argument("--min-steps", type=int, default=60,
+                        help="measured steps per run at least (few sessions take more steps each)")
     parser.add_argument("--browsers", type=int, default=2, help="browser processes (every path)")
     parser.add_argument("--load-ns", default="8",
                         help="concurrent sessions of the page-load table ('' skips it)")
@@ -341,13 +343,14 @@ async def main() -> None:
                     Direct(playwright, args.browsers, proxy) as proxied:
                 for pages in page_sets:
                     for n in ns:
+                        steps = max(args.steps, -(-args.min_steps // n))
                         paths = {
-                            "direct": lambda p=pages, n=n: direct.steps(p, n, args.steps),
-                            "act": lambda p=pages, n=n: server_steps(url, p, n, args.steps, proc.pid, False),
+                            "direct": lambda p=pages, n=n, k=steps: direct.steps(p, n, k),
+                            "act": lambda p=pages, n=n, k=steps: server_steps(url, p, n, k, proc.pid, False),
                         }
                         if args.split:
-                            paths["split"] = lambda p=pages, n=n: server_steps(
-                                url, p, n, args.steps, proc.pid, True)
+                            paths["split"] = lambda p=pages, n=n, k=steps: server_steps(
+                                url, p, n, k, proc.pid, True)
                         runs = await alternate(paths, args.repeat)
                         step_rows.append((pages.name, n, runs))
                         _print_steps(pages.name, n, runs)
