@@ -164,7 +164,7 @@ def test_a_task_that_cannot_run_here_is_refused_before_a_session_opens():
     import asyncio
 
     class NoClient:
-        async def create_session(self, *args, **kwargs):
+        async def open_session(self, *args, **kwargs):
             raise AssertionError("no session may be opened")
 
     env = WebEnv(NoClient(), EnvSettings())  # no site server given

@@ -186,6 +186,14 @@ def _json(model: BaseModel) -> Response:
     return Response(model.model_dump_json(), media_type="application/json")
 
 
+def _component_schema(model: type[BaseModel]) -> dict:
+    """`model`'s JSON schema for a route that parses its body itself: the models it nests are
+    referenced among the OpenAPI components, where the routes that take them put them."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return schema
+
+
 def _error_response(exc: BrowserError) -> JSONResponse:
     body = ErrorBody(
         error=exc.kind,
@@ -276,7 +284,7 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
 
     @app.post("/sessions/{session_id}/act", response_model=ActResult,
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-                  "schema": ActRequest.model_json_schema()}}}})
+                  "schema": _component_schema(ActRequest)}}}})
     async def act(session_id: str, request: Request) -> Response:
         # The agent's step: the body is parsed by pydantic-core straight from its bytes (FastAPI's
         # body handling, json.loads then validation through its dependency solver, measurably costs

@@ -69,6 +69,7 @@ class MiniWobPage(PageHooks):
     name = "miniwob"
     takes_argument = True
     clip: ClassVar[dict[str, int] | None] = MINIWOB_CLIP
+    state_script: ClassVar[str | None] = _STATE
 
     @classmethod
     async def start_page(cls, page: Any, argument: str, seed: int | None, *, max_time_s: float | None,
@@ -77,10 +78,6 @@ class MiniWobPage(PageHooks):
         await page.wait_for_selector("#sync-task-cover", state="attached", timeout=timeout_ms)
         await page.evaluate(_START, [seed, None if max_time_s is None else int(max_time_s * 1000)])
         await page.wait_for_function("() => WOB_TASK_READY === true", timeout=timeout_ms)
-
-    @classmethod
-    async def read_page(cls, page: Any) -> dict[str, Any]:
-        return await page.evaluate(_STATE)
 
 
 class MiniWobTask(TaskKind):
