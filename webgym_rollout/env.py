@@ -15,7 +15,10 @@
 is busy) and returns the first `Observation` (the screenshot, the instruction, the page's URL and
 title). `step(output)` takes the policy's reply (a `PolicyOutput`, or an `AgentAction` for
 scripted play), carries out its action, records a trajectory `Step` (``result.info["step"]``) and
-returns the next observation with
+returns the next observation. A page action and the observation after it are one call to the
+browser server (`BrowserSession.act`: the screenshot, the page's own state for the outcome, the
+elements when `EnvSettings.elements`); a navigation, or a reply without an action, reads the page
+with separate calls. The result carries
 
 - ``reward``: the environment's own reward (a MiniWoB page's raw reward once it is done; a website
   gives none: its reward comes from the judge after the episode);

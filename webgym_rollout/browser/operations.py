@@ -42,7 +42,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 from webgym_rollout.browser.egress import EGRESS_HEADER, EGRESS_REASON_HEADER, EgressProxy
 from webgym_rollout.browser.guard import SiteBlocklist, UrlGuard
 from webgym_rollout.browser.lanes import Lane
-from webgym_rollout.browser.pages import state_probe
+from webgym_rollout.browser.pages import keeps_state, state_probe
 from webgym_rollout.browser.processes import ChromiumProcesses
 from webgym_rollout.browser.protocol import (
     ActRequest,
@@ -397,9 +397,10 @@ class Operations:
                 self._action_limit)
             observed = time.perf_counter()
             act = ActResult(**result.__dict__, execute_s=observed - began)
+            probed = probed and (state is None or isinstance(state, dict))  # else: read it the usual way
             if probed:
                 act.env_state = EnvState(**state) if state is not None else None
-            read_state = request.env_state and not probed
+            read_state = request.env_state and not probed and keeps_state(session.hooks)
             if request.screenshot is not None or read_state or request.elements:
                 await self.run(session, "screenshot", self._observe(session, request, act, read_state),
                                self.settings.action_timeout_s, self._action_limit)

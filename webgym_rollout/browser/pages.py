@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 
 from webgym_rollout.errors import InvalidRequest
 
-__all__ = ["PageHooks", "environment_names", "load_page_modules", "page_hooks", "register_page_hooks",
-           "state_probe"]
+__all__ = ["PageHooks", "environment_names", "keeps_state", "load_page_modules", "page_hooks",
+           "register_page_hooks", "state_probe"]
 
 
 class PageHooks:
@@ -54,12 +54,19 @@ class PageHooks:
         return await page.evaluate(cls.state_script)
 
 
+def _own_reader(hooks: type[PageHooks]) -> bool:
+    return hooks.read_page.__func__ is not PageHooks.read_page.__func__  # type: ignore[attr-defined]
+
+
 def state_probe(hooks: type[PageHooks]) -> str | None:
     """The script that reads a page's state in the same round trip as an action's navigation check:
     `hooks.state_script`, unless the hooks read their state some other way (their own `read_page`)."""
-    if hooks.read_page.__func__ is not PageHooks.read_page.__func__:  # type: ignore[attr-defined]
-        return None
-    return hooks.state_script
+    return None if _own_reader(hooks) else hooks.state_script
+
+
+def keeps_state(hooks: type[PageHooks]) -> bool:
+    """Whether pages of these hooks have a state of their own to read (a script or a `read_page`)."""
+    return hooks.state_script is not None or _own_reader(hooks)
 
 
 _HOOKS: dict[str, type[PageHooks]] = {PageHooks.name: PageHooks}

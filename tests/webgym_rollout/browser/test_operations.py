@@ -10,7 +10,7 @@ from PIL import Image
 from playwright.async_api import Error as PlaywrightError
 
 from webgym_rollout.browser import pages
-from webgym_rollout.browser.pages import PageHooks, state_probe
+from webgym_rollout.browser.pages import PageHooks, keeps_state, state_probe
 from webgym_rollout.browser.pool import BrowserPool, PoolSettings
 from webgym_rollout.browser.protocol import (
     ActRequest,
@@ -248,3 +248,4 @@ def test_a_kind_that_reads_its_state_itself_is_not_probed():
 
     assert state_probe(_PathPage) == _PathPage.state_script
     assert state_probe(OwnReader) is None and state_probe(PageHooks) is None
+    assert keeps_state(_PathPage) and keeps_state(OwnReader) and not keeps_state(PageHooks)
