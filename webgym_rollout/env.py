@@ -15,7 +15,10 @@
 is busy) and returns the first `Observation` (the screenshot, the instruction, the page's URL and
 title). `step(output)` takes the policy's reply (a `PolicyOutput`, or an `AgentAction` for
 scripted play), carries out its action, records a trajectory `Step` (``result.info["step"]``) and
-returns the next observation with
+returns the next observation. A page action and the observation after it are one call to the
+browser server (`BrowserSession.act`: the screenshot, the page's own state for the outcome, the
+elements when `EnvSettings.elements`); a navigation, or a reply without an action, reads the page
+with separate calls. The result carries
 
 - ``reward``: the environment's own reward (a MiniWoB page's raw reward once it is done; a website
   gives none: its reward comes from the judge after the episode);
@@ -44,7 +47,13 @@ from webgym_data.schema import Task
 from webgym_rollout.agent.actions import AgentAction
 from webgym_rollout.agent.protocol import Observation, ParsedResponse, Round
 from webgym_rollout.browser.client import BrowserClient, BrowserSession
-from webgym_rollout.browser.protocol import BrowserAction, RecordingIndex, Screenshot
+from webgym_rollout.browser.protocol import (
+    ActResult,
+    CreateSessionRequest,
+    RecordingIndex,
+    Screenshot,
+    ScreenshotRequest,
+)
 from webgym_rollout.errors import EpisodeOver, NavigationRefused, RolloutError, ServerBusy, SiteBlocked
 from webgym_rollout.tasks.kind import TaskKind, task_kind
 from webgym_rollout.trajectory.contract import Latency, Step, TaskOutcome, TokenUsage
@@ -53,6 +62,7 @@ from webgym_rollout.trajectory.recordings import RecordingStore, ReplaySource
 __all__ = ["EnvSettings", "EpisodeOver", "StepResult", "WebEnv"]
 
 log = logging.getLogger(__name__)
+_SCREENSHOT = ScreenshotRequest()
 
 
 @dataclass(frozen=True)
@@ -192,29 +202,44 @@ class WebEnv:
                     usage=TokenUsage(output.prompt_tokens, output.completion_tokens),
                     policy_version=output.policy_version, logprobs=tuple(output.logprobs))
         self.steps.append(step)
-        execute_s = 0.0
+        execute_s = observe_s = 0.0
         terminated = False
+        acted: ActResult | None = None
+        outcome: TaskOutcome | None = None
+        truncated = len(self.steps) >= self.horizon
         if agent_action is not None and agent_action.ends_episode:
-            self.answer, terminated = agent_action.text, True
+            self.answer, terminated, truncated = agent_action.text, True, False
         elif agent_action is not None:
             began = time.perf_counter()
-            step.action_error, step.popups = await self._execute(agent_action, (shot.width, shot.height))
-            execute_s = time.perf_counter() - began
-        truncated = not terminated and len(self.steps) >= self.horizon
+            browser_action = agent_action.to_browser_action((shot.width, shot.height))
+            if browser_action is None:  # navigate
+                step.action_error = await self._navigate(agent_action.url)
+                execute_s = time.perf_counter() - began
+            else:
+                # The action and the next observation in one call (no screenshot after the last step).
+                acted = await self.session.act(browser_action, screenshot=None if truncated else _SCREENSHOT,
+                                               elements=self.settings.elements and not truncated)
+                execute_s = time.perf_counter() - began - acted.observe_s
+                step.action_error, step.popups = acted.error, tuple(acted.popups)
+                self._url, self._title = acted.url, acted.title
         step.latency = Latency(policy_s=float(output.latency_s), execute_s=execute_s,
                                screenshot_s=self._shot_s)
-        began = time.perf_counter()
-        if not terminated:
+        if acted is not None:
+            outcome, observe_s = self.kind.outcome(acted.env_state), acted.observe_s
+            if acted.screenshot is not None:
+                self._shot, self._shot_s = acted.screenshot, acted.observe_s
+        elif not terminated:
             # Whether the environment ended the episode, and (unless it is over) the next screenshot:
-            # asked together, one round trip.
+            # asked together.
+            began = time.perf_counter()
             outcome, _ = await asyncio.gather(
                 self.kind.validate(self.session),
                 self._take_screenshot() if not truncated else _nothing())
-            if outcome is not None:
-                self.outcome = outcome
-                if outcome.done:
-                    terminated, truncated = True, False
-        validate_s = time.perf_counter() - began
+            observe_s = time.perf_counter() - began
+        if not terminated and outcome is not None:
+            self.outcome = outcome
+            if outcome.done:
+                terminated, truncated = True, False
         over = terminated or truncated
         if not over:
             step.same_as_next = self._shot.sha256 == step.screenshot_sha256
@@ -224,6 +249,8 @@ class WebEnv:
         self._last_error = step.action_error
         if over:
             self.done = True
+        elif acted is not None and acted.elements is not None:
+            self._elements = tuple(acted.elements)
         elif self.settings.elements:
             await self._read_elements()
         outcome = self.outcome
@@ -232,7 +259,7 @@ class WebEnv:
                           truncated=truncated,
                           info={"step": step, "outcome": outcome, "answer": self.answer,
                                 "timings": {"policy_s": step.latency.policy_s, "execute_s": execute_s,
-                                            "observe_s": validate_s}})
+                                            "observe_s": observe_s}})
 
     async def close(self) -> None:
         """Close the session (a session that is already gone is no error)."""
@@ -279,16 +306,14 @@ class WebEnv:
             await asyncio.to_thread(lambda: [store.put_body(sha, data) for sha, data in bodies.items()])
         return index
 
-    async def _create_session(self, request: Any, *, record: bool = False,
+    async def _create_session(self, request: CreateSessionRequest, *, record: bool = False,
                               replay: ReplaySource | None = None) -> BrowserSession:
+        request = request.model_copy(update={"record": record, "replay": replay.options if replay else None})
         deadline = time.monotonic() + self.settings.busy_wait_s
         delay = 0.2
         while True:
             try:
-                return await self.client.create_session(
-                    request.start_url, viewport=request.viewport, environment=request.environment,
-                    seed=request.seed, record=record, replay=replay.options if replay else None,
-                    bodies=replay.body if replay else None)
+                return await self.client.open_session(request, bodies=replay.body if replay else None)
             except ServerBusy:
                 # Every slot is taken (often by sessions of a killed run waiting for idle expiry):
                 # waiting is not a failure of this episode.
@@ -309,21 +334,15 @@ class WebEnv:
         self._elements = tuple(info.elements)
         self._url, self._title = info.url, info.title
 
-    async def _execute(self, action: AgentAction, viewport: tuple[int, int]) -> tuple[str, tuple[str, ...]]:
-        """Carry out a page action; returns the agent-level error ("" when it went fine) and the URLs
-        of the popups the server closed (`Step.popups`)."""
+    async def _navigate(self, url: str) -> str:
+        """Navigate as the agent asked; returns the agent-level error ("" when the page loaded)."""
         assert self.session is not None
-        browser_action = action.to_browser_action(viewport)
-        if browser_action is None:  # navigate
-            try:
-                state = await self.session.navigate(action.url)
-            except (NavigationRefused, SiteBlocked) as exc:
-                return str(exc), ()  # the agent chose a forbidden URL: its mistake, a no-op step
-            self._url, self._title = state.url, state.title
-            return state.error, ()
-        result = await self.session.execute(BrowserAction(**browser_action))
-        self._url, self._title = result.url, result.title
-        return result.error, tuple(result.popups)
+        try:
+            state = await self.session.navigate(url)
+        except (NavigationRefused, SiteBlocked) as exc:
+            return str(exc)  # the agent chose a forbidden URL: its mistake, a no-op step
+        self._url, self._title = state.url, state.title
+        return state.error
 
 
 async def _nothing() -> None:

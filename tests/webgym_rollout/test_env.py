@@ -17,7 +17,9 @@ from webgym_rollout.agent.actions import AgentAction, pixels_to_grid
 from webgym_rollout.agent.policies import PolicyOutput
 from webgym_rollout.agent.protocol import format_response, parse_response
 from webgym_rollout.browser.client import BrowserClient
+from webgym_rollout.browser.protocol import BrowserAction
 from webgym_rollout.env import EnvSettings, EpisodeOver, WebEnv
+from webgym_rollout.errors import SessionNotFound
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.browser
@@ -87,6 +89,52 @@ async def test_mistakes_are_data_and_the_horizon_truncates(client, sites_url):
     assert env.session is None  # the context manager closed it
 
 
+async def test_a_step_is_one_act_call_and_a_lost_session_raises(client, sites_url):
+    env = WebEnv(client, EnvSettings(sites_url=sites_url, elements=True, miniwob_horizon=5))
+    observation = await env.reset(miniwob("click-button", 2))
+    session, sent = env.session, []
+    act = session.act
+
+    async def counted(action, **options):
+        sent.append(action)
+        return await act(action, **options)
+
+    async def refused(*args, **kwargs):
+        raise AssertionError("a page action's step is one act call")
+
+    session.act = counted
+    session.execute = session.screenshot = session.env_state = session.page_info = refused
+    # A click on the instruction bar: nothing happens, the episode goes on with a fresh observation.
+    idle = await env.step(reply(AgentAction("left_click", coordinate=(500, 60))))
+    assert not (idle.terminated or idle.truncated) and idle.info["outcome"].done is False
+    assert isinstance(sent[0], BrowserAction) and sent[0].kind == "click"
+    assert idle.observation.elements and idle.observation.step == 1
+    target = observation.instruction.split('"')[1]
+    (button,) = [e for e in idle.observation.elements if e.tag == "button" and e.text == target]
+    centre = pixels_to_grid(button.x + button.width / 2, button.y + button.height / 2, observation.viewport)
+    won = await env.step(reply(AgentAction("left_click", coordinate=centre)))
+    assert won.terminated and won.reward == 1.0 and len(sent) == 2
+    assert won.info["timings"]["execute_s"] > 0 and won.info["timings"]["observe_s"] > 0
+    # Infrastructure: a session that is gone on the server raises, it is no agent mistake.
+    await env.reset(miniwob("click-button", 3))
+    await env.session.close()
+    with pytest.raises(SessionNotFound):
+        await env.step(reply(AgentAction("left_click", coordinate=(500, 500))))
+    await env.close()
+
+
+async def test_an_action_the_page_refuses_is_the_agents_mistake(client, sites_url):
+    task = Task.from_row({"task_id": "form", "task_name": "Pick a colour", "benchmark_name": "sandbox",
+                          "website": f"{sites_url}/sandbox/form.html"})
+    async with WebEnv(client, EnvSettings(train_horizons=(3, 3, 3))) as env:
+        await env.reset(task)
+        result = await env.step(reply(AgentAction("select", coordinate=(2, 2), option="Blue")))
+        step = result.info["step"]
+        assert "no <select> element" in step.action_error and not result.terminated
+        assert result.observation.last_action_error == step.action_error
+        assert result.observation.screenshot and step.same_as_next
+
+
 async def test_a_popup_the_action_opened_is_recorded_on_its_step(client, faults):
     """The page's click handler submits a form to a new tab: the server closes it, the step says so."""
     task = Task.from_row({"task_id": "popup", "task_name": "Open it", "benchmark_name": "sandbox",
@@ -116,7 +164,7 @@ def test_a_task_that_cannot_run_here_is_refused_before_a_session_opens():
     import asyncio
 
     class NoClient:
-        async def create_session(self, *args, **kwargs):
+        async def open_session(self, *args, **kwargs):
             raise AssertionError("no session may be opened")
 
     env = WebEnv(NoClient(), EnvSettings())  # no site server given

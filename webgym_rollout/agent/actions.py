@@ -7,7 +7,7 @@ The policy answers in Qwen's ``computer_use`` tool-call format::
     </tool_call>
 
 Coordinates are on a 0-1000 grid over the screenshot, whatever its pixel size; `AgentAction.to_browser_action`
-maps them to viewport pixels and returns a dict the browser client's ``BrowserAction`` accepts.
+maps them to viewport pixels and returns the browser protocol's typed ``BrowserAction``.
 
 `ACTIONS` is the single definition. From it come:
 
@@ -30,6 +30,7 @@ import reprlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from webgym_rollout.browser.protocol import BrowserAction
 from webgym_rollout.errors import ActionParseError
 
 __all__ = [
@@ -205,33 +206,33 @@ class AgentAction:
             return f"wait {self.time if self.time is not None else DEFAULT_WAIT_S:g}s"
         return self.name
 
-    def to_browser_action(self, viewport: tuple[int, int]) -> dict[str, Any] | None:
-        """The ``BrowserAction`` dict (viewport pixels) for this action.
+    def to_browser_action(self, viewport: tuple[int, int]) -> BrowserAction | None:
+        """The `BrowserAction` (viewport pixels) for this action.
 
         Returns None for the two actions that are not page inputs: ``navigate`` (call
         ``BrowserSession.navigate(action.url)``) and ``answer`` (the episode ends).
         """
         if self.name == "left_click":
             x, y = grid_to_pixels(self.coordinate, viewport)  # type: ignore[arg-type]
-            return {"kind": "click", "x": x, "y": y}
+            return BrowserAction.click(x, y)
         if self.name == "type":
-            return {"kind": "type", "text": self.text, "press_enter": self.press_enter}
+            return BrowserAction.type_text(self.text, self.press_enter)
         if self.name == "key":
-            return {"kind": "key", "key": self.keys}
+            return BrowserAction.press(self.keys)
         if self.name == "select":
             x, y = grid_to_pixels(self.coordinate, viewport)  # type: ignore[arg-type]
-            return {"kind": "select", "x": x, "y": y, "value": self.option}
+            return BrowserAction.select_option(x, y, self.option)
         if self.name == "scroll":
-            action: dict[str, Any] = {"kind": "scroll", "direction": self.direction,
-                                      "amount": max(1, round(viewport[1] * SCROLL_FRACTION))}
-            if self.coordinate is not None:
-                action["x"], action["y"] = grid_to_pixels(self.coordinate, viewport)
-            return action
+            amount = max(1, round(viewport[1] * SCROLL_FRACTION))
+            if self.coordinate is None:
+                return BrowserAction.scroll_by(self.direction, amount)  # type: ignore[arg-type]
+            x, y = grid_to_pixels(self.coordinate, viewport)
+            return BrowserAction.scroll_by(self.direction, amount, x, y)  # type: ignore[arg-type]
         if self.name == "wait":
             seconds = DEFAULT_WAIT_S if self.time is None else self.time
-            return {"kind": "wait", "seconds": min(MAX_WAIT_S, max(0.0, float(seconds)))}
+            return BrowserAction.wait_for(min(MAX_WAIT_S, max(0.0, float(seconds))))
         if self.name == "go_back":
-            return {"kind": "go_back"}
+            return BrowserAction.back()
         return None
 
 

@@ -10,7 +10,7 @@
     processes   the Chromium processes: launch, replace, recycle, memory bound, context reuse, popups
     session     one session: a context + page on a process, its lock and navigation tracker
     navigation  the URL guard on every request of a page, and the tracking of its navigations
-    operations  navigate, screenshot, execute, page_info, env_state: lanes, timeouts, typed errors
+    operations  navigate, screenshot, execute, act, page_info, env_state: lanes, timeouts, errors
     lanes       Lane: one bounded queue + concurrency limit per operation kind
     metrics     the Prometheus text of /metrics
     guard       where pages may go: the one set of rules (URLs, resolved addresses), the blocklist

@@ -6,8 +6,8 @@
         session = await client.create_session("http://127.0.0.1:8400/miniwob/click-button.html",
                                               environment="miniwob:click-button", seed=7)
         shot = await session.screenshot()
-        result = await session.execute(BrowserAction.click(80, 120))
-        state = await session.env_state()
+        step = await session.act(BrowserAction.click(80, 120))  # the action, then the next observation
+        step.ok, step.error, step.screenshot, step.env_state
         await session.close()
 
 One keep-alive connection pool (`webgym_rollout.browser.http`) serves every session. New sessions go
@@ -30,6 +30,8 @@ from urllib.parse import quote
 
 from webgym_rollout.browser.http import ConnectionBroke, HttpPool, Response
 from webgym_rollout.browser.protocol import (
+    ActRequest,
+    ActResult,
     BlocklistLifted,
     BodyHashes,
     BrowserAction,
@@ -46,6 +48,7 @@ from webgym_rollout.browser.protocol import (
     ScreenshotRequest,
     ServerHealth,
     SessionCreated,
+    decode_act,
     decode_bodies,
     decode_screenshot,
 )
@@ -193,33 +196,39 @@ class BrowserClient:
         replay: ReplayOptions | None = None,
         bodies: Callable[[str], bytes] | None = None,
     ) -> BrowserSession:
-        """Open a session on the least-loaded server; transient failures move on to the next one.
+        """Open a session on the least-loaded server (`open_session` with the request these
+        keywords make)."""
+        request = CreateSessionRequest(start_url=start_url, viewport=viewport, environment=environment,
+                                       seed=seed, record=record, replay=replay)
+        return await self.open_session(request, bodies=bodies)
 
-        `record`: record the page's traffic (`BrowserSession.recording`). `replay`: serve the page
-        from a recording; `bodies(sha256)` gives each recorded body, uploaded to the server first
-        when it does not hold it yet."""
-        request = CreateSessionRequest(
-            start_url=start_url, viewport=viewport, environment=environment, seed=seed, record=record,
-            replay=replay,
-        ).model_dump(mode="json")
+    async def open_session(
+        self, request: CreateSessionRequest, *, bodies: Callable[[str], bytes] | None = None
+    ) -> BrowserSession:
+        """Open the session `request` describes on the least-loaded server; transient failures move
+        on to the next one.
+
+        ``request.record``: record the page's traffic (`BrowserSession.recording`).
+        ``request.replay``: serve the page from a recording; `bodies(sha256)` gives each recorded
+        body, uploaded to the server first when it does not hold it yet."""
+        payload = request.model_dump_json().encode()
         last: BrowserError | None = None
         for url in await self._servers_by_load():
             try:
-                if replay is not None:
-                    await self._upload_bodies(url, replay, bodies)
-                response = await self._call(url, "POST", "/sessions", json=request)
+                if request.replay is not None:
+                    await self._upload_bodies(url, request.replay, bodies)
+                response = await self._call(url, "POST", "/sessions", raw=payload)
             except TRANSIENT_ERRORS as exc:
                 # "Full" says more than "unreachable" when both happened.
                 if last is None or isinstance(exc, ServerBusy):
                     last = exc
                 continue
-            created = SessionCreated.model_validate(response.json())
+            created = SessionCreated.model_validate_json(response.content)
             if url in self._health:  # count it now so a burst of creates spreads over the servers
                 self._health[url][1].active_sessions += 1
             return BrowserSession(self, url, created)
         assert last is not None
         raise last
-
 
     async def _upload_bodies(self, url: str, replay: ReplayOptions,
                              bodies: Callable[[str], bytes] | None) -> None:
@@ -234,6 +243,9 @@ class BrowserClient:
             raise ValueError("bodies: the replay needs recorded bodies the server lacks; pass bodies=")
         for sha in missing:
             await self._call(url, "PUT", f"/bodies/{sha}", raw=bodies(sha), idempotent=True)
+
+
+_DEFAULT_SHOT = ScreenshotRequest()
 
 
 class BrowserSession:
@@ -282,7 +294,35 @@ class BrowserSession:
         return decode_screenshot(response.headers, response.content)
 
     async def execute(self, action: BrowserAction) -> ExecuteResult:
-        return ExecuteResult.model_validate(await self._post("execute", action.model_dump(exclude_none=True)))
+        """Run `action` on the page; an agent's mistake is ``ok=False`` with the error, not a raise."""
+        response = await self._client._call(
+            self.server_url, "POST", f"/sessions/{self.session_id}/execute",
+            raw=action.model_dump_json(exclude_none=True).encode(),
+        )
+        return ExecuteResult.model_validate_json(response.content)
+
+    async def act(
+        self,
+        action: BrowserAction,
+        *,
+        screenshot: ScreenshotRequest | None = _DEFAULT_SHOT,
+        env_state: bool = True,
+        elements: bool = False,
+    ) -> ActResult:
+        """One agent step in one call: run `action`, then read the next observation.
+
+        Returns the action's `ExecuteResult` fields (an agent's mistake is ``ok=False`` with
+        `error`, not a raise) and what the step observes after it: the screenshot (`screenshot`
+        says how to take it; None takes none), the page's own state (`env_state`; None for
+        environments that keep none) and, with `elements`, the interactive elements with the page's
+        URL and title read again. Infrastructure failures raise the typed errors, as for `execute`;
+        like `execute`, a call whose connection broke is not sent again (the action may have run)."""
+        request = ActRequest(action=action, screenshot=screenshot, env_state=env_state, elements=elements)
+        response = await self._client._call(
+            self.server_url, "POST", f"/sessions/{self.session_id}/act",
+            raw=request.model_dump_json().encode(),
+        )
+        return decode_act(response.headers, response.content)
 
     async def page_info(self, *, elements: bool = False) -> PageInfo:
         body = PageInfoRequest(elements=elements).model_dump()

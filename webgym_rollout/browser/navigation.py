@@ -265,19 +265,28 @@ class NavigationTracker:
         log.info("session %s: replay has no %s; failing it", self.session_id, replay.misses[-1])
         return "Fetch.failRequest", {"requestId": request_id, "errorReason": "InternetDisconnected"}
 
-    async def settle(self, requests_before: int, commits_before: int, budget_s: float) -> None:
+    async def settle(self, requests_before: int, commits_before: int, budget_s: float,
+                     probe: str | None = None) -> tuple[bool, Any]:
         """After an input event: if it started a navigation, wait (at most `budget_s`) for its
-        DOMContentLoaded; return at once when it started none."""
+        DOMContentLoaded; return at once when it started none.
+
+        `probe`: a JavaScript function (source) to evaluate in the page as the round trip that
+        decides whether the event navigated (see below). Returns ``(True, its value)`` when the
+        event started no navigation (the value is what the page holds after the event), else
+        ``(False, None)`` (also without a probe, or when it failed): read the page again then."""
         if self.document_requests == requests_before:
             # Under load the renderer's navigation request can trail the input call's reply (the
             # input ack and the renderer's DevTools events travel different pipes): one round trip
             # through the renderer on the CDP session that carries those events lets it arrive
-            # before we decide nothing navigates. A repeated Page.enable is the cheapest such trip
-            # (Playwright's own barrier after input actions); page.evaluate cost more.
+            # before we decide nothing navigates (the renderer sends a session's pending events
+            # before any reply on it). A repeated Page.enable is the cheapest such trip
+            # (Playwright's own barrier after input actions; page.evaluate cost more); with a
+            # probe, the probe's own evaluation is the trip, and a read the caller needs anyway.
+            value: tuple[bool, Any] = (False, None)
             with contextlib.suppress(PlaywrightError):
-                await self.cdp.send("Page.enable")
+                value = await self._round_trip(probe)
             if self.document_requests == requests_before:
-                return
+                return value
         deadline = time.monotonic() + budget_s
         stops_before = self.stops
         while (
@@ -293,6 +302,19 @@ class NavigationTracker:
             await self.page.wait_for_load_state(
                 "domcontentloaded", timeout=max(1.0, deadline - time.monotonic()) * 1000
             )
+        return False, None
+
+    async def _round_trip(self, probe: str | None) -> tuple[bool, Any]:
+        """One round trip through the renderer on `cdp`: `probe` evaluated in the page's main
+        world (``(True, value)``; ``(False, None)`` when it threw), or a repeated Page.enable."""
+        if probe is None:
+            await self.cdp.send("Page.enable")
+            return False, None
+        reply = await self.cdp.send("Runtime.evaluate", {"expression": f"({probe})()", "returnByValue": True,
+                                                         "awaitPromise": True})
+        if "exceptionDetails" in reply:
+            return False, None
+        return True, reply.get("result", {}).get("value")
 
     async def wait_for_commit(self, commits_before: int, budget_s: float) -> None:
         """Wait (at most `budget_s`) until a main-frame commit after `commits_before` was seen (a

@@ -1,10 +1,12 @@
 """The operations on a session's page, each in its kind's lane and under a timeout.
 
 `Operations` runs ``navigate``, ``screenshot``, ``execute``, ``page_info`` and ``env_state`` (and a
-new session's first page load, `open`). Every operation holds its session's lock (operations on one
-session run one at a time), then a slot of its kind's `Lane` (bounded queue + concurrency limit:
-sessions never wait for each other except there), and runs under a timeout (`run`). Failures
-stay with their session and come out typed:
+new session's first page load, `open`), and ``act``: an agent step in one operation, the action in
+the execute lane, then the next observation (screenshot, the page's own state, elements) in the
+screenshot lane, under one hold of the session's lock. Every operation holds its session's lock
+(operations on one session run one at a time), then a slot of its kind's `Lane` (bounded queue +
+concurrency limit: sessions never wait for each other except there), and runs under a timeout
+(`run`). Failures stay with their session and come out typed:
 
 - a timeout (a page stuck in ``while(true){}``, a load that never ends) raises `OperationTimeout`,
   whose message names the limit that ran out (``--navigate-timeout-s``, ...); if the page no longer
@@ -31,7 +33,7 @@ import io
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
@@ -40,8 +42,11 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 from webgym_rollout.browser.egress import EGRESS_HEADER, EGRESS_REASON_HEADER, EgressProxy
 from webgym_rollout.browser.guard import SiteBlocklist, UrlGuard
 from webgym_rollout.browser.lanes import Lane
+from webgym_rollout.browser.pages import keeps_state, state_probe
 from webgym_rollout.browser.processes import ChromiumProcesses
 from webgym_rollout.browser.protocol import (
+    ActRequest,
+    ActResult,
     BrowserAction,
     CreateSessionRequest,
     Element,
@@ -371,14 +376,72 @@ class Operations:
             session.last_used = time.monotonic()
             await asyncio.sleep(action.seconds or 0)
         async with session.lock:  # (a wait has waited already: its bound starts after it)
-            return await self.run(session, "execute", self._execute(session, action),
-                                  self.settings.action_timeout_s, self._action_limit)
+            result, _ = await self.run(session, "execute", self._execute(session, action),
+                                       self.settings.action_timeout_s, self._action_limit)
+            return result
+
+    async def act(self, session: Session, request: ActRequest) -> ActResult:
+        """Execute `request.action`, then read the observation it asks for (see `ActRequest`). The
+        action's own mistakes come back in the result; failures raise as for `execute`."""
+        began = time.perf_counter()
+        action = request.action
+        if action.kind == "wait":
+            session.last_used = time.monotonic()
+            await asyncio.sleep(action.seconds or 0)
+        # The page's state, where a script reads it, comes back from the action's own check for a
+        # navigation (one round trip less per step); read after the action otherwise.
+        probe = state_probe(session.hooks) if request.env_state else None
+        async with session.lock:
+            result, (probed, state) = await self.run(
+                session, "execute", self._execute(session, action, probe), self.settings.action_timeout_s,
+                self._action_limit)
+            observed = time.perf_counter()
+            act = ActResult(**result.__dict__, execute_s=observed - began)
+            probed = probed and (state is None or isinstance(state, dict))  # else: read it the usual way
+            if probed:
+                act.env_state = EnvState(**state) if state is not None else None
+            read_state = request.env_state and not probed and keeps_state(session.hooks)
+            if request.screenshot is not None or read_state or request.elements:
+                await self.run(session, "screenshot", self._observe(session, request, act, read_state),
+                               self.settings.action_timeout_s, self._action_limit)
+        act.observe_s = time.perf_counter() - observed
+        return act
+
+    async def _observe(self, session: Session, request: ActRequest, act: ActResult, read_state: bool) -> None:
+        """Fill `act` with the observation `request` asks for (the state only if `read_state`); the
+        reads run side by side (each is a round trip to the renderer, none changes the page)."""
+        reads = []
+        if request.screenshot is not None:
+            reads.append(self._screenshot(session, request.screenshot))
+        if read_state:
+            reads.append(session.hooks.read_page(session.page))
+        if request.elements:
+            reads.append(self._page_info(session, PageInfoRequest(elements=True)))
+        if len(reads) == 1:
+            done = [await reads[0]]
+        else:  # every read finishes (or fails) before the first failure is raised: none is left running
+            done = list(await asyncio.gather(*reads, return_exceptions=True))
+            failed = next((d for d in done if isinstance(d, BaseException)), None)
+            if failed is not None:
+                raise failed
+        if request.screenshot is not None:
+            act.screenshot = done.pop(0)
+        if read_state:
+            state = done.pop(0)
+            act.env_state = EnvState(**state) if state is not None else None
+        if request.elements:
+            info = done.pop(0)
+            act.elements, act.url, act.title = info.elements, info.url, info.title
 
     @property
     def _action_limit(self) -> str:
         return f"{self.settings.action_timeout_s:g} s (--action-timeout-s)"
 
-    async def _execute(self, session: Session, action: BrowserAction) -> ExecuteResult:
+    async def _execute(self, session: Session, action: BrowserAction,
+                       probe: str | None = None) -> tuple[ExecuteResult, tuple[bool, Any]]:
+        """The action; with `probe` (a state script), also ``(True, its value)`` when the page
+        stayed where it was and the script could be read on the way (`NavigationTracker.settle`),
+        else ``(False, None)``."""
         page = session.page
         navigation = session.navigation
         requests_before, commits_before = navigation.begin_action()
@@ -436,8 +499,10 @@ class Operations:
                 error = message  # an agent mistake, e.g. a key name Chromium does not know
             else:
                 raise
+        probed: tuple[bool, Any] = (False, None)
         if action.kind in ("click", "key", "type"):
-            await navigation.settle(requests_before, commits_before, self.settings.action_timeout_s * 0.8)
+            probed = await navigation.settle(requests_before, commits_before,
+                                             self.settings.action_timeout_s * 0.8, probe)
         if navigation.window_opens > opens_before:  # the action opened a page: report it now
             await session.tabs.wait_seen(seen_before + navigation.window_opens - opens_before,
                                          self.settings.action_timeout_s * 0.5)
@@ -456,8 +521,11 @@ class Operations:
         # shows up at the next navigation or page_info.
         if navigation.commits != commits_before or navigation.title is None:
             navigation.title = await _title(page)
-        return ExecuteResult(ok=not error, error=error, url=page.url, title=navigation.title,
-                             popups=session.tabs.take_popups())
+        if navigation.commits != commits_before or navigation.refused:
+            probed = (False, None)  # the page moved on after the probe: its state is read again
+        result = ExecuteResult(ok=not error, error=error, url=page.url, title=navigation.title,
+                               popups=session.tabs.take_popups())
+        return result, probed
 
     # ------------------------------------------------------------------ reading the page
 

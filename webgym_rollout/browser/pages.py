@@ -3,7 +3,8 @@
 A session is opened for an ``environment`` string (``"web"``, ``"miniwob:click-button"``): the
 name before ``:`` picks a `PageHooks` class, the rest is its argument. The hooks prepare a page
 whose start URL has loaded (`PageHooks.start_page`: MiniWoB starts its seeded episode), read the
-page's own state (`PageHooks.read_page`) and say which region screenshots show (`PageHooks.clip`).
+page's own state (`PageHooks.state_script`, `PageHooks.read_page`) and say which region
+screenshots show (`PageHooks.clip`).
 
 The registry is filled from outside: the task kinds (`webgym_rollout.tasks`) register their hooks
 when they are imported, and the pool imports the modules `PoolSettings.page_modules` names when
@@ -20,7 +21,8 @@ from typing import Any, ClassVar
 
 from webgym_rollout.errors import InvalidRequest
 
-__all__ = ["PageHooks", "environment_names", "load_page_modules", "page_hooks", "register_page_hooks"]
+__all__ = ["PageHooks", "environment_names", "keeps_state", "load_page_modules", "page_hooks",
+           "register_page_hooks", "state_probe"]
 
 
 class PageHooks:
@@ -38,10 +40,33 @@ class PageHooks:
                          timeout_s: float) -> None:
         """Prepare a page (a Playwright `Page`) whose start URL has loaded."""
 
+    state_script: ClassVar[str | None] = None
+    """A JavaScript function (source, ``"() => ({done: ...})"``) returning the page's own state as
+    `EnvState` fields; None: the kind keeps none. `read_page` evaluates it; an agent step
+    (``act``) evaluates it in the round trip that tells whether the action navigated."""
+
     @classmethod
     async def read_page(cls, page: Any) -> dict[str, Any] | None:
-        """The page's own state as `EnvState` fields, or None when the kind keeps none."""
-        return None
+        """The page's own state as `EnvState` fields, or None when the kind keeps none (override
+        it for a state that a script alone cannot read; ``act`` then calls it after the action)."""
+        if cls.state_script is None:
+            return None
+        return await page.evaluate(cls.state_script)
+
+
+def _own_reader(hooks: type[PageHooks]) -> bool:
+    return hooks.read_page.__func__ is not PageHooks.read_page.__func__  # type: ignore[attr-defined]
+
+
+def state_probe(hooks: type[PageHooks]) -> str | None:
+    """The script that reads a page's state in the same round trip as an action's navigation check:
+    `hooks.state_script`, unless the hooks read their state some other way (their own `read_page`)."""
+    return None if _own_reader(hooks) else hooks.state_script
+
+
+def keeps_state(hooks: type[PageHooks]) -> bool:
+    """Whether pages of these hooks have a state of their own to read (a script or a `read_page`)."""
+    return hooks.state_script is not None or _own_reader(hooks)
 
 
 _HOOKS: dict[str, type[PageHooks]] = {PageHooks.name: PageHooks}

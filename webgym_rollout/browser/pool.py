@@ -10,7 +10,7 @@
   of its navigations;
 - `webgym_rollout.browser.traffic`: a session created with ``record`` keeps its page's traffic;
   one created with ``replay`` is served from a recording (bodies uploaded to `BrowserPool.bodies`);
-- `webgym_rollout.browser.operations`: navigate, screenshot, execute, page_info and env_state, each
+- `webgym_rollout.browser.operations`: navigate, screenshot, execute, act, page_info and env_state, each
   in the `Lane` of its kind (`webgym_rollout.browser.lanes`) and under a timeout, with failures
   mapped to the typed errors of `webgym_rollout.errors`.
 
@@ -52,6 +52,8 @@ from webgym_rollout.browser.processes import (
     process_tree_pss_mib,
 )
 from webgym_rollout.browser.protocol import (
+    ActRequest,
+    ActResult,
     BrowserAction,
     CreateSessionRequest,
     EnvState,
@@ -365,6 +367,9 @@ class BrowserPool:
 
     async def execute(self, session_id: str, action: BrowserAction) -> ExecuteResult:
         return await self.operations.execute(self._get(session_id), action)
+
+    async def act(self, session_id: str, request: ActRequest) -> ActResult:
+        return await self.operations.act(self._get(session_id), request)
 
     async def page_info(self, session_id: str, request: PageInfoRequest) -> PageInfo:
         return await self.operations.page_info(self._get(session_id), request)

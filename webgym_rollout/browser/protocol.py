@@ -2,7 +2,12 @@
 
 Requests and replies of `webgym_rollout.browser.server` (routes in its docstring). Every model is
 validated on the way in; a `BrowserAction` carries exactly the fields its kind needs. Screenshots
-travel as raw bytes after a small JSON header (`SCREENSHOT_MEDIA_TYPE`), never as base64 in JSON.
+travel as raw bytes after a small JSON header (`SCREENSHOT_MEDIA_TYPE`, `ACT_MEDIA_TYPE`), never as
+base64 in JSON.
+
+An agent step is one call: `ActRequest` (the action, and what to observe after it) -> `ActResult`
+(the action's `ExecuteResult` and the next observation). ``execute`` and ``screenshot`` stay for
+clients that want them apart.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from pydantic import BaseModel, Field, model_validator
 from webgym_rollout.errors import BrowserError
 
 __all__ = [
+    "ACT_MEDIA_TYPE",
+    "ActRequest",
+    "ActResult",
     "ActionKind",
     "BlocklistLifted",
     "BodyHashes",
@@ -38,8 +46,10 @@ __all__ = [
     "ServerHealth",
     "SessionCreated",
     "BODIES_MEDIA_TYPE",
+    "decode_act",
     "decode_bodies",
     "decode_screenshot",
+    "encode_act",
     "encode_bodies",
     "encode_screenshot",
 ]
@@ -315,6 +325,14 @@ def decode_bodies(headers: dict[str, str], content: bytes) -> dict[str, bytes]:
     return bodies
 
 
+class EnvState(BaseModel):
+    utterance: str = ""
+    done: bool = False
+    reward: float = 0.0
+    raw_reward: float = 0.0
+    reason: str = ""
+
+
 class ExecuteResult(BaseModel):
     ok: bool
     error: str = ""
@@ -329,6 +347,66 @@ class ExecuteResult(BaseModel):
     form with ``target=_blank`` submitted by script) lands here."""
 
 
+class ActRequest(BaseModel):
+    """One agent step (``POST /sessions/{id}/act``): run `action`, then read the next observation,
+    in one call under the session's lock (nothing else runs on the page in between)."""
+
+    action: BrowserAction
+    screenshot: ScreenshotRequest | None = Field(default_factory=ScreenshotRequest)
+    """The screenshot taken after the action; None takes none (e.g. an episode's last step)."""
+    env_state: bool = True
+    """Also read the page's own state (`EnvState`); environments that keep none answer None at no
+    cost, so a client need not know which kind it plays."""
+    elements: bool = False
+    """Also list the interactive elements in the viewport (`Element`; `page_info` with elements)."""
+
+
+class ActResult(ExecuteResult):
+    """What ``act`` answers: the action's `ExecuteResult` fields, then the observation after it.
+
+    An agent's mistake is ``ok=False`` with `error` (as for ``execute``); an infrastructure failure
+    is an error reply, as for every operation. With `ActRequest.elements`, `url` and `title` are
+    read again after the action (as ``page_info`` reads them)."""
+
+    screenshot: Screenshot | None = None
+    """The screenshot after the action (None when the request asked for none)."""
+    env_state: EnvState | None = None
+    """The page's own state after the action; None when not asked for or the environment keeps none."""
+    elements: list[Element] | None = None
+    """The interactive elements in the viewport, when asked for."""
+    execute_s: float = 0.0
+    """Seconds the server spent on the action (a ``wait`` included)."""
+    observe_s: float = 0.0
+    """Seconds the server spent reading the observation."""
+
+
+ACT_MEDIA_TYPE = "application/vnd.webgym.act"
+"""`ActResult` on the wire, framed like `SCREENSHOT_MEDIA_TYPE`: ``X-Webgym-Meta-Length: K``, then K
+bytes of JSON (the result, its screenshot without ``data``), then the image bytes. One body: the
+metadata (a page title, an agent's error text) is not limited to what a header may carry."""
+
+
+def encode_act(result: ActResult) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of an ``act`` reply (`ACT_MEDIA_TYPE`)."""
+    meta = result.model_dump_json(exclude={"screenshot": {"data"}}).encode()
+    data = result.screenshot.data if result.screenshot is not None else b""
+    return meta + data, {_META_HEADER: str(len(meta))}
+
+
+def decode_act(headers: dict[str, str], body: bytes) -> ActResult:
+    """Inverse of `encode_act`; `headers` has lower-case names."""
+    try:
+        size = int(headers[_META_HEADER])
+        meta = json.loads(body[:size])
+    except (KeyError, ValueError) as exc:
+        raise BrowserError(f"malformed act reply (no valid {_META_HEADER} header): {exc}") from exc
+    if meta.get("screenshot") is not None:
+        meta["screenshot"]["data"] = body[size:]
+    elif len(body) != size:
+        raise BrowserError(f"malformed act reply: {len(body) - size} image bytes without a screenshot")
+    return ActResult.model_validate(meta)
+
+
 class PageInfoRequest(BaseModel):
     elements: bool = False
     """Also list the interactive elements in the viewport (`Element`)."""
@@ -338,14 +416,6 @@ class PageInfo(BaseModel):
     url: str
     title: str
     elements: list[Element] = []
-
-
-class EnvState(BaseModel):
-    utterance: str = ""
-    done: bool = False
-    reward: float = 0.0
-    raw_reward: float = 0.0
-    reason: str = ""
 
 
 class ServerHealth(BaseModel):

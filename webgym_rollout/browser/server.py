@@ -8,6 +8,8 @@ Routes (JSON bodies are the pydantic models of `webgym_rollout.browser.protocol`
                                                                    ScreenshotResponse JSON if
                                                                    Accept: application/json)
     POST   /sessions/{id}/execute          BrowserAction        -> ExecuteResult
+    POST   /sessions/{id}/act              ActRequest           -> ActResult + image (ACT_MEDIA_TYPE): an
+                                                                   agent step, action then observation
     POST   /sessions/{id}/page_info        PageInfoRequest      -> PageInfo
     POST   /sessions/{id}/env_state                             -> EnvState
     DELETE /sessions/{id}
@@ -59,7 +61,7 @@ import click
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
 from webgym_core.settings import flat, load_settings, settings_options
@@ -69,8 +71,11 @@ from webgym_rollout.browser.guard import is_loopback_host, origin_of
 from webgym_rollout.browser.pages import environment_names
 from webgym_rollout.browser.pool import BrowserPool, PoolSettings
 from webgym_rollout.browser.protocol import (
+    ACT_MEDIA_TYPE,
     BODIES_MEDIA_TYPE,
     SCREENSHOT_MEDIA_TYPE,
+    ActRequest,
+    ActResult,
     BlocklistLifted,
     BodyHashes,
     BrowserAction,
@@ -87,6 +92,7 @@ from webgym_rollout.browser.protocol import (
     ScreenshotResponse,
     ServerHealth,
     SessionCreated,
+    encode_act,
     encode_bodies,
     encode_screenshot,
 )
@@ -180,6 +186,14 @@ def _json(model: BaseModel) -> Response:
     return Response(model.model_dump_json(), media_type="application/json")
 
 
+def _component_schema(model: type[BaseModel]) -> dict:
+    """`model`'s JSON schema for a route that parses its body itself: the models it nests are
+    referenced among the OpenAPI components, where the routes that take them put them."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return schema
+
+
 def _error_response(exc: BrowserError) -> JSONResponse:
     body = ErrorBody(
         error=exc.kind,
@@ -267,6 +281,20 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
     @app.post("/sessions/{session_id}/execute", response_model=ExecuteResult)
     async def execute(session_id: str, body: BrowserAction) -> Response:
         return _json(await pool.execute(session_id, body))
+
+    @app.post("/sessions/{session_id}/act", response_model=ActResult,
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": _component_schema(ActRequest)}}}})
+    async def act(session_id: str, request: Request) -> Response:
+        # The agent's step: the body is parsed by pydantic-core straight from its bytes (FastAPI's
+        # body handling, json.loads then validation through its dependency solver, measurably costs
+        # more per step); errors answer 422 like every other route's.
+        try:
+            body = ActRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors(include_url=False)) from None
+        content, headers = encode_act(await pool.act(session_id, body))
+        return Response(content, media_type=ACT_MEDIA_TYPE, headers=headers)
 
     @app.post("/sessions/{session_id}/page_info", response_model=PageInfo)
     async def page_info(session_id: str, body: PageInfoRequest) -> PageInfo:

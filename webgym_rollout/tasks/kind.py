@@ -12,6 +12,7 @@ Client side, per task (`WebEnv`)::
     kind.session_request(settings, seed) -> what the browser server opens (URL, environment, seed)
     await kind.setup(session)            -> the instruction the agent is given
     await kind.validate(session)         -> TaskOutcome, or None when the kind has no verdict
+    kind.outcome(env_state)              -> the same verdict from the state a step's `act` read
     kind.horizon(settings, split)        -> the step budget
     kind.check(settings)                 -> raise ValueError if the settings cannot run this kind
 
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from webgym_data.schema import DIFFICULTY_LEVELS, Task
 from webgym_rollout.browser.pages import PageHooks, page_hooks, register_page_hooks
-from webgym_rollout.browser.protocol import CreateSessionRequest
+from webgym_rollout.browser.protocol import CreateSessionRequest, EnvState
 from webgym_rollout.errors import InvalidRequest
 from webgym_rollout.trajectory.contract import TaskOutcome
 
@@ -89,6 +90,11 @@ class TaskKind:
 
     async def validate(self, session: BrowserSession) -> TaskOutcome | None:
         """The environment's own verdict after a step, or None when it has none (the judge decides)."""
+        return None
+
+    def outcome(self, state: EnvState | None) -> TaskOutcome | None:
+        """The verdict `validate` gives, from the page's state that a step's ``act`` read already
+        (None: the page keeps none); saves the round trip of `validate`."""
         return None
 
     def horizon(self, settings: EnvSettings, split: str) -> int:

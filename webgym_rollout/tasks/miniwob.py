@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from webgym_rollout.browser.pages import PageHooks
+from webgym_rollout.browser.protocol import EnvState
 from webgym_rollout.tasks.kind import TaskKind
 from webgym_rollout.trajectory.contract import TaskOutcome
 
@@ -68,6 +69,7 @@ class MiniWobPage(PageHooks):
     name = "miniwob"
     takes_argument = True
     clip: ClassVar[dict[str, int] | None] = MINIWOB_CLIP
+    state_script: ClassVar[str | None] = _STATE
 
     @classmethod
     async def start_page(cls, page: Any, argument: str, seed: int | None, *, max_time_s: float | None,
@@ -76,10 +78,6 @@ class MiniWobPage(PageHooks):
         await page.wait_for_selector("#sync-task-cover", state="attached", timeout=timeout_ms)
         await page.evaluate(_START, [seed, None if max_time_s is None else int(max_time_s * 1000)])
         await page.wait_for_function("() => WOB_TASK_READY === true", timeout=timeout_ms)
-
-    @classmethod
-    async def read_page(cls, page: Any) -> dict[str, Any]:
-        return await page.evaluate(_STATE)
 
 
 class MiniWobTask(TaskKind):
@@ -103,7 +101,10 @@ class MiniWobTask(TaskKind):
         return state.utterance or self.task.task_name
 
     async def validate(self, session: BrowserSession) -> TaskOutcome:
-        state = await session.env_state()
+        return self.outcome(await session.env_state())
+
+    def outcome(self, state: EnvState | None) -> TaskOutcome:
+        state = state or EnvState()
         return TaskOutcome(done=state.done, raw_reward=state.raw_reward, reason=state.reason)
 
     def horizon(self, settings: EnvSettings, split: str) -> int:

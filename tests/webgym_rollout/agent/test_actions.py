@@ -23,6 +23,7 @@ from webgym_rollout.agent.actions import (
     pixels_to_grid,
     tool_schema,
 )
+from webgym_rollout.browser.protocol import BrowserAction
 
 NAMES = [spec.name for spec in ACTIONS]
 
@@ -128,22 +129,24 @@ def test_lenient_forms_that_models_really_write_are_accepted():
 def test_browser_actions_use_viewport_pixels():
     viewport = (1280, 720)
     assert AgentAction("left_click", coordinate=(500, 500)).to_browser_action(viewport) == \
-        {"kind": "click", "x": 640, "y": 360}
+        BrowserAction.click(640, 360)
     assert AgentAction("left_click", coordinate=(1000, 1000)).to_browser_action(viewport) == \
-        {"kind": "click", "x": 1279, "y": 719}
+        BrowserAction.click(1279, 719)
     assert AgentAction("left_click", coordinate=(0, 0)).to_browser_action((160, 210)) == \
-        {"kind": "click", "x": 0, "y": 0}
+        BrowserAction.click(0, 0)
     assert AgentAction("type", text="hi", press_enter=True).to_browser_action(viewport) == \
-        {"kind": "type", "text": "hi", "press_enter": True}
+        BrowserAction.type_text("hi", press_enter=True)
     scroll = AgentAction("scroll", direction="up", coordinate=(250, 750)).to_browser_action(viewport)
-    assert scroll == {"kind": "scroll", "direction": "up", "amount": 432, "x": 320, "y": 540}
-    assert AgentAction("wait", time=120).to_browser_action(viewport) == {"kind": "wait", "seconds": 10.0}
-    assert AgentAction("wait").to_browser_action(viewport) == {"kind": "wait", "seconds": 2.0}
-    assert AgentAction("go_back").to_browser_action(viewport) == {"kind": "go_back"}
+    assert scroll == BrowserAction.scroll_by("up", 432, 320, 540)
+    down = AgentAction("scroll", direction="down").to_browser_action(viewport)
+    assert down == BrowserAction.scroll_by("down", 432)
+    assert AgentAction("wait", time=120).to_browser_action(viewport) == BrowserAction.wait_for(10.0)
+    assert AgentAction("wait").to_browser_action(viewport) == BrowserAction.wait_for(2.0)
+    assert AgentAction("go_back").to_browser_action(viewport) == BrowserAction.back()
     assert AgentAction("key", keys="Control+a").to_browser_action(viewport) == \
-        {"kind": "key", "key": "Control+a"}
+        BrowserAction.press("Control+a")
     assert AgentAction("select", coordinate=(500, 250), option="Blue").to_browser_action(viewport) == \
-        {"kind": "select", "x": 640, "y": 180, "value": "Blue"}
+        BrowserAction.select_option(640, 180, "Blue")
     select = AgentAction("select", coordinate=(500, 250), option="Blue")
     assert select.describe() == 'select [500, 250] "Blue"'
     assert AgentAction("key", keys="Enter").describe() == "key Enter"
@@ -173,15 +176,15 @@ def test_json_form_round_trips(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_browser_actions_satisfy_the_browser_client_contract(name):
-    from webgym_rollout.browser.protocol import BrowserAction
-
     for viewport in ((1280, 720), (160, 210)):
         action = example_action(name).to_browser_action(viewport)
         if name in ("navigate", "answer"):
             assert action is None
             continue
-        validated = BrowserAction.model_validate(action)
-        assert validated.kind == action["kind"]
+        # The typed model, and one that survives the trip over the wire unchanged.
+        assert isinstance(action, BrowserAction)
+        validated = BrowserAction.model_validate_json(action.model_dump_json(exclude_none=True))
+        assert validated == action
         if validated.x is not None:
             assert 0 <= validated.x < viewport[0] and 0 <= validated.y < viewport[1]
 
@@ -203,8 +206,8 @@ def _well_formed(action: AgentAction) -> None:
     action.describe()
     action.to_tool_call()
     browser = action.to_browser_action((1280, 720))
-    if browser is not None and "x" in browser:
-        assert 0 <= browser["x"] < 1280 and 0 <= browser["y"] < 720
+    if browser is not None and browser.x is not None:
+        assert 0 <= browser.x < 1280 and 0 <= browser.y < 720
 
 
 @pytest.mark.parametrize("name", [[1, 2], {"left_click": 1}, None, 3, 1.5, True, ""])

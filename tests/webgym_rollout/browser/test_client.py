@@ -9,9 +9,20 @@ import pytest
 
 from tests.conftest import free_port
 from tests.webgym_rollout.raw_http import RawHttp, reply
-from webgym_rollout.browser.client import BrowserClient
+from webgym_rollout.browser.client import BrowserClient, BrowserSession
 from webgym_rollout.browser.pool import PoolSettings
-from webgym_rollout.browser.protocol import BrowserAction, ErrorBody
+from webgym_rollout.browser.protocol import (
+    ActRequest,
+    ActResult,
+    BrowserAction,
+    CreateSessionRequest,
+    EnvState,
+    ErrorBody,
+    Screenshot,
+    ScreenshotRequest,
+    SessionCreated,
+    encode_act,
+)
 from webgym_rollout.browser.server import ServerSettings, running_server
 from webgym_rollout.errors import (
     BrowserCrashed,
@@ -125,3 +136,43 @@ async def test_client_turns_foreign_and_broken_replies_into_typed_errors():
         async with raw as url, BrowserClient(url, retries=0) as client:
             with pytest.raises(error):
                 await client._call(url, "POST", "/sessions", json={"start_url": "http://127.0.0.1:1/"})
+
+
+def _body(raw_request: bytes) -> bytes:
+    return raw_request.split(b"\r\n\r\n", 1)[1]
+
+
+async def test_act_sends_its_typed_request_once_and_decodes_the_reply():
+    result = ActResult(ok=False, error="no <select> element at (1, 2)", url="http://127.0.0.1:1/",
+                       title="t", env_state=EnvState(done=True, raw_reward=1.0),
+                       screenshot=Screenshot(data=b"\x89PNG raw", sha256="ab" * 32, width=8, height=9,
+                                             format="png"))
+    content, headers = encode_act(result)
+    answer = reply(content, extra=f"X-Webgym-Meta-Length: {headers['x-webgym-meta-length']}\r\n".encode())
+    truncated = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}"
+    raw = RawHttp([truncated, answer], close_after_each=True)
+    async with raw as url, BrowserClient(url, retries=3) as client:
+        session = BrowserSession(client, url, SessionCreated(session_id="s1", environment="web",
+                                                             viewport=(1280, 720), url=url, title=""))
+        action = BrowserAction.select_option(1, 2, "Blue")
+        with pytest.raises(ServerUnavailable):  # the action may have run: not sent again
+            await session.act(action)
+        assert raw.connections == 1
+        got = await session.act(action, screenshot=ScreenshotRequest(format="jpeg", quality=50))
+    assert got == result  # an agent's mistake is data on the result, not a raise
+    assert raw.requests[-1].startswith(b"POST /sessions/s1/act ")
+    sent = ActRequest.model_validate_json(_body(raw.requests[-1]))
+    assert sent == ActRequest(action=action, screenshot=ScreenshotRequest(format="jpeg", quality=50))
+
+
+async def test_open_session_sends_the_typed_request_as_it_is():
+    created = SessionCreated(session_id="s2", environment="miniwob:click-button", viewport=(160, 210),
+                             url="http://127.0.0.1:1/m", title="M", browser_pid=7)
+    raw = RawHttp([reply(created.model_dump_json().encode())], close_after_each=True)
+    request = CreateSessionRequest(start_url="http://127.0.0.1:1/m", viewport=(800, 600),
+                                   environment="miniwob:click-button", seed=5, record=True)
+    async with raw as url, BrowserClient(url, retries=0) as client:
+        session = await client.open_session(request)
+    assert (session.session_id, session.environment, session.viewport, session.browser_pid) == (
+        "s2", "miniwob:click-button", (160, 210), 7)
+    assert CreateSessionRequest.model_validate_json(_body(raw.requests[0])) == request

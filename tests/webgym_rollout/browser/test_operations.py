@@ -9,8 +9,11 @@ import pytest_asyncio
 from PIL import Image
 from playwright.async_api import Error as PlaywrightError
 
+from webgym_rollout.browser import pages
+from webgym_rollout.browser.pages import PageHooks, keeps_state, state_probe
 from webgym_rollout.browser.pool import BrowserPool, PoolSettings
 from webgym_rollout.browser.protocol import (
+    ActRequest,
     BrowserAction,
     CreateSessionRequest,
     EnvState,
@@ -200,3 +203,49 @@ async def test_a_timed_out_action_names_its_limit(pool, faults):
         await pool.execute(sid, BrowserAction.click(5, 5))
     assert f"execute on session {sid} did not finish within its limit of 3 s (--action-timeout-s)" in str(
         hung.value)
+
+
+class _PathPage(PageHooks):
+    """A kind whose state a script reads: the page's path."""
+
+    name = "path-test"
+    state_script = "() => ({utterance: location.pathname})"
+
+
+async def test_act_reads_a_scripted_state_in_the_navigation_check_and_after_a_navigation(pool, sites,
+                                                                                          monkeypatch):
+    monkeypatch.setitem(pages._HOOKS, _PathPage.name, _PathPage)
+    created = await pool.create(CreateSessionRequest(start_url=f"{sites.base_url}/sandbox/form.html",
+                                                     environment=_PathPage.name))
+    sid = created.session_id
+    link = await _element(pool, sid, lambda e: e.text == "Next page")
+    cdp = pool._sessions[sid].navigation.cdp
+    sent, send = [], cdp.send
+
+    async def counted(method, params=None):
+        sent.append(method)
+        return await send(method, params)
+
+    cdp.send = counted
+    stay = await pool.act(sid, ActRequest(action=BrowserAction.click(3, 3), screenshot=None))
+    assert stay.ok and stay.env_state == EnvState(utterance="/sandbox/form.html")
+    assert sent == ["Runtime.evaluate"]  # the state came back from the navigation check itself
+    moved = await pool.act(sid, ActRequest(action=BrowserAction.click(*link)))
+    # The click navigated: the state is the new page's, read after the navigation, not before it.
+    assert moved.url.endswith("/sandbox/next.html") and moved.title == "Sandbox next"
+    assert moved.env_state == EnvState(utterance="/sandbox/next.html")
+    assert moved.screenshot is not None and moved.screenshot.width == 1280
+    scrolled = await pool.act(sid, ActRequest(action=BrowserAction.scroll_by("down", 50), env_state=False))
+    assert scrolled.ok and scrolled.env_state is None
+    await pool.close_session(sid)
+
+
+def test_a_kind_that_reads_its_state_itself_is_not_probed():
+    class OwnReader(_PathPage):
+        @classmethod
+        async def read_page(cls, page):
+            return {"utterance": "read by hand"}
+
+    assert state_probe(_PathPage) == _PathPage.state_script
+    assert state_probe(OwnReader) is None and state_probe(PageHooks) is None
+    assert keeps_state(_PathPage) and keeps_state(OwnReader) and not keeps_state(PageHooks)

@@ -6,13 +6,21 @@ import pytest
 from pydantic import ValidationError
 
 from webgym_rollout.browser.protocol import (
+    ActRequest,
+    ActResult,
     BrowserAction,
     CreateSessionRequest,
+    Element,
+    EnvState,
     PageInfoRequest,
+    RecordedExchange,
+    ReplayOptions,
     Screenshot,
     ScreenshotRequest,
     ServerHealth,
+    decode_act,
     decode_screenshot,
+    encode_act,
     encode_screenshot,
 )
 from webgym_rollout.errors import BrowserError
@@ -76,3 +84,44 @@ def test_screenshot_wire_format_round_trips():
         decode_screenshot({}, body)
     with pytest.raises(BrowserError, match="malformed screenshot reply"):
         decode_screenshot({"x-webgym-meta-length": "many"}, body)
+
+
+def test_act_wire_format_round_trips_with_and_without_a_screenshot():
+    shot = Screenshot(data=b"\x89PNG\r\n\x1a\nimage bytes", sha256="cd" * 32, width=1280, height=720,
+                      format="png")
+    element = Element(x=1, y=2, width=3, height=4, tag="button", role="button", text="Ünïcode \"OK\"")
+    full = ActResult(ok=False, error="no <select> element at (5, 5)", url="http://127.0.0.1:1/a",
+                     title="Tïtle", popups=["http://127.0.0.1:1/pop"], screenshot=shot,
+                     env_state=EnvState(utterance="Click", done=True, raw_reward=1.0), elements=[element],
+                     execute_s=0.25, observe_s=0.5)
+    body, headers = encode_act(full)
+    assert body.endswith(shot.data) and b"image bytes" not in body[:int(headers["x-webgym-meta-length"])]
+    assert decode_act(headers, body) == full
+    bare = ActResult(ok=True, url="http://127.0.0.1:1/b", title="")
+    body, headers = encode_act(bare)
+    back = decode_act(headers, body)
+    assert back == bare and back.screenshot is None and back.env_state is None and back.elements is None
+    with pytest.raises(BrowserError, match="malformed act reply"):
+        decode_act({}, body)
+    with pytest.raises(BrowserError, match="image bytes without a screenshot"):
+        decode_act(headers, body + b"stray")
+
+
+def test_act_requests_and_session_requests_survive_their_json():
+    request = ActRequest(action=BrowserAction.click(3, 4))
+    assert request.screenshot == ScreenshotRequest() and request.env_state and not request.elements
+    for sent in (request,
+                 ActRequest(action=BrowserAction.type_text("hi", press_enter=True), screenshot=None,
+                            env_state=False, elements=True),
+                 ActRequest(action=BrowserAction.scroll_by("up", 5, 1, 2),
+                            screenshot=ScreenshotRequest(format="jpeg", quality=50, scale=0.5))):
+        assert ActRequest.model_validate_json(sent.model_dump_json()) == sent
+    with pytest.raises(ValidationError):
+        ActRequest.model_validate({"action": {"kind": "click", "x": 1}})  # the action is checked too
+    with pytest.raises(ValidationError):
+        ActRequest.model_validate({"action": {"kind": "go_back"}, "screenshot": {"format": "gif"}})
+    replay = ReplayOptions(exchanges=[RecordedExchange(method="GET", url="http://127.0.0.1:1/", status=200,
+                                                       headers=[("a", "b")], body_sha256="ef" * 32)])
+    create = CreateSessionRequest(start_url="http://127.0.0.1:1/", viewport=(800, 600),
+                                  environment="miniwob:click-button", seed=3, replay=replay)
+    assert CreateSessionRequest.model_validate_json(create.model_dump_json()) == create

@@ -24,7 +24,7 @@ from tests.webgym_rollout.fault_pages import FaultPages
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.pool import PoolSettings
 from webgym_rollout.browser.processes import process_tree_pss_mib
-from webgym_rollout.browser.protocol import BrowserAction, ScreenshotResponse
+from webgym_rollout.browser.protocol import BrowserAction, ScreenshotRequest, ScreenshotResponse
 from webgym_rollout.browser.server import (
     ServerSettings,
     check_bind,
@@ -32,7 +32,7 @@ from webgym_rollout.browser.server import (
     running_server,
     serve_command,
 )
-from webgym_rollout.errors import NavigationRefused, ServerBusy, SessionNotFound, Unauthorized
+from webgym_rollout.errors import InvalidRequest, NavigationRefused, ServerBusy, SessionNotFound, Unauthorized
 from webgym_rollout.tasks.miniwob import task_url as miniwob_task_url
 
 
@@ -163,6 +163,59 @@ async def test_miniwob_click_button_through_http(server, sites):
         for s in (session, again):
             await s.close()
         await session.close()  # closing twice is fine
+
+
+@pytest.mark.browser
+async def test_act_observes_what_execute_then_the_reads_would(server, sites):
+    """Two sessions of one seeded MiniWoB page: one steps with execute, screenshot, env_state and
+    page_info, the other with one act call; both see the same page afterwards."""
+    url, _ = server
+    task_url = miniwob_task_url(sites.base_url, "click-button")
+    async with BrowserClient(url) as client:
+        split = await client.create_session(task_url, environment="miniwob:click-button", seed=7)
+        joint = await client.create_session(task_url, environment="miniwob:click-button", seed=7)
+        target = (await split.env_state()).utterance.split('"')[1]
+        click = BrowserAction.click(*await _centre_of_button(split, target))
+        assert (await joint.screenshot()).sha256 == (await split.screenshot()).sha256  # the same page
+        done = await split.execute(click)
+        shot, state = await split.screenshot(), await split.env_state()
+        info = await split.page_info(elements=True)
+        acted = await joint.act(click, elements=True)
+        assert acted.ok and done.ok and acted.error == done.error == ""
+        assert (acted.url, acted.title, acted.popups) == (info.url, info.title, done.popups)
+        assert acted.screenshot is not None and acted.screenshot.sha256 == shot.sha256
+        assert (acted.screenshot.width, acted.screenshot.height) == (shot.width, shot.height) == (160, 210)
+        assert acted.elements == info.elements
+        # The reward decays with the episode's time; what it says is the same.
+        assert acted.env_state is not None and state.done and acted.env_state.done
+        assert (acted.env_state.raw_reward, acted.env_state.utterance) == (state.raw_reward, state.utterance)
+        assert acted.execute_s > 0 and acted.observe_s > 0
+        for session in (split, joint):
+            await session.close()
+
+
+@pytest.mark.browser
+async def test_act_gives_mistakes_as_data_and_raises_failures(server, sites):
+    url, _ = server
+    async with BrowserClient(url) as client:
+        session = await client.create_session(f"{sites.base_url}/sandbox/form.html")
+        wrong = await session.act(BrowserAction.select_option(5, 5, "Blue"))
+        assert not wrong.ok and "select" in wrong.error  # the agent's mistake, and the observation after it
+        assert wrong.screenshot is not None and wrong.screenshot.data[:4] == b"\x89PNG"
+        assert wrong.env_state is None and wrong.elements is None  # a website keeps no state of its own
+        assert wrong.title == "Sandbox form"
+        small = await session.act(BrowserAction.scroll_by("down", 100),
+                                  screenshot=ScreenshotRequest(format="jpeg", quality=40, scale=0.5))
+        assert small.ok and (small.screenshot.width, small.screenshot.height, small.screenshot.format) == (
+            640, 360, "jpeg")
+        bare = await session.act(BrowserAction.wait_for(0), screenshot=None, env_state=False)
+        assert bare.ok and bare.screenshot is None
+        with pytest.raises(InvalidRequest, match="action"):  # a malformed step is refused, typed
+            await client._call(url, "POST", f"/sessions/{session.session_id}/act",
+                               json={"action": {"kind": "click", "x": 1}})
+        await session.close()
+        with pytest.raises(SessionNotFound):  # infrastructure: the session is gone
+            await session.act(BrowserAction.back())
 
 
 @pytest.mark.browser

@@ -168,6 +168,10 @@ _URLS = st.one_of(
 @settings(max_examples=80, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(request=st.one_of(
     st.tuples(st.just("execute"), _ACTIONS),
+    st.tuples(st.just("act"), st.fixed_dictionaries({"action": _ACTIONS}, optional={
+        "screenshot": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+            "format": st.sampled_from(["png", "jpeg"]), "scale": st.floats(0.01, 1.0)})),
+        "env_state": st.booleans(), "elements": st.booleans()})),
     st.tuples(st.just("navigate"), st.builds(lambda u: {"url": u}, _URLS)),
     st.tuples(st.just("screenshot"), st.fixed_dictionaries({}, optional={
         "format": st.sampled_from(["png", "jpeg"]), "quality": st.integers(1, 100),
