@@ -87,7 +87,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
                 try:
                     rows.append(json.loads(line))
                 except (ValueError, RecursionError) as exc:
-                    raise TaskValidationError(f"invalid JSON on line {line_number + 1}: {_json_problem(exc)}",
+                    raise TaskValidationError(f"invalid JSON on line {line_number + 1}: {json_problem(exc)}",
                                               file=str(path), row=len(rows)) from None
         return rows
     if suffix == ".json":
@@ -119,7 +119,7 @@ def _number_text(value: Any) -> Any:
     return value
 
 
-def _json_problem(exc: ValueError | RecursionError) -> str:
+def json_problem(exc: ValueError | RecursionError) -> str:
     """What is wrong with JSON text that `json.loads` refused (json raises a plain ValueError for an
     integer of more digits than Python converts, and RecursionError for deep nesting)."""
     if isinstance(exc, RecursionError):
@@ -139,7 +139,7 @@ def read_json_file(path: Path) -> Any:
     except json.JSONDecodeError as exc:
         raise TaskValidationError(f"invalid JSON at line {exc.lineno}: {exc.msg}", file=str(path)) from None
     except (ValueError, RecursionError) as exc:
-        raise TaskValidationError(f"invalid JSON: {_json_problem(exc)}", file=str(path)) from None
+        raise TaskValidationError(f"invalid JSON: {json_problem(exc)}", file=str(path)) from None
 
 
 def require_text(record: Mapping[str, Any], name: str, *, file: str, row: int) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from webgym_data.errors import TaskValidationError
-from webgym_data.importers._base import _json_problem
+from webgym_data.importers._base import json_problem
 
 __all__ = ["JsonlColumns", "read_jsonl_columns"]
 
@@ -57,7 +57,7 @@ class JsonlColumns:
         try:
             return json.loads(self.lines[row].decode("utf-8"))
         except (ValueError, RecursionError) as exc:
-            raise TaskValidationError(f"invalid JSON on line {self._line_number(row)}: {_json_problem(exc)}",
+            raise TaskValidationError(f"invalid JSON on line {self._line_number(row)}: {json_problem(exc)}",
                                       file=str(self.path), row=row) from None
 
     def _line_number(self, row: int) -> int:
