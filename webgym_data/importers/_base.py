@@ -87,7 +87,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
                 try:
                     rows.append(json.loads(line))
                 except (ValueError, RecursionError) as exc:
-                    raise TaskValidationError(f"invalid JSON on line {line_number + 1}: {_json_problem(exc)}",
+                    raise TaskValidationError(f"invalid JSON on line {line_number + 1}: {json_problem(exc)}",
                                               file=str(path), row=len(rows)) from None
         return rows
     if suffix == ".json":
@@ -119,7 +119,7 @@ def _number_text(value: Any) -> Any:
     return value
 
 
-def _json_problem(exc: ValueError | RecursionError) -> str:
+def json_problem(exc: ValueError | RecursionError) -> str:
     """What is wrong with JSON text that `json.loads` refused (json raises a plain ValueError for an
     integer of more digits than Python converts, and RecursionError for deep nesting)."""
     if isinstance(exc, RecursionError):
@@ -139,7 +139,7 @@ def read_json_file(path: Path) -> Any:
     except json.JSONDecodeError as exc:
         raise TaskValidationError(f"invalid JSON at line {exc.lineno}: {exc.msg}", file=str(path)) from None
     except (ValueError, RecursionError) as exc:
-        raise TaskValidationError(f"invalid JSON: {_json_problem(exc)}", file=str(path)) from None
+        raise TaskValidationError(f"invalid JSON: {json_problem(exc)}", file=str(path)) from None
 
 
 def require_text(record: Mapping[str, Any], name: str, *, file: str, row: int) -> str:
@@ -226,7 +226,7 @@ class SeedImporter:
         result = ImportResult(files=files)
         seen: dict[str, str] = {}
         for file in files:
-            self.read_into(result, read_records(file), file=str(file), seen=seen)
+            self.read_file(result, file, seen=seen)
         logger.info("%s: %d tasks from %d files, %d skipped", self.name, len(result.tasks), len(files),
                     len(result.skipped))
         return result
@@ -240,27 +240,30 @@ class SeedImporter:
                                     f"({', '.join(self.folder_files) or 'none declared'})")
         return files
 
+    def read_file(self, result: ImportResult, file: Path, *, seen: dict[str, str]) -> None:
+        """Read one seed file into `result` (`seen`: the task ids read so far, and where). Row by
+        row here; the generic importer reads a JSONL file by columns."""
+        self.read_into(result, read_records(file), file=str(file), seen=seen)
+
     def read_into(self, result: ImportResult, records: Iterable[Any], *, file: str,
                   seen: dict[str, str] | None = None) -> None:
         """Convert `records` (rows of `file`, numbered from 0) and append them to `result`."""
         seen = {} if seen is None else seen
         for row, record in enumerate(self.prepare(records, file=file)):
-            if not isinstance(record, Mapping):
-                raise TaskValidationError(f"expected an object, got {type(record).__name__}",
-                                          file=file, row=row)
-            try:
-                task = self.convert(record, file=file, row=row)
-            except Skip as skip:
-                result.skipped.append(f"{file}, row {row}: {skip.reason}")
-                result.unresolved_websites += int(skip.unresolved_website)
-                continue
-            where = f"{file}, row {row}"
-            if task.task_id in seen:
-                result.skipped.append(
-                    f"{where}: duplicate task_id {task.task_id} (first at {seen[task.task_id]})")
-                continue
-            seen[task.task_id] = where
-            result.tasks.append(task)
+            self.add_record(result, record, file=file, row=row, seen=seen)
+
+    def add_record(self, result: ImportResult, record: Any, *, file: str, row: int,
+                   seen: dict[str, str]) -> None:
+        """Convert row `row` of `file` and add its task to `result` (or its reason to skip it)."""
+        if not isinstance(record, Mapping):
+            raise TaskValidationError(f"expected an object, got {type(record).__name__}", file=file, row=row)
+        try:
+            task = self.convert(record, file=file, row=row)
+        except Skip as skip:
+            result.skipped.append(f"{file}, row {row}: {skip.reason}")
+            result.unresolved_websites += int(skip.unresolved_website)
+            return
+        add_task(result, task, file=file, row=row, seen=seen)
 
     def prepare(self, records: Iterable[Any], *, file: str) -> Iterator[Any]:
         """Hook for importers that need a whole file at once (joins with a side file)."""
@@ -319,7 +322,7 @@ class SeedImporter:
             start_url=normalise_website(start_url) or website, domain=domain.strip(),
             subdomain=subdomain.strip(), evaluator_reference=tuple(evaluator_reference or ()),
             definite_answer=definite_answer.strip(), difficulty=difficulty,
-            source=TaskSource(importer=self.name, file=_display_name(file), row=row,
+            source=TaskSource(importer=self.name, file=display_name(file), row=row,
                               metadata=metadata_json(metadata)),
             seed_criteria=tuple(dict.fromkeys(" ".join(c.split()) for c in seed_criteria if c.strip())),
             rubric_source=rubric_source, seed_difficulty_level=seed_difficulty_level,
@@ -337,7 +340,17 @@ class SeedImporter:
         return task
 
 
+def add_task(result: ImportResult, task: Task, *, file: str, row: int, seen: dict[str, str]) -> None:
+    """Add `task` (row `row` of `file`) to `result`, or skip it when its id was `seen` before."""
+    where = seen.get(task.task_id)
+    if where is not None:
+        result.skipped.append(f"{file}, row {row}: duplicate task_id {task.task_id} (first at {where})")
+        return
+    seen[task.task_id] = f"{file}, row {row}"
+    result.tasks.append(task)
+
+
 @functools.lru_cache(maxsize=256)
-def _display_name(file: str) -> str:
+def display_name(file: str) -> str:
     """What `source.file` records: a local file's name (not the machine's path), or a Hub label."""
     return file if "://" in file else Path(file).name

@@ -18,20 +18,38 @@ one string) is read as the seed's criteria.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 from webgym_data.errors import MappingError
-from webgym_data.importers._base import SeedImporter, require_text, text_field
+from webgym_data.importers._base import (
+    ImportResult,
+    SeedImporter,
+    add_task,
+    display_name,
+    metadata_json,
+    require_text,
+    site_url,
+    text_field,
+)
+from webgym_data.importers._jsonl import read_jsonl_columns
 from webgym_data.loading import saved_dataset_files
 from webgym_data.schema import (
     DIFFICULTY_LEVELS,
+    MAX_DIFFICULTY,
+    MAX_INSTRUCTION_CHARS,
     RUBRIC_SOURCES,
+    FactGroup,
     Task,
+    TaskSource,
     TaskValidationError,
     make_task_id,
+    normalise_evaluator_reference,
+    normalise_website,
     seed_difficulty_label,
+    text_fault,
 )
 
 __all__ = ["TARGET_FIELDS", "GenericImporter", "MappingError"]
@@ -144,3 +162,287 @@ class GenericImporter(SeedImporter):
         if task_id:
             changes["task_id"] = task_id  # a given id is kept as is
         return dataclasses.replace(task, **changes) if changes else task
+
+    # -- a JSONL file by columns: Arrow parses it; each row whose values the column types vouch for
+    # becomes a task here, with the same result as `convert`; any other row (a value to refuse or
+    # skip, a null where the row may have had no key) goes through `convert` from its own line.
+    def read_file(self, result: ImportResult, file: Path, *, seen: dict[str, str]) -> None:
+        columns = read_jsonl_columns(file) if file.suffix.lower() == ".jsonl" else None
+        if columns is None:
+            super().read_file(result, file, seen=seen)
+            return
+        name = str(file)
+        for row, task in enumerate(self._plain_tasks(columns.table, file=name)):
+            if task is None:
+                self.add_record(result, columns.record(row), file=name, row=row, seen=seen)
+            else:
+                add_task(result, task, file=name, row=row, seen=seen)
+
+    def _plain_tasks(self, table: Any, *, file: str) -> list[Task | None]:
+        """One task per row of `table` (the rows of `file`), None for a row `convert` must read."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = table.num_rows
+        shown = display_name(file)
+        if text_fault(shown):  # a file name UTF-8 cannot encode: `convert` names it
+            return [None] * n
+        undecided = pa.array(repeat(False, n), pa.bool_())
+        for column in table.column_names:  # a value Arrow reads otherwise than JSON (a float, a date)
+            if not _json_type(table.column(column).type):
+                undecided = pc.or_(undecided, pc.is_valid(table.column(column)))
+
+        def values(column: str, accepts: Callable[[Any], bool]) -> list[Any]:
+            """The column's values where its type is one `accepts`; otherwise its rows are undecided."""
+            nonlocal undecided
+            if column not in table.column_names:
+                return [None] * n
+            array = table.column(column)
+            if accepts(array.type):
+                return array.to_pylist()
+            undecided = pc.or_(undecided, pc.is_valid(array))
+            return [None] * n
+
+        def texts(column: str) -> list[str | None]:
+            """A text column's values; integers as their text (as `text_field` reads them)."""
+            listed = values(column, _text_type)
+            if column in table.column_names and pa.types.is_int64(table.column(column).type):
+                return [None if v is None else str(v) for v in listed]
+            return listed
+
+        columns = {target: self.mapping.get(target, target) for target in TARGET_FIELDS}
+        strings = [texts(columns[target]) for target in (
+            "task_name", "website", "start_url", "definite_answer", "domain", "subdomain", "benchmark_name",
+            "task_id")]
+        strings += [texts(name) for name in ("rubric_source", "seed_difficulty_level")]
+        strings[1] = _sites(strings[1])
+        column = columns["evaluator_reference"]
+        if column in table.column_names and _group_list_type(table.column(column).type):
+            references = _fact_groups(table.column(column))
+        else:
+            references = values(column, _reference_type)
+        difficulties = values(columns["difficulty"], _text_type)
+        criteria = values(columns["seed_criteria"], _strings_type)
+        # The seed's other columns go to the metadata, where a null and a missing key differ (and a
+        # column cannot tell them apart): rows with a null there are undecided.
+        used = {columns[t] for t in TARGET_FIELDS if t != "difficulty"}
+        label_column = columns["difficulty"]
+        if label_column in used or _not_metadata(label_column):
+            label_column = None  # a difficulty label stays in the metadata, as in `convert`
+        used.add(columns["difficulty"])
+        extra = [k for k in table.column_names if k not in used and not _not_metadata(k)]
+        for column in extra:
+            array = table.column(column)
+            undecided = pc.or_(undecided, pc.is_null(array) if _metadata_type(array.type)
+                               else pa.array(repeat(True, n), pa.bool_()))
+        extra_rows = (list(zip(*(table.column(k).to_pylist() for k in extra), strict=True)) if extra
+                      else [()] * n)
+        skip = undecided.to_pylist()
+        return [None if skip[row] else self._plain_task(*fields, row=row, file=shown, extra=extra,
+                                                        label_column=label_column)
+                for row, fields in enumerate(zip(*strings, references, difficulties, criteria, extra_rows,
+                                                 strict=True))]
+
+    def _plain_task(self, name: Any, site: str, start_url: Any, answer: Any, domain: Any, subdomain: Any,
+                    benchmark: Any, given_id: Any, rubric_source: Any, own_label: Any, reference: Any,
+                    difficulty: Any, criteria: Any, extra_values: tuple[Any, ...], *, row: int, file: str,
+                    extra: list[str], label_column: str | None) -> Task | None:
+        """`convert`'s task from one row's values, or None where `convert` would refuse or skip it."""
+        if name is None or not site:
+            return None
+        task_name = " ".join(name.split())
+        if not task_name or len(task_name) > MAX_INSTRUCTION_CHARS:
+            return None
+        raw_difficulty = difficulty
+        label = seed_difficulty_label(difficulty)
+        own = _stripped(own_label)
+        if own and not seed_difficulty_label(own):
+            return None
+        labelled = bool(label)
+        label = label or seed_difficulty_label(own)
+        if labelled:
+            difficulty = None
+        if isinstance(difficulty, str) and difficulty.strip():
+            digits = difficulty.strip()
+            if not digits.isdecimal() or len(digits) > 10:
+                return None
+            difficulty = int(digits)
+        if difficulty is None or difficulty == "":
+            difficulty = 0
+        elif type(difficulty) is not int or not 0 <= difficulty <= MAX_DIFFICULTY:
+            return None
+        if isinstance(criteria, str):
+            criteria = [criteria]
+        if criteria is None:
+            criteria = ()
+        elif not all(isinstance(c, str) for c in criteria):
+            return None
+        rubric_source = _stripped(rubric_source)
+        if rubric_source not in RUBRIC_SOURCES:
+            return None
+        groups = ()
+        if type(reference) is tuple or reference is _UNDECIDED:
+            if reference is _UNDECIDED:
+                return None
+            groups = reference
+        elif reference is not None and reference != "" and reference != []:
+            try:
+                groups = normalise_evaluator_reference(reference)
+            except ValueError:
+                return None
+        metadata = dict(zip(extra, extra_values, strict=True))
+        if labelled and label_column is not None:
+            metadata[label_column] = raw_difficulty
+        benchmark = _stripped(benchmark) or self.benchmark_name
+        return Task(
+            task_id=_stripped(given_id) or make_task_id(benchmark, site, task_name), task_name=task_name,
+            website=site, benchmark_name=benchmark,
+            start_url=start_url and normalise_website(start_url) or site, domain=_stripped(domain),
+            subdomain=_stripped(subdomain), evaluator_reference=groups, definite_answer=_stripped(answer),
+            difficulty=difficulty,
+            source=TaskSource(importer=self.name, file=file, row=row,
+                              metadata=metadata_json(metadata) if metadata else "{}"),
+            seed_criteria=tuple(dict.fromkeys(" ".join(c.split()) for c in criteria if c.strip())),
+            rubric_source=rubric_source, seed_difficulty_level=label,
+        )
+
+
+def _sites(websites: list[str | None]) -> list[str]:
+    """Each row's website as `convert` makes it, or "" where it would refuse or skip the row."""
+    known: dict[str, str] = {}
+    sites = []
+    for website in websites:
+        site = known.get(website) if website is not None else ""
+        if site is None:
+            site = normalise_website(" ".join(website.split()))
+            site = known[website] = site if site_url(site) else ""
+        sites.append(site)
+    return sites
+
+
+def _stripped(value: str | None) -> str:
+    return "" if value is None else value.strip()
+
+
+def _not_metadata(column: str) -> bool:
+    return column in _OURS or column.startswith("_")
+
+
+# Arrow types whose values read as `json.loads` reads them, per role. Not trusted: floats (Arrow
+# reads an integer beyond 64 bits as one), timestamps (its reading of ISO dates), structs outside a
+# rubric (a key missing from a row reads as null there).
+def _text_type(t: Any) -> bool:
+    """Text, or an integer (text and difficulty columns)."""
+    import pyarrow as pa
+
+    return pa.types.is_string(t) or pa.types.is_null(t) or pa.types.is_int64(t)
+
+
+def _strings_type(t: Any) -> bool:
+    """One text or a list of them (seed criteria, a group's facts)."""
+    import pyarrow as pa
+
+    if pa.types.is_list(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_null(t)
+
+
+def _reference_type(t: Any) -> bool:
+    """A rubric: text, a list of texts, or a list of groups."""
+    return _strings_type(t) or _group_list_type(t)
+
+
+def _group_list_type(t: Any) -> bool:
+    """A list of rubric groups. Of a group `convert` reads `id`, `description` and `facts`, a
+    missing key as a null, so only those need JSON's types."""
+    import pyarrow as pa
+
+    if not (pa.types.is_list(t) and pa.types.is_struct(t.value_type)):
+        return False
+    kinds = {"id": _text_type, "description": lambda k: pa.types.is_string(k) or pa.types.is_null(k),
+             "facts": _strings_type}
+    return all(kinds[f.name](f.type) for f in t.value_type if f.name in kinds)
+
+
+def _json_type(t: Any) -> bool:
+    """Values `json.loads` reads the same: text, integers, booleans, nulls, lists and objects of them."""
+    import pyarrow as pa
+
+    if pa.types.is_list(t):
+        return _json_type(t.value_type)
+    if pa.types.is_struct(t):
+        return all(_json_type(field.type) for field in t)
+    return pa.types.is_string(t) or pa.types.is_int64(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+
+
+def _metadata_type(t: Any) -> bool:
+    """Text, an integer, a boolean, or a list of them."""
+    import pyarrow as pa
+
+    if pa.types.is_list(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_int64(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+
+
+_UNDECIDED = object()
+"""A rubric `normalise_evaluator_reference` would refuse: its row goes through `convert`."""
+
+
+def _fact_groups(column: Any) -> list[Any]:
+    """Each row's rubric from a column of `_group_list_type`: None for a null, else a tuple of
+    `FactGroup`s as `normalise_evaluator_reference` makes them from the row's list, or `_UNDECIDED`
+    where it would refuse the list. Read from the flat child arrays: a dict per group is slower."""
+    import pyarrow as pa
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    row_nulls = array.is_null().to_pylist()
+    offsets = array.offsets.to_pylist()
+    groups = array.values
+    group_nulls = groups.is_null().to_pylist()
+    children = dict(zip([f.name for f in groups.type], groups.flatten(), strict=True))
+    absent = [None] * len(groups)
+    ids = children["id"].to_pylist() if "id" in children else absent
+    descriptions = children["description"].to_pylist() if "description" in children else absent
+    facts = children.get("facts")
+    if facts is not None and pa.types.is_list(facts.type):
+        fact_nulls = facts.is_null().to_pylist()
+        fact_offsets = facts.offsets.to_pylist()
+        fact_values = facts.values.to_pylist()
+        fact_lists = [None if null else fact_values[start:end]
+                      for null, start, end in zip(fact_nulls, fact_offsets, fact_offsets[1:], strict=False)]
+    elif facts is not None:  # one text per group, or nulls
+        fact_lists = [None if f is None else [f] for f in facts.to_pylist()]
+    else:
+        fact_lists = absent
+    rubrics: list[Any] = []
+    for row, null in enumerate(row_nulls):
+        rubrics.append(None if null else _row_groups(range(offsets[row], offsets[row + 1]), group_nulls, ids,
+                                                     descriptions, fact_lists))
+    return rubrics
+
+
+def _row_groups(positions: range, group_nulls: list[bool], ids: list[Any], descriptions: list[Any],
+                fact_lists: list[Any]) -> Any:
+    """One row's groups (those at `positions` of the flat child lists), as `_fact_groups` says."""
+    built = []
+    for g in positions:
+        if group_nulls[g]:
+            return _UNDECIDED
+        description = descriptions[g] or ""
+        items = fact_lists[g]
+        if items is None:
+            if not description.strip():
+                return _UNDECIDED
+            items = [description]
+        elif None in items:
+            return _UNDECIDED
+        items = [f.strip() for f in items if f.strip()]
+        if not items:
+            return _UNDECIDED
+        group_id = ids[g]
+        if group_id is None or group_id == "":
+            group_id = g - positions.start + 1
+        built.append(FactGroup(id=str(group_id), description=description.strip(), facts=tuple(items)))
+    if len({group.id for group in built}) != len(built):
+        return _UNDECIDED
+    return tuple(built)
