@@ -94,7 +94,7 @@ _ELEMENTS_SCRIPT = """() => {
     const text = (el.innerText || el.value || el.getAttribute('aria-label') || el.getAttribute('placeholder')
                   || el.getAttribute('title') || el.getAttribute('alt') || '').trim().replace(/\\s+/g, ' ');
     out.push({x: r.x, y: r.y, width: r.width, height: r.height, tag: el.tagName.toLowerCase(), role,
-              text: text.slice(0, 200)});
+              text: text.slice(0, 200), name: (el.id || el.getAttribute('name') || '').slice(0, 100)});
   }
   return out;
 }"""

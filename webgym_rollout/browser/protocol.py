@@ -255,6 +255,8 @@ class Element(BaseModel):
     tag: str
     role: str
     text: str
+    name: str = ""
+    """The element's ``id``, else its ``name`` attribute ("" when it has neither)."""
 
 
 class ScreenshotResponse(BaseModel):

@@ -26,13 +26,15 @@ import json
 import random
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
 from webgym_rollout.tasks.websites.accounts import accounts
 from webgym_rollout.tasks.websites.catalogue import CATEGORIES, Catalogue, Product, SearchQuery, catalogue
 from webgym_rollout.tasks.websites.checkout import SHIPPING
+from webgym_rollout.tasks.websites.plans import PLANNERS, Answer, Choose, Fill, Goto, Move, Press
 
-__all__ = ["BENCHMARK", "DEFAULT_BASE_URL", "TEMPLATES", "shop_tasks"]
+__all__ = ["BENCHMARK", "DEFAULT_BASE_URL", "TEMPLATES", "expert_moves", "shop_tasks"]
 
 BENCHMARK = "webgym-shop"
 """The `benchmark_name` of the generated rows."""
@@ -312,3 +314,39 @@ def shop_tasks(count: int, *, seed: int = 0, shop_seed: int = 0,
             seen.add(task.task_id)
             tasks.append(task)
     return tasks
+
+
+# ------------------------------------------------------------------------------ the expert's plan
+
+def _add_moves(line: dict[str, Any]) -> list[Move]:
+    moves: list[Move] = [Goto(f"/shop/product/{line['product_id']}"), Choose("option-colour", line["colour"])]
+    if "size" in line:
+        moves.append(Choose("option-size", line["size"]))
+    if int(line["quantity"]) != 1:
+        moves.append(Fill("quantity", str(line["quantity"])))
+    return [*moves, Press("add-button")]
+
+
+def expert_moves(params: dict[str, Any], task: Task) -> list[Move]:
+    """The scripted expert's plan for a shop task (`webgym_rollout.tasks.websites.plans`)."""
+    moves: list[Move] = []
+    if "account" in params:
+        account = params["account"]
+        moves += [Goto("/shop/signin"), Fill("email", account["email"]),
+                  Fill("password", account["password"], submit=True)]
+    if "search" in params:
+        moves.append(Goto("/shop/search?" + urlencode(params["search"])))
+    if "product_id" in params:
+        moves.append(Goto(f"/shop/product/{params['product_id']}"))
+    for line in params.get("lines", []):
+        moves += _add_moves(line)
+    if "checkout" in params:
+        fields = params["checkout"]
+        moves.append(Goto("/shop/checkout"))
+        moves += [Fill(name, fields[name]) for name in ("full_name", "address", "city", "postcode",
+                                                          "card_number", "card_expiry")]
+        moves += [Choose("shipping", fields["shipping"]), Press("place-order"), Press("confirm-order")]
+    return [*moves, Answer(task.definite_answer or "Done.")]
+
+
+PLANNERS["shop"] = expert_moves
