@@ -81,6 +81,8 @@ from webgym_rollout.errors import (
 from webgym_rollout.fleet import FleetSettings
 from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, make_judge, record_failure, record_result
 from webgym_rollout.tasks.kind import task_kind
+from webgym_rollout.tasks.websites.facts import SessionFacts
+from webgym_rollout.tasks.websites.truth import TruthSettings
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TaskOutcome, TrajectoryError
 from webgym_rollout.trajectory.recordings import RecordingStore, RecordSettings, ReplayLibrary
 from webgym_rollout.trajectory.writer import EpisodeUnstorable
@@ -161,6 +163,8 @@ class RunSettings:
     """Which tasks of the split this run plays (its batch is the one of iteration --iteration)."""
     policy: PolicySettings = field(default_factory=PolicySettings)
     judge: JudgeSettings = field(default_factory=JudgeSettings)
+    truth: TruthSettings = flat(TruthSettings)
+    """The local sites' ground truth (--truth-url): kept per episode in truth.jsonl, read by --judge site."""
 
     def __post_init__(self) -> None:
         if self.tasks is None:
@@ -365,9 +369,11 @@ class _Episode:
 class _Finisher:
     """Judges ended episodes concurrently (their browsers are already released) and writes them."""
 
-    def __init__(self, settings: RunSettings, judge: Any, writer: Any, stats: _Stats, policy_model: str):
+    def __init__(self, settings: RunSettings, judge: Any, writer: Any, stats: _Stats, policy_model: str,
+                 truth: Callable[[str], SessionFacts] | None = None):
         self.judge, self.writer, self.stats = judge, writer, stats
         self.policy_model = policy_model
+        self.truth, self.out = truth, settings.out
         self._semaphore = asyncio.Semaphore(settings.rollout.judge_concurrency)
         self._write_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
@@ -389,6 +395,9 @@ class _Finisher:
         if recordings is not None and ep.env.recording is not None:
             # Written before the shard that lists the episode: a listed episode has its recording.
             episode.recording = recordings.write_index(episode.episode_id, ep.env.recording)
+        session_id = ep.env.kind.session_id if ep is not None and ep.env.kind is not None else ""
+        if self.truth is not None and session_id and not episode.status.is_error:
+            await self._keep_truth(episode, session_id)
         try:
             if not episode.status.is_error:
                 began = time.perf_counter()
@@ -419,6 +428,44 @@ class _Finisher:
         self.stats.successes += episode.success
         if episode.status.is_error:
             self.stats.errors[episode.status.error_kind] += 1
+
+
+    async def _keep_truth(self, episode: Episode, session_id: str) -> None:
+        """Append the episode's site session facts to the run's truth.jsonl (before its shard is
+        written, so a listed episode has its truth); a truth listener that fails loses only that line."""
+        from webgym_rollout.judge.evaluation import append_truth
+
+        assert self.truth is not None
+        try:
+            facts = await asyncio.to_thread(self.truth, session_id)
+        except RolloutError as exc:  # TruthUnavailable
+            log.warning("episode %s: its ground truth could not be read: %s", episode.episode_id, exc)
+            return
+        await asyncio.to_thread(append_truth, self.out, episode.episode_id, episode.task.task_id, facts)
+
+
+def _site_truth(settings: RunSettings, truth: Callable[[str], SessionFacts] | None,
+                stack: contextlib.ExitStack) -> Callable[[str], SessionFacts] | None:
+    """Where the run reads its site sessions' facts: `truth` (in-process), else --truth-url, else none."""
+    if truth is not None:
+        return truth
+    client = settings.truth.client()
+    if client is None:
+        return None
+    stack.callback(client.close)
+    return client.facts
+
+
+def _make_judge(settings: RunSettings, tasks: Sequence[Task],
+                truth: Callable[[str], SessionFacts] | None) -> Any:
+    if settings.judge.kind != "site":
+        return make_judge(settings.judge)
+    if truth is None:
+        raise SettingsError("judge: --judge site checks each episode against the sites' ground truth: give "
+                            "--truth-url and its token (webgym-rollout serve-sites prints both)")
+    from webgym_rollout.judge.site import SiteJudge
+
+    return SiteJudge(truth, tasks)
 
 
 # ------------------------------------------------------------------------------ schedulers
@@ -652,14 +699,23 @@ def _jobs(tasks: Sequence[Task], settings: RunSettings, is_done: Callable[[str, 
 
 
 async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None,
-              gate: EpisodeGate | None = None) -> RunReport:
+              gate: EpisodeGate | None = None,
+              truth: Callable[[str], SessionFacts] | None = None) -> RunReport:
     """Roll out every (task, attempt) of `settings` not yet in the output folder; write the episodes.
 
     `policy` / `judge` override the ones `settings` describes (benchmarks wrap a policy to add
     latency). `gate` admits each episode before it starts (not with ``lockstep``). A policy that
     reads the page's interactive elements says so with ``observes_elements = True`` (the random
-    policy does): each step then reads them too.
+    policy does): each step then reads them too. `truth` reads a local site session's facts (an
+    in-process `SiteServer.facts`; default: --truth-url): each site-task episode's facts go to the
+    run's truth.jsonl, and ``--judge site`` judges by them.
     """
+    with contextlib.ExitStack() as stack:
+        return await _run(settings, policy, judge, gate, _site_truth(settings, truth, stack))
+
+
+async def _run(settings: RunSettings, policy: Any, judge: Any, gate: EpisodeGate | None,
+               truth: Callable[[str], SessionFacts] | None) -> RunReport:
     from webgym_rollout.trajectory.writer import TrajectoryWriter
 
     loaded = load_tasks(settings.tasks, split=settings.split, skip_invalid=settings.skip_invalid)  # type: ignore[arg-type]
@@ -673,8 +729,12 @@ async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None,
             task_kind(task).check(settings.env)
         except ValueError as exc:
             raise SettingsError(f"{settings.tasks}: {exc}") from None
+    if policy is None and settings.policy.kind == "expert":
+        from webgym_rollout.agent.expert import ExpertPolicy
+
+        policy = ExpertPolicy(tasks, agent=settings.policy.agent)
     policy = policy if policy is not None else make_policy(settings.policy)
-    judge = judge if judge is not None else make_judge(settings.judge)
+    judge = judge if judge is not None else _make_judge(settings, tasks, truth)
     observes_elements = bool(getattr(policy, "observes_elements", False))
     env_settings = dataclasses.replace(settings.env, elements=observes_elements)
     stats = _Stats()
@@ -695,7 +755,7 @@ async def run(settings: RunSettings, *, policy: Any = None, judge: Any = None,
         async with _browser_client(settings) as (client, server_failed):
             ctx = _Context(settings, env_settings, client, policy, stats, server_failed, replay=replay,
                            recordings=RecordingStore(settings.out) if settings.traffic.record else None)
-            finisher = _Finisher(settings, judge, writer, stats, getattr(policy, "model_id", ""))
+            finisher = _Finisher(settings, judge, writer, stats, getattr(policy, "model_id", ""), truth)
             stats.started = time.monotonic()  # steps/s counts from here, not from loading the tasks
             watcher = asyncio.create_task(_watch(stats, settings, client))
             try:

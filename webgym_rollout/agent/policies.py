@@ -77,6 +77,7 @@ __all__ = [
     "RandomPolicySettings",
     "SamplingSettings",
     "make_policy",
+    "scripted_reply",
 ]
 
 logger = logging.getLogger(__name__)
@@ -173,10 +174,11 @@ class RandomPolicySettings:
 class PolicySettings:
     """Which policy plays, and how it is called (the ``--policy-*`` flags)."""
 
-    kind: Literal["random", "pixel_random", "openai"] = "random"
+    kind: Literal["random", "pixel_random", "openai", "expert"] = "random"
     """random (clicks element centres, types words of the instruction; no model), pixel_random
-    (clicks uniformly random points of the 0-1000 grid; the floor of learning) or openai (any
-    OpenAI-compatible chat endpoint: vLLM, the CPU policy server, an API)."""
+    (clicks uniformly random points of the 0-1000 grid; the floor of learning), openai (any
+    OpenAI-compatible chat endpoint: vLLM, the CPU policy server, an API) or expert (the scripted
+    expert of the local sites' generated tasks: a demonstration source that reads their truth)."""
     endpoint: Endpoint = flat(Endpoint)
     sampling: SamplingSettings = flat(SamplingSettings)
     agent: AgentSettings = flat(AgentSettings)
@@ -189,7 +191,10 @@ class PolicySettings:
 
 
 def make_policy(settings: PolicySettings) -> Policy:
-    """The policy `settings` describe."""
+    """The policy `settings` describe (all but the expert, which needs the run's tasks)."""
+    if settings.kind == "expert":
+        raise ValueError("kind: the expert plays the run's generated site tasks; the runner builds it "
+                         "(webgym_rollout.agent.expert.ExpertPolicy)")
     if settings.kind == "random":
         return RandomPolicy(settings.random, agent=settings.agent)
     if settings.kind == "pixel_random":
@@ -334,6 +339,17 @@ def _token_logprobs(choice: Any) -> tuple[float, ...]:
 
 
 # Elements worth clicking; others (plain text, layout boxes) are skipped when any of these exist.
+def scripted_reply(action: AgentAction, observation: Observation, agent: AgentSettings, model_id: str,
+                   started: float, *, memory: str, intention: str) -> PolicyOutput:
+    """The reply of a policy without a model that chose `action` (at ``time.perf_counter()`` `started`),
+    written in the agent's reply format as a model would write it (so the step can be trained on)."""
+    response = format_response(action, variant=agent.variant, memory=memory,
+                               progress=f"Step {observation.step}.", intention=intention)
+    return PolicyOutput(response=response, parsed=parse_response(response, agent.variant),
+                        messages=build_messages(observation, agent), model=model_id, finish_reason="stop",
+                        latency_s=time.perf_counter() - started, policy_version=model_id)
+
+
 _INTERACTIVE_TAGS = {"a", "button", "input", "select", "textarea", "option", "label", "summary"}
 _INTERACTIVE_ROLES = {"button", "link", "checkbox", "radio", "tab", "menuitem", "option", "textbox",
                       "combobox", "searchbox", "switch", "slider"}
@@ -379,18 +395,8 @@ class RandomPolicy:
         else:
             action = AgentAction(name="scroll", direction="down")
             intention = "Scroll down to see more of the page."
-        response = format_response(action, variant=self.agent.variant,
-                                   memory="Nothing recorded (random policy).",
-                                   progress=f"Step {observation.step}.", intention=intention)
-        return PolicyOutput(
-            response=response,
-            parsed=parse_response(response, self.agent.variant),
-            messages=build_messages(observation, self.agent),
-            model=self.model_id,
-            finish_reason="stop",
-            latency_s=time.perf_counter() - started,
-            policy_version=self.model_id,
-        )
+        return scripted_reply(action, observation, self.agent, self.model_id, started,
+                              memory="Nothing recorded (random policy).", intention=intention)
 
     @staticmethod
     def _targets(observation: Observation) -> list[tuple[float, float, str]]:
@@ -434,15 +440,5 @@ class PixelRandomPolicy:
                             f"{observation.step}")
         point = (rng.randint(0, GRID_SIZE), rng.randint(0, GRID_SIZE))
         action = AgentAction(name="left_click", coordinate=point)
-        response = format_response(action, variant=self.agent.variant,
-                                   memory="Nothing recorded (random clicks).",
-                                   progress=f"Step {observation.step}.", intention="Click a random point.")
-        return PolicyOutput(
-            response=response,
-            parsed=parse_response(response, self.agent.variant),
-            messages=build_messages(observation, self.agent),
-            model=self.model_id,
-            finish_reason="stop",
-            latency_s=time.perf_counter() - started,
-            policy_version=self.model_id,
-        )
+        return scripted_reply(action, observation, self.agent, self.model_id, started,
+                              memory="Nothing recorded (random clicks).", intention="Click a random point.")

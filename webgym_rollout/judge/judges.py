@@ -150,6 +150,9 @@ class JudgeRequest:
     """The page's title at each screenshot (one per step, "" where unknown)."""
     outcome: TaskOutcome | None = None
     """What the environment itself reported (MiniWoB++: done and raw reward 1 / -1), if anything."""
+    task_id: str = ""
+    """The task's id ("" when unknown): judges that keep their own record of each task (the local
+    sites' `SiteJudge`) find it by this id."""
 
     @classmethod
     def from_task(cls, task: Task, *, answer: str = "", screenshots: Sequence[bytes] = (),
@@ -157,7 +160,8 @@ class JudgeRequest:
                   outcome: TaskOutcome | None = None) -> JudgeRequest:
         """What the judge needs of `task` (a row becomes a `Task` through `Task.from_row` first)
         and of the episode played on it."""
-        return cls(task_name=task.task_name, evaluator_reference=tuple(task.evaluator_reference),
+        return cls(task_name=task.task_name, task_id=task.task_id,
+                   evaluator_reference=tuple(task.evaluator_reference),
                    definite_answer=task.definite_answer, answer=answer or "",
                    screenshots=tuple(screenshots), urls=tuple(u or "" for u in urls),
                    titles=tuple(t or "" for t in titles), outcome=outcome)
@@ -336,8 +340,9 @@ def parse_verdict(text: Any, finish_reason: str = "stop") -> tuple[bool, str]:
 class JudgeSettings:
     """Which judge scores the episodes, and how (the ``--judge-*`` flags)."""
 
-    kind: Literal["programmatic", "rubric"] = "programmatic"
-    """programmatic (the environment's own reward, MiniWoB) or rubric (an LLM judge)."""
+    kind: Literal["programmatic", "rubric", "site"] = "programmatic"
+    """programmatic (the environment's own reward, MiniWoB), rubric (an LLM judge) or site (the local
+    sites' generated tasks checked against the sites' ground truth: the run needs --truth-url)."""
     endpoint: Endpoint = flat(Endpoint)
     max_screenshots: int = 6
     """Most screenshots sent with a question, chosen from the whole episode: the last, the first,
@@ -369,6 +374,9 @@ def make_judge(settings: JudgeSettings) -> Judge:
     """The judge `settings` describe."""
     if settings.kind == "programmatic":
         return ProgrammaticJudge()
+    if settings.kind == "site":
+        raise ValueError("kind: the site judge needs the tasks and the sites' ground truth; the runner "
+                         "builds it (webgym_rollout.judge.site.SiteJudge)")
     return RubricJudge(settings)
 
 

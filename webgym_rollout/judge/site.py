@@ -1,8 +1,8 @@
 """`SiteJudge`: a generated local-site task judged against the site's ground truth, not by a model.
 
 A task from `webgym_rollout.tasks.websites.shop_tasks` carries one machine check per rubric fact
-(`webgym_rollout.tasks.websites.goals`). The judge finds the task by its instruction among the
-tasks it was given (a `JudgeRequest` carries no task id), reads the episode's session id from the
+(`webgym_rollout.tasks.websites.goals`). The judge finds the task among the tasks it was given by
+the request's task id (else by its instruction), reads the episode's session id from the
 ``session`` parameter of the first visited URL that has one (the toolkit opens the start URL with
 ``?session=<id>``, `webgym_rollout.tasks.websites.state.with_session`), asks `facts` for that
 session's `SessionFacts` (in-process `SiteServer.facts`, or `TruthClient.facts` for a site server
@@ -53,10 +53,12 @@ class SiteJudge:
 
     def __init__(self, facts: Callable[[str], SessionFacts], tasks: Iterable[Task]):
         self._facts = facts
-        self._tasks = {task.task_name: task for task in tasks}
+        tasks = list(tasks)
+        self._by_id = {task.task_id: task for task in tasks}
+        self._by_name = {task.task_name: task for task in tasks}
 
     async def score(self, request: JudgeRequest) -> JudgeResult:
-        task = self._tasks.get(request.task_name)
+        task = self._by_id.get(request.task_id) or self._by_name.get(request.task_name)
         if task is None:
             return JudgeResult(0.0, (Verdict("task", False, "not one of the judge's site tasks"),),
                                self.model_id)

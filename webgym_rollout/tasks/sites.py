@@ -32,12 +32,10 @@ from webgym_rollout.tasks import miniwob
 from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.router import MAX_BODY, SiteRouter
 from webgym_rollout.tasks.websites.shop import ShopSite
-from webgym_rollout.tasks.websites.truth import TruthServer
+from webgym_rollout.tasks.websites.truth import TRUTH_TOKEN_ENV, TruthServer
 
 __all__ = ["SANDBOX_PAGES", "TRUTH_TOKEN_ENV", "SiteServer", "serve_sites_command"]
 
-TRUTH_TOKEN_ENV = "WEBGYM_TRUTH_TOKEN"
-"""The environment variable `serve-sites` reads the truth listener's token from (else it draws one)."""
 
 log = logging.getLogger(__name__)
 

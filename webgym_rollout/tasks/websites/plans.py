@@ -15,21 +15,16 @@ attribute (`Element.name`), scrolling when it is not in view::
     Press("colour", text="blue")          ... the one of that name whose text (or value) is this
     Answer("$12.95")                      end the episode with this answer
 
-`expert_plan(task)` finds the site's planner by the task's ``metadata["site"]``; a site registers
-its planner in `PLANNERS`. The expert is a demonstration source: it reads the truth the generator
-wrote, which no agent sees.
+`webgym_rollout.tasks.websites.generate.expert_plan(task)` finds the site's planner by the task's
+``metadata["site"]``. The expert is a demonstration source: it reads the truth the generator wrote,
+which no agent sees.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from webgym_data.schema import Task
-
-__all__ = ["PLANNERS", "Answer", "Choose", "Fill", "Goto", "Move", "Press", "expert_plan", "task_params"]
+__all__ = ["Answer", "Choose", "Fill", "Goto", "Move", "Press"]
 
 
 @dataclass(frozen=True)
@@ -72,36 +67,3 @@ class Answer:
 
 
 Move = Goto | Fill | Choose | Press | Answer
-Planner = Callable[[dict[str, Any], Task], list[Move]]
-
-PLANNERS: dict[str, Planner] = {}
-"""The planner of each site, by the ``site`` of a task's metadata: ``(params, task) -> moves``."""
-
-
-def task_params(task: Task) -> tuple[str, dict[str, Any]]:
-    """The site and the ``params`` a generated site task keeps in ``source.metadata``."""
-    try:
-        metadata = json.loads(task.source.metadata or "{}")
-    except ValueError:
-        metadata = {}
-    site = metadata.get("site") if isinstance(metadata, dict) else None
-    if not isinstance(site, str) or not isinstance(metadata.get("params"), dict):
-        raise ValueError(f"task {task.task_id}: not a generated site task (no site and params in "
-                         "source.metadata)")
-    return site, metadata["params"]
-
-
-def expert_plan(task: Task) -> list[Move]:
-    """The scripted expert's moves for a generated site task (ValueError when no planner reads it)."""
-    site, params = task_params(task)
-    _load_planners()
-    planner = PLANNERS.get(site)
-    if planner is None:
-        raise ValueError(f"task {task.task_id}: no expert planner for the site {site!r} "
-                         f"(known: {', '.join(sorted(PLANNERS)) or 'none'})")
-    return planner(params, task)
-
-
-def _load_planners() -> None:
-    """Import the site task modules, which register their planners."""
-    from webgym_rollout.tasks.websites import shop_tasks  # noqa: F401

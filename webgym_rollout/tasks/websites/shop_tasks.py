@@ -32,7 +32,7 @@ from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
 from webgym_rollout.tasks.websites.accounts import accounts
 from webgym_rollout.tasks.websites.catalogue import CATEGORIES, Catalogue, Product, SearchQuery, catalogue
 from webgym_rollout.tasks.websites.checkout import SHIPPING
-from webgym_rollout.tasks.websites.plans import PLANNERS, Answer, Choose, Fill, Goto, Move, Press
+from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 
 __all__ = ["BENCHMARK", "DEFAULT_BASE_URL", "TEMPLATES", "expert_moves", "shop_tasks"]
 
@@ -283,6 +283,7 @@ def _row(draw: _Draw, shop_seed: int, base_url: str, index: int) -> Task:
         category = catalogue(shop_seed).by_id[product_id].category
     return Task(task_id=make_task_id(BENCHMARK, str(shop_seed), draw.instruction),
                 task_name=draw.instruction, website=f"{base_url}/shop/", start_url=f"{base_url}{draw.start}",
+                environment="site:shop",
                 benchmark_name=BENCHMARK, domain="shopping", subdomain=category,
                 evaluator_reference=groups, definite_answer=draw.answer, instruction_source="template",
                 rubric_source="given",
@@ -348,5 +349,3 @@ def expert_moves(params: dict[str, Any], task: Task) -> list[Move]:
         moves += [Choose("shipping", fields["shipping"]), Press("place-order"), Press("confirm-order")]
     return [*moves, Answer(task.definite_answer or "Done.")]
 
-
-PLANNERS["shop"] = expert_moves

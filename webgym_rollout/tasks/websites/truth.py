@@ -20,6 +20,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -28,9 +29,33 @@ from webgym_rollout.errors import TruthUnavailable
 from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.state import valid_session_id
 
-__all__ = ["TruthClient", "TruthServer", "TruthUnavailable"]
+__all__ = ["TRUTH_TOKEN_ENV", "TruthClient", "TruthServer", "TruthSettings", "TruthUnavailable"]
 
 log = logging.getLogger(__name__)
+
+TRUTH_TOKEN_ENV = "WEBGYM_TRUTH_TOKEN"
+"""The environment variable that holds the truth listener's bearer token (`serve-sites` reads it
+too, else it draws one and prints it)."""
+
+
+@dataclass(frozen=True)
+class TruthSettings:
+    """Where a run reads the ground truth of its local-site episodes (the ``--truth-*`` flags)."""
+
+    truth_url: str | None = None
+    """The site server's truth listener (``webgym-rollout serve-sites`` prints it). With it, each
+    site-task episode's facts are kept in the run's truth.jsonl and ``--judge site`` can judge them."""
+    truth_token: str | None = field(default=None, metadata={"env": TRUTH_TOKEN_ENV})
+    """The truth listener's bearer token."""
+
+    def __post_init__(self) -> None:
+        if self.truth_url and not self.truth_token:
+            raise ValueError(f"truth_token: --truth-url needs the listener's bearer token (--truth-token or "
+                             f"${TRUTH_TOKEN_ENV})")
+
+    def client(self) -> TruthClient | None:
+        """A client of the listener, or None when no URL is set."""
+        return TruthClient(self.truth_url, self.truth_token or "") if self.truth_url else None
 
 
 class _TruthHandler(http.server.BaseHTTPRequestHandler):

@@ -1,0 +1,55 @@
+"""The local sites as a task kind: ``environment="site:shop"``, one fresh site session per episode.
+
+A generated site task (`webgym_rollout.tasks.websites.shop_tasks` and its siblings) names its site
+in its environment. `SiteTask` opens its start URL on the site server of `EnvSettings.sites_url`
+(the row's own host and port when no URL is set), with ``?session=<id>`` for a fresh, unguessable
+id drawn per episode (`SiteTask.session_id`): the site keeps that session's cart, bookings and
+pages apart from every other episode, and the toolkit later asks for its ground truth by that id
+(`SiteServer.facts`, `TruthClient.facts`). The pages keep no reward of their own: the judge
+decides after the episode (`webgym_rollout.judge.site.SiteJudge` against the ground truth, or a
+rubric judge from the screenshots).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+from webgym_rollout.browser.pages import PageHooks
+from webgym_rollout.tasks.kind import TaskKind
+from webgym_rollout.tasks.websites.state import new_session_id, with_session
+
+if TYPE_CHECKING:
+    from webgym_data.schema import Task
+    from webgym_rollout.env import EnvSettings
+
+__all__ = ["SitePage", "SiteTask", "on_server"]
+
+
+def on_server(url: str, sites_url: str | None) -> str:
+    """`url` with its scheme, host and port replaced by those of `sites_url` (unchanged when None)."""
+    if not sites_url:
+        return url
+    server = urlsplit(sites_url)
+    return urlunsplit(urlsplit(url)._replace(scheme=server.scheme, netloc=server.netloc))
+
+
+class SitePage(PageHooks):
+    """Server side: a local site's page needs no preparation and keeps no state of its own."""
+
+    name = "site"
+    takes_argument = True
+
+
+class SiteTask(TaskKind):
+    """A task on one of the local stateful sites (``site:shop``), played on a session of its own."""
+
+    name = "site"
+    page = SitePage
+
+    def __init__(self, task: Task, argument: str = ""):
+        super().__init__(task, argument)
+        self.session_id = new_session_id()  # a new kind, so a new session, per `WebEnv.reset`
+
+    def start_url(self, settings: EnvSettings) -> str:
+        return with_session(on_server(self.task.start_url, settings.sites_url), self.session_id)
