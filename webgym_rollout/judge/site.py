@@ -2,7 +2,8 @@
 
 A task from `webgym_rollout.tasks.websites.shop_tasks` carries one machine check per rubric fact
 (`webgym_rollout.tasks.websites.goals`). The judge finds the task among the tasks it was given by
-the request's task id (else by its instruction), reads the episode's session id from the
+the request's task id (else by its instruction; a decomposition's subtask is checked on its own fact
+groups, which needs its parent among the tasks), reads the episode's session id from the
 ``session`` parameter of the first visited URL that has one (the toolkit opens the start URL with
 ``?session=<id>``, `webgym_rollout.tasks.websites.state.with_session`), asks `facts` for that
 session's `SessionFacts` (in-process `SiteServer.facts`, or `TruthClient.facts` for a site server
@@ -67,7 +68,7 @@ class SiteJudge:
             return JudgeResult(0.0, (Verdict("session", False, "no visited URL carries ?session="),),
                                self.model_id)
         facts = await asyncio.to_thread(self._facts, session)
-        checks = iter(task_checks(task))
+        checks = iter(task_checks(task, self._by_id.get(task.parent_task_id)))
         verdicts = []
         for group in task.evaluator_reference:
             for n, text in enumerate(group.facts):

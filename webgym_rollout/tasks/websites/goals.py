@@ -87,16 +87,28 @@ def check_fact(check: Mapping[str, Any], facts: SessionFacts, answer: str = "") 
     raise ValueError(f"unknown check type {kind!r}: expected one of {', '.join(CHECK_TYPES)}")
 
 
-def task_checks(task: Task) -> list[dict[str, Any]]:
+def task_checks(task: Task, parent: Task | None = None) -> list[dict[str, Any]]:
     """The checks of a generated site task, one per fact; ValueError when it has none or they do not
-    match its facts one to one."""
+    match its facts one to one.
+
+    A subtask made by decomposition keeps its parent's metadata (the parent's checks) and some of
+    its fact groups: given the `parent`, its checks are those of its groups."""
     checks = json.loads(task.source.metadata or "{}").get("checks")
+    if (task.parent_task_id and parent is not None and isinstance(checks, list)
+            and len(checks) == parent.num_facts):
+        slices, start = {}, 0
+        for group in parent.evaluator_reference:
+            slices[group.id] = checks[start:start + len(group.facts)]
+            start += len(group.facts)
+        if all(group.id in slices for group in task.evaluator_reference):
+            checks = [check for group in task.evaluator_reference for check in slices[group.id]]
     if not isinstance(checks, list) or len(checks) != task.num_facts:
         raise ValueError(f"task {task.task_id}: expected {task.num_facts} checks in source.metadata, "
                          f"got {len(checks) if isinstance(checks, list) else 'none'}")
     return checks
 
 
-def check_task(task: Task, facts: SessionFacts, answer: str = "") -> list[bool]:
-    """Whether each fact of `task` holds (in rubric order) for a session with `facts` and `answer`."""
-    return [check_fact(check, facts, answer) for check in task_checks(task)]
+def check_task(task: Task, facts: SessionFacts, answer: str = "", parent: Task | None = None) -> list[bool]:
+    """Whether each fact of `task` (a subtask: with its `parent`) holds, in rubric order, for a session
+    with `facts` and `answer`."""
+    return [check_fact(check, facts, answer) for check in task_checks(task, parent)]

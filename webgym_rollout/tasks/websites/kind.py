@@ -53,3 +53,10 @@ class SiteTask(TaskKind):
 
     def start_url(self, settings: EnvSettings) -> str:
         return with_session(on_server(self.task.start_url, settings.sites_url), self.session_id)
+
+    def horizon(self, settings: EnvSettings, split: str) -> int:
+        """The split's budget for the task's level; a decomposition's subtask gets the longest: its
+        facts check a state (an order, a booking) that only its parent's whole work reaches."""
+        if self.task.parent_task_id:
+            return max(settings.test_horizons if split == "test" else settings.train_horizons)
+        return super().horizon(settings, split)
