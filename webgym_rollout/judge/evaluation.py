@@ -149,7 +149,8 @@ def read_truth(run_dir: str | Path) -> dict[str, tuple[str, SessionFacts]]:
         try:
             json.loads(torn)
         except ValueError:
-            log.warning("%s line %d: a line cut short (a crash while writing it?); skipped", path, len(lines) + 1)
+            log.warning("%s line %d: a line cut short (a crash while writing it?); skipped",
+                        path, len(lines) + 1)
         else:
             numbered.append((len(lines) + 1, torn))
     for number, raw in numbered:
@@ -164,7 +165,8 @@ def read_truth(run_dir: str | Path) -> dict[str, tuple[str, SessionFacts]]:
             raise TruthFileError(f"{where}: expected an object, got {type(record).__name__}")
         for name in ("episode_id", "task_id"):
             if not isinstance(record.get(name), str) or not record[name]:
-                raise TruthFileError(f"{where}: {name}: expected a non-empty string, got {record.get(name)!r}")
+                raise TruthFileError(f"{where}: {name}: expected a non-empty string, "
+                                     f"got {record.get(name)!r}")
         try:
             facts = SessionFacts.model_validate(record.get("facts"))
         except ValidationError as exc:
@@ -444,7 +446,8 @@ async def judge_eval(run_dir: str | Path, judges: Mapping[str, Any], tasks: Iter
     async def measure(position: int, episode: Episode, task: Task, facts: SessionFacts) -> None:
         verdicts = site_verdicts(task, facts, episode.answer)
         request = JudgeRequest.from_episode(episode)
-        scored = await asyncio.gather(*(_judge_one(name, judge, episode, request) for name, judge in judges.items()))
+        scored = await asyncio.gather(*(_judge_one(name, judge, episode, request)
+                                        for name, judge in judges.items()))
         results[position] = JudgedEpisode(
             episode_id=episode.episode_id, task_id=task.task_id, level=task.difficulty_level,
             truth=bool(verdicts) and all(v.passed for v in verdicts),
@@ -466,8 +469,8 @@ async def judge_eval(run_dir: str | Path, judges: Mapping[str, Any], tasks: Iter
                 continue
             task_id, facts = truth[episode.episode_id]
             if task_id != episode.task.task_id:
-                raise TruthFileError(f"{run_dir / TRUTH_FILE}: episode {episode.episode_id} is of task {task_id} "
-                                     f"there, but of task {episode.task.task_id} in the run")
+                raise TruthFileError(f"{run_dir / TRUTH_FILE}: episode {episode.episode_id} is of task "
+                                     f"{task_id} there, but of task {episode.task.task_id} in the run")
             task = by_id.get(task_id)
             if task is None or not _has_checks(task):
                 report.skipped["unknown_task"] += 1
@@ -490,8 +493,8 @@ async def judge_eval(run_dir: str | Path, judges: Mapping[str, Any], tasks: Iter
     report.truth_without_episode = len(set(truth) - seen)
     if not report.episodes:
         skipped = ", ".join(f"{count} {reason.replace('_', ' ')}" for reason, count in report.skipped.items())
-        raise TruthFileError(f"{run_dir}: no episode could be measured ({total} episodes; skipped: {skipped}); "
-                             "are the tasks the ones the run played (--tasks)?")
+        raise TruthFileError(f"{run_dir}: no episode could be measured ({total} episodes; skipped: "
+                             f"{skipped}); are the tasks the ones the run played (--tasks)?")
     return report
 
 
@@ -555,7 +558,8 @@ class SiteEvalSettings:
         if len(set(names)) != len(names):
             raise ValueError(f"judges: a judge is named twice in {', '.join(names)}")
         if "rubric" in names and not self.judge.endpoint.configured:
-            raise ValueError("judges: the rubric judge needs its endpoint (--judge-base-url and --judge-model)")
+            raise ValueError("judges: the rubric judge needs its endpoint (--judge-base-url and "
+                             "--judge-model)")
 
     @property
     def judge_names(self) -> tuple[str, ...]:
@@ -574,8 +578,8 @@ def _tasks_of(settings: SiteEvalSettings) -> list[Task]:
             raise click.UsageError(f"{settings.run}: the run's manifest records no task source: give --tasks")
         source = Path(recorded)
         if not source.exists():
-            raise click.UsageError(f"{settings.run}: the run's manifest names the tasks {source}, which is not "
-                                   "there (relative to where the run was started?): give --tasks")
+            raise click.UsageError(f"{settings.run}: the run's manifest names the tasks {source}, which "
+                                   "is not there (relative to where the run was started?): give --tasks")
     try:
         return list(load_tasks(source, split=None, skip_invalid=True))
     except TaskSourceError as exc:

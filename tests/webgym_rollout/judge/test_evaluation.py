@@ -70,7 +70,8 @@ def test_agreement_degenerate_tables():
     assert opposite.kappa == 0.0 and opposite.agreement == 0.0 and opposite.recall == 0.0
     assert opposite.precision is None and opposite.specificity is None
     one_sided = Agreement.from_pairs([(True, True), (True, False), (True, True)])  # truth all pass
-    assert one_sided.kappa == 0.0 and one_sided.specificity is None and one_sided.recall == pytest.approx(2 / 3)
+    assert one_sided.kappa == 0.0 and one_sided.specificity is None
+    assert one_sided.recall == pytest.approx(2 / 3)
 
 
 # ------------------------------------------------------------------------------------ the truth file
@@ -102,8 +103,7 @@ def test_truth_file_round_trip_torn_line_and_errors(tmp_path, caplog):
     path.write_text('{"episode_id": "e2", "task_id": "", "facts": {}}\n', encoding="utf-8")
     with pytest.raises(TruthFileError, match=r"line 1: task_id: expected a non-empty string"):
         read_truth(tmp_path)
-    path.write_text('[1]\n{"episode_id": "e2", "task_id": "t", "facts": {"session_id": "s", "seen": "maybe"}}\n',
-                    encoding="utf-8")
+    path.write_text('[1]\n{"episode_id": "e2", "task_id": "t", "facts": {}}\n', encoding="utf-8")
     with pytest.raises(TruthFileError, match=r"line 1: expected an object, got list"):
         read_truth(tmp_path)
     path.write_text('{"episode_id": "e2", "task_id": "t", "facts": {"session_id": "s", "seen": "maybe"}}\n',
@@ -149,7 +149,9 @@ STATUS = {10: EpisodeStatus.BROWSER_CRASHED, 11: EpisodeStatus.JUDGE_REPLY_INVAL
 
 def product_ids(task: Task) -> list[str]:
     params = task.source.metadata_dict()["params"]
-    return [params["product_id"]] if "product_id" in params else [line["product_id"] for line in params["lines"]]
+    if "product_id" in params:
+        return [params["product_id"]]
+    return [line["product_id"] for line in params["lines"]]
 
 
 def play(sites: SiteServer, task: Task, how: str) -> tuple[str, list[str]]:
@@ -209,7 +211,8 @@ def shop_run(tmp_path_factory) -> tuple[Path, list[Task]]:
                               run_info={"tasks": str(tasks_file), "judge": "run-judge"}) as writer:
             for n, task in enumerate(tasks):
                 session, pages = play(sites, task, PLAYS[n])
-                urls = [with_session(sites.base_url + pages[0], session)] + [sites.base_url + p for p in pages[1:]]
+                urls = [with_session(sites.base_url + pages[0], session),
+                        *(sites.base_url + page for page in pages[1:])]
                 steps = [Step(index=i, url=url, title="Webgym Shop") for i, url in enumerate(urls)]
                 episode = Episode(task=task, episode_id=f"ep{n:02d}", answer=answer_of(task, PLAYS[n]),
                                   reward=float(STORED[n]), status=STATUS.get(n, EpisodeStatus.OK),
@@ -234,7 +237,7 @@ def heuristic_judge(tasks: list[Task]):
         if "Reference answer:" in text:
             reference = re.search(r"^Reference answer: (.*)$", text, re.M).group(1)
             holds = reference.casefold() in answer.casefold()
-            return f"The answer {'agrees' if holds else 'does not agree'}.\nVERDICT: {'PASS' if holds else 'FAIL'}"
+            return f"It {'agrees' if holds else 'does not agree'}.\nVERDICT: {'PASS' if holds else 'FAIL'}"
         if "is every claim in the final answer visible" in text:
             return "Looks fine.\nVERDICT: PASS"
         if "does the episode establish fact" in text:
@@ -264,11 +267,11 @@ def counts(metrics: Agreement) -> tuple[int, int, int, int]:
 async def test_judges_measured_against_the_shops_truth(shop_run):
     run, tasks = shop_run
     with ScriptedOpenAI(heuristic_judge(tasks)) as llm:
-        settings = JudgeSettings(kind="rubric", endpoint=Endpoint(base_url=llm.base_url, model="scripted-judge",
-                                                                  max_retries=0))
+        endpoint = Endpoint(base_url=llm.base_url, model="scripted-judge", max_retries=0)
+        settings = JudgeSettings(kind="rubric", endpoint=endpoint)
         async with RubricJudge(settings) as rubric:
-            judges = {"stored": StoredReward("run-judge"), "programmatic": ProgrammaticJudge(), "rubric": rubric,
-                      "flaky": FlakyJudge()}
+            judges = {"stored": StoredReward("run-judge"), "programmatic": ProgrammaticJudge(),
+                      "rubric": rubric, "flaky": FlakyJudge()}
             seen: list[tuple[int, int]] = []
             report = await judge_eval(run, judges, tasks, concurrency=3,
                                       on_progress=lambda done, total: seen.append((done, total)))
@@ -359,11 +362,13 @@ def test_cli_prints_the_table_and_writes_the_report(shop_run, tmp_path):
     assert "api_key" not in data["settings"]["judge"]
     assert len(data["episodes"]) == 10
 
-    markdown = CliRunner().invoke(judge_eval_sites_command, [str(run), "--judges", "stored", "--markdown",
-                                                             "--no-progress", "--tasks", str(run.parent / "tasks.jsonl")])
+    markdown = CliRunner().invoke(judge_eval_sites_command, [
+        str(run), "--judges", "stored", "--markdown", "--no-progress",
+        "--tasks", str(run.parent / "tasks.jsonl")])
     assert markdown.exit_code == 0, markdown.output
     assert markdown.output.startswith("| judge | level | n | TP |")
-    assert "| stored | **all** | 9 | 4 | 2 | 2 | 1 | 66.7 | 66.7 | 80.0 | 50.0 | 0.308 | 1 |" in markdown.output
+    row = "| stored | **all** | 9 | 4 | 2 | 2 | 1 | 66.7 | 66.7 | 80.0 | 50.0 | 0.308 | 1 |"
+    assert row in markdown.output
 
 
 def test_cli_errors(shop_run, tmp_path):
