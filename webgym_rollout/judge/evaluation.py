@@ -530,7 +530,8 @@ class SiteEvalSettings:
     """The run folder: its episodes and truth.jsonl."""
     judges: tuple[str, ...] = ("stored",)
     """The judges to measure, comma- or space-separated: stored (the reward in the run),
-    programmatic (the environment's reward), rubric (the LLM judge of the --judge-* endpoint flags)."""
+    programmatic (the environment's reward), rubric (the LLM judge of the --judge-* endpoint flags;
+    --judge itself is not read)."""
     tasks: Path | None = None
     """The site tasks the run played (a task file or folder, with their checks); default: the
     --tasks its manifest records."""
@@ -557,6 +558,9 @@ class SiteEvalSettings:
                 raise ValueError(f"judges: unknown judge {name!r}; expected one of {', '.join(JUDGE_NAMES)}")
         if len(set(names)) != len(names):
             raise ValueError(f"judges: a judge is named twice in {', '.join(names)}")
+        if self.judge.kind == "rubric" and "rubric" not in names:
+            raise ValueError("judges: --judge is not read by judge-eval-sites; name the rubric judge in "
+                             "--judges (--judges stored,rubric)")
         if "rubric" in names and not self.judge.endpoint.configured:
             raise ValueError("judges: the rubric judge needs its endpoint (--judge-base-url and "
                              "--judge-model)")
