@@ -137,8 +137,8 @@ def read_truth(run_dir: str | Path) -> dict[str, tuple[str, SessionFacts]]:
         data = path.read_bytes()
     except FileNotFoundError:
         raise TruthFileError(f"{path}: no such file: the run holds no ground truth. The run must be made on "
-                             "generated site tasks with a site server truth source, which writes "
-                             f"{TRUTH_FILE} beside the episodes") from None
+                             "generated site tasks with a site server truth source (webgym-rollout run ... "
+                             f"--truth-url URL), which writes {TRUTH_FILE} beside the episodes") from None
     except OSError as exc:
         raise TruthFileError(f"{path}: cannot read the truth file: {exc}") from None
     lines = data.split(b"\n")
@@ -615,7 +615,8 @@ def judge_eval_sites_command(run: Path, config: str | None, **flags: Any) -> Non
     if not run.is_dir():
         raise click.ClickException(f"{run}: no such run folder")
     try:
-        read_truth(run)  # first: without it, nothing else matters
+        if not (run / TRUTH_FILE).is_file():  # first: without it nothing else matters
+            read_truth(run)  # raises, saying how a run gets one
         report = asyncio.run(_evaluate(settings, _tasks_of(settings)))
     except (TruthFileError, TrajectoryError) as exc:
         raise click.ClickException(str(exc)) from exc
