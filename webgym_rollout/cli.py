@@ -23,6 +23,8 @@ COMMANDS = {
                 "Score stored episodes again with another judge, without browsers; write a new dataset."),
     "judge-eval": ("webgym_rollout.judge.calibration:judge_eval_command",
                    "Measure a judge against labelled episodes (accuracy, precision, recall, F1)."),
+    "judge-eval-sites": ("webgym_rollout.judge.evaluation:judge_eval_sites_command",
+                         "Measure judges against the local sites' ground truth of a run (agreement, kappa)."),
     "fleet": ("webgym_rollout.fleet:fleet_group",
               "Browser fleets on a Ray cluster: fleet up | status | down (needs webgym[ray])."),
     "push": ("webgym_rollout.trajectory.hub:push_command",
