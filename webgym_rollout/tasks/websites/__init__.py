@@ -22,5 +22,5 @@ from webgym_rollout.tasks.websites.shop import ShopSite
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
 from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
 
-__all__ = ["EditFacts", "LineFacts", "OrderFacts", "ReferenceFacts", "ReferenceSite", "SessionFacts", "ShopFacts",
-           "ShopSite", "TruthClient", "TruthServer", "new_session_id", "with_session"]
+__all__ = ["EditFacts", "LineFacts", "OrderFacts", "ReferenceFacts", "ReferenceSite", "SessionFacts",
+           "ShopFacts", "ShopSite", "TruthClient", "TruthServer", "new_session_id", "with_session"]

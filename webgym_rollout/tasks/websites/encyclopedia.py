@@ -38,7 +38,8 @@ COMPANIES = 360
 YEAR_NOW = 2026
 """The encyclopedia's present: no year in it is later."""
 
-KINDS = {"country": "Countries", "city": "Cities", "river": "Rivers", "person": "People", "company": "Companies"}
+KINDS = {"country": "Countries", "city": "Cities", "river": "Rivers", "person": "People",
+         "company": "Companies"}
 """The kinds of article and the title of each kind's category."""
 LABELS = {
     "capital": "Capital", "leader": "Leader", "population": "Population", "area_km2": "Area",
@@ -239,7 +240,8 @@ def _prose(kind: str, a: dict, arts: dict[str, dict], rng: random.Random) -> tup
     if kind == "country":
         cities = sorted(a["cities"], key=lambda c: -arts[c]["values"]["population"])
         first = (S(f"{t} is a country founded in {v['founded']}. Its capital and largest city is "),
-                 _link(arts, v["capital"]), S(f"; its currency is the {v['currency']}. The country is led by "),
+                 _link(arts, v["capital"]),
+                 S(f"; its currency is the {v['currency']}. The country is led by "),
                  _link(arts, v["leader"]), S("."))
         second = (S("Other large cities include "), _link(arts, cities[1]), S(", "), _link(arts, cities[2]),
                   S(" and "), _link(arts, cities[3]), S(". Among its rivers is the "),
@@ -261,7 +263,8 @@ def _prose(kind: str, a: dict, arts: dict[str, dict], rng: random.Random) -> tup
             paragraphs.append((S(f"In {arts[company]['values']['founded']} {t.split()[0]} founded "),
                                _link(arts, company), S(".")))
         return tuple(paragraphs)
-    return ((S(f"{t} is {_a(v['industry'])} company founded in {v['founded']} by "), _link(arts, v["founder"]),
+    return ((S(f"{t} is {_a(v['industry'])} company founded in {v['founded']} by "),
+             _link(arts, v["founder"]),
              S(". Its headquarters are in "), _link(arts, v["headquarters"]),
              S(f", and it employs {display('employees', v['employees'])} people.")),)
 
@@ -286,7 +289,8 @@ def encyclopedia(seed: int) -> Encyclopedia:
         for _ in range(CITIES_PER_COUNTRY):
             title = names.unique(lambda: (rng.choice(_CITY_PREFIXES) if rng.random() < 0.2 else "")
                                  + names.word((1, 2)) + rng.choice(_CITY_ENDS))
-            city = add("city", title, {"country": country, "population": int(rng.lognormvariate(11.2, 1.1)) + 800,
+            population = int(rng.lognormvariate(11.2, 1.1)) + 800
+            city = add("city", title, {"country": country, "population": population,
                                        "area_km2": rng.randint(12, 2_400), "founded": rng.randint(900, 1950),
                                        "elevation_m": rng.randint(2, 2_600)})
             arts[country]["cities"].append(city)
@@ -313,7 +317,8 @@ def encyclopedia(seed: int) -> Encyclopedia:
         title = names.unique(lambda: f"{rng.choice(firsts)} {names.word((2, 3))}")
         birthplace = rng.choice(all_cities)
         born = rng.randint(1780, 1995)
-        values = {"born": born, "birthplace": birthplace, "nationality": arts[birthplace]["values"]["country"],
+        values = {"born": born, "birthplace": birthplace,
+                  "nationality": arts[birthplace]["values"]["country"],
                   "occupation": rng.choice(_OCCUPATIONS)}
         if born < 1935:
             values["died"] = born + rng.randint(38, 96)

@@ -131,7 +131,8 @@ def _reference_check(kind: str, check: Mapping[str, Any], facts: SessionFacts, a
         return bool(record.watchlist) and set(record.watchlist) == set(check["article_ids"])
     edits = [edit for edit in record.edits if edit.article_id == check["article_id"]]
     if kind == "edit_field":
-        return any(e.field == check["field"] and _edit_value(e.value) == _edit_value(check["value"]) for e in edits)
+        wanted = _edit_value(check["value"])
+        return any(e.field == check["field"] and _edit_value(e.value) == wanted for e in edits)
     return any(_norm(check["text"]) in _norm(e.summary) for e in edits)  # edit_summary
 
 

@@ -94,7 +94,8 @@ def validate_edit(article: Article, fields: dict[str, str]) -> tuple[dict[str, s
             if not 2 <= len(values["value"]) <= 60:
                 errors["value"] = f"The {label} must be 2 to 60 characters long."
         else:
-            number = parse_number(values["value"].removesuffix(" km²").removesuffix(" km").removesuffix(" m"))
+            bare = values["value"].removesuffix(" km²").removesuffix(" km").removesuffix(" m")
+            number = parse_number(bare)
             if number is None:
                 errors["value"] = f"The {label} must be a whole number (like 12,345)."
             elif key in _YEAR_FIELDS and not 1000 <= number <= YEAR_NOW:
@@ -103,7 +104,8 @@ def validate_edit(article: Article, fields: dict[str, str]) -> tuple[dict[str, s
                 errors["value"] = f"The {label} must be more than 0."
             else:
                 values["value"] = str(number)
-        if "value" not in errors and values["value"].casefold() == str(article.values.get(key, "")).casefold():
+        current = str(article.values.get(key, "")).casefold()
+        if "value" not in errors and values["value"].casefold() == current:
             errors["value"] = f"That is already the {label}."
     if not 10 <= len(values["summary"]) <= 300:
         errors["summary"] = "Explain the correction in 10 to 300 characters."
@@ -168,8 +170,9 @@ class ReferenceSite(Site):
                 return self._watch(request, state, add=path.endswith("add"))
             if head == "edit" and article is not None:
                 return self._suggest(request, state, article)
-        return PageResponse(self._page(state, "Not found", "<h1>No such page</h1><p>The encyclopedia has no "
-                                       f"page here. <a href='{self.mount}/search'>Search it</a>.</p>"), status=404)
+        body = (f"<h1>No such page</h1><p>The encyclopedia has no page here. <a href='{self.mount}/search'>"
+                "Search it</a>.</p>")
+        return PageResponse(self._page(state, "Not found", body), status=404)
 
     def _redirect(self, path: str, **query: str) -> PageResponse:
         return PageResponse(location=f"{self.mount}{path}" + (f"?{urlencode(query)}" if query else ""))
@@ -187,7 +190,8 @@ class ReferenceSite(Site):
         return layout(f"{title} - Webgym Reference", header, f"<style>{_CSS}</style>{body}")
 
     def _link(self, article_id: str) -> str:
-        return f"<a href='{self.mount}/wiki/{quote(article_id)}'>{esc(self.encyclopedia.title(article_id))}</a>"
+        title = esc(self.encyclopedia.title(article_id))
+        return f"<a href='{self.mount}/wiki/{quote(article_id)}'>{title}</a>"
 
     def _pagination(self, path: str, params: list[tuple[str, str]], page: int, pages: int) -> str:
         if pages == 1:
@@ -221,15 +225,17 @@ class ReferenceSite(Site):
 
     def _home(self, state: ReferenceState) -> PageResponse:
         m, book = self.mount, self.encyclopedia
-        featured = book.articles[random.Random(f"reference-featured:{self.seed}").randrange(len(book.articles))]
+        featured = random.Random(f"reference-featured:{self.seed}").choice(book.articles)
         kinds = "".join(f"<li><a href='{m}/category/{title.lower()}'>{title}</a> "
-                        f"({len(book.categories[title.lower()].members)} articles)</li>" for title in KINDS.values())
+                        f"({len(book.categories[title.lower()].members)} articles)</li>"
+                        for title in KINDS.values())
         body = (f"<h1>Welcome to the Webgym Reference</h1><p>{len(book.articles):,} articles.</p>"
                 f"<h2>Featured article</h2><p id='featured'>{self._link(featured.id)}</p>"
                 f"<h2>Browse</h2><ul>{kinds}</ul><h2>Lists</h2><ul>"
                 f"<li><a href='{m}/lists/rivers-by-length'>List of rivers by length</a></li>"
-                f"<li><a href='{m}/lists/countries-by-population'>List of countries by population</a></li></ul>"
-                f"<p><a href='{m}/categories'>All categories</a> · <a href='{m}/random'>A random article</a></p>")
+                f"<li><a href='{m}/lists/countries-by-population'>List of countries by population</a></li>"
+                f"</ul><p><a href='{m}/categories'>All categories</a> · "
+                f"<a href='{m}/random'>A random article</a></p>")
         return PageResponse(self._page(state, "Home", body))
 
     def _tabs(self, article: Article, current: str) -> str:
@@ -246,18 +252,19 @@ class ReferenceSite(Site):
             return self._link(value)
         return esc(display(key, value))
 
-    def _article(self, state: ReferenceState, article: Article, notice: str = "") -> PageResponse:
+    def _article(self, state: ReferenceState, article: Article) -> PageResponse:
         m, book = self.mount, self.encyclopedia
         watched = article.id in state.watchlist
-        action, button = ("remove", "<button type='submit' id='unwatch-button'>★ Unwatch</button>") if watched \
-            else ("add", "<button type='submit' id='watch-button'>☆ Watch</button>")
-        rows = "".join(f"<tr><th>{LABELS[key]}</th><td id='infobox-{key}'>{self._value(article, key)}</td></tr>"
-                       for key in article.infobox_keys)
+        action, button = ("remove", "<button type='submit' id='unwatch-button'>★ Unwatch</button>")
+        if not watched:
+            action, button = "add", "<button type='submit' id='watch-button'>☆ Watch</button>"
+        rows = "".join(f"<tr><th>{LABELS[key]}</th><td id='infobox-{key}'>{self._value(article, key)}</td>"
+                       "</tr>" for key in article.infobox_keys)
         prose = "".join("<p>" + "".join(self._link(s.link) if s.link else esc(s.text) for s in paragraph)
                         + "</p>" for paragraph in article.paragraphs)
         cats = " · ".join(f"<a href='{m}/category/{slug}'>{esc(book.categories[slug].title)}</a>"
                           for slug in article.categories)
-        body = ((f"<p class='notice'>{esc(notice)}</p>" if notice else "") + self._tabs(article, "article")
+        body = (self._tabs(article, "article")
                 + f"<h1 id='article-title'>{esc(article.title)}</h1>"
                 f"<form id='watch' action='{m}/watchlist/{action}' method='post'>"
                 f"<input type='hidden' name='id' value='{esc(article.id)}'>{button}</form>"
@@ -273,7 +280,8 @@ class ReferenceSite(Site):
 
         def table(ident: str, head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
             cells = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-            return (f"<table id='{ident}'><tr>" + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{cells}</table>")
+            heads = "".join(f"<th>{h}</th>" for h in head)
+            return f"<table id='{ident}'><tr>{heads}</tr>{cells}</table>"
 
         sections = []
         if article.kind == "country":
@@ -285,16 +293,18 @@ class ReferenceSite(Site):
                   str(c.values["founded"])) for i, c in enumerate(cities, 1)])))
             sections.append(("rivers", f"Rivers ({len(rivers)})", False, table(
                 "rivers-table", ("River", "Length", "Mouth"),
-                [(self._link(r.id), display("length_km", r.values["length_km"]), self._link(str(r.values["mouth"])))
-                 for r in rivers])))
+                [(self._link(r.id), display("length_km", r.values["length_km"]),
+                  self._link(str(r.values["mouth"]))) for r in rivers])))
         elif article.kind == "city":
             companies = sorted((a for a in book.of_kind("company") if a.values["headquarters"] == article.id),
                                key=lambda a: a.title)
             if companies:
                 sections.append(("companies", f"Companies headquartered here ({len(companies)})", False,
-                                 "<ul>" + "".join(f"<li>{self._link(c.id)}</li>" for c in companies) + "</ul>"))
-        return "".join(f"<details id='section-{ident}'{' open' if is_open else ''}><summary>{esc(title)}</summary>"
-                       f"{content}</details>" for ident, title, is_open, content in sections)
+                                 "<ul>" + "".join(f"<li>{self._link(c.id)}</li>" for c in companies)
+                                 + "</ul>"))
+        return "".join(f"<details id='section-{ident}'{' open' if is_open else ''}>"
+                       f"<summary>{esc(title)}</summary>{content}</details>"
+                       for ident, title, is_open, content in sections)
 
     def _talk(self, state: ReferenceState, article: Article) -> PageResponse:
         rng = random.Random(f"reference-talk:{self.seed}:{article.id}")
@@ -305,8 +315,9 @@ class ReferenceSite(Site):
                           "I checked the {label} against two sources; it agrees.",
                           "Could someone add a citation for the {label}?"))
             .format(label=LABELS[rng.choice(keys)].lower()) + "</li>" for _ in range(rng.randint(1, 3)))
-        body = (self._tabs(article, "talk") + f"<h1>Talk: {esc(article.title)}</h1><ul id='talk'>{comments}</ul>")
-        return PageResponse(self._page(state, f"Talk: {article.title}", body))
+        title = f"Talk: {article.title}"
+        body = f"{self._tabs(article, 'talk')}<h1>{esc(title)}</h1><ul id='talk'>{comments}</ul>"
+        return PageResponse(self._page(state, title, body))
 
     def _history(self, state: ReferenceState, article: Article) -> PageResponse:
         rng = random.Random(f"reference-history:{self.seed}:{article.id}")
@@ -327,8 +338,9 @@ class ReferenceSite(Site):
         found = book.search(text)
         shown, page, pages = self._slice(request, found, SEARCH_PAGE_SIZE)
         suggestion = book.suggest(text)
-        hint = (f"<p id='did-you-mean'>Did you mean <a href='{self.mount}/search?{urlencode({'q': suggestion})}'>"
-                f"{esc(suggestion)}</a>?</p>" if suggestion else "")
+        href = f"{self.mount}/search?{urlencode({'q': suggestion})}"
+        hint = (f"<p id='did-you-mean'>Did you mean <a href='{esc(href)}'>{esc(suggestion)}</a>?</p>"
+                if suggestion else "")
         items = "".join(f"<li>{self._link(a.id)} <small>({a.kind})</small></li>" for a in shown)
         count = (f"{len(found)} results for “{esc(text)}” · page {page} of {pages}" if text
                  else "Type some words to search the encyclopedia.")
@@ -338,16 +350,18 @@ class ReferenceSite(Site):
         return PageResponse(self._page(state, "Search", body, query=text))
 
     def _categories(self, state: ReferenceState) -> PageResponse:
-        items = "".join(f"<li><a href='{self.mount}/category/{c.slug}'>{esc(c.title)}</a> ({len(c.members)})</li>"
+        items = "".join(f"<li><a href='{self.mount}/category/{c.slug}'>{esc(c.title)}</a> "
+                        f"({len(c.members)})</li>"
                         for c in sorted(self.encyclopedia.categories.values(), key=lambda c: c.title))
-        return PageResponse(self._page(state, "Categories", f"<h1>Categories</h1><ul id='categories'>{items}</ul>"))
+        body = f"<h1>Categories</h1><ul id='categories'>{items}</ul>"
+        return PageResponse(self._page(state, "Categories", body))
 
     def _category(self, request: PageRequest, state: ReferenceState, slug: str) -> PageResponse:
         category = self.encyclopedia.categories[slug]
         shown, page, pages = self._slice(request, list(category.members), CATEGORY_PAGE_SIZE)
         items = "".join(f"<li>{self._link(member)}</li>" for member in shown)
-        body = (f"<h1>Category: {esc(category.title)}</h1><p id='result-count'>{len(category.members)} articles"
-                f" · page {page} of {pages}</p><ul id='members'>{items}</ul>"
+        body = (f"<h1>Category: {esc(category.title)}</h1><p id='result-count'>"
+                f"{len(category.members)} articles · page {page} of {pages}</p><ul id='members'>{items}</ul>"
                 + self._pagination(f"/category/{slug}", [], page, pages))
         return PageResponse(self._page(state, category.title, body))
 
@@ -355,16 +369,16 @@ class ReferenceSite(Site):
         book = self.encyclopedia
         if path.endswith("rivers-by-length"):
             title, head = "List of rivers by length", ("Rank", "River", "Country", "Length")
-            ranked = sorted(book.of_kind("river"), key=lambda a: (-int(a.values["length_km"]), a.title))
-            row = lambda a: (self._link(str(a.values["country"])), display("length_km", a.values["length_km"]))  # noqa: E731
+            kind, linked, key = "river", "country", "length_km"
         else:
             title, head = "List of countries by population", ("Rank", "Country", "Capital", "Population")
-            ranked = sorted(book.of_kind("country"), key=lambda a: (-int(a.values["population"]), a.title))
-            row = lambda a: (self._link(str(a.values["capital"])), display("population", a.values["population"]))  # noqa: E731
+            kind, linked, key = "country", "capital", "population"
+        ranked = sorted(book.of_kind(kind), key=lambda a: (-int(a.values[key]), a.title))
         shown, page, pages = self._slice(request, ranked, LIST_PAGE_SIZE)
         first = (page - 1) * LIST_PAGE_SIZE + 1
-        rows = "".join(f"<tr><td>{i}</td><td>{self._link(a.id)}</td>" + "".join(f"<td>{c}</td>" for c in row(a))
-                       + "</tr>" for i, a in enumerate(shown, first))
+        rows = "".join(f"<tr><td>{i}</td><td>{self._link(a.id)}</td>"
+                       f"<td>{self._link(str(a.values[linked]))}</td>"
+                       f"<td>{display(key, a.values[key])}</td></tr>" for i, a in enumerate(shown, first))
         body = (f"<h1>{title}</h1><table id='list'><tr>" + "".join(f"<th>{h}</th>" for h in head)
                 + f"</tr>{rows}</table>" + self._pagination(path, [], page, pages))
         return PageResponse(self._page(state, title, body))
@@ -379,7 +393,8 @@ class ReferenceSite(Site):
         for key, verb in (("added", "Added {} to"), ("removed", "Removed {} from")):
             article = self.encyclopedia.by_id.get(request.arg(key))
             if article is not None:
-                notice = f"<p class='notice' id='notice'>{verb.format(esc(article.title))} your watchlist.</p>"
+                said = verb.format(esc(article.title))
+                notice = f"<p class='notice' id='notice'>{said} your watchlist.</p>"
         items = "".join(f"<li>{self._link(a)} <form style='display:inline' action='{m}/watchlist/remove' "
                         f"method='post'><input type='hidden' name='id' value='{esc(a)}'>"
                         f"<button type='submit' name='remove' value='{esc(a)}'>Remove</button></form></li>"
@@ -396,9 +411,11 @@ class ReferenceSite(Site):
         def error(name: str) -> str:
             return f"<p class='error' id='error-{name}'>{esc(errors[name])}</p>" if name in errors else ""
 
+        def now(key: str) -> str:
+            return esc(display(key, article.values[key])) if key in article.values else "-"
+
         options = "".join(f"<option value='{key}'{' selected' if values.get('field') == key else ''}>"
-                          f"{LABELS[key]} (now {esc(display(key, article.values[key]) if key in article.values else '-')})"
-                          "</option>" for key in EDITABLE[article.kind])
+                          f"{LABELS[key]} (now {now(key)})</option>" for key in EDITABLE[article.kind])
         summary = (f"<div class='error' id='error-summary-box' role='alert'>Please correct: "
                    f"{', '.join(name for name in ('field', 'value', 'summary') if name in errors)}</div>"
                    if errors else "")
@@ -406,18 +423,20 @@ class ReferenceSite(Site):
                 f"<form id='suggest-edit' action='{m}/edit/{quote(article.id)}' method='post'>"
                 f"<label>Value to correct <select id='field' name='field'><option value=''>Choose a value"
                 f"</option>{options}</select></label>{error('field')}"
-                f"<label>Corrected value <input id='value' name='value' value='{esc(values.get('value', ''))}'>"
-                f"</label>{error('value')}<label>Why is it wrong? <textarea id='summary' name='summary' rows='3' "
-                f"cols='50'>{esc(values.get('summary', ''))}</textarea></label>{error('summary')}"
+                "<label>Corrected value <input id='value' name='value' "
+                f"value='{esc(values.get('value', ''))}'></label>{error('value')}<label>Why is it wrong? "
+                f"<textarea id='summary' name='summary' rows='3' cols='50'>{esc(values.get('summary', ''))}"
+                f"</textarea></label>{error('summary')}"
                 "<p><button type='submit' id='submit-edit'>Send the suggestion</button></p></form>")
         return PageResponse(self._page(state, f"Suggest an edit: {article.title}", body))
 
     def _edits(self, state: ReferenceState) -> PageResponse:
-        rows = "".join(f"<tr><td>{self._link(e.article_id)}</td><td>{LABELS[e.field]}</td><td>{esc(e.value)}</td>"
-                       f"<td>{esc(e.summary)}</td></tr>" for e in state.edits)
+        rows = "".join(f"<tr><td>{self._link(e.article_id)}</td><td>{LABELS[e.field]}</td>"
+                       f"<td>{esc(e.value)}</td><td>{esc(e.summary)}</td></tr>" for e in state.edits)
         body = ("<h1>Your edit suggestions</h1>" + (
             f"<p class='notice' id='notice'>Thank you: {len(state.edits)} suggestions sent for review.</p>"
-            f"<table id='edits'><tr><th>Article</th><th>Value</th><th>Suggested</th><th>Why</th></tr>{rows}</table>"
+            "<table id='edits'><tr><th>Article</th><th>Value</th><th>Suggested</th><th>Why</th></tr>"
+            f"{rows}</table>"
             if rows else "<p id='edits-empty'>You have not suggested any edit.</p>"))
         return PageResponse(self._page(state, "Edit suggestions", body))
 
@@ -434,7 +453,8 @@ class ReferenceSite(Site):
         return self._redirect("/watchlist", **{"added" if add else "removed": article.id})
 
     def _suggest(self, request: PageRequest, state: ReferenceState, article: Article) -> PageResponse:
-        values, errors = validate_edit(article, {name: request.arg(name) for name in ("field", "value", "summary")})
+        fields = {name: request.arg(name) for name in ("field", "value", "summary")}
+        values, errors = validate_edit(article, fields)
         if errors:
             return self._edit(state, article, values, errors)
         state.edits.append(EditFacts(article_id=article.id, field=values["field"], value=values["value"],

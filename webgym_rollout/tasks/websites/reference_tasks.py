@@ -43,7 +43,8 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8400"
 
 _QUESTIONS = {
     "capital": "What is the capital of {t}?", "leader": "Who leads {t}?",
-    "population": "What is the population of {t}?", "area_km2": "What is the area of {t}, in square kilometres?",
+    "population": "What is the population of {t}?",
+    "area_km2": "What is the area of {t}, in square kilometres?",
     "founded": "In what year was {t} founded?", "currency": "What is the currency of {t}?",
     "country": "In which country is {t}?", "elevation_m": "At what elevation, in metres, does {t} lie?",
     "length_km": "How long is {t}, in kilometres?", "source": "Where does {t} rise?",
@@ -55,12 +56,12 @@ _QUESTIONS = {
     "headquarters": "In which city does {t} have its headquarters?",
     "industry": "In which industry does {t} work?", "employees": "How many people does {t} employ?",
 }
-_SHORT = {"population": "population", "area_km2": "area", "founded": "founding year", "currency": "currency",
-          "elevation_m": "elevation", "length_km": "length", "basin_km2": "basin area", "born": "year of birth",
-          "died": "year of death", "occupation": "occupation", "industry": "industry", "employees": "number of employees",
-          "capital": "capital", "leader": "leader", "country": "country", "source": "source", "mouth": "mouth",
-          "birthplace": "birthplace", "nationality": "nationality", "founder": "founder",
-          "headquarters": "headquarters"}
+_SHORT = {"area_km2": "area", "founded": "founding year", "elevation_m": "elevation", "length_km": "length",
+          "basin_km2": "basin area", "born": "year of birth", "died": "year of death",
+          "employees": "number of employees"}
+_SHORT |= {key: key for key in ("population", "currency", "occupation", "industry", "capital", "leader",
+                                "country", "source", "mouth", "birthplace", "nationality", "founder",
+                                "headquarters")}
 _COMPARISONS = (  # kind, key, the question's words, largest (True) or smallest
     ("city", "population", "has the largest population", True),
     ("country", "area_km2", "has the largest area", True),
@@ -87,7 +88,12 @@ class _Draw:
 
 
 def _read(book: Encyclopedia, article_id: str) -> Fact:
-    return (f"The article {book.title(article_id)} was opened.", {"type": "read_article", "article_id": article_id})
+    check = {"type": "read_article", "article_id": article_id}
+    return f"The article {book.title(article_id)} was opened.", check
+
+
+def _named(article: Article) -> Fact:
+    return f"The answer names {article.title}.", {"type": "answer", "texts": [article.title]}
 
 
 def _said(book: Encyclopedia, article: Article, key: str) -> tuple[str, Fact]:
@@ -151,13 +157,13 @@ def _birth_capital(rng: random.Random, book: Encyclopedia) -> _Draw:
     country = book.by_id[str(person.values["nationality"])]
     capital = book.by_id[str(country.values["capital"])]
     population, population_fact = _said(book, capital, "population")
-    return _Draw("birth_capital", f"In the Webgym Reference, find the capital of the country where {person.title} "
-                                  "was born, and that capital's population. Reply as '<capital>: <population>'.",
-                 [("Articles", [_read(book, person.id), _read(book, country.id), _read(book, capital.id)]),
-                  ("Answer", [(f"The answer names the capital {capital.title}.",
-                               {"type": "answer", "texts": [capital.title]}), population_fact])],
-                 {"article_id": capital.id, "read": [person.id, country.id, capital.id]},
-                 answer=f"{capital.title}: {population}")
+    instruction = (f"In the Webgym Reference, find the capital of the country where {person.title} was born, "
+                   "and that capital's population. Reply as '<capital>: <population>'.")
+    reads = [person.id, country.id, capital.id]
+    return _Draw("birth_capital", instruction,
+                 [("Articles", [_read(book, i) for i in reads]),
+                  ("Answer", [_named(capital), population_fact])],
+                 {"article_id": capital.id, "read": reads}, answer=f"{capital.title}: {population}")
 
 
 def _country_table(rng: random.Random, book: Encyclopedia) -> _Draw | None:
@@ -172,11 +178,11 @@ def _country_table(rng: random.Random, book: Encyclopedia) -> _Draw | None:
     said = [_said(book, best, k) for k in asked]
     wanted = " and ".join(f"its {_SHORT[k]}" for k in asked)
     form = ", ".join(f"<{_SHORT[k]}>" for k in asked)
-    return _Draw("country_table", f"Which is {words} of {country.title} in the Webgym Reference? Give its name, "
-                                  f"{wanted}. Reply as '<name>, {form}'.",
+    instruction = (f"Which is {words} of {country.title} in the Webgym Reference? Give its name, {wanted}. "
+                   f"Reply as '<name>, {form}'.")
+    return _Draw("country_table", instruction,
                  [("Articles", [_read(book, country.id), _read(book, best.id)]),
-                  ("Answer", [(f"The answer names {best.title}.", {"type": "answer", "texts": [best.title]}),
-                              *(fact for _, fact in said)])],
+                  ("Answer", [_named(best), *(fact for _, fact in said)])],
                  {"article_id": best.id, "read": [country.id, best.id]},
                  answer=", ".join([best.title, *(shown for shown, _ in said)]))
 
@@ -185,12 +191,13 @@ def _founder(rng: random.Random, book: Encyclopedia) -> _Draw:
     company = rng.choice(book.of_kind("company"))
     founder = book.by_id[str(company.values["founder"])]
     born, born_fact = _said(book, founder, "born")
-    return _Draw("founder", f"Who founded {company.title}, according to the Webgym Reference, and in what year "
-                            "was the founder born? Reply as '<name>, <year>'.",
+    instruction = (f"Who founded {company.title}, according to the Webgym Reference, and in what year was "
+                   "the founder born? Reply as '<name>, <year>'.")
+    return _Draw("founder", instruction,
                  [("Articles", [_read(book, company.id), _read(book, founder.id)]),
-                  ("Answer", [(f"The answer names {founder.title}.", {"type": "answer", "texts": [founder.title]}),
-                              born_fact])],
-                 {"article_id": founder.id, "read": [company.id, founder.id]}, answer=f"{founder.title}, {born}")
+                  ("Answer", [_named(founder), born_fact])],
+                 {"article_id": founder.id, "read": [company.id, founder.id]},
+                 answer=f"{founder.title}, {born}")
 
 
 def _compare_watch(rng: random.Random, book: Encyclopedia) -> _Draw | None:
@@ -200,12 +207,11 @@ def _compare_watch(rng: random.Random, book: Encyclopedia) -> _Draw | None:
     if best is None:
         return None
     shown, fact = _said(book, best, key)
-    return _Draw("compare_watch", f"In the Webgym Reference, which of {_names(articles)} {words}? Add its article "
-                                  f"to my watchlist and reply with its name and {_SHORT[key]} as "
-                                  f"'<name>: <{_SHORT[key]}>'.",
+    instruction = (f"In the Webgym Reference, which of {_names(articles)} {words}? Add its article to my "
+                   f"watchlist and reply with its name and {_SHORT[key]} as '<name>: <{_SHORT[key]}>'.")
+    return _Draw("compare_watch", instruction,
                  [("Articles", [_read(book, a.id) for a in articles]),
-                  ("Watchlist", _watch_facts(book, [best.id])),
-                  ("Answer", [(f"The answer names {best.title}.", {"type": "answer", "texts": [best.title]}), fact])],
+                  ("Watchlist", _watch_facts(book, [best.id])), ("Answer", [_named(best), fact])],
                  {"article_id": best.id, "read": [a.id for a in articles], "watch": [best.id]},
                  answer=f"{best.title}: {shown}")
 
@@ -216,23 +222,21 @@ def _compare_edit(rng: random.Random, book: Encyclopedia) -> _Draw | None:
     first = _unique_best(articles, key, largest=False)
     if first is None:
         return None
-    current = int(first.values[edited])
-    value = max(1, round(current * rng.uniform(1.05, 1.6)))
-    summary = f"Figure from the {YEAR_NOW} {source}"
+    value = max(1, round(int(first.values[edited]) * rng.uniform(1.05, 1.6)))  # never the current value
+    summary, shown = f"Figure from the {YEAR_NOW} {source}", display(edited, value)
     plural = {"company": "companies", "city": "cities"}[kind]
-    return _Draw("compare_edit", f"Of the {plural} {_names(articles)}, which was founded first according to the "
-                                 f"Webgym Reference? Reply with its name, and suggest an edit to its article that "
-                                 f"sets its {_SHORT[edited]} to {display(edited, value)}, with the reason "
-                                 f"'{summary}'.",
-                 [("Articles", [_read(book, a.id) for a in articles]),
-                  ("Answer", [(f"The answer names {first.title}.", {"type": "answer", "texts": [first.title]})]),
-                  ("Edit", [(f"An edit of {first.title} sets its {_SHORT[edited]} to {display(edited, value)}.",
-                             {"type": "edit_field", "article_id": first.id, "field": edited, "value": str(value)}),
-                            (f"The edit's reason is '{summary}'.",
-                             {"type": "edit_summary", "article_id": first.id, "text": summary})])],
+    instruction = (f"Of the {plural} {_names(articles)}, which was founded first according to the Webgym "
+                   f"Reference? Reply with its name, and suggest an edit to its article that sets its "
+                   f"{_SHORT[edited]} to {shown}, with the reason '{summary}'.")
+    edit = [(f"An edit of {first.title} sets its {_SHORT[edited]} to {shown}.",
+             {"type": "edit_field", "article_id": first.id, "field": edited, "value": str(value)}),
+            (f"The edit's reason is '{summary}'.",
+             {"type": "edit_summary", "article_id": first.id, "text": summary})]
+    return _Draw("compare_edit", instruction,
+                 [("Articles", [_read(book, a.id) for a in articles]), ("Answer", [_named(first)]),
+                  ("Edit", edit)],
                  {"article_id": first.id, "read": [a.id for a in articles],
-                  "edit": {"article_id": first.id, "field": edited, "value": display(edited, value),
-                           "summary": summary}},
+                  "edit": {"article_id": first.id, "field": edited, "value": shown, "summary": summary}},
                  answer=first.title)
 
 
@@ -242,13 +246,14 @@ def _capital_leader(rng: random.Random, book: Encyclopedia) -> _Draw | None:
     if best is None:
         return None
     watch = [str(best.values["capital"]), str(best.values["leader"])]
-    return _Draw("capital_leader", f"In the Webgym Reference, find which of {_names(countries)} has the largest "
-                                   "population. Add the articles of its capital and of its leader to my "
-                                   "watchlist (and nothing else), and reply with the country's name.",
+    instruction = (f"In the Webgym Reference, find which of {_names(countries)} has the largest population. "
+                   "Add the articles of its capital and of its leader to my watchlist (and nothing else), "
+                   "and reply with the country's name.")
+    return _Draw("capital_leader", instruction,
                  [("Articles", [_read(book, c.id) for c in countries]),
-                  ("Watchlist", _watch_facts(book, watch)),
-                  ("Answer", [(f"The answer names {best.title}.", {"type": "answer", "texts": [best.title]})])],
-                 {"article_id": best.id, "read": [c.id for c in countries], "watch": watch}, answer=best.title)
+                  ("Watchlist", _watch_facts(book, watch)), ("Answer", [_named(best)])],
+                 {"article_id": best.id, "read": [c.id for c in countries], "watch": watch},
+                 answer=best.title)
 
 
 TEMPLATES: dict[str, Callable[[random.Random, Encyclopedia], _Draw | None]] = {
@@ -267,7 +272,8 @@ def _row(draw: _Draw, reference_seed: int, base_url: str, index: int) -> Task:
                 "params": draw.params, "checks": checks}
     kind = encyclopedia(reference_seed).by_id[draw.params["article_id"]].kind
     return Task(task_id=make_task_id(BENCHMARK, str(reference_seed), draw.instruction),
-                task_name=draw.instruction, website=f"{base_url}/reference/", start_url=f"{base_url}/reference/",
+                task_name=draw.instruction, website=f"{base_url}/reference/",
+                start_url=f"{base_url}/reference/",
                 benchmark_name=BENCHMARK, domain="reference", subdomain=kind,
                 evaluator_reference=groups, definite_answer=draw.answer, instruction_source="template",
                 rubric_source="given",

@@ -32,8 +32,8 @@ def _meta(task: Task) -> dict:
 
 def test_rows_are_deterministic_distinct_schema_rows_across_the_levels():
     tasks = reference_tasks(270, seed=5, reference_seed=REFERENCE_SEED)
-    assert [t.to_row() for t in tasks] == [t.to_row() for t in reference_tasks(270, seed=5,
-                                                                                reference_seed=REFERENCE_SEED)]
+    again = reference_tasks(270, seed=5, reference_seed=REFERENCE_SEED)
+    assert [t.to_row() for t in tasks] == [t.to_row() for t in again]
     assert [t.task_id for t in reference_tasks(30, seed=6, reference_seed=REFERENCE_SEED)] != [
         t.task_id for t in tasks[:30]]
     assert len({t.task_id for t in tasks}) == 270
@@ -44,7 +44,8 @@ def test_rows_are_deterministic_distinct_schema_rows_across_the_levels():
     for task in tasks:
         assert Task.from_row(task.to_row()) == task  # a valid row of the published schema
         assert task.difficulty == task.num_facts == len(task_checks(task))
-        assert task.start_url == "http://127.0.0.1:8400/reference/" and task.benchmark_name == "webgym-reference"
+        assert task.start_url == "http://127.0.0.1:8400/reference/"
+        assert task.benchmark_name == "webgym-reference" and task.domain == "reference"
         meta = _meta(task)
         assert meta["site"] == "reference" and meta["reference_seed"] == REFERENCE_SEED
         assert task.subdomain == book.by_id[meta["params"]["article_id"]].kind
@@ -159,7 +160,7 @@ def server():
 
 
 def test_the_experts_moves_over_http_meet_every_fact_and_an_idle_session_does_not(server):
-    tasks = reference_tasks(63, seed=5, reference_seed=REFERENCE_SEED, base_url=server.base_url)  # 7 a template
+    tasks = reference_tasks(63, seed=5, reference_seed=REFERENCE_SEED, base_url=server.base_url)  # 7 each
     judge = SiteJudge(server.facts, tasks)
     with httpx.Client(base_url=server.base_url, trust_env=False, follow_redirects=True, timeout=30) as client:
         for task in tasks:
@@ -172,12 +173,14 @@ def test_the_experts_moves_over_http_meet_every_fact_and_an_idle_session_does_no
             assert check_task(task, facts, answer) == [True] * task.num_facts, task.task_name
             for check in task_checks(task):  # the answer is what the site's pages show
                 if check["type"] == "answer":
-                    assert any(all(text in page for text in check["texts"]) for page in player.seen), task.task_name
+                    shown = check["texts"]
+                    assert any(all(text in page for text in shown) for page in player.seen), task.task_name
                 if check["type"] == "answer_number":
                     shown = (f"{check['value']:,}", str(check["value"]))  # 1,375 m; a year: 1874
                     assert any(text in page for page in player.seen for text in shown), task.task_name
             urls = (with_session(task.start_url, session),)
-            result = asyncio.run(judge.score(JudgeRequest(task_name=task.task_name, answer=answer, urls=urls)))
+            request = JudgeRequest(task_name=task.task_name, answer=answer, urls=urls)
+            result = asyncio.run(judge.score(request))
             assert result.reward == 1.0, (task.task_name, result.verdicts)
             idle = new_session_id()
             client.cookies.clear()
@@ -207,6 +210,6 @@ def test_a_wrong_watchlist_or_edit_fails_its_checks(server):
         other = book.by_id[wanted["article_id"]].values[wanted["field"]] + 1
         client.post(f"/reference/edit/{wanted['article_id']}",
                     data={"field": wanted["field"], "value": str(other), "summary": wanted["summary"]})
-        checks = task_checks(edit)
-        verdicts = dict(zip([c["type"] for c in checks], check_task(edit, server.facts(session)), strict=False))
+        types = [c["type"] for c in task_checks(edit)]
+        verdicts = dict(zip(types, check_task(edit, server.facts(session)), strict=True))
         assert verdicts["edit_summary"] and not verdicts["edit_field"]
