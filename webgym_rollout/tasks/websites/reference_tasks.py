@@ -32,7 +32,7 @@ from typing import Any
 
 from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
 from webgym_rollout.tasks.websites.encyclopedia import YEAR_NOW, Article, Encyclopedia, display, encyclopedia
-from webgym_rollout.tasks.websites.plans import PLANNERS, Answer, Choose, Fill, Goto, Move, Press
+from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 
 __all__ = ["BENCHMARK", "DEFAULT_BASE_URL", "TEMPLATES", "expert_moves", "reference_tasks"]
 
@@ -273,7 +273,7 @@ def _row(draw: _Draw, reference_seed: int, base_url: str, index: int) -> Task:
     kind = encyclopedia(reference_seed).by_id[draw.params["article_id"]].kind
     return Task(task_id=make_task_id(BENCHMARK, str(reference_seed), draw.instruction),
                 task_name=draw.instruction, website=f"{base_url}/reference/",
-                start_url=f"{base_url}/reference/",
+                start_url=f"{base_url}/reference/", environment="site:reference",
                 benchmark_name=BENCHMARK, domain="reference", subdomain=kind,
                 evaluator_reference=groups, definite_answer=draw.answer, instruction_source="template",
                 rubric_source="given",
@@ -321,5 +321,3 @@ def expert_moves(params: dict[str, Any], task: Task) -> list[Move]:
                   Fill("value", edit["value"]), Fill("summary", edit["summary"]), Press("submit-edit")]
     return [*moves, Answer(task.definite_answer or "Done.")]
 
-
-PLANNERS["reference"] = expert_moves

@@ -18,8 +18,9 @@ from webgym_rollout.judge.judges import JudgeRequest
 from webgym_rollout.judge.site import SiteJudge
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.tasks.websites.encyclopedia import encyclopedia
+from webgym_rollout.tasks.websites.generate import expert_plan, site_tasks
 from webgym_rollout.tasks.websites.goals import check_task, task_checks
-from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press, expert_plan
+from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 from webgym_rollout.tasks.websites.reference_tasks import TEMPLATES, reference_tasks
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
 
@@ -40,12 +41,15 @@ def test_rows_are_deterministic_distinct_schema_rows_across_the_levels():
     levels = Counter(t.difficulty_level for t in tasks)
     assert set(levels) == {"easy", "medium", "hard"} and min(levels.values()) == 90, levels
     assert {_meta(t)["template"] for t in tasks} == set(TEMPLATES)
+    drawn = site_tasks(9, sites=("reference",))  # the sites' generator draws them for the default seed
+    assert [t.task_id for t in drawn] == [t.task_id for t in reference_tasks(9)]
     book = encyclopedia(REFERENCE_SEED)
     for task in tasks:
         assert Task.from_row(task.to_row()) == task  # a valid row of the published schema
         assert task.difficulty == task.num_facts == len(task_checks(task))
         assert task.start_url == "http://127.0.0.1:8400/reference/"
         assert task.benchmark_name == "webgym-reference" and task.domain == "reference"
+        assert task.environment == "site:reference"
         meta = _meta(task)
         assert meta["site"] == "reference" and meta["reference_seed"] == REFERENCE_SEED
         assert task.subdomain == book.by_id[meta["params"]["article_id"]].kind
