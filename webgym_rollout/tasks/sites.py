@@ -127,8 +127,8 @@ class SiteServer:
     """The site server in a background thread; a context manager yielding itself (`base_url`).
 
     `shop_seed` draws the shop's catalogue and accounts, `reference_seed` the reference site's
-    encyclopedia; the truth listener binds 127.0.0.1:
-    `truth_port` (0: any free port) and answers the bearer `truth_token` (drawn when not given)."""
+    encyclopedia; the truth listener binds 127.0.0.1:`truth_port` (0: any free port) and answers
+    the bearer `truth_token` (drawn when not given)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, shop_seed: int = 0, truth_port: int = 0,
                  truth_token: str | None = None, reference_seed: int = 0):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import difflib
 import functools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["CITIES_PER_COUNTRY", "COMPANIES", "COUNTRIES", "EDITABLE", "KINDS", "LABELS", "PEOPLE",
@@ -136,7 +136,7 @@ def parse_number(text: str) -> int | None:
     return int("".join(groups))
 
 
-def article_id(title: str) -> str:
+def _slug(title: str) -> str:
     return title.replace(" ", "_")
 
 
@@ -218,7 +218,7 @@ class _Names:
     def word(self, syllables: tuple[int, ...] = (2, 2, 3)) -> str:
         return "".join(self.rng.choice(_SYLLABLES) for _ in range(self.rng.choice(syllables))).capitalize()
 
-    def unique(self, make) -> str:
+    def unique(self, make: Callable[[], str]) -> str:
         while True:
             title = make()
             if title.casefold() not in self.used and len(title) >= 5:
@@ -277,7 +277,7 @@ def encyclopedia(seed: int) -> Encyclopedia:
     arts: dict[str, dict] = {}  # drafts by id, in the order they are made
 
     def add(kind: str, title: str, values: dict, **extra) -> str:
-        key = article_id(title)
+        key = _slug(title)
         arts[key] = {"kind": kind, "title": title, "values": values, **extra}
         return key
 
