@@ -174,6 +174,7 @@ def test_the_edit_form_validates_each_field_and_records_an_accepted_suggestion(s
                                        "summary": "Figure from   the annual report"})
         assert page.url.path == "/reference/edits" and "1234567" in page.text
     facts = server.facts(session)
+    assert SessionFacts.model_validate_json(facts.model_dump_json()) == facts  # as the truth listener sends
     edit = facts.reference.edits[0]
     assert (edit.article_id, edit.field, edit.value, edit.summary) == (
         company.id, "employees", "1234567", "Figure from the annual report")
