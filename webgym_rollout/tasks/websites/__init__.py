@@ -5,13 +5,22 @@ shared base: `state` (sessions keyed by the ``webgym_session`` cookie or a ``?se
 parameter), `base` (request, response, `Site`, page layout), `router` (a raw request to a site's
 page), `facts` (the typed ground-truth records), `truth` (the token-guarded listener on its own
 port that serves them to the toolkit, never to a page). The shop: `catalogue`, `accounts`,
-`checkout` (the form's validation) and `shop` (the pages). Same imports as `webgym_rollout.tasks`.
+`checkout` (the form's validation) and `shop` (the pages). The reference site (an encyclopedia):
+`encyclopedia` (the articles) and `reference` (the pages). Same imports as `webgym_rollout.tasks`.
 """
 
-from webgym_rollout.tasks.websites.facts import LineFacts, OrderFacts, SessionFacts, ShopFacts
+from webgym_rollout.tasks.websites.facts import (
+    EditFacts,
+    LineFacts,
+    OrderFacts,
+    ReferenceFacts,
+    SessionFacts,
+    ShopFacts,
+)
+from webgym_rollout.tasks.websites.reference import ReferenceSite
 from webgym_rollout.tasks.websites.shop import ShopSite
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
 from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
 
-__all__ = ["LineFacts", "OrderFacts", "SessionFacts", "ShopFacts", "ShopSite", "TruthClient", "TruthServer",
-           "new_session_id", "with_session"]
+__all__ = ["EditFacts", "LineFacts", "OrderFacts", "ReferenceFacts", "ReferenceSite", "SessionFacts",
+           "ShopFacts", "ShopSite", "TruthClient", "TruthServer", "new_session_id", "with_session"]

@@ -19,13 +19,24 @@ by group). `check_fact` decides one against a session's `SessionFacts` and the a
     order_field     name, value     the last order's field (``shipping``, ``postcode``, ``full_name``,
                                     ``city``, ``account``) equals value (case and spacing ignored)
     signed_in       account         the session signed in to this account at least once
+    answer_number   value           the answer states this whole number (thousands separators optional;
+                                    ``1,234`` is not in ``11,234`` nor in ``1,234.5``)
+    read_article    article_id      the reference site's article was opened
+    watchlist_has   article_id      the reference watchlist holds this article
+    watchlist_only  article_ids     the watchlist holds these articles and no other
+    edit_field      article_id, field, value    an edit suggestion of this article sets this infobox
+                                    value (numbers compared whole, text with case and spacing ignored)
+    edit_summary    article_id, text            an edit suggestion of this article explains itself
+                                    with a summary that contains this text (case and spacing ignored)
 
-A session that never reached the shop fails every check but ``answer``.
+A session that never reached the shop fails every check but ``answer`` and ``answer_number``; one
+that never reached the reference site fails its checks (``read_article`` ... ``edit_summary``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,8 +45,11 @@ from webgym_rollout.tasks.websites.facts import LineFacts, OrderFacts, SessionFa
 
 __all__ = ["CHECK_TYPES", "check_fact", "check_task", "task_checks"]
 
+_REFERENCE_TYPES = ("answer_number", "read_article", "watchlist_has", "watchlist_only", "edit_field",
+                    "edit_summary")
 CHECK_TYPES = ("visited", "visited_any", "answer", "cart_has", "cart_option", "cart_quantity", "cart_only",
-               "order_has", "order_option", "order_quantity", "order_only", "order_field", "signed_in")
+               "order_has", "order_option", "order_quantity", "order_only", "order_field", "signed_in",
+               *_REFERENCE_TYPES)
 
 
 def _norm(text: Any) -> str:
@@ -66,6 +80,8 @@ def _last_order(facts: SessionFacts) -> OrderFacts | None:
 def check_fact(check: Mapping[str, Any], facts: SessionFacts, answer: str = "") -> bool:
     """Whether the fact that `check` describes holds for a session with `facts` and final `answer`."""
     kind = check.get("type")
+    if kind in _REFERENCE_TYPES:
+        return _reference_check(kind, check, facts, answer)
     if kind == "answer":
         said = _norm(answer)
         return all(_norm(text) in said for text in check["texts"])
@@ -85,6 +101,39 @@ def check_fact(check: Mapping[str, Any], facts: SessionFacts, answer: str = "") 
         order = _last_order(facts)
         return order is not None and _lines_check(kind.removeprefix("order_"), check, order.lines)
     raise ValueError(f"unknown check type {kind!r}: expected one of {', '.join(CHECK_TYPES)}")
+
+
+_NUMBER = re.compile(r"(?<![\d.,])\d[\d,]*(?:\.\d+)?(?![\d])")
+
+
+def _numbers(text: str) -> set[str]:
+    """The whole numbers written in `text`, without thousands separators (``1,234`` -> ``1234``)."""
+    return {m.group().rstrip(",").replace(",", "") for m in _NUMBER.finditer(text)}
+
+
+def _edit_value(value: Any) -> str:
+    text = _norm(value)
+    return text.replace(",", "") if re.fullmatch(r"[\d,]+", text) else text
+
+
+def _reference_check(kind: str, check: Mapping[str, Any], facts: SessionFacts, answer: str) -> bool:
+    """The reference site's checks, and ``answer_number``."""
+    if kind == "answer_number":
+        return str(check["value"]).replace(",", "") in _numbers(answer)
+    record = facts.reference
+    if record is None:
+        return False
+    if kind == "read_article":
+        return check["article_id"] in record.read
+    if kind == "watchlist_has":
+        return check["article_id"] in record.watchlist
+    if kind == "watchlist_only":
+        return bool(record.watchlist) and set(record.watchlist) == set(check["article_ids"])
+    edits = [edit for edit in record.edits if edit.article_id == check["article_id"]]
+    if kind == "edit_field":
+        wanted = _edit_value(check["value"])
+        return any(e.field == check["field"] and _edit_value(e.value) == wanted for e in edits)
+    return any(_norm(check["text"]) in _norm(e.summary) for e in edits)  # edit_summary
 
 
 def task_checks(task: Task, parent: Task | None = None) -> list[dict[str, Any]]:
