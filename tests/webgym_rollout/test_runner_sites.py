@@ -5,6 +5,7 @@ it; `judge-eval-sites` then measures the run's own verdicts against that truth."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,7 +17,9 @@ from webgym_rollout.judge.judges import JudgeSettings
 from webgym_rollout.runner import RunSettings, run
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.tasks.websites.generate import site_tasks
+from webgym_rollout.tasks.websites.state import session_in
 from webgym_rollout.trajectory.reader import read_episodes
+from webgym_rollout.trajectory.recordings import RecordSettings
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,8 @@ def _settings(tmp_path, site_server, site_browser, policy: str, tasks) -> RunSet
 
 
 @pytest.mark.browser
-async def test_the_expert_solves_site_tasks_and_the_random_policy_does_not(tmp_path, site_server, site_browser):
+async def test_the_expert_solves_site_tasks_and_the_random_policy_does_not(tmp_path, site_server,
+                                                                           site_browser):
     tasks = site_tasks(3, seed=5)  # one easy, one medium, one hard task of each site
     assert {t.difficulty_level for t in tasks} == {"easy", "medium", "hard"}
     expert = await run(_settings(tmp_path, site_server, site_browser, "expert", tasks))
@@ -58,7 +62,8 @@ async def test_the_expert_solves_site_tasks_and_the_random_policy_does_not(tmp_p
     assert {e.judge_model for e in episodes} == {"site-truth"}
     truth = read_truth(tmp_path / "expert")
     assert set(truth) == {e.episode_id for e in episodes}
-    hard = next(e for e in episodes if e.task.difficulty_level == "hard" and e.task.environment == "site:shop")
+    hard = next(e for e in episodes
+                if e.task.difficulty_level == "hard" and e.task.environment == "site:shop")
     assert truth[hard.episode_id][1].shop.orders  # the order the checkout placed, in the truth
     assert (tmp_path / "expert" / TRUTH_FILE).read_text().count("\n") == len(tasks)
 
@@ -74,3 +79,28 @@ async def test_the_expert_solves_site_tasks_and_the_random_policy_does_not(tmp_p
     overall = {name: report.metrics(name)["all"] for name in ("stored", "programmatic")}
     assert overall["stored"].agreement == 1.0 and overall["stored"].tp == len(tasks)
     assert overall["programmatic"].fn == len(tasks) and overall["programmatic"].recall == 0.0
+
+
+@pytest.mark.browser
+async def test_a_recorded_checkout_replays_with_the_same_screenshots_and_verdict(tmp_path, site_server,
+                                                                                 site_browser):
+    checkout = next(t for t in site_tasks(9, seed=11, sites=("shop",))
+                    if json.loads(t.source.metadata)["template"] == "checkout")
+    recorded = _settings(tmp_path, site_server, site_browser, "expert", [checkout])
+    recorded = dataclasses.replace(recorded, traffic=RecordSettings(record=True))
+    assert (await run(recorded)).successes == 1
+    replayed = dataclasses.replace(recorded, out=tmp_path / "replayed",
+                                   traffic=RecordSettings(replay=str(tmp_path / "expert")))
+    visits_before = len(site_server.facts(_session(tmp_path / "expert")).visited)
+    report = await run(replayed)
+    [original], [replay] = read_episodes(tmp_path / "expert"), read_episodes(tmp_path / "replayed")
+    assert report.successes == 1 and replay.reward == original.reward == 1.0
+    assert [s.screenshot_sha256 for s in replay.steps] == [s.screenshot_sha256 for s in original.steps]
+    assert len(original.steps) > 15  # product options, a cart, a validated form, the modal
+    # The replay never reached the site: the recorded session's pages were served from the recording.
+    assert len(site_server.facts(_session(tmp_path / "expert")).visited) == visits_before
+
+
+def _session(run_dir) -> str:
+    [episode] = read_episodes(run_dir)
+    return session_in(step.url for step in episode.steps)

@@ -17,24 +17,15 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Iterable
-from urllib.parse import parse_qs, urlsplit
 
 from webgym_data.schema import Task
 from webgym_rollout.judge.judges import JudgeRequest, JudgeResult
 from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.goals import check_fact, task_checks
+from webgym_rollout.tasks.websites.state import session_in
 from webgym_rollout.trajectory.contract import Verdict
 
-__all__ = ["SiteJudge", "answer_holds", "session_of", "site_verdicts"]
-
-
-def session_of(urls: Iterable[str]) -> str:
-    """The ``session`` parameter of the first URL that carries one (``""`` when none does)."""
-    for url in urls:
-        values = parse_qs(urlsplit(url or "").query).get("session")
-        if values:
-            return values[0]
-    return ""
+__all__ = ["SiteJudge", "answer_holds", "site_verdicts"]
 
 
 def _normal(text: str) -> str:
@@ -64,7 +55,7 @@ class SiteJudge:
         if task is None:
             return JudgeResult(0.0, (Verdict("task", False, "not one of the judge's site tasks"),),
                                self.model_id)
-        session = session_of(request.urls)
+        session = session_in(request.urls)
         if not session:
             return JudgeResult(0.0, (Verdict("session", False, "no visited URL carries ?session="),),
                                self.model_id)

@@ -13,11 +13,13 @@ from webgym_rollout.tasks.websites.generate import expert_plan, site_tasks
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Press
 
 _PNG = b"\x89PNG\r\n\x1a\n"
+_START = "http://127.0.0.1:8400/shop/?session=abcdefgh1"
 
 
-def _observation(task, step: int, elements=(), url="http://127.0.0.1:8400/shop/?session=abcdefgh1") -> Observation:
-    return Observation(instruction=task.task_name, screenshot=_PNG, viewport=(1000, 1000), step=step, url=url,
-                       title="", history=(), elements=tuple(elements), last_action_error="", episode_id="ep-1")
+def _observation(task, step: int, elements=(), url=_START) -> Observation:
+    return Observation(instruction=task.task_name, screenshot=_PNG, viewport=(1000, 1000), step=step,
+                       url=url, title="", history=(), elements=tuple(elements), last_action_error="",
+                       episode_id="ep-1")
 
 
 def _element(name: str, x: float, y: float, text: str = "", tag: str = "input") -> Element:
@@ -31,12 +33,14 @@ def _act(policy: ExpertPolicy, observation: Observation) -> AgentAction:
 
 
 def test_each_move_becomes_an_action_of_the_action_space():
-    task = next(t for t in site_tasks(9, sites=("shop",)) if "checkout" in json.loads(t.source.metadata)["params"])
+    tasks = site_tasks(9, sites=("shop",))
+    task = next(t for t in tasks if "checkout" in json.loads(t.source.metadata)["params"])
     plan = expert_plan(task)
     assert isinstance(plan[0], Goto) and isinstance(plan[-1], Answer)
     policy = ExpertPolicy([task])
-    page = [_element("option-colour", 100, 200, tag="select"), _element("option-size", 100, 300, tag="select"),
-            _element("quantity", 100, 400, text="1"), _element("add-button", 100, 500, "Add to cart", "button")]
+    page = [_element("option-colour", 100, 200, tag="select"),
+            _element("option-size", 100, 300, tag="select"), _element("quantity", 100, 400, text="1"),
+            _element("add-button", 100, 500, "Add to cart", "button")]
     step, actions = 0, []
     for move in plan[:6]:
         parts = 3 if isinstance(move, Fill) else 1  # click, select what it shows, type
