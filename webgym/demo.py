@@ -2,22 +2,27 @@
 
 Stages (each announced on the terminal as it starts)::
 
-    1 build      the project's sample web tasks (webgym/sample_tasks.jsonl) + MiniWoB++ training
-                 seeds as task rows, through the real `webgym_data.build` path (offline: template
-                 subtask instructions, rule taxonomy)                              -> OUT/tasks
-    2 servers    MiniWoB site server, browser server (Chromium), a tiny random Qwen3-VL
-                 (`webgym_rl.tiny.build_tiny_model`) for the CPU policy server -> OUT/models/tiny-qwen3vl
+    1 build      the project's sample web tasks (webgym/sample_tasks.jsonl), generated tasks of the
+                 local sites (shop, travel, reference) and MiniWoB++ training seeds as task rows,
+                 through the real `webgym_data.build` path (offline: template subtask
+                 instructions, rule taxonomy)                                      -> OUT/tasks
+    2 servers    site server (MiniWoB++ pages and the stateful sites), browser server (Chromium), a
+                 tiny random Qwen3-VL (`webgym_rl.tiny.build_tiny_model`) for the CPU policy server
+                                                                       -> OUT/models/tiny-qwen3vl
     3 baselines  the held-out seeds (never trained on) with the pixel-random policy and the
                  DOM-aware random policy                                       -> OUT/baselines
-    4 rollout    the MiniWoB++ training seeds with the DOM-aware `random` bootstrap policy
+    4 sites      the built site tasks with the DOM-aware random policy and the scripted expert,
+                 judged against the sites' ground truth; the expert's episodes recorded, then
+                 replayed from the recording                                      -> OUT/sites
+    5 rollout    the MiniWoB++ training seeds with the DOM-aware `random` bootstrap policy
                                                           -> OUT/loop/rollouts/round-0000
-    5 train      filtered_bc on the successful episodes, by the loop's resident trainer
-    6 publish    the new weights sent to the CPU policy server in memory (no restart, no disk)
-    7 evaluate   the held-out seeds with the trained policy at temperature 0
+    6 train      filtered_bc on the successful episodes, by the loop's resident trainer
+    7 publish    the new weights sent to the CPU policy server in memory (no restart, no disk)
+    8 evaluate   the held-out seeds with the trained policy at temperature 0
                                               -> OUT/loop/evals/v-0001, OUT/loop/checkpoints/v-0001
-    8 report     HTML reports, the learning curve and a summary   -> OUT/report, OUT/summary.json
+    9 report     HTML reports, the learning curve and a summary   -> OUT/report, OUT/summary.json
 
-Stages 4-7 are one round of the online loop (`webgym_rl.loop.run_loop`) with the shipped recipe
+Stages 5-8 are one round of the online loop (`webgym_rl.loop.run_loop`) with the shipped recipe
 ``miniwob-cpu`` sized for the demo (`RECIPE`), so the demo runs the same code and settings as
 ``webgym-rl loop --config miniwob-cpu``; the agent uses the compact prompt variant for small
 models. The summary compares the trained policy with both baselines on the same held-out
@@ -56,7 +61,7 @@ log = logging.getLogger(__name__)
 SAMPLE_TASKS = Path(__file__).resolve().parent / "sample_tasks.jsonl"
 """The project's own sample of web tasks with rubrics (published task-row format)."""
 _MARKER = ".webgym-demo"
-_OWN_ENTRIES = ("inputs", "tasks", "models", "baselines", "loop", "report", "summary.json", _MARKER)
+_OWN_ENTRIES = ("inputs", "tasks", "models", "baselines", "sites", "loop", "report", "summary.json", _MARKER)
 HELDOUT_SEED_BASE = 100_000
 """Held-out MiniWoB++ seeds start here; training seeds count from 0 and never reach it."""
 BENCHMARK = "benchmarks/learning_miniwob.py"
@@ -80,14 +85,16 @@ class _Size:
     batch_size: int
     """Samples per optimizer step."""
     test_size: int
+    site_tasks: int
+    """Generated tasks per local site (levels in turn: easy, medium, hard)."""
 
 
 # A click task and a focus task whose target moves with the seed: the policy must read the screenshot.
 _SIZES: dict[str, _Size] = {
     "small": _Size(miniwob_tasks=("click-test", "focus-text"), train_seeds=200, heldout_seeds=12, horizon=2,
-                   max_new_tokens=56, max_steps=1200, batch_size=8, test_size=4),
+                   max_new_tokens=56, max_steps=1200, batch_size=8, test_size=4, site_tasks=3),
     "tiny": _Size(miniwob_tasks=("click-test", "focus-text"), train_seeds=2, heldout_seeds=1, horizon=2,
-                  max_new_tokens=8, max_steps=2, batch_size=4, test_size=2),
+                  max_new_tokens=8, max_steps=2, batch_size=4, test_size=2, site_tasks=1),
 }
 
 
@@ -126,7 +133,7 @@ class DemoResult:
 class _Stages:
     """Announces the numbered stages on stderr (rich), with the time since the demo started."""
 
-    TOTAL = 8
+    TOTAL = 9
 
     def __init__(self, enabled: bool):
         from rich.console import Console
@@ -199,6 +206,7 @@ def _bug_note(summary: dict[str, Any]) -> str:
             "please report it (the tracebacks are in the log). They are left out of the evaluated rates.")
 
 
+_LEVELS = ("easy", "medium", "hard", "unknown")
 _COLUMNS = (("pixel_random", "pixel-random"), ("dom_random", "DOM-aware random"),
             ("trained", "trained tiny policy"))
 
@@ -226,9 +234,21 @@ def _summary_table(summary: dict[str, Any]):
     table.add_section()
     table.add_row("tasks built", f"{tasks['train'] + tasks['test']} ({tasks['train']} train, "
                                  f"{tasks['test']} test)", "", "")
-    table.add_row("  web / subtasks / MiniWoB", f"{tasks['sample_web']} / {tasks['subtasks']} / "
-                                                f"{tasks['miniwob']}", "", "")
+    kinds = " / ".join(str(tasks.get(key, 0)) for key in ("sample_web", "sites", "subtasks", "miniwob"))
+    table.add_row("  web / local sites / subtasks / MiniWoB", kinds, "", "")
     table.add_row("bootstrap rollout (training seeds)", "", _rate(bootstrap, "successes", "episodes"), "")
+    sites = summary.get("sites")
+    if sites:
+        table.add_section()
+        table.add_row(f"site tasks ({sites['tasks']}), judged by the sites' truth", "",
+                      _rate(runs["site_random"], "successes", "episodes"), "")
+        table.add_row("  scripted expert (demonstrations)", "", "",
+                      _rate(runs["site_expert"], "successes", "episodes"))
+        for level, counts in sorted(sites["levels"].items(), key=lambda item: _LEVELS.index(item[0])):
+            table.add_row(f"  {level}", "", "{}/{}".format(*counts.get("random", (0, 0))),
+                          "{}/{}".format(*counts.get("expert", (0, 0))))
+        table.add_row("  replay of the expert's recording", "", "",
+                      f"{sites['replay']['matched']}/{sites['replay']['episodes']} identical")
     train = summary["training"]
     if train.get("skipped"):
         table.add_row("training", "", "", f"skipped: {train['skipped'][:60]}")
@@ -266,20 +286,72 @@ def _notes(summary: dict[str, Any]) -> list[str]:
     notes.append(f"Baselines: pixel-random (uniform clicks, well-formed replies) solved "
                  f"{pixel['successes']}/{pixel['episodes']}; the DOM-aware random policy, which clicks the "
                  f"page's elements, solved {dom['successes']}/{dom['episodes']} ({_times(dom, pixel)}).")
+    if "sites" in summary:
+        sites, expert, random = summary["sites"], runs["site_expert"], runs["site_random"]
+        notes.append(f"On {sites['tasks']} generated tasks of the local sites ({', '.join(sites['names'])}), "
+                     "judged against the sites' ground truth: the scripted expert (a demonstration source "
+                     f"that reads the tasks' truth) solved {expert['successes']}/{expert['episodes']}, the "
+                     f"DOM-aware random policy {random['successes']}/{random['episodes']}. Replayed from its "
+                     f"recording, {sites['replay']['matched']}/{sites['replay']['episodes']} of the expert's "
+                     "episodes gave the same screenshots and the same verdict.")
     if not pixel["success_rate"] or trained["success_rate"] < 3 * pixel["success_rate"]:
         notes.append(f"Learning to read the screenshot takes longer than this demo: see the plot of "
                      f"{BENCHMARK} (README, 'Learning on one CPU').")
     return notes
 
 
-def _heldout_rollout(run: Any) -> dict[str, Any]:
-    """Roll out the held-out tasks as `run` (`RunSettings`) says; the stats of its folder."""
+def _heldout_rollout(run: Any, truth: Any = None) -> dict[str, Any]:
+    """Roll out the tasks as `run` (`RunSettings`) says (`truth`: the sites' ground truth); the stats
+    of its folder."""
     from webgym_rollout.runner import run as run_rollout
     from webgym_rollout.trajectory.reader import read_episodes
 
-    report = asyncio.run(run_rollout(run))
+    report = asyncio.run(run_rollout(run, truth=truth))
     stats = read_episodes(run.out).stats().as_dict()
     return {"out": str(run.out), "steps_per_s": report.steps_per_s, **stats}
+
+
+def _site_rollouts(loop_settings: Any, services: Any, tasks: Path, out: Path, agent: Any,
+                   seed: int) -> dict[str, Any]:
+    """The site tasks with the DOM-aware random policy and the scripted expert (recorded), judged by
+    the site judge against the site server's truth; then the expert's recording replayed by the
+    expert, compared episode by episode (every screenshot and the verdict)."""
+    from webgym_rl.loop.phases import run_settings
+    from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
+    from webgym_rollout.judge.judges import JudgeSettings
+    from webgym_rollout.trajectory.reader import read_episodes
+    from webgym_rollout.trajectory.recordings import RecordSettings
+
+    truth = services.site_truth()
+    base = run_settings(loop_settings, services, tasks=tasks, split="test", index=0, out=out,
+                        horizon_table="test")
+    base = dataclasses.replace(base, judge=JudgeSettings(kind="site"))
+    measured: dict[str, Any] = {}
+    for key, kind, traffic in (("random", "random", RecordSettings()),
+                               ("expert", "expert", RecordSettings(record=True)),
+                               ("replay", "expert", RecordSettings(replay=str(out / "expert")))):
+        policy = PolicySettings(kind=kind, agent=agent, random=RandomPolicySettings(seed=seed))
+        run = dataclasses.replace(base, out=out / key, policy=policy, traffic=traffic)
+        measured[key] = _heldout_rollout(run, truth)
+    recorded = {e.episode_id: e for e in read_episodes(out / "expert")}
+    replayed = list(read_episodes(out / "replay"))
+
+    def same(episode: Any) -> bool:
+        original = recorded.get(episode.episode_id)
+        return original is not None and episode.reward == original.reward and (
+            [s.screenshot_sha256 for s in episode.steps] == [s.screenshot_sha256 for s in original.steps])
+
+    matched = sum(1 for episode in replayed if same(episode))
+    levels: dict[str, dict[str, list[int]]] = {}
+    for key in ("random", "expert"):
+        for episode in read_episodes(out / key):
+            counts = levels.setdefault(episode.task.difficulty_level, {}).setdefault(key, [0, 0])
+            counts[0] += episode.success
+            counts[1] += 1
+    return {"random": measured["random"], "expert": measured["expert"],
+            "replay": {"out": measured["replay"]["out"], "episodes": len(replayed), "matched": matched},
+            "levels": levels}
+
 
 
 def _learning_curve(summary: dict[str, Any], rounds: list[Any], path: Path,
@@ -315,18 +387,23 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     _prepare_out(out)
 
     # 1. Tasks, through the real build path (offline).
-    stages.stage(1, f"Building the task dataset: {SAMPLE_TASKS.name} + {len(preset.miniwob_tasks)} MiniWoB++ "
-                    f"tasks x {preset.train_seeds} training seeds")
+    stages.stage(1, f"Building the task dataset: {SAMPLE_TASKS.name} + {preset.site_tasks} tasks of each "
+                    f"local site + {len(preset.miniwob_tasks)} MiniWoB++ tasks x {preset.train_seeds} "
+                    "training seeds")
     from webgym_data.build import BuildSettings, build
     from webgym_data.importers import miniwob
     from webgym_data.loading import load_tasks, write_tasks
     from webgym_data.split import SplitSettings
+    from webgym_rollout.tasks.websites.generate import site_tasks
 
     spec = miniwob.write_miniwob_spec(out / "inputs" / "miniwob_tasks.jsonl", preset.miniwob_tasks,
                                       range(preset.train_seeds))
+    sites_spec = write_tasks(site_tasks(preset.site_tasks, seed=settings.seed),
+                             out / "inputs" / "site_tasks.jsonl")
     tasks_dir = out / "tasks"
     report = build(BuildSettings(
-        out=tasks_dir, importers=(("generic", str(SAMPLE_TASKS)), ("miniwob", str(spec))),
+        out=tasks_dir, importers=(("generic", str(SAMPLE_TASKS)), ("local_sites", str(sites_spec)),
+                                  ("miniwob", str(spec))),
         split=SplitSettings(test_size=preset.test_size, seed=settings.seed), progress=settings.progress))
     from webgym_rollout.tasks.kind import task_kind
 
@@ -334,7 +411,8 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     task_counts = {"train": len(report.train), "test": len(report.test),
                    "sample_web": sum(1 for t in every if task_kind(t).name == "web" and not t.parent_task_id),
                    "subtasks": sum(1 for t in every if t.parent_task_id),
-                   "miniwob": sum(1 for t in every if task_kind(t).name == "miniwob")}
+                   "miniwob": sum(1 for t in every if task_kind(t).name == "miniwob"),
+                   "sites": sum(1 for t in every if task_kind(t).name == "site" and not t.parent_task_id)}
     # The dataset's split is by website (no test website in train), so all seeds of one MiniWoB++ task
     # land in one split: the loop trains on the MiniWoB++ rows of both, and evaluates on other seeds.
     built_miniwob = [t for t in load_tasks(tasks_dir, split=None) if task_kind(t).name == "miniwob"]
@@ -342,6 +420,10 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     heldout_tasks = write_tasks([miniwob.miniwob_task(name, HELDOUT_SEED_BASE + seed)
                                  for seed in range(preset.heldout_seeds) for name in preset.miniwob_tasks],
                                 out / "inputs" / "miniwob_heldout.jsonl")
+    # The site tasks as built (both splits; their subtasks are left to `webgym-rollout run`).
+    built_sites = [t for t in load_tasks(tasks_dir, split=None)
+                   if task_kind(t).name == "site" and not t.parent_task_id]
+    site_file = write_tasks(built_sites, out / "inputs" / "site_tasks_built.jsonl")
     task_counts["miniwob_train"] = len(load_tasks(train_tasks))
     task_counts["miniwob_heldout"] = len(load_tasks(heldout_tasks))
     stages.note(f"{task_counts['train']} train + {task_counts['test']} test tasks -> {tasks_dir}; "
@@ -350,7 +432,7 @@ def run_demo(settings: DemoSettings) -> DemoResult:
         raise DemoError(f"the build put no MiniWoB task in {tasks_dir}; nothing to roll out")
 
     # 2. The recipe (the shipped CPU MiniWoB++ recipe, sized for the demo) and the servers.
-    stages.stage(2, "Starting the MiniWoB site server and the browser server; building a tiny Qwen3-VL")
+    stages.stage(2, "Starting the site server and the browser server; building a tiny Qwen3-VL")
     from webgym_rl.loop import LoopServices, load_recipe, run_loop
     from webgym_rl.loop.events import (
         EvalStarted,
@@ -380,16 +462,16 @@ def run_demo(settings: DemoSettings) -> DemoResult:
             what = f" serving {event.checkpoint}" if event.checkpoint else ""
             stages.note(f"{event.service} server {event.url}{what} ({event.seconds:.1f} s to start)")
         elif isinstance(event, PhaseStarted) and event.phase == "rollout":
-            stages.stage(4, f"Rolling out {task_counts['miniwob_train']} MiniWoB++ training episodes with "
+            stages.stage(5, f"Rolling out {task_counts['miniwob_train']} MiniWoB++ training episodes with "
                             "the DOM-aware random bootstrap policy")
         elif isinstance(event, PhaseStarted) and event.phase == "train":
-            stages.stage(5, "Training the tiny policy with filtered_bc on the successful episodes")
+            stages.stage(6, "Training the tiny policy with filtered_bc on the successful episodes")
         elif isinstance(event, PhaseStarted) and event.phase == "publish":
-            stages.stage(6, "Publishing the new weights to the policy server (in memory, no restart)")
+            stages.stage(7, "Publishing the new weights to the policy server (in memory, no restart)")
         elif isinstance(event, PolicyServing) and event.version > 0:
             stages.note(f"the policy server serves v{event.version} ({event.path}, {event.seconds:.2f} s)")
         elif isinstance(event, PhaseStarted) and event.phase == "eval":
-            stages.stage(7, f"Evaluating the trained policy on the {task_counts['miniwob_heldout']} held-out "
+            stages.stage(8, f"Evaluating the trained policy on the {task_counts['miniwob_heldout']} held-out "
                             "episodes (temperature 0)")
         elif isinstance(event, EvalStarted):
             pass
@@ -409,14 +491,24 @@ def run_demo(settings: DemoSettings) -> DemoResult:
             measured[key] = _heldout_rollout(dataclasses.replace(run, policy=policy))
             stages.note(f"{key.replace('_', '-')}: {measured[key]['successes']}/{measured[key]['episodes']} "
                         "successes")
-        # 4-7. One round of the loop: rollout (DOM-aware random) -> train -> publish -> evaluate.
+        # 4. The local sites' tasks: DOM-aware random and the scripted expert, judged by the truth.
+        stages.stage(4, f"Site tasks: the DOM-aware random policy and the scripted expert on "
+                        f"{len(built_sites)} tasks of the local sites, judged against their ground truth; "
+                        "the expert's episodes recorded, then replayed")
+        sites = _site_rollouts(loop_settings, services, site_file, out / "sites", agent, settings.seed)
+        for key in ("random", "expert"):
+            stages.note(f"{key}: {sites[key]['successes']}/{sites[key]['episodes']} successes")
+        replay = sites["replay"]
+        stages.note(f"replay of the expert's recording: {replay['matched']}/{replay['episodes']} episodes "
+                    "with the same screenshots and verdict")
+        # 5-8. One round of the loop: rollout (DOM-aware random) -> train -> publish -> evaluate.
         result = run_loop(loop_settings, services=services, on_event=on_event)
     record = result.rounds[0]
     rollout, train, evaluation = (r.model_dump() for r in (record.rollout, record.train, record.eval))
     train["checkpoint"] = result.checkpoint
 
     # 8. Reports, learning curve and summary.
-    stages.stage(8, "Writing the HTML reports, the learning curve and the summary")
+    stages.stage(9, "Writing the HTML reports, the learning curve and the summary")
     from webgym_rollout.report.charts import run_colours
     from webgym_rollout.report.html import build_report, write_report
     from webgym_rollout.report.viewer import render_report
@@ -431,7 +523,10 @@ def run_demo(settings: DemoSettings) -> DemoResult:
         "model": asdict(tiny),
         "rollouts": {key: _figures(run, _internal_errors(run["out"])) for key, run in (
             ("pixel_random", measured["pixel_random"]), ("dom_random", measured["dom_random"]),
-            ("trained", evaluation), ("bootstrap", rollout))},
+            ("trained", evaluation), ("bootstrap", rollout), ("site_random", sites["random"]),
+            ("site_expert", sites["expert"]))},
+        "sites": {"tasks": len(built_sites), "replay": sites["replay"], "levels": sites["levels"],
+                  "names": sorted({t.environment.partition(":")[2] for t in built_sites})},
         "training": ({"skipped": train["skipped"]} if train.get("skipped") else {
             "steps": train["steps"], "first_loss": train["first_loss"], "last_loss": train["last_loss"],
             "trajectories_kept": counts.get("trajectories_kept"), "steps_kept": counts.get("steps_kept"),
@@ -456,6 +551,10 @@ def run_demo(settings: DemoSettings) -> DemoResult:
                                                      colours=colours),
         "report (bootstrap)": render_report(rollout["out"], report_dir / "bootstrap.html"),
         "report (trained)": render_report(evaluation["out"], report_dir / "trained.html"),
+        "trajectories (site tasks, expert)": Path(sites["expert"]["out"]),
+        "trajectories (site tasks, random)": Path(sites["random"]["out"]),
+        **{f"report (site tasks, {key})": render_report(sites[key]["out"], report_dir / f"sites-{key}.html")
+           for key in ("expert", "random")},
         "learning curve": curve, "loop state": out / "loop" / "loop_state.json"}
     summary["seconds"] = time.perf_counter() - stages.started
     summary["notes"] = _notes(summary)

@@ -92,8 +92,8 @@ def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
     assert demo.process.returncode == 0, stderr[-3000:]
     assert any("chrom" in name.lower() for name in demo.names()), demo.names()
     demo.assert_nothing_left()
-    for stage in range(1, 9):
-        assert f"[{stage}/8]" in stderr
+    for stage in range(1, 10):
+        assert f"[{stage}/9]" in stderr
 
     summary = json.loads((out / "summary.json").read_text())
     folders = {name: Path(path) for name, path in summary["folders"].items()}
@@ -111,6 +111,17 @@ def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
     assert sorted((r["environment"], r["env_seed"]) for r in miniwob) == sorted(
         (f"miniwob:{name}", seed) for name in ("click-test", "focus-text") for seed in (0, 1))
     assert summary["tasks"]["subtasks"] == sum(1 for r in rows if r["parent_task_id"]) > 0
+    sites = [r for r in rows if r["environment"].startswith("site:") and not r["parent_task_id"]]
+    assert summary["tasks"]["sites"] == summary["sites"]["tasks"] == len(sites) >= 2
+
+    # The site tasks: the expert solved each (judged by the truth), its recording replayed identically.
+    expert = _load(folders["trajectories (site tasks, expert)"], cache, split="test")
+    assert set(expert["policy_model"]) == {"scripted-expert"} and set(expert["judge_model"]) == {"site-truth"}
+    assert summary["rollouts"]["site_expert"]["successes"] == len(expert) == len(sites)
+    replay = summary["sites"]["replay"]
+    assert (replay["episodes"], replay["matched"]) == (len(sites), len(sites))
+    random = _load(folders["trajectories (site tasks, random)"], cache, split="test")
+    assert summary["rollouts"]["site_random"]["successes"] == sum(r >= 1.0 for r in random["reward"])
 
     # The baselines and the trained policy played the same held-out seeds, none of them a training seed.
     heldout = summary["tasks"]["miniwob_heldout"]
@@ -163,9 +174,9 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path):
         lines = []
         for line in process.stderr:  # wait until the servers are up and the first rollout runs
             lines.append(line)
-            if "[3/8]" in line:
+            if "[3/9]" in line:
                 break
-        assert any("[3/8]" in line for line in lines), "".join(lines)[-3000:]
+        assert any("[3/9]" in line for line in lines), "".join(lines)[-3000:]
         deadline = time.monotonic() + 30
         while not any("chrom" in name.lower() for name in demo.names()) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -177,7 +188,7 @@ def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert process.returncode != 0
-    assert "[8/8]" not in rest
+    assert "[9/9]" not in rest
     demo.assert_nothing_left()
 
 

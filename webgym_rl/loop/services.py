@@ -44,6 +44,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -232,6 +233,7 @@ class LoopServices:
         self._on_event = on_event or (lambda event: None)
         self._stack = contextlib.ExitStack()
         self._sites_url: str | None = settings.env.sites_url
+        self._site_server: Any = None
         self._browser: _BrowserServerThread | None = None
         self._base_url: str | None = None
         self._serving: str | None = None
@@ -273,9 +275,14 @@ class LoopServices:
 
             began = time.perf_counter()
             sites = self._stack.enter_context(SiteServer(host="127.0.0.1", port=0))
-            self._sites_url = sites.base_url
+            self._sites_url, self._site_server = sites.base_url, sites
             self._on_event(ServiceStarted("sites", sites.base_url, time.perf_counter() - began))
         return self._sites_url
+
+    def site_truth(self) -> Callable[[str], Any] | None:
+        """The ground truth of the local sites' sessions (`SiteServer.facts`) when the site server runs
+        here; None for a site server elsewhere (its truth listener is `--truth-url` of a run)."""
+        return self._site_server.facts if self._site_server is not None else None
 
     # -- policy
     @property

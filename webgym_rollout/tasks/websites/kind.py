@@ -2,7 +2,8 @@
 
 A generated site task (`webgym_rollout.tasks.websites.shop_tasks` and its siblings) names its site
 in its environment. `SiteTask` opens its start URL on the site server of `EnvSettings.sites_url`
-(the row's own host and port when no URL is set), with ``?session=<id>`` for a fresh, unguessable
+(the rows name where ``serve-sites`` listens by default; the run's URL replaces their host and port),
+with ``?session=<id>`` for a fresh, unguessable
 id drawn per episode (`SiteTask.session_id`): the site keeps that session's cart, bookings and
 pages apart from every other episode, and the toolkit later asks for its ground truth by that id
 (`SiteServer.facts`, `TruthClient.facts`). The pages keep no reward of their own: the judge
@@ -58,7 +59,14 @@ class SiteTask(TaskKind):
         super().__init__(task, argument)
         self.session_id = new_session_id()  # a new kind, so a new session, per `WebEnv.reset`
 
+    def check(self, settings: EnvSettings) -> None:
+        if not settings.sites_url:
+            raise ValueError(f"sites_url: task {self.task.task_id} is a local site's task "
+                             f"({self.environment}); give the site server's URL (webgym-rollout "
+                             "serve-sites; --sites-url)")
+
     def start_url(self, settings: EnvSettings) -> str:
+        self.check(settings)
         return with_session(on_server(self.task.start_url, settings.sites_url), self.session_id)
 
     def replaying(self, recorded_urls: Sequence[str]) -> None:

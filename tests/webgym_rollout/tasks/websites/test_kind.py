@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+
 from webgym_rollout.env import EnvSettings
 from webgym_rollout.tasks.kind import task_kind
 from webgym_rollout.tasks.websites.generate import site_tasks
@@ -22,8 +24,8 @@ def test_a_site_task_opens_on_the_run_s_server_with_a_fresh_session_each_time():
     assert (parts.netloc, parts.path) == ("127.0.0.1:9123", "/shop/")
     assert parse_qs(parts.query)["session"] == [first.session_id] and valid_session_id(first.session_id)
     assert second.session_id != first.session_id  # a new episode is a new session
-    # Without --sites-url the row's own server is used.
-    assert urlsplit(first.start_url(EnvSettings())).netloc == "127.0.0.1:8400"
+    with pytest.raises(ValueError, match="sites_url: .* --sites-url"):  # like MiniWoB, it needs the server
+        first.check(EnvSettings())
     assert on_server("http://a:1/x/y?q=1", "http://127.0.0.1:5/") == "http://127.0.0.1:5/x/y?q=1"
 
 
