@@ -48,7 +48,8 @@ import click
 from webgym_core.settings import load_settings, settings_options
 from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.browser.pool import PoolSettings
-from webgym_rollout.errors import FleetError
+from webgym_rollout.errors import FleetError, TruthUnavailable
+from webgym_rollout.tasks.websites.facts import SessionFacts
 
 __all__ = ["Endpoint", "FleetEndpoints", "FleetError", "FleetSettings", "FleetUpSettings", "LocalCluster",
            "fleet_down", "fleet_endpoints", "fleet_group", "fleet_up", "ray_environment"]
@@ -239,7 +240,7 @@ class _ServerActor:
         from webgym_rollout.tasks.sites import SiteServer
 
         try:
-            self._sites = SiteServer("127.0.0.1", fleet.sites_port).start()
+            self._sites: Any = SiteServer("127.0.0.1", fleet.sites_port).start()
         except OSError as exc:  # e.g. another node of a local cluster on this machine serves it
             log.warning("site server on 127.0.0.1:%d not started: %s", fleet.sites_port, exc)
         return f"http://127.0.0.1:{fleet.sites_port}"
@@ -274,6 +275,11 @@ class _ServerActor:
 
     def endpoint(self) -> tuple[str, str | None]:
         return self.url, self.sites_url
+
+    def facts(self, session_id: str) -> dict | None:
+        """The ground truth of a local-site session on this node's site server (None: it runs none)."""
+        sites = getattr(self, "_sites", None)
+        return sites.facts(session_id).model_dump(mode="json") if sites is not None else None
 
     def pid(self) -> int:
         return os.getpid()
@@ -356,6 +362,17 @@ class _Controller:
 
     def credentials(self) -> str:
         return self.token
+
+    def facts(self, session_id: str) -> dict | None:
+        """The ground truth of a local-site session: from the node's site server that saw it (each
+        node serves its own browsers), else the record of an unseen session; None without sites."""
+        import ray
+
+        with self._lock:
+            handles = list(self._servers.values())
+        answers = ray.get([handle.facts.remote(session_id) for handle in handles], timeout=60)
+        records = [record for record in answers if record is not None]
+        return next((record for record in records if record.get("seen")), records[0] if records else None)
 
     def settings(self) -> dict:
         return self.spec
@@ -508,6 +525,18 @@ class FleetEndpoints:
             if self.urls and self.urls != client.urls:
                 log.info("fleet %s: browser servers now %s", self.settings.fleet, ", ".join(self.urls))
                 client.urls[:] = self.urls
+
+    def facts(self, session_id: str) -> SessionFacts:
+        """The ground truth of a local-site session, from the site server of the node whose browser
+        played it (the fleet's site servers listen on each node's loopback, out of the runner's
+        reach: the controller asks them through Ray). Raises `TruthUnavailable`."""
+        try:
+            record = self._ray.get(self._controller.facts.remote(session_id), timeout=60)
+        except Exception as exc:  # a node or the controller failed: this episode's truth is lost
+            raise TruthUnavailable(f"fleet {self.settings.fleet}: {type(exc).__name__}: {exc}") from exc
+        if record is None:
+            raise TruthUnavailable(f"fleet {self.settings.fleet} runs no site server (fleet up --sites)")
+        return SessionFacts.model_validate(record)
 
 
 # ----------------------------------------------------------------------------- local cluster

@@ -669,12 +669,13 @@ class RunReport:
 @contextlib.asynccontextmanager
 async def _browser_client(settings: RunSettings):
     """The client of the run's browser servers: --servers, or the live servers of a --fleet, asked
-    again whenever one fails; yields (client, the callback for a failed server or None)."""
+    again whenever one fails; yields (client, the callback for a failed server or None, the fleet's
+    site truth or None)."""
     from webgym_rollout.browser.client import BrowserClient
 
     if not settings.fleet.enabled:
         async with BrowserClient(list(settings.servers), token=settings.browser_token) as client:
-            yield client, None
+            yield client, None, None
         return
     from webgym_rollout.fleet import FleetEndpoints
 
@@ -683,7 +684,7 @@ async def _browser_client(settings: RunSettings):
         async def server_failed() -> None:
             await fleet.refresh(client)
 
-        yield client, server_failed
+        yield client, server_failed, fleet.facts if fleet.sites_urls else None
 
 
 def _jobs(tasks: Sequence[Task], settings: RunSettings, is_done: Callable[[str, int], bool]
@@ -734,25 +735,27 @@ async def _run(settings: RunSettings, policy: Any, judge: Any, gate: EpisodeGate
 
         policy = ExpertPolicy(sampler.tasks, agent=settings.policy.agent)
     policy = policy if policy is not None else make_policy(settings.policy)
-    judge = judge if judge is not None else _make_judge(settings, sampler.tasks, truth)
     observes_elements = bool(getattr(policy, "observes_elements", False))
     env_settings = dataclasses.replace(settings.env, elements=observes_elements)
     stats = _Stats()
-    run_info = {"policy": getattr(policy, "model_id", ""), "judge": getattr(judge, "model_id", ""),
-                "mode": settings.rollout.scheduler, "tasks": str(settings.tasks), "split": settings.split,
-                "attempts": settings.rollout.attempts, "iteration": settings.iteration,
-                "seed": settings.policy.random.seed, "tasks_played": len(tasks),
-                "invalid_task_rows": [error.to_dict() for error in loaded.invalid],
-                "record": settings.traffic.record, "replay": settings.traffic.replay or ""}
     replay = (ReplayLibrary.open(settings.traffic.replay, live_fallback=settings.traffic.replay_live_fallback)
               if settings.traffic.replay else None)
-    with TrajectoryWriter(settings.out, resume=settings.resume,  # type: ignore[arg-type]
-                          max_shard_episodes=settings.rollout.shard_episodes, run_info=run_info) as writer:
-        jobs, skipped = _jobs(tasks, settings, writer.is_done)
-        stats.total = len(jobs)
-        if skipped:
-            log.info("resume: %d episodes are already in %s; %d to go", skipped, settings.out, len(jobs))
-        async with _browser_client(settings) as (client, server_failed):
+    async with _browser_client(settings) as (client, server_failed, fleet_truth):
+        truth = truth or fleet_truth
+        judge = judge if judge is not None else _make_judge(settings, sampler.tasks, truth)
+        run_info = {"policy": getattr(policy, "model_id", ""), "judge": getattr(judge, "model_id", ""),
+                    "mode": settings.rollout.scheduler, "tasks": str(settings.tasks), "split": settings.split,
+                    "attempts": settings.rollout.attempts, "iteration": settings.iteration,
+                    "seed": settings.policy.random.seed, "tasks_played": len(tasks),
+                    "invalid_task_rows": [error.to_dict() for error in loaded.invalid],
+                    "record": settings.traffic.record, "replay": settings.traffic.replay or ""}
+        with TrajectoryWriter(settings.out, resume=settings.resume,  # type: ignore[arg-type]
+                              max_shard_episodes=settings.rollout.shard_episodes,
+                              run_info=run_info) as writer:
+            jobs, skipped = _jobs(tasks, settings, writer.is_done)
+            stats.total = len(jobs)
+            if skipped:
+                log.info("resume: %d episodes are already in %s; %d to go", skipped, settings.out, len(jobs))
             ctx = _Context(settings, env_settings, client, policy, stats, server_failed, replay=replay,
                            recordings=RecordingStore(settings.out) if settings.traffic.record else None)
             finisher = _Finisher(settings, judge, writer, stats, getattr(policy, "model_id", ""), truth)

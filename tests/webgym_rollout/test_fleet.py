@@ -277,7 +277,7 @@ def test_fleet_commands_up_status_down_with_site_servers(cluster):
     import httpx
     from click.testing import CliRunner
 
-    from webgym_rollout.fleet import fleet_group
+    from webgym_rollout.fleet import FleetEndpoints, FleetSettings, fleet_group
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -293,6 +293,18 @@ def test_fleet_commands_up_status_down_with_site_servers(cluster):
         assert up.output.count(f"sites http://127.0.0.1:{sites_port}") == 2
         page = httpx.get(f"http://127.0.0.1:{sites_port}/miniwob/click-test.html", trust_env=False)
         assert page.status_code == 200  # one node of the two on this machine serves the port
+        # The sites' ground truth reaches the runner through the fleet (their truth is on each node's
+        # loopback): a session seen by one node's site server, and one never seen.
+        shop = httpx.get(f"http://127.0.0.1:{sites_port}/shop/search?q=lamp&session=fleet-truth-1",
+                         trust_env=False)
+        assert shop.status_code == 200
+        async def truth():
+            async with FleetEndpoints(FleetSettings(fleet="cli", ray_address=cluster.address)) as fleet:
+                return fleet.facts("fleet-truth-1"), fleet.facts("never-seen-1")
+
+        seen, unseen = asyncio.run(truth())
+        assert seen.seen and seen.searches == ("shop: lamp",) and seen.shop is not None
+        assert not unseen.seen
 
         status = runner.invoke(fleet_group, ["status", *address])
         assert status.exit_code == 0, status.output
