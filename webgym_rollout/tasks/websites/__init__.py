@@ -5,13 +5,26 @@ shared base: `state` (sessions keyed by the ``webgym_session`` cookie or a ``?se
 parameter), `base` (request, response, `Site`, page layout), `router` (a raw request to a site's
 page), `facts` (the typed ground-truth records), `truth` (the token-guarded listener on its own
 port that serves them to the toolkit, never to a page). The shop: `catalogue`, `accounts`,
-`checkout` (the form's validation) and `shop` (the pages). Same imports as `webgym_rollout.tasks`.
+`checkout` (the form's validation) and `shop` (the pages). The travel site (``/travel/``):
+`travel_catalogue` (airports, flights, hotels), `travel_forms` (the booking forms' validation),
+`travel` (the pages) and `travel_tasks` (its generated tasks). Same imports as `webgym_rollout.tasks`.
 """
 
-from webgym_rollout.tasks.websites.facts import LineFacts, OrderFacts, SessionFacts, ShopFacts
+from webgym_rollout.tasks.websites.facts import (
+    FlightBookingFacts,
+    HotelBookingFacts,
+    LineFacts,
+    OrderFacts,
+    SessionFacts,
+    ShopFacts,
+    TravelFacts,
+)
 from webgym_rollout.tasks.websites.shop import ShopSite
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
+from webgym_rollout.tasks.websites.travel import TravelSite
+from webgym_rollout.tasks.websites.travel_tasks import travel_tasks
 from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
 
-__all__ = ["LineFacts", "OrderFacts", "SessionFacts", "ShopFacts", "ShopSite", "TruthClient", "TruthServer",
-           "new_session_id", "with_session"]
+__all__ = ["FlightBookingFacts", "HotelBookingFacts", "LineFacts", "OrderFacts", "SessionFacts", "ShopFacts",
+           "ShopSite", "TravelFacts", "TravelSite", "TruthClient", "TruthServer", "new_session_id", "travel_tasks",
+           "with_session"]

@@ -1,6 +1,6 @@
 """Every site's generated tasks in one place: `site_tasks` draws them, `expert_plan` plans them.
 
-    site_tasks(per_site=100, seed=0)        -> tasks of every site (shop, ...), rows of the task schema
+    site_tasks(per_site=100, seed=0)        -> tasks of every site (shop, travel), rows of the task schema
     expert_plan(task)                       -> the scripted expert's moves for one of them
 
 `SITES` maps each site (the ``site`` of a task's ``source.metadata``, the argument of its
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webgym_data.schema import Task
-from webgym_rollout.tasks.websites import shop_tasks
+from webgym_rollout.tasks.websites import shop_tasks, travel_tasks
 from webgym_rollout.tasks.websites.plans import Move
 
 __all__ = ["SITES", "SiteGenerator", "expert_plan", "site_tasks", "task_params"]
@@ -32,6 +32,7 @@ class SiteGenerator:
 
 SITES: dict[str, SiteGenerator] = {
     "shop": SiteGenerator(shop_tasks.shop_tasks, shop_tasks.expert_moves),
+    "travel": SiteGenerator(travel_tasks.travel_tasks, travel_tasks.expert_moves),
 }
 
 

@@ -19,8 +19,18 @@ by group). `check_fact` decides one against a session's `SessionFacts` and the a
     order_field     name, value     the last order's field (``shipping``, ``postcode``, ``full_name``,
                                     ``city``, ``account``) equals value (case and spacing ignored)
     signed_in       account         the session signed in to this account at least once
+    flight_searched origin, destination, date   the travel site showed the results of this route
+                                    (airport codes) on this day (``YYYY-MM-DD``)
+    hotel_searched  city            the travel site showed the hotels of this city (airport code)
+    flight_booked   flight_id       the session's last flight booking is of this flight
+    flight_booking_field  name, value   its field (``cabin``, ``passengers``, ``seat``, ``full_name``,
+                                    ``email``, ``passport``) equals value (case and spacing ignored)
+    hotel_booked    hotel_id        the session's last hotel booking is at this hotel
+    hotel_booking_field   name, value   its field (``room``, ``checkin``, ``nights``, ``full_name``,
+                                    ``email``) equals value (case and spacing ignored)
 
-A session that never reached the shop fails every check but ``answer``.
+A session that never reached the shop fails every shop check, one that never reached the travel site
+every travel check; ``answer`` and the visits hold for any site.
 """
 
 from __future__ import annotations
@@ -32,10 +42,13 @@ from typing import Any
 from webgym_data.schema import Task
 from webgym_rollout.tasks.websites.facts import LineFacts, OrderFacts, SessionFacts
 
-__all__ = ["CHECK_TYPES", "check_fact", "check_task", "task_checks"]
+__all__ = ["CHECK_TYPES", "TRAVEL_CHECK_TYPES", "check_fact", "check_task", "task_checks"]
 
+TRAVEL_CHECK_TYPES = ("flight_searched", "hotel_searched", "flight_booked", "flight_booking_field",
+                      "hotel_booked", "hotel_booking_field")
 CHECK_TYPES = ("visited", "visited_any", "answer", "cart_has", "cart_option", "cart_quantity", "cart_only",
-               "order_has", "order_option", "order_quantity", "order_only", "order_field", "signed_in")
+               "order_has", "order_option", "order_quantity", "order_only", "order_field", "signed_in",
+               *TRAVEL_CHECK_TYPES)
 
 
 def _norm(text: Any) -> str:
@@ -63,6 +76,26 @@ def _last_order(facts: SessionFacts) -> OrderFacts | None:
     return facts.shop.orders[-1] if facts.shop is not None and facts.shop.orders else None
 
 
+def _travel_check(kind: str, check: Mapping[str, Any], facts: SessionFacts) -> bool:
+    """A check of the travel site's record (`TRAVEL_CHECK_TYPES`)."""
+    travel = facts.travel
+    if travel is None:
+        return False
+    if kind == "flight_searched":
+        return f"{check['origin']}-{check['destination']} {check['date']}" in travel.flight_searches
+    if kind == "hotel_searched":
+        return check["city"] in travel.hotel_searches
+    bookings = travel.flights if kind.startswith("flight_") else travel.hotels
+    if not bookings:
+        return False
+    last = bookings[-1]
+    if kind == "flight_booked":
+        return last.flight_id == check["flight_id"]
+    if kind == "hotel_booked":
+        return last.hotel_id == check["hotel_id"]
+    return _norm(getattr(last, check["name"])) == _norm(check["value"])
+
+
 def check_fact(check: Mapping[str, Any], facts: SessionFacts, answer: str = "") -> bool:
     """Whether the fact that `check` describes holds for a session with `facts` and final `answer`."""
     kind = check.get("type")
@@ -73,6 +106,8 @@ def check_fact(check: Mapping[str, Any], facts: SessionFacts, answer: str = "") 
         return check["path"] in _paths(facts)
     if kind == "visited_any":
         return any(path.startswith(tuple(check["prefixes"])) for path in _paths(facts))
+    if kind in TRAVEL_CHECK_TYPES:
+        return _travel_check(kind, check, facts)
     shop = facts.shop
     if kind == "signed_in":
         return shop is not None and check["account"] in shop.sign_ins
