@@ -10,7 +10,8 @@ COMMANDS = {
     "serve": ("webgym_rollout.browser.server:serve_command",
               "Run the browser environment server (Chromium pool over HTTP)."),
     "serve-sites": ("webgym_rollout.tasks.sites:serve_sites_command",
-                    "Serve the MiniWoB++, sandbox, shop and travel sites on 127.0.0.1 (truth on its own port)."),
+                    "Serve the MiniWoB++, sandbox, shop and travel sites on 127.0.0.1 (truth on its own "
+                    "port)."),
     "run": ("webgym_rollout.runner:run_command",
             "Roll out tasks with a policy against browser servers; write trajectories."),
     "view": ("webgym_rollout.report.viewer:view_command",

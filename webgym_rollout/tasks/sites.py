@@ -126,8 +126,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 class SiteServer:
     """The site server in a background thread; a context manager yielding itself (`base_url`).
 
-    `shop_seed` draws the shop's catalogue and accounts, `travel_seed` the travel site's world; the truth listener binds 127.0.0.1:
-    `truth_port` (0: any free port) and answers the bearer `truth_token` (drawn when not given)."""
+    `shop_seed` draws the shop's catalogue and accounts, `travel_seed` the travel site's airports,
+    flights and hotels; the truth listener binds 127.0.0.1:`truth_port` (0: any free port) and
+    answers the bearer `truth_token` (drawn when not given)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, shop_seed: int = 0, travel_seed: int = 0,
                  truth_port: int = 0, truth_token: str | None = None):
@@ -200,9 +201,9 @@ def serve_sites_command(host: str, port: int, shop_seed: int, travel_seed: int, 
 
     The shop (/shop/) keeps a cart, a sign-in and orders per session, the travel site (/travel/)
     flight and hotel bookings: the session is the ?session=<id> parameter of the start URL (8-64
-    letters, digits, - or _), else the webgym_session cookie. Their ground truth is served only by the truth listener, on
-    127.0.0.1:--truth-port with a bearer token; allowlist the site port in the browser
-    server (--allow-hosts 127.0.0.1:8400), never the truth port.
+    letters, digits, - or _), else the webgym_session cookie. Their ground truth is served only
+    by the truth listener, on 127.0.0.1:--truth-port with a bearer token; allowlist the site port
+    in the browser server (--allow-hosts 127.0.0.1:8400), never the truth port.
 
     \b
     Example:
@@ -212,7 +213,7 @@ def serve_sites_command(host: str, port: int, shop_seed: int, travel_seed: int, 
       # sandbox form:         http://127.0.0.1:8400/sandbox/form.html
       # shop, one session:    http://127.0.0.1:8400/shop/?session=episode-0001
       # travel, one session:  http://127.0.0.1:8400/travel/?session=episode-0002
-      # its ground truth:     curl -H "Authorization: Bearer $WEBGYM_TRUTH_TOKEN" \\
+      # a session's truth:     curl -H "Authorization: Bearer $WEBGYM_TRUTH_TOKEN" \\
       #                         "http://127.0.0.1:8401/facts?session=episode-0001"
       webgym-rollout serve --port 8300 --allow-hosts 127.0.0.1:8400
     """

@@ -173,11 +173,13 @@ class TravelSite(Site):
             if path.startswith("/flight/") and (flight := self.world.flight(path.removeprefix("/flight/"))):
                 return self._flight(request, state, flight)
             if path.startswith("/book/") and (flight := self.world.flight(path.removeprefix("/book/"))):
-                values = {"cabin": request.arg("cabin", "economy"), "passengers": request.arg("passengers", "1")}
+                values = {"cabin": request.arg("cabin", "economy"),
+                          "passengers": request.arg("passengers", "1")}
                 return self._booking_form(state, flight, values, {})
             if path == "/hotels":
                 return self._hotels(request, state)
-            if path.startswith("/hotel/") and (hotel := self.world.hotel_by_id.get(path.removeprefix("/hotel/"))):
+            hotel = self.world.hotel_by_id.get(path.removeprefix("/hotel/"))
+            if path.startswith("/hotel/") and hotel is not None:
                 values = {"checkin": request.arg("checkin"), "nights": request.arg("nights", "1")}
                 return self._hotel(state, hotel, values, {})
             if path == "/bookings":
@@ -192,7 +194,8 @@ class TravelSite(Site):
             if action is not None:
                 return action(request, state)
         return PageResponse(self._page(state, "Not found", "<h1>Page not found</h1>"
-                                       f"<p><a href='{self.mount}/'>Back to Webgym Travel</a></p>"), status=404)
+                                       f"<p><a href='{self.mount}/'>Back to Webgym Travel</a>"
+                                       "</p>"), status=404)
 
     def _redirect(self, path: str, **query: str) -> PageResponse:
         return PageResponse(location=f"{self.mount}{path}" + (f"?{urlencode(query)}" if query else ""))
@@ -228,7 +231,8 @@ class TravelSite(Site):
     def _home(self, state: TravelState, form: _SearchForm, *, suggest: tuple[str, ...] = (),
               errors: dict[str, str] | None = None) -> PageResponse:
         body = ("<h1>Find a flight</h1><p>Fly between 40 cities from "
-                f"{FIRST_DAY.strftime('%d %B %Y')}. <a href='{self.mount}/hotels'>Looking for a hotel?</a></p>"
+                f"{FIRST_DAY.strftime('%d %B %Y')}. <a href='{self.mount}/hotels'>Looking for a "
+                "hotel?</a></p>"
                 + self._search_form(form, suggest, errors or {}))
         return PageResponse(self._page(state, "Flights", body))
 
@@ -295,7 +299,8 @@ class TravelSite(Site):
         head = "".join(f"<th>{name}</th>" for name in ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"))
         return (f"<div>{turn(index - 1, 'cal-prev', '‹ Previous month')} <b id='cal-month'>{title}</b> "
                 f"{turn(index + 1, 'cal-next', 'Next month ›')}</div>"
-                f"<table class='calendar' role='grid' aria-label='{title}'><tr>{head}</tr>{''.join(rows)}</table>")
+                f"<table class='calendar' role='grid' aria-label='{title}'>"
+                f"<tr>{head}</tr>{''.join(rows)}</table>")
 
     # ----------------------------------------------------------------------------- flights
 
@@ -304,7 +309,8 @@ class TravelSite(Site):
         origin, destination = self.world.resolve(form.origin), self.world.resolve(form.destination)
         errors: dict[str, str] = {}
         suggest = []
-        for which, airport, label in (("origin", origin, "departure"), ("destination", destination, "arrival")):
+        for which, airport, label in (("origin", origin, "departure"),
+                                      ("destination", destination, "arrival")):
             if airport is None:
                 text = getattr(form, which)
                 errors[which] = (f"Choose the {label} airport from the suggestions." if text
@@ -331,6 +337,7 @@ class TravelSite(Site):
         request.session.search(self.name, f"{origin.code} to {destination.code} on {form.date}")
         pages = max(1, -(-len(found) // PAGE_SIZE))
         page = min(max(1, _int(request.arg("page"), 1) or 1), pages)
+        chosen = {"sort": sort, "stops": stops, "airline": airline}
         kept = {"origin": origin.code, "destination": destination.code, "date": form.date,
                 "passengers": str(passengers), "cabin": form.cabin}
         choice = urlencode({"passengers": passengers, "cabin": form.cabin})
@@ -350,8 +357,9 @@ class TravelSite(Site):
                 f"{'s' if passengers > 1 else ''} · {CABINS[form.cabin]} · "
                 f"<a id='change-search' href='{self.mount}/?{esc(change)}'>Change search</a></p>"
                 + self._filters(kept, sort, stops, airline)
-                + f"<div class='results'><p id='result-count'>{len(found)} flights · page {page} of {pages}</p>"
-                f"{table}{self._pagination(kept | {'sort': sort, 'stops': stops, 'airline': airline}, page, pages)}"
+                + f"<div class='results'><p id='result-count'>{len(found)} flights · page {page} "
+                  f"of {pages}</p>"
+                f"{table}{self._pagination(kept | chosen, page, pages)}"
                 "</div>")
         return PageResponse(self._page(state, "Flights", body))
 
@@ -359,7 +367,8 @@ class TravelSite(Site):
         hidden = "".join(f"<input type='hidden' name='{k}' value='{esc(v)}'>" for k, v in kept.items())
         airlines = {"": "All airlines"} | {a: a for a in self.world.airlines}
         return (f"<form class='side' id='flight-filters' action='{self.mount}/flights' method='get'>{hidden}"
-                f"<label>Sort by <select id='sort' name='sort'>{_options(FLIGHT_SORTS, sort)}</select></label>"
+                f"<label>Sort by <select id='sort' name='sort'>{_options(FLIGHT_SORTS, sort)}</select>"
+                "</label>"
                 f"<label>Stops <select id='stops' name='stops'>{_options(_STOPS, stops)}</select></label>"
                 f"<label>Airline <select id='airline' name='airline'>{_options(airlines, airline)}</select>"
                 "</label><p><button type='submit' id='apply-filters'>Apply</button></p></form>")
@@ -382,7 +391,8 @@ class TravelSite(Site):
 
     def _flight_table(self, flight: Flight) -> str:
         origin, destination = self.world.by_code[flight.origin], self.world.by_code[flight.destination]
-        return (f"<table id='flight-details'><tr><th>Flight</th><td id='flight-number'>{flight.number}</td></tr>"
+        return ("<table id='flight-details'>"
+                f"<tr><th>Flight</th><td id='flight-number'>{flight.number}</td></tr>"
                 f"<tr><th>Airline</th><td id='flight-airline'>{esc(flight.airline)}</td></tr>"
                 f"<tr><th>From</th><td>{esc(origin.label)}</td></tr><tr><th>To</th><td>{esc(destination.label)}"
                 f"</td></tr><tr><th>Date</th><td>{_long_day(flight.date)}</td></tr>"
@@ -395,18 +405,19 @@ class TravelSite(Site):
         cabin = request.arg("cabin") if request.arg("cabin") in CABINS else "economy"
         passengers = _int(request.arg("passengers"), 1) or 1
         passengers = passengers if 1 <= passengers <= MAX_PASSENGERS else 1
-        fares = "".join(f"<tr><th>{label}</th><td id='fare-{value}'>{format_price(flight.fares[value])}</td></tr>"
-                        for value, label in CABINS.items())
+        fares = "".join(f"<tr><th>{label}</th><td id='fare-{value}'>{format_price(flight.fares[value])}"
+                        "</td></tr>" for value, label in CABINS.items())
         query = urlencode({"cabin": cabin, "passengers": passengers})
         body = (f"<h1>{esc(flight.airline)} {flight.number}</h1>{self._flight_table(flight)}"
                 f"<h2>Fares per passenger</h2><table id='fares'>{fares}</table>"
                 f"<p>{passengers} × {CABINS[cabin]}: <b id='flight-total'>"
                 f"{format_price(passengers * flight.fares[cabin])}</b></p>"
-                f"<p><a id='book-flight' href='{self.mount}/book/{flight.id}?{query}'>Book this flight</a></p>")
+                f"<p><a id='book-flight' href='{self.mount}/book/{flight.id}?{query}'>Book this "
+                "flight</a></p>")
         return PageResponse(self._page(state, f"Flight {flight.number}", body))
 
-    def _booking_form(self, state: TravelState, flight: Flight, values: dict[str, str], errors: dict[str, str],
-                      *, modal: bool = False) -> PageResponse:
+    def _booking_form(self, state: TravelState, flight: Flight, values: dict[str, str],
+                      errors: dict[str, str], *, modal: bool = False) -> PageResponse:
         m = self.mount
 
         def entry(name: str, label: str, extra: str = "") -> str:
@@ -414,8 +425,8 @@ class TravelSite(Site):
                     f"{extra}></label>{_error(errors, name)}")
 
         passengers = {str(n): str(n) for n in range(1, MAX_PASSENGERS + 1)}
-        wrong = ", ".join(label for name, label in (FLIGHT_FIELDS | {"cabin": "cabin", "passengers": "passengers"})
-                          .items() if name in errors)
+        named = FLIGHT_FIELDS | {"cabin": "cabin", "passengers": "passengers"}
+        wrong = ", ".join(label for name, label in named.items() if name in errors)
         summary = (f"<div class='error' id='error-summary' role='alert'>Please correct: {wrong}</div>"
                    if errors else "")
         body = (f"<h1>Book {esc(flight.airline)} {flight.number}</h1>{summary}{self._flight_table(flight)}"
@@ -424,11 +435,14 @@ class TravelSite(Site):
                 f"<label>Cabin <select id='cabin' name='cabin'><option value=''>Choose a cabin</option>"
                 f"{_options(CABINS, values.get('cabin', ''))}</select></label>{_error(errors, 'cabin')}"
                 f"<label>Passengers <select id='passengers' name='passengers'>"
-                f"{_options(passengers, values.get('passengers', ''))}</select></label>{_error(errors, 'passengers')}"
+                f"{_options(passengers, values.get('passengers', ''))}</select>"
+                f"</label>{_error(errors, 'passengers')}"
                 + entry("full_name", "Lead passenger's full name")
                 + entry("email", "Email", " type='email'")
-                + entry("passport", "Passport number", f" pattern='{PASSPORT_PATTERN}' placeholder='AB1234567'")
-                + f"<label>Seat preference <select id='seat' name='seat'><option value=''>Choose a seat</option>"
+                + entry("passport", "Passport number",
+                        f" pattern='{PASSPORT_PATTERN}' placeholder='AB1234567'")
+                + "<label>Seat preference <select id='seat' name='seat'><option value=''>Choose a "
+                  "seat</option>"
                 f"{_options(SEATS, values.get('seat', ''))}</select></label>{_error(errors, 'seat')}"
                 "<p><button type='submit' id='book-button'>Book flight</button></p></form>")
         pending = state.pending_flight
@@ -436,13 +450,15 @@ class TravelSite(Site):
             total = int(pending["passengers"]) * flight.fares[pending["cabin"]]
             choice = {"cabin": pending["cabin"], "passengers": pending["passengers"]}
             body += (f"<div class='modal-bg'><div class='modal' role='dialog' aria-modal='true' "
-                     f"aria-labelledby='confirm-title' id='confirm-dialog'><h2 id='confirm-title'>Confirm your "
+                     "aria-labelledby='confirm-title' id='confirm-dialog'><h2 id='confirm-title'>"
+                     "Confirm your "
                      f"booking</h2><p>{flight.number} on {_long_day(flight.date)} at {flight.departs}, "
                      f"{pending['passengers']} × {CABINS[pending['cabin']]}, for {esc(pending['full_name'])}."
                      f"</p><p>Total: <b id='confirm-total'>{format_price(total)}</b></p>"
                      f"<form action='{m}/book/confirm' method='post'>"
                      "<button type='submit' id='confirm-booking'>Confirm booking</button> "
-                     f"<a id='cancel-booking' href='{m}/book/{flight.id}?{urlencode(choice)}'>Cancel</a></form></div></div>")
+                     f"<a id='cancel-booking' href='{m}/book/{flight.id}?{urlencode(choice)}'>"
+                     "Cancel</a></form></div></div>")
         return PageResponse(self._page(state, "Book a flight", body))
 
     def _submit_flight(self, request: PageRequest, state: TravelState) -> PageResponse:
@@ -450,7 +466,8 @@ class TravelSite(Site):
         if flight is None:
             return self._redirect("/")
         values, errors = validate_flight_booking({name: request.arg(name) for name in FLIGHT_FIELDS})
-        values |= {"flight_id": flight.id, "cabin": request.arg("cabin"), "passengers": request.arg("passengers")}
+        values |= {"flight_id": flight.id, "cabin": request.arg("cabin"),
+                   "passengers": request.arg("passengers")}
         if values["cabin"] not in CABINS:
             errors["cabin"] = "Choose a cabin."
         if not 1 <= (_int(values["passengers"], 0) or 0) <= MAX_PASSENGERS:
@@ -489,11 +506,13 @@ class TravelSite(Site):
                 errors["checkin"] = "Choose a check-in day."
             if not 1 <= (_int(nights, 0) or 0) <= MAX_NIGHTS:
                 errors["nights"] = f"Choose from 1 to {MAX_NIGHTS} nights."
-        cities = {"": "Choose a city"} | {a.code: a.label for a in sorted(self.world.airports, key=lambda a: a.city)}
+        by_city = sorted(self.world.airports, key=lambda a: a.city)
+        cities = {"": "Choose a city"} | {a.code: a.label for a in by_city}
         body = (f"<h1>Find a hotel</h1><form id='hotel-search' action='{m}/hotels' method='get'>"
                 f"<label>City <select id='hotel-city' name='city'>{_options(cities, city)}</select></label>"
                 f"{_error(errors, 'city')}{self._stay_fields({'checkin': checkin, 'nights': nights}, errors)}"
-                f"<label>Sort by <select id='hotel-sort' name='sort'>{_options(HOTEL_SORTS, sort)}</select></label>"
+                "<label>Sort by <select id='hotel-sort' "
+                f"name='sort'>{_options(HOTEL_SORTS, sort)}</select></label>"
                 "<p><button type='submit' id='search-hotels'>Search hotels</button></p></form>")
         if asked and not errors:
             airport = self.world.by_code[city]
@@ -503,27 +522,31 @@ class TravelSite(Site):
             cards = "".join(
                 f"<div class='card' id='hotel-{h.id}'><a id='open-{h.id}' href='{m}/hotel/{h.id}?{stay}'>"
                 f"{esc(h.name)}</a><div>{_stars(h.stars)}</div><div class='price'>from "
-                f"{format_price(h.nightly_cents)} a night</div><div>{esc(', '.join(h.amenities) or 'no extras')}"
+                f"{format_price(h.nightly_cents)} a night</div>"
+                f"<div>{esc(', '.join(h.amenities) or 'no extras')}"
                 "</div></div>" for h in self.world.hotels_in(city, sort))
-            body += (f"<h2 id='hotel-count'>{len(self.world.hotels_in(city))} hotels in {esc(airport.city)}</h2>"
+            count = len(self.world.hotels_in(city))
+            body += (f"<h2 id='hotel-count'>{count} hotels in {esc(airport.city)}</h2>"
                      f"<div class='grid' id='hotels'>{cards}</div>")
         return PageResponse(self._page(state, "Hotels", body))
 
     def _stay_fields(self, values: dict[str, str], errors: dict[str, str]) -> str:
         days = {"": "Choose a day"} | {d.isoformat(): d.strftime("%a %d %b %Y") for d in window_days()}
         nights = {str(n): f"{n} night" + ("s" if n > 1 else "") for n in range(1, MAX_NIGHTS + 1)}
-        return (f"<label>Check-in <select id='checkin' name='checkin'>{_options(days, values.get('checkin', ''))}"
-                f"</select></label>{_error(errors, 'checkin')}<label>Nights <select id='nights' name='nights'>"
+        return ("<label>Check-in <select id='checkin' name='checkin'>"
+                f"{_options(days, values.get('checkin', ''))}"
+                f"</select></label>{_error(errors, 'checkin')}<label>Nights <select id='nights' "
+                "name='nights'>"
                 f"{_options(nights, values.get('nights', ''))}</select></label>{_error(errors, 'nights')}")
 
     def _hotel(self, state: TravelState, hotel: Hotel, values: dict[str, str], errors: dict[str, str], *,
                modal: bool = False) -> PageResponse:
         m = self.mount
         airport = self.world.by_code[hotel.city]
-        rooms = "".join(f"<tr><th>{label}</th><td id='room-{value}'>{format_price(hotel.rooms[value])}</td></tr>"
-                        for value, label in ROOMS.items())
-        wrong = ", ".join(label for name, label in (HOTEL_FIELDS | {"checkin": "check-in day", "nights": "nights"})
-                          .items() if name in errors)
+        rooms = "".join(f"<tr><th>{label}</th><td id='room-{value}'>{format_price(hotel.rooms[value])}"
+                        "</td></tr>" for value, label in ROOMS.items())
+        named = HOTEL_FIELDS | {"checkin": "check-in day", "nights": "nights"}
+        wrong = ", ".join(label for name, label in named.items() if name in errors)
         summary = (f"<div class='error' id='error-summary' role='alert'>Please correct: {wrong}</div>"
                    if errors else "")
 
@@ -546,7 +569,8 @@ class TravelSite(Site):
         if modal and pending is not None:
             nights = int(pending["nights"])
             body += (f"<div class='modal-bg'><div class='modal' role='dialog' aria-modal='true' "
-                     f"aria-labelledby='confirm-title' id='confirm-dialog'><h2 id='confirm-title'>Confirm your "
+                     "aria-labelledby='confirm-title' id='confirm-dialog'><h2 id='confirm-title'>"
+                     "Confirm your "
                      f"booking</h2><p>{ROOMS[pending['room']]} at {esc(hotel.name)}, {nights} night"
                      f"{'s' if nights > 1 else ''} from {_long_day(pending['checkin'])}, for "
                      f"{esc(pending['full_name'])}.</p><p>Total: <b id='confirm-total'>"
@@ -610,8 +634,8 @@ class TravelSite(Site):
     def _bookings(self, state: TravelState) -> PageResponse:
         items = [f"<li><a href='{self.mount}/booking/{b.reference}'>{b.reference}</a>: flight {b.origin} to "
                  f"{b.destination} on {b.date}</li>" for b in state.flights]
-        items += [f"<li><a href='{self.mount}/booking/{b.reference}'>{b.reference}</a>: {esc(b.hotel_name)} from "
-                  f"{b.checkin}</li>" for b in state.hotels]
+        items += [f"<li><a href='{self.mount}/booking/{b.reference}'>{b.reference}</a>: "
+                  f"{esc(b.hotel_name)} from {b.checkin}</li>" for b in state.hotels]
         body = f"<h1>My trips</h1><ul id='bookings'>{''.join(items) or '<li>No bookings yet.</li>'}</ul>"
         return PageResponse(self._page(state, "My trips", body))
 

@@ -187,8 +187,8 @@ class TravelWorld:
         date = f"{parts[2][:4]}-{parts[2][4:6]}-{parts[2][6:]}"
         return next((f for f in self.day_flights(parts[0], parts[1], date) if f.id == flight_id), None)
 
-    def flights(self, origin: str, destination: str, date: str, *, cabin: str = "economy", sort: str = "price",
-                max_stops: int | None = None, airline: str = "") -> list[Flight]:
+    def flights(self, origin: str, destination: str, date: str, *, cabin: str = "economy",
+                sort: str = "price", max_stops: int | None = None, airline: str = "") -> list[Flight]:
         """The route's flights on `date` with at most `max_stops` stops (and of `airline`), in `sort` order
         (ties by departure, then id)."""
         found = [f for f in self.day_flights(origin, destination, date)

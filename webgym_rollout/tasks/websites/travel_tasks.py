@@ -112,7 +112,8 @@ def _traveller_text(person: dict[str, str]) -> str:
 
 def _booking_facts(person: dict[str, str], names: tuple[str, ...]) -> list[Fact]:
     said = {"full_name": "The booking's lead passenger is {}.", "email": "The booking's email is {}.",
-            "passport": "The booking's passport number is {}.", "seat": "The booking's seat preference is {}.",
+            "passport": "The booking's passport number is {}.",
+            "seat": "The booking's seat preference is {}.",
             "cabin": "The booking is in the {} cabin.", "passengers": "The booking is for {} passengers."}
     return [(said[name].format(person[name]), {"type": "flight_booking_field", "name": name,
                                                "value": str(person[name])}) for name in names]
@@ -136,7 +137,8 @@ def _cheapest_direct(rng: random.Random, world: TravelWorld) -> _Draw | None:
                  f"On Webgym Travel, what is the cheapest economy fare for one passenger on a direct flight "
                  f"from {origin.label} to {destination.label} on {_day_text(date)}?",
                  [("Search", [_searched(origin, destination, date)]),
-                  ("Answer", [(f"The answer gives the fare {price}.", {"type": "answer", "texts": [price]})])],
+                  ("Answer", [(f"The answer gives the fare {price}.",
+                               {"type": "answer", "texts": [price]})])],
                  {"search": _search(origin, destination, date), "filters": {"stops": "0", "sort": "price"},
                   "flight_id": flight.id}, answer=price)
 
@@ -167,7 +169,8 @@ def _earliest(rng: random.Random, world: TravelWorld) -> _Draw | None:
                  f"On Webgym Travel, which airline flies the first flight of the day from {origin.label} to "
                  f"{destination.label} on {_day_text(date)}, and at what time does it depart?",
                  [("Search", [_searched(origin, destination, date)]),
-                  ("Answer", [(f"The answer names {flight.airline}.", {"type": "answer", "texts": [flight.airline]}),
+                  ("Answer", [(f"The answer names {flight.airline}.",
+                               {"type": "answer", "texts": [flight.airline]}),
                               (f"The answer gives the departure time {flight.departs}.",
                                {"type": "answer", "texts": [flight.departs]})])],
                  {"search": _search(origin, destination, date), "filters": {"sort": "departure"},
@@ -177,7 +180,8 @@ def _earliest(rng: random.Random, world: TravelWorld) -> _Draw | None:
 def _book_cheapest(rng: random.Random, world: TravelWorld) -> _Draw | None:
     origin, destination, date = _route(rng, world)
     cabin = rng.choice(sorted(CABINS))
-    flight = _only_best(world.flights(origin.code, destination.code, date, cabin=cabin), lambda f: f.fares[cabin])
+    flight = _only_best(world.flights(origin.code, destination.code, date, cabin=cabin),
+                        lambda f: f.fares[cabin])
     if flight is None:
         return None
     person = _traveller(rng) | {"cabin": cabin}
@@ -185,8 +189,8 @@ def _book_cheapest(rng: random.Random, world: TravelWorld) -> _Draw | None:
                  f"On Webgym Travel, book the cheapest {CABINS[cabin].lower()} flight from {origin.label} to "
                  f"{destination.label} on {_day_text(date)} for one passenger, {_traveller_text(person)}.",
                  [("Search", [_searched(origin, destination, date)]),
-                  ("Booking", [_flight_booked(flight), *_booking_facts(person, ("cabin", "full_name", "passport",
-                                                                                "seat"))])],
+                  ("Booking", [_flight_booked(flight),
+                               *_booking_facts(person, ("cabin", "full_name", "passport", "seat"))])],
                  {"search": _search(origin, destination, date, 1, cabin), "filters": {"sort": "price"},
                   "flight_id": flight.id, "booking": person})
 
@@ -205,7 +209,8 @@ def _book_airline(rng: random.Random, world: TravelWorld) -> _Draw | None:
                  f"On Webgym Travel, book the cheapest direct {airline} flight from {origin.label} to "
                  f"{destination.label} on {_day_text(date)} in economy, {_traveller_text(person)}.",
                  [("Search", [_searched(origin, destination, date)]),
-                  ("Booking", [_flight_booked(flight), *_booking_facts(person, ("full_name", "email", "passport"))])],
+                  ("Booking", [_flight_booked(flight),
+                               *_booking_facts(person, ("full_name", "email", "passport"))])],
                  {"search": _search(origin, destination, date),
                   "filters": {"stops": "0", "airline": airline, "sort": "price"}, "flight_id": flight.id,
                   "booking": person | {"cabin": "economy"}})
@@ -221,8 +226,9 @@ def _hotel_facts(checkin: str, nights: int, values: dict[str, str],
             "room": "The room booked is a {}.", "full_name": "The hotel booking is in the name of {}.",
             "email": "The hotel booking's email is {}."}
     fields = values | {"checkin": checkin, "nights": str(nights)}
-    return [(said[name].format(ROOMS.get(fields[name], fields[name]).lower() if name == "room" else fields[name]),
-             {"type": "hotel_booking_field", "name": name, "value": fields[name]}) for name in names]
+    shown = fields | {"room": ROOMS.get(fields.get("room", ""), "").lower()}
+    return [(said[name].format(shown[name]), {"type": "hotel_booking_field", "name": name, "value": fields[name]})
+            for name in names]
 
 
 def _book_hotel(rng: random.Random, world: TravelWorld) -> _Draw:
@@ -250,7 +256,8 @@ def _trip(rng: random.Random, world: TravelWorld) -> _Draw | None:
     if flight is None or not good or (len(good) > 1 and good[0].nightly_cents == good[1].nightly_cents):
         return None
     hotel, nights = good[0], rng.randint(2, 6)
-    checkin = (dt.date.fromisoformat(date) + dt.timedelta(days=flight.arrives.endswith(("+1", "+2")))).isoformat()
+    landing = dt.date.fromisoformat(date) + dt.timedelta(days=(flight.departure + flight.duration) // 1440)
+    checkin = landing.isoformat()
     if checkin not in {d.isoformat() for d in window_days()}:
         return None
     person = _traveller(rng)
@@ -264,9 +271,11 @@ def _trip(rng: random.Random, world: TravelWorld) -> _Draw | None:
                               *_booking_facts(person, ("full_name", "passport"))]),
                   ("Hotel", [(f"The hotels of {destination.city} were listed.",
                               {"type": "hotel_searched", "city": destination.code}),
-                             (f"A room at the {hotel.name} was booked.", {"type": "hotel_booked", "hotel_id": hotel.id}),
+                             (f"A room at the {hotel.name} was booked.",
+                              {"type": "hotel_booked", "hotel_id": hotel.id}),
                              *_hotel_facts(checkin, nights, values, ("checkin", "nights", "full_name"))])],
-                 {"search": _search(origin, destination, date), "filters": {"sort": "price"}, "flight_id": flight.id,
+                 {"search": _search(origin, destination, date), "filters": {"sort": "price"},
+                  "flight_id": flight.id,
                   "booking": person | {"cabin": "economy"},
                   "hotel": {"city": destination.code, "checkin": checkin, "nights": nights, "sort": "price"},
                   "hotel_id": hotel.id, "hotel_booking": values})
@@ -281,15 +290,18 @@ def _group(rng: random.Random, world: TravelWorld) -> _Draw | None:
         return None
     person = _traveller(rng) | {"cabin": cabin, "passengers": str(passengers)}
     return _Draw("group", "flights",
-                 f"On Webgym Travel, book the earliest flight of the day from {origin.label} to {destination.label} "
-                 f"on {_day_text(date)} for {passengers} passengers in {CABINS[cabin].lower()}; the lead passenger "
+                 f"On Webgym Travel, book the earliest flight of the day from {origin.label} "
+                 f"to {destination.label} "
+                 f"on {_day_text(date)} for {passengers} passengers in {CABINS[cabin].lower()}; the "
+                 "lead passenger "
                  f"is {person['full_name']} (email {person['email']}, passport {person['passport']}), with "
                  f"{_SEAT_TEXT[person['seat']]}.",
                  [("Search", [_searched(origin, destination, date)]),
                   ("Booking", [_flight_booked(flight),
-                               *_booking_facts(person, ("cabin", "passengers", "full_name", "email", "passport",
-                                                        "seat"))])],
-                 {"search": _search(origin, destination, date, passengers, cabin), "filters": {"sort": "departure"},
+                               *_booking_facts(person, ("cabin", "passengers", "full_name", "email",
+                                                        "passport", "seat"))])],
+                 {"search": _search(origin, destination, date, passengers, cabin),
+                  "filters": {"sort": "departure"},
                   "flight_id": flight.id, "booking": person})
 
 
@@ -307,7 +319,8 @@ def _fastest(rng: random.Random, world: TravelWorld) -> _Draw | None:
                  f"{_traveller_text(person)}.",
                  [("Search", [_searched(origin, destination, date)]),
                   ("Booking", [_flight_booked(flight),
-                               *_booking_facts(person, ("cabin", "full_name", "email", "passport", "seat"))])],
+                               *_booking_facts(person, ("cabin", "full_name", "email", "passport",
+                                                        "seat"))])],
                  {"search": _search(origin, destination, date, 1, cabin), "filters": {"sort": "duration"},
                   "flight_id": flight.id, "booking": person})
 
@@ -324,8 +337,8 @@ def _row(draw: _Draw, travel_seed: int, base_url: str, index: int) -> Task:
     groups = tuple(FactGroup(id=str(number), description=description, facts=tuple(text for text, _ in facts))
                    for number, (description, facts) in enumerate(draw.groups, 1))
     checks = [check for _, facts in draw.groups for _, check in facts]
-    metadata = {"site": "travel", "travel_seed": travel_seed, "template": draw.template, "params": draw.params,
-                "checks": checks}
+    metadata = {"site": "travel", "travel_seed": travel_seed, "template": draw.template,
+                "params": draw.params, "checks": checks}
     start = "/travel/hotels" if draw.subdomain == "hotels" else "/travel/"
     return Task(task_id=make_task_id(BENCHMARK, str(travel_seed), draw.instruction),
                 task_name=draw.instruction, website=f"{base_url}/travel/", start_url=f"{base_url}{start}",
@@ -400,8 +413,8 @@ def expert_moves(params: dict[str, Any], task: Task) -> list[Move]:
         moves += [Choose("seat", person["seat"]), Press("book-button"), Press("confirm-booking")]
     if "hotel" in params:
         stay = params["hotel"]
-        moves += [Goto("/travel/hotels"), Choose("hotel-city", stay["city"]), Choose("checkin", stay["checkin"]),
-                  Choose("nights", str(stay["nights"]))]
+        moves += [Goto("/travel/hotels"), Choose("hotel-city", stay["city"]),
+                  Choose("checkin", stay["checkin"]), Choose("nights", str(stay["nights"]))]
         if "sort" in stay:
             moves.append(Choose("hotel-sort", stay["sort"]))
         moves += [Press("search-hotels"), Press(f"open-{params['hotel_id']}")]
