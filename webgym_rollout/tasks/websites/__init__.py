@@ -22,9 +22,7 @@ from webgym_rollout.tasks.websites.facts import (
 from webgym_rollout.tasks.websites.shop import ShopSite
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
 from webgym_rollout.tasks.websites.travel import TravelSite
-from webgym_rollout.tasks.websites.travel_tasks import travel_tasks
 from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
 
 __all__ = ["FlightBookingFacts", "HotelBookingFacts", "LineFacts", "OrderFacts", "SessionFacts", "ShopFacts",
-           "ShopSite", "TravelFacts", "TravelSite", "TruthClient", "TruthServer", "new_session_id",
-           "travel_tasks", "with_session"]
+           "ShopSite", "TravelFacts", "TravelSite", "TruthClient", "TruthServer", "new_session_id", "with_session"]

@@ -227,8 +227,8 @@ def _hotel_facts(checkin: str, nights: int, values: dict[str, str],
             "email": "The hotel booking's email is {}."}
     fields = values | {"checkin": checkin, "nights": str(nights)}
     shown = fields | {"room": ROOMS.get(fields.get("room", ""), "").lower()}
-    return [(said[name].format(shown[name]), {"type": "hotel_booking_field", "name": name, "value": fields[name]})
-            for name in names]
+    return [(said[name].format(shown[name]),
+             {"type": "hotel_booking_field", "name": name, "value": fields[name]}) for name in names]
 
 
 def _book_hotel(rng: random.Random, world: TravelWorld) -> _Draw:
