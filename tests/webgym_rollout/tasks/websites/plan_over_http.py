@@ -122,7 +122,10 @@ class HttpPlayer:
         action = urljoin(self.url, (button and button.attrs.get("formaction")) or spec["action"] or self.url)
         method = ((button and button.attrs.get("formmethod")) or spec["method"]).lower()
         if method == "post":
-            self._load(self.client.post(action, data=fields))
+            data: dict[str, list[str]] = {}
+            for name, value in fields:
+                data.setdefault(name, []).append(value)
+            self._load(self.client.post(action, data=data))
         else:
             self._load(self.client.get(urlsplit(action)._replace(query=urlencode(fields)).geturl()))
 
