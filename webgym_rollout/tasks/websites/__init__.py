@@ -25,4 +25,5 @@ from webgym_rollout.tasks.websites.travel import TravelSite
 from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
 
 __all__ = ["FlightBookingFacts", "HotelBookingFacts", "LineFacts", "OrderFacts", "SessionFacts", "ShopFacts",
-           "ShopSite", "TravelFacts", "TravelSite", "TruthClient", "TruthServer", "new_session_id", "with_session"]
+           "ShopSite", "TravelFacts", "TravelSite", "TruthClient", "TruthServer", "new_session_id",
+           "with_session"]

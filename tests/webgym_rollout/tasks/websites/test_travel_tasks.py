@@ -39,8 +39,9 @@ def test_rows_are_deterministic_distinct_schema_rows_across_the_levels():
     for task in tasks:
         assert Task.from_row(task.to_row()) == task  # a valid row of the published schema
         assert task.difficulty == task.num_facts == len(task_checks(task))
-        assert task.start_url.startswith("http://127.0.0.1:8400/travel/") and task.environment == "site:travel"
-        assert (task.benchmark_name, task.domain, _meta(task)["site"]) == ("webgym-travel", "travel", "travel")
+        assert task.start_url.startswith("http://127.0.0.1:8400/travel/")
+        assert (task.environment, task.benchmark_name) == ("site:travel", "webgym-travel")
+        assert task.domain == _meta(task)["site"] == "travel"
         assert _meta(task)["travel_seed"] == TRAVEL_SEED
         informative = any(c["type"] == "answer" for c in task_checks(task))
         assert bool(task.definite_answer) == informative
@@ -54,8 +55,8 @@ def test_every_task_is_about_flights_and_hotels_that_exist():
         if "flight_id" in params:
             flight = world.flight(params["flight_id"])
             search = params["search"]
-            assert (flight.origin, flight.destination, flight.date) == (search["origin"], search["destination"],
-                                                                        search["date"])
+            route = (search["origin"], search["destination"], search["date"])
+            assert (flight.origin, flight.destination, flight.date) == route
             assert world.by_code[flight.origin].label in task.task_name
         if "hotel_id" in params:
             hotel = world.hotel_by_id[params["hotel_id"]]
@@ -107,8 +108,8 @@ def test_checks_fail_on_another_flight_and_name(server):
                 if _meta(t)["template"] == "book_cheapest")
     params = _meta(task)["params"]
     search = params["search"]
-    other = next(f for f in server.travel.world.day_flights(search["origin"], search["destination"], search["date"])
-                 if f.id != params["flight_id"])
+    day = server.travel.world.day_flights(search["origin"], search["destination"], search["date"])
+    other = next(f for f in day if f.id != params["flight_id"])
     plan = [Goto(f"/travel/flight/{other.id}?cabin={search['cabin']}&passengers=1") if isinstance(move, Goto)
             and move.path.startswith("/travel/flight/") else move for move in expert_plan(task)]
     session = new_session_id()
@@ -119,6 +120,7 @@ def test_checks_fail_on_another_flight_and_name(server):
     assert verdicts[("flight_searched", "")] and not verdicts[("flight_booked", "")]
     assert verdicts[("flight_booking_field", "cabin")] and verdicts[("flight_booking_field", "full_name")]
     facts = server.facts(session)
-    assert not check_fact({"type": "flight_booking_field", "name": "full_name", "value": "Someone Else"}, facts)
+    someone = {"type": "flight_booking_field", "name": "full_name", "value": "Someone Else"}
+    assert not check_fact(someone, facts)
     assert not check_fact({"type": "hotel_booked", "hotel_id": "HAAA01"}, facts)  # no hotel booked
     assert not check_fact({"type": "hotel_searched", "city": search["origin"]}, facts)
