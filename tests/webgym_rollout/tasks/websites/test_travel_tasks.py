@@ -14,7 +14,7 @@ from webgym_data.schema import Task
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.tasks.websites.generate import expert_plan, site_tasks
 from webgym_rollout.tasks.websites.goals import check_fact, check_task, task_checks
-from webgym_rollout.tasks.websites.plans import Goto
+from webgym_rollout.tasks.websites.plans import Goto, Press
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
 from webgym_rollout.tasks.websites.travel_catalogue import travel_world
 from webgym_rollout.tasks.websites.travel_tasks import TEMPLATES, travel_tasks
@@ -110,8 +110,10 @@ def test_checks_fail_on_another_flight_and_name(server):
     search = params["search"]
     day = server.travel.world.day_flights(search["origin"], search["destination"], search["date"])
     other = next(f for f in day if f.id != params["flight_id"])
-    plan = [Goto(f"/travel/flight/{other.id}?cabin={search['cabin']}&passengers=1") if isinstance(move, Goto)
-            and move.path.startswith("/travel/flight/") else move for move in expert_plan(task)]
+    chosen = Press(f"select-{params['flight_id']}")
+    elsewhere = Goto(f"/travel/flight/{other.id}?cabin={search['cabin']}&passengers=1")
+    plan = [elsewhere if move == chosen else move for move in expert_plan(task)]
+    assert plan != expert_plan(task)
     session = new_session_id()
     with httpx.Client(base_url=server.base_url, trust_env=False, follow_redirects=True) as client:
         HttpPlayer(client, with_session(task.start_url, session)).play(plan)
