@@ -214,8 +214,7 @@ def _day_flights(seed: int, origin: Airport, destination: Airport, date: str) ->
         airline = rng.choice(_AIRLINES)
         duration = int(35 + distance / 780 * 60) + sum(rng.randint(55, 200) for _ in range(stops))
         duration += rng.randint(0, 5) * 5
-        base = 4_000 + distance * 11 + rng.randint(-1_500, 2_500) * 10
-        base *= (1.0, 0.78, 0.66)[stops]
+        base = (5_000 + distance * 10) * rng.uniform(0.8, 1.5) * (1.0, 0.78, 0.66)[stops]
         fares = {cabin: int(base * factor) // 100 * 100 + rng.choice((0, 49, 99)) for cabin, factor
                  in _CABIN_FACTOR.items()}
         flights.append(Flight(
