@@ -232,3 +232,21 @@ def test_hotels_are_listed_by_city_with_their_stars(server):
         assert "<option value='2027-03-01' selected>" in page and "<option value='2' selected>" in page
         session = client.cookies[COOKIE]
     assert server.facts(session).travel.hotel_searches == (city,)
+
+
+def test_the_world_has_forty_airports_and_sensible_flights_and_hotels():
+    world = travel_world(0)
+    assert len(world.airports) == 40 == len({a.code for a in world.airports})
+    assert len({a.city for a in world.airports}) == 40
+    for origin in world.airports[:8]:
+        for destination in world.airports[30:]:
+            for flight in world.day_flights(origin.code, destination.code, "2027-03-31"):
+                assert 0 < flight.fares["economy"] < flight.fares["premium"] < flight.fares["business"]
+                assert flight.duration > 0 and flight.stops in (0, 1, 2)
+                assert world.flight(flight.id) == flight
+    assert world.day_flights(origin.code, destination.code, "2027-04-30") == ()  # past the window
+    assert world.day_flights(origin.code, origin.code, "2027-03-31") == ()
+    for airport in world.airports:
+        hotels = world.hotels_in(airport.code)
+        assert 6 <= len(hotels) <= 9 and all(2 <= h.stars <= 5 for h in hotels)
+        assert all(0 < h.rooms["standard"] < h.rooms["deluxe"] < h.rooms["suite"] for h in hotels)
