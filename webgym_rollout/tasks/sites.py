@@ -213,7 +213,7 @@ def serve_sites_command(host: str, port: int, shop_seed: int, travel_seed: int, 
       # sandbox form:         http://127.0.0.1:8400/sandbox/form.html
       # shop, one session:    http://127.0.0.1:8400/shop/?session=episode-0001
       # travel, one session:  http://127.0.0.1:8400/travel/?session=episode-0002
-      # a session's truth:     curl -H "Authorization: Bearer $WEBGYM_TRUTH_TOKEN" \\
+      # its ground truth:     curl -H "Authorization: Bearer $WEBGYM_TRUTH_TOKEN" \\
       #                         "http://127.0.0.1:8401/facts?session=episode-0001"
       webgym-rollout serve --port 8300 --allow-hosts 127.0.0.1:8400
     """
