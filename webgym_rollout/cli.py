@@ -10,8 +10,10 @@ COMMANDS = {
     "serve": ("webgym_rollout.browser.server:serve_command",
               "Run the browser environment server (Chromium pool over HTTP)."),
     "serve-sites": ("webgym_rollout.tasks.sites:serve_sites_command",
-                    "Serve the MiniWoB++, sandbox, shop and travel sites on 127.0.0.1 (truth on its own "
-                    "port)."),
+                    "Serve the MiniWoB++, sandbox, shop, reference and travel sites on 127.0.0.1 (truth on "
+                    "its own port)."),
+    "site-tasks": ("webgym_rollout.tasks.websites.generate:site_tasks_command",
+                   "Write generated tasks of the local sites as task rows (for webgym-data build)."),
     "run": ("webgym_rollout.runner:run_command",
             "Roll out tasks with a policy against browser servers; write trajectories."),
     "view": ("webgym_rollout.report.viewer:view_command",
@@ -22,6 +24,8 @@ COMMANDS = {
                 "Score stored episodes again with another judge, without browsers; write a new dataset."),
     "judge-eval": ("webgym_rollout.judge.calibration:judge_eval_command",
                    "Measure a judge against labelled episodes (accuracy, precision, recall, F1)."),
+    "judge-eval-sites": ("webgym_rollout.judge.evaluation:judge_eval_sites_command",
+                         "Measure judges against the local sites' ground truth of a run (agreement, kappa)."),
     "fleet": ("webgym_rollout.fleet:fleet_group",
               "Browser fleets on a Ray cluster: fleet up | status | down (needs webgym[ray])."),
     "push": ("webgym_rollout.trajectory.hub:push_command",

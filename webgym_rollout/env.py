@@ -170,6 +170,8 @@ class WebEnv:
         await self.close()
         kind = task_kind(task)
         kind.check(self.settings)
+        if replay is not None:
+            kind.replaying([exchange.url for exchange in replay.options.exchanges])
         self._forget()
         self.task, self.kind, self._episode_id = task, kind, episode_id
         self._record = record

@@ -46,6 +46,8 @@ export it (``from webgym_rollout.judge.judges import JudgeTimeout`` works).
      │    └── JudgeReplyInvalid       a reply cut off, or its verdict line missing or ambiguous
      ├── LabelError                   human labels that cannot be read or do not match the episodes
      │                                (`judge.calibration`; names the file, line and field)
+     ├── TruthFileError               a run's ground-truth file (truth.jsonl) that is missing or cannot
+     │                                be read (`judge.evaluation`; names the file and line)
      ├── TrajectoryError              a trajectory source or row that does not fit the contract
      │    │                           (`trajectory.contract`, `.reader`, `.recordings`)
      │    ├── ShardSchemaError        a shard whose columns are not its schema version's (names it)
@@ -108,6 +110,7 @@ __all__ = [
     "ShardSchemaError",
     "SiteBlocked",
     "TrajectoryError",
+    "TruthFileError",
     "TruthUnavailable",
     "Unauthorized",
     "error_for_kind",
@@ -289,6 +292,13 @@ class LabelError(RolloutError):
     """Human labels that cannot be read, or that do not match the episodes."""
 
     kind = "label_error"
+
+
+class TruthFileError(RolloutError):
+    """A run's ground-truth file (``truth.jsonl``, the local sites' facts of each episode) that is
+    missing, cannot be read, or does not match the run's episodes."""
+
+    kind = "truth_file_error"
 
 
 # ---------------------------------------------------------------------------------- trajectory

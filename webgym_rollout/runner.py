@@ -732,9 +732,9 @@ async def _run(settings: RunSettings, policy: Any, judge: Any, gate: EpisodeGate
     if policy is None and settings.policy.kind == "expert":
         from webgym_rollout.agent.expert import ExpertPolicy
 
-        policy = ExpertPolicy(tasks, agent=settings.policy.agent)
+        policy = ExpertPolicy(sampler.tasks, agent=settings.policy.agent)
     policy = policy if policy is not None else make_policy(settings.policy)
-    judge = judge if judge is not None else _make_judge(settings, tasks, truth)
+    judge = judge if judge is not None else _make_judge(settings, sampler.tasks, truth)
     observes_elements = bool(getattr(policy, "observes_elements", False))
     env_settings = dataclasses.replace(settings.env, elements=observes_elements)
     stats = _Stats()

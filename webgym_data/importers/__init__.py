@@ -17,6 +17,7 @@ One module per seed, registered by name::
     generic          generic          (explicit path) JSONL/JSON/CSV/parquet/Arrow or a save_to_disk
                                       folder, with a column mapping
     miniwob          miniwob          (explicit path) rows of MiniWoB++ task + seed(s)  -
+    local_sites      webgym-shop ...  local_sites/ (*.jsonl): rows `webgym-rollout site-tasks` writes
 
 A seeds folder (``webgym-data build --seeds DIR``) may also use the upstream names: the upstream
 repository's folder name (``DeepShop/``, ``Online-Mind2Web/``, ``Mind2Web-Live/``, ...) or the upstream
@@ -67,6 +68,7 @@ from webgym_data.importers.deepshop import DeepShopImporter
 from webgym_data.importers.gaia_web import GaiaWebImporter
 from webgym_data.importers.generic import GenericImporter
 from webgym_data.importers.insta_v3 import InstaV3Importer
+from webgym_data.importers.local_sites import LocalSitesImporter
 from webgym_data.importers.mind2web2 import Mind2Web2Importer
 from webgym_data.importers.mind2web_live import Mind2WebLiveImporter
 from webgym_data.importers.miniwob import MiniWobImporter
@@ -77,6 +79,7 @@ from webgym_data.importers.webvoyager import WebVoyagerImporter
 from webgym_data.loading import write_tasks
 
 __all__ = [
+    "LOCAL_SEEDS",
     "SEED_IMPORTERS",
     "HubImportError",
     "ImportResult",
@@ -114,11 +117,14 @@ _REGISTRY: dict[str, SeedImporter] = {importer.name: importer for importer in (
     InstaV3Importer(), PaeWebVoyagerImporter(), AgentSynthWebImporter(), BrowseCompImporter(),
     TravelPlannerImporter(), Mind2WebLiveImporter(), OnlineMind2WebImporter(), DeepShopImporter(),
     Mind2Web2Importer(), GaiaWebImporter(), WebVoyagerImporter(), GenericImporter(), MiniWobImporter(),
+    LocalSitesImporter(),
 )}
 
 SEED_IMPORTERS = ("insta_v3", "pae_webvoyager", "agentsynth_web", "browsecomp", "travelplanner",
                   "mind2web_live", "online_mind2web", "deepshop", "mind2web2", "gaia_web")
 """The ten WebGym seed task sets, in the order of the published statistics table."""
+LOCAL_SEEDS = ("local_sites",)
+"""Seed sets of the toolkit's own (the local sites' generated tasks), found in a seeds folder too."""
 
 # "org/name" (Hub repo id syntax), but not something that is plainly a data file path.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -140,7 +146,8 @@ def get_importer(name: str) -> Importer:
 
 
 def discover_seeds(seeds_dir: Path) -> list[tuple[str, Path]]:
-    """``(importer name, path)`` for each seed set found in `seeds_dir`, in `SEED_IMPORTERS` order.
+    """``(importer name, path)`` for each seed set found in `seeds_dir`, in `SEED_IMPORTERS` order
+    (then `LOCAL_SEEDS`).
 
     A seed is found by the first of its importer's `default_paths` (our folder name, the upstream
     repository's) that holds files the importer reads (``seeds/insta_v3`` with only its SOURCE.txt
@@ -148,7 +155,7 @@ def discover_seeds(seeds_dir: Path) -> list[tuple[str, Path]]:
     ``deepshop_test.jsonl``, ``Online_Mind2Web.json``, ...). `seed_search` says what is looked for.
     """
     found = []
-    for name in SEED_IMPORTERS:
+    for name in (*SEED_IMPORTERS, *LOCAL_SEEDS):
         importer = _REGISTRY[name]
         paths = [path for path in (Path(seeds_dir) / relative for relative in importer.default_paths)
                  if path.is_file() or (path.is_dir() and _holds_seed_files(importer, path))][:1]
@@ -170,7 +177,7 @@ def _holds_seed_files(importer: SeedImporter, folder: Path) -> bool:
 def seed_search() -> str:
     """What `discover_seeds` looks for, one clause per seed set (for an error that finds none)."""
     clauses = []
-    for name in SEED_IMPORTERS:
+    for name in (*SEED_IMPORTERS, *LOCAL_SEEDS):
         importer = _REGISTRY[name]
         folders = " or ".join(f"{path}/" for path in importer.default_paths)
         clause = f"{name}: {folders} (with {', '.join(importer.folder_files)})"

@@ -4,9 +4,11 @@
 screenshots and the visited pages), the programmatic judge (the environment's own reward) and
 `make_judge`; `site` the `SiteJudge` (a local-site task checked against the site's ground truth);
 `rejudge` scores stored episodes again without browsers; `calibration` measures a judge against
-human-label files (``webgym-rollout judge-eval``). May import `webgym_core`, `webgym_data`,
-`webgym_rollout.errors`, `webgym_rollout.agent` (how replies are read), `webgym_rollout.tasks`
-(the local sites' facts) and `webgym_rollout.trajectory`; never a browser.
+human-label files (``webgym-rollout judge-eval``); `evaluation` measures judges against the local
+sites' ground truth kept with a run (``truth.jsonl``, ``webgym-rollout judge-eval-sites``). May
+import `webgym_core`, `webgym_data`, `webgym_rollout.errors`, `webgym_rollout.agent` (how replies
+are read), `webgym_rollout.tasks` (the local sites' facts) and `webgym_rollout.trajectory`; never a
+browser.
 
 The names of `judges` are re-exported here, so imports written for the former module
 `webgym_rollout.judge` keep working.

@@ -2,12 +2,14 @@
 
 A task from `webgym_rollout.tasks.websites.shop_tasks` carries one machine check per rubric fact
 (`webgym_rollout.tasks.websites.goals`). The judge finds the task among the tasks it was given by
-the request's task id (else by its instruction), reads the episode's session id from the
+the request's task id (else by its instruction; a decomposition's subtask is checked on its own fact
+groups, which needs its parent among the tasks), reads the episode's session id from the
 ``session`` parameter of the first visited URL that has one (the toolkit opens the start URL with
 ``?session=<id>``, `webgym_rollout.tasks.websites.state.with_session`), asks `facts` for that
 session's `SessionFacts` (in-process `SiteServer.facts`, or `TruthClient.facts` for a site server
 elsewhere) and checks each fact; a task with a definite answer also needs the final answer to
-contain it whole (`answer_holds`). The reward is 1 only if every criterion passes.
+contain it whole (`answer_holds`). The reward is 1 only if every criterion passes
+(`site_verdicts`, which ``webgym-rollout judge-eval-sites`` also applies to stored facts).
 """
 
 from __future__ import annotations
@@ -15,24 +17,15 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Iterable
-from urllib.parse import parse_qs, urlsplit
 
 from webgym_data.schema import Task
 from webgym_rollout.judge.judges import JudgeRequest, JudgeResult
 from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.goals import check_fact, task_checks
+from webgym_rollout.tasks.websites.state import session_in
 from webgym_rollout.trajectory.contract import Verdict
 
-__all__ = ["SiteJudge", "answer_holds", "session_of"]
-
-
-def session_of(urls: Iterable[str]) -> str:
-    """The ``session`` parameter of the first URL that carries one (``""`` when none does)."""
-    for url in urls:
-        values = parse_qs(urlsplit(url or "").query).get("session")
-        if values:
-            return values[0]
-    return ""
+__all__ = ["SiteJudge", "answer_holds", "site_verdicts"]
 
 
 def _normal(text: str) -> str:
@@ -62,20 +55,29 @@ class SiteJudge:
         if task is None:
             return JudgeResult(0.0, (Verdict("task", False, "not one of the judge's site tasks"),),
                                self.model_id)
-        session = session_of(request.urls)
+        session = session_in(request.urls)
         if not session:
             return JudgeResult(0.0, (Verdict("session", False, "no visited URL carries ?session="),),
                                self.model_id)
         facts = await asyncio.to_thread(self._facts, session)
-        checks = iter(task_checks(task))
-        verdicts = []
-        for group in task.evaluator_reference:
-            for n, text in enumerate(group.facts):
-                passed = check_fact(next(checks), facts, request.answer)
-                verdicts.append(Verdict(f"fact:{group.id}:{n}", passed, text))
-        if task.definite_answer:
-            passed = answer_holds(task.definite_answer, request.answer)
-            verdicts.append(Verdict("definite_answer", passed,
-                                    f"expected {task.definite_answer!r} in the answer {request.answer!r}"))
+        verdicts = site_verdicts(task, facts, request.answer, self._by_id.get(task.parent_task_id))
         reward = 1.0 if verdicts and all(v.passed for v in verdicts) else 0.0
         return JudgeResult(reward, tuple(verdicts), self.model_id)
+
+
+def site_verdicts(task: Task, facts: SessionFacts, answer: str, parent: Task | None = None) -> list[Verdict]:
+    """One verdict per rubric fact of the generated site task `task` (``fact:<group>:<n>``, checked
+    against the session's `facts` and the final `answer`), then ``definite_answer`` when the task
+    has one. The episode passes when there is a verdict and every one passed. Raises ValueError
+    when the task carries no checks (`task_checks`; a decomposition's subtask needs its `parent`)."""
+    checks = iter(task_checks(task, parent))
+    verdicts = []
+    for group in task.evaluator_reference:
+        for n, text in enumerate(group.facts):
+            passed = check_fact(next(checks), facts, answer)
+            verdicts.append(Verdict(f"fact:{group.id}:{n}", passed, text))
+    if task.definite_answer:
+        passed = answer_holds(task.definite_answer, answer)
+        verdicts.append(Verdict("definite_answer", passed,
+                                f"expected {task.definite_answer!r} in the answer {answer!r}"))
+    return verdicts

@@ -13,6 +13,7 @@ Client side, per task (`WebEnv`)::
     await kind.setup(session)            -> the instruction the agent is given
     await kind.validate(session)         -> TaskOutcome, or None when the kind has no verdict
     kind.outcome(env_state)              -> the same verdict from the state a step's `act` read
+    kind.replaying(recorded_urls)        -> the episode replays a recording made with these URLs
     kind.horizon(settings, split)        -> the step budget
     kind.check(settings)                 -> raise ValueError if the settings cannot run this kind
 
@@ -25,6 +26,7 @@ Errors: `InvalidRequest` (a `BrowserError`) names an environment string no kind 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from webgym_data.schema import DIFFICULTY_LEVELS, Task
@@ -99,6 +101,10 @@ class TaskKind:
         """The verdict `validate` gives, from the page's state that a step's ``act`` read already
         (None: the page keeps none); saves the round trip of `validate`."""
         return None
+
+    def replaying(self, recorded_urls: Sequence[str]) -> None:
+        """The episode is served from a recording whose requests were made to `recorded_urls`
+        (a kind whose start URL is drawn per episode takes the recorded one back)."""
 
     def horizon(self, settings: EnvSettings, split: str) -> int:
         """The step budget: the horizon table of `split`, indexed by the task's difficulty level. A

@@ -9,10 +9,10 @@ import httpx
 
 from webgym_data.schema import Task
 from webgym_rollout.judge.judges import JudgeRequest
-from webgym_rollout.judge.site import SiteJudge, answer_holds, session_of
+from webgym_rollout.judge.site import SiteJudge, answer_holds
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.tasks.websites.shop_tasks import TEMPLATES, shop_tasks
-from webgym_rollout.tasks.websites.state import new_session_id, with_session
+from webgym_rollout.tasks.websites.state import new_session_id, session_in, with_session
 from webgym_rollout.tasks.websites.truth import TruthClient
 
 
@@ -71,4 +71,4 @@ async def test_answers_and_missing_sessions():
     assert other.reward == 0.0 and other.verdicts[0].criterion == "task"
     assert answer_holds("$12.95", "about $12.95.") and not answer_holds("$12.95", "$112.95")
     assert not answer_holds("$12.95", "$12.950") and not answer_holds("", "anything")
-    assert session_of(["http://h/a", "http://h/b?x=1&session=abcdefgh"]) == "abcdefgh"
+    assert session_in(["http://h/a", "http://h/b?x=1&session=abcdefgh"]) == "abcdefgh"

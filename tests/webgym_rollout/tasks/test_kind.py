@@ -9,14 +9,17 @@ from webgym_rollout.env import EnvSettings
 from webgym_rollout.errors import InvalidRequest
 from webgym_rollout.tasks.kind import WebTask, kind_class, kind_names, task_kind
 from webgym_rollout.tasks.miniwob import MiniWobTask
+from webgym_rollout.tasks.websites.kind import SiteTask
 
 
 def test_environment_strings_pick_the_kind():
     assert kind_class("web") == (WebTask, "") and kind_class("") == (WebTask, "")
     assert kind_class("miniwob:click-button") == (MiniWobTask, "click-button")
-    assert kind_names() == ["miniwob:<task>", "web"]
-    for bad in ("miniwob:", "gym:click", "miniwob:../etc", "browser", "web:x"):
-        with pytest.raises(InvalidRequest, match=f"unknown environment '{bad}'.*'miniwob:<task>', 'web'"):
+    assert kind_class("site:shop") == (SiteTask, "shop")
+    assert kind_names() == ["miniwob:<task>", "site:<task>", "web"]
+    for bad in ("miniwob:", "gym:click", "miniwob:../etc", "browser", "web:x", "site:"):
+        known = "'miniwob:<task>', 'site:<task>', 'web'"
+        with pytest.raises(InvalidRequest, match=f"unknown environment '{bad}'.*{known}"):
             kind_class(bad)
 
 

@@ -3,7 +3,7 @@
 `SessionFacts` is what `SiteServer.facts(session_id)` returns in-process and what the truth
 listener (`webgym_rollout.tasks.websites.truth`) sends as JSON; it is never served on the sites'
 own port. It holds what every site records (the pages visited, the searches made) and one record
-per site the session used (`shop`, `travel`; the reference site will add its own beside them).
+per site the session used (`shop`, `reference`, `travel`).
 
 Prices are integer cents, never floats, so that a fact compares exactly.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["FlightBookingFacts", "HotelBookingFacts", "LineFacts", "OrderFacts", "SessionFacts", "ShopFacts",
-           "TravelFacts"]
+__all__ = ["EditFacts", "FlightBookingFacts", "HotelBookingFacts", "LineFacts", "OrderFacts",
+           "ReferenceFacts", "SessionFacts", "ShopFacts", "TravelFacts"]
 
 
 class _Record(BaseModel):
@@ -60,6 +60,30 @@ class ShopFacts(_Record):
     """Every successful sign-in, in order (account emails)."""
     cart: tuple[LineFacts, ...] = ()
     orders: tuple[OrderFacts, ...] = ()
+
+
+class EditFacts(_Record):
+    """An edit suggested on the reference site (accepted by its form's validation)."""
+
+    article_id: str
+    field: str
+    """The infobox value's key (``population``, ``founded``, ``currency``)."""
+    value: str
+    """As accepted: a number without separators (``12345``), else the text with spacing collapsed."""
+    summary: str
+
+
+class ReferenceFacts(_Record):
+    """The reference site's record of a session."""
+
+    seed: int
+    """The encyclopedia's seed: tasks generated for another seed do not apply."""
+    read: tuple[str, ...] = ()
+    """The ids of the articles opened (``/reference/wiki/<id>``), in order, repeats included."""
+    watchlist: tuple[str, ...] = ()
+    """The ids of the watched articles, in the order they were added."""
+    edits: tuple[EditFacts, ...] = ()
+    """The accepted edit suggestions, in order."""
 
 
 class FlightBookingFacts(_Record):
@@ -136,5 +160,7 @@ class SessionFacts(_Record):
     """Search queries submitted, in order, as typed (``shop: linen shirt``: the site, then the text)."""
     shop: ShopFacts | None = None
     """The shop's record; None when the session never loaded a shop page."""
+    reference: ReferenceFacts | None = None
+    """The reference site's record; None when the session never loaded one of its pages."""
     travel: TravelFacts | None = None
     """The travel site's record; None when the session never loaded a travel page."""

@@ -19,6 +19,16 @@ by group). `check_fact` decides one against a session's `SessionFacts` and the a
     order_field     name, value     the last order's field (``shipping``, ``postcode``, ``full_name``,
                                     ``city``, ``account``) equals value (case and spacing ignored)
     signed_in       account         the session signed in to this account at least once
+    answer_number   value           the answer states this whole number (thousands separators optional;
+                                    ``1,234`` is not in ``11,234`` nor in ``1,234.5``)
+    read_article    article_id      the reference site's article was opened
+    watchlist_has   article_id      the reference watchlist holds this article
+    watchlist_only  article_ids     the watchlist holds these articles and no other
+    edit_field      article_id, field, value    an edit suggestion of this article sets this infobox
+                                    value (numbers compared whole, text with case and spacing ignored)
+    edit_summary    article_id, text            an edit suggestion of this article explains itself
+                                    with a summary that contains this text (case and spacing ignored)
+
     flight_searched origin, destination, date   the travel site showed the results of this route
                                     (airport codes) on this day (``YYYY-MM-DD``)
     hotel_searched  city            the travel site showed the hotels of this city (airport code)
@@ -29,26 +39,30 @@ by group). `check_fact` decides one against a session's `SessionFacts` and the a
     hotel_booking_field   name, value   its field (``room``, ``checkin``, ``nights``, ``full_name``,
                                     ``email``) equals value (case and spacing ignored)
 
-A session that never reached the shop fails every shop check, one that never reached the travel site
-every travel check; ``answer`` and the visits hold for any site.
+A session that never reached the shop fails every check but ``answer`` and ``answer_number``; one
+that never reached the reference site fails its checks (``read_article`` ... ``edit_summary``), one
+that never reached the travel site its own (``flight_searched`` ... ``hotel_booking_field``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from webgym_data.schema import Task
 from webgym_rollout.tasks.websites.facts import LineFacts, OrderFacts, SessionFacts
 
-__all__ = ["CHECK_TYPES", "TRAVEL_CHECK_TYPES", "check_fact", "check_task", "task_checks"]
+__all__ = ["CHECK_TYPES", "check_fact", "check_task", "task_checks"]
 
-TRAVEL_CHECK_TYPES = ("flight_searched", "hotel_searched", "flight_booked", "flight_booking_field",
-                      "hotel_booked", "hotel_booking_field")
+_REFERENCE_TYPES = ("answer_number", "read_article", "watchlist_has", "watchlist_only", "edit_field",
+                    "edit_summary")
+_TRAVEL_TYPES = ("flight_searched", "hotel_searched", "flight_booked", "flight_booking_field", "hotel_booked",
+                 "hotel_booking_field")
 CHECK_TYPES = ("visited", "visited_any", "answer", "cart_has", "cart_option", "cart_quantity", "cart_only",
                "order_has", "order_option", "order_quantity", "order_only", "order_field", "signed_in",
-               *TRAVEL_CHECK_TYPES)
+               *_REFERENCE_TYPES, *_TRAVEL_TYPES)
 
 
 def _norm(text: Any) -> str:
@@ -77,7 +91,7 @@ def _last_order(facts: SessionFacts) -> OrderFacts | None:
 
 
 def _travel_check(kind: str, check: Mapping[str, Any], facts: SessionFacts) -> bool:
-    """A check of the travel site's record (`TRAVEL_CHECK_TYPES`)."""
+    """A check of the travel site's record (``flight_searched`` ... ``hotel_booking_field``)."""
     travel = facts.travel
     if travel is None:
         return False
@@ -99,6 +113,10 @@ def _travel_check(kind: str, check: Mapping[str, Any], facts: SessionFacts) -> b
 def check_fact(check: Mapping[str, Any], facts: SessionFacts, answer: str = "") -> bool:
     """Whether the fact that `check` describes holds for a session with `facts` and final `answer`."""
     kind = check.get("type")
+    if kind in _REFERENCE_TYPES:
+        return _reference_check(kind, check, facts, answer)
+    if kind in _TRAVEL_TYPES:
+        return _travel_check(kind, check, facts)
     if kind == "answer":
         said = _norm(answer)
         return all(_norm(text) in said for text in check["texts"])
@@ -106,8 +124,6 @@ def check_fact(check: Mapping[str, Any], facts: SessionFacts, answer: str = "") 
         return check["path"] in _paths(facts)
     if kind == "visited_any":
         return any(path.startswith(tuple(check["prefixes"])) for path in _paths(facts))
-    if kind in TRAVEL_CHECK_TYPES:
-        return _travel_check(kind, check, facts)
     shop = facts.shop
     if kind == "signed_in":
         return shop is not None and check["account"] in shop.sign_ins
@@ -122,16 +138,61 @@ def check_fact(check: Mapping[str, Any], facts: SessionFacts, answer: str = "") 
     raise ValueError(f"unknown check type {kind!r}: expected one of {', '.join(CHECK_TYPES)}")
 
 
-def task_checks(task: Task) -> list[dict[str, Any]]:
+_NUMBER = re.compile(r"(?<![\d.,])\d[\d,]*(?:\.\d+)?(?![\d])")
+
+
+def _numbers(text: str) -> set[str]:
+    """The whole numbers written in `text`, without thousands separators (``1,234`` -> ``1234``)."""
+    return {m.group().rstrip(",").replace(",", "") for m in _NUMBER.finditer(text)}
+
+
+def _edit_value(value: Any) -> str:
+    text = _norm(value)
+    return text.replace(",", "") if re.fullmatch(r"[\d,]+", text) else text
+
+
+def _reference_check(kind: str, check: Mapping[str, Any], facts: SessionFacts, answer: str) -> bool:
+    """The reference site's checks, and ``answer_number``."""
+    if kind == "answer_number":
+        return str(check["value"]).replace(",", "") in _numbers(answer)
+    record = facts.reference
+    if record is None:
+        return False
+    if kind == "read_article":
+        return check["article_id"] in record.read
+    if kind == "watchlist_has":
+        return check["article_id"] in record.watchlist
+    if kind == "watchlist_only":
+        return bool(record.watchlist) and set(record.watchlist) == set(check["article_ids"])
+    edits = [edit for edit in record.edits if edit.article_id == check["article_id"]]
+    if kind == "edit_field":
+        wanted = _edit_value(check["value"])
+        return any(e.field == check["field"] and _edit_value(e.value) == wanted for e in edits)
+    return any(_norm(check["text"]) in _norm(e.summary) for e in edits)  # edit_summary
+
+
+def task_checks(task: Task, parent: Task | None = None) -> list[dict[str, Any]]:
     """The checks of a generated site task, one per fact; ValueError when it has none or they do not
-    match its facts one to one."""
+    match its facts one to one.
+
+    A subtask made by decomposition keeps its parent's metadata (the parent's checks) and some of
+    its fact groups: given the `parent`, its checks are those of its groups."""
     checks = json.loads(task.source.metadata or "{}").get("checks")
+    if (task.parent_task_id and parent is not None and isinstance(checks, list)
+            and len(checks) == parent.num_facts):
+        slices, start = {}, 0
+        for group in parent.evaluator_reference:
+            slices[group.id] = checks[start:start + len(group.facts)]
+            start += len(group.facts)
+        if all(group.id in slices for group in task.evaluator_reference):
+            checks = [check for group in task.evaluator_reference for check in slices[group.id]]
     if not isinstance(checks, list) or len(checks) != task.num_facts:
         raise ValueError(f"task {task.task_id}: expected {task.num_facts} checks in source.metadata, "
                          f"got {len(checks) if isinstance(checks, list) else 'none'}")
     return checks
 
 
-def check_task(task: Task, facts: SessionFacts, answer: str = "") -> list[bool]:
-    """Whether each fact of `task` holds (in rubric order) for a session with `facts` and `answer`."""
-    return [check_fact(check, facts, answer) for check in task_checks(task)]
+def check_task(task: Task, facts: SessionFacts, answer: str = "", parent: Task | None = None) -> list[bool]:
+    """Whether each fact of `task` (a subtask: with its `parent`) holds, in rubric order, for a session
+    with `facts` and `answer`."""
+    return [check_fact(check, facts, answer) for check in task_checks(task, parent)]

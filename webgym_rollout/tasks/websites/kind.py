@@ -8,16 +8,23 @@ pages apart from every other episode, and the toolkit later asks for its ground 
 (`SiteServer.facts`, `TruthClient.facts`). The pages keep no reward of their own: the judge
 decides after the episode (`webgym_rollout.judge.site.SiteJudge` against the ground truth, or a
 rubric judge from the screenshots).
+
+A replay (``run --replay``) serves the pages from a recording, so the episode takes the recorded
+session's id back (`SiteTask.replaying`): its requests match the recorded ones, and never reach
+the site. Its truth is then the recorded session's: judge a replay by the truth only when it
+repeats the recorded actions (a scripted expert, a policy at temperature 0); otherwise judge it
+from its screenshots.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from webgym_rollout.browser.pages import PageHooks
 from webgym_rollout.tasks.kind import TaskKind
-from webgym_rollout.tasks.websites.state import new_session_id, with_session
+from webgym_rollout.tasks.websites.state import new_session_id, session_in, with_session
 
 if TYPE_CHECKING:
     from webgym_data.schema import Task
@@ -53,3 +60,14 @@ class SiteTask(TaskKind):
 
     def start_url(self, settings: EnvSettings) -> str:
         return with_session(on_server(self.task.start_url, settings.sites_url), self.session_id)
+
+    def replaying(self, recorded_urls: Sequence[str]) -> None:
+        """A replay asks for the recorded session's pages: the URLs it recorded carry its id."""
+        self.session_id = session_in(recorded_urls) or self.session_id
+
+    def horizon(self, settings: EnvSettings, split: str) -> int:
+        """The split's budget for the task's level; a decomposition's subtask gets the longest: its
+        facts check a state (an order, a booking) that only its parent's whole work reaches."""
+        if self.task.parent_task_id:
+            return max(settings.test_horizons if split == "test" else settings.train_horizons)
+        return super().horizon(settings, split)

@@ -20,12 +20,12 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["COOKIE", "MAX_VISITED", "Session", "SessionStore", "new_session_id", "valid_session_id",
-           "with_session"]
+__all__ = ["COOKIE", "MAX_VISITED", "Session", "SessionStore", "new_session_id", "session_in",
+           "valid_session_id", "with_session"]
 
 COOKIE = "webgym_session"
 """The cookie that carries the session id."""
@@ -52,6 +52,15 @@ def with_session(url: str, session_id: str) -> str:
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "session"]
     query.append(("session", session_id))
     return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def session_in(urls: Iterable[str]) -> str:
+    """The ``session`` parameter of the first URL that carries a valid one (``""`` when none does)."""
+    for url in urls:
+        for value in parse_qs(urlsplit(url or "").query).get("session", []):
+            if valid_session_id(value):
+                return value
+    return ""
 
 
 class Session:

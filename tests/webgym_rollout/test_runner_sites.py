@@ -1,0 +1,106 @@
+"""`webgym-rollout run` on the local sites' generated tasks: the scripted expert solves them, the
+DOM-aware random policy does not, each episode's ground truth lands in truth.jsonl (read over the
+token-guarded truth listener, as a run in another process reads it) and ``--judge site`` judges by
+it; `judge-eval-sites` then measures the run's own verdicts against that truth."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import pytest_asyncio
+
+from webgym_core.settings import load_settings
+from webgym_rollout.judge.evaluation import TRUTH_FILE, judge_eval, make_judges, read_truth
+from webgym_rollout.judge.judges import JudgeSettings
+from webgym_rollout.runner import RunSettings, run
+from webgym_rollout.tasks.sites import SiteServer
+from webgym_rollout.tasks.websites.generate import site_tasks
+from webgym_rollout.tasks.websites.state import session_in
+from webgym_rollout.trajectory.reader import read_episodes
+from webgym_rollout.trajectory.recordings import RecordSettings
+
+
+@pytest.fixture(scope="module")
+def site_server():
+    with SiteServer() as server:  # its own: the truth of these sessions only
+        yield server
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def site_browser(chromium_path, site_server):
+    from webgym_rollout.browser.pool import PoolSettings
+    from webgym_rollout.browser.server import ServerSettings, running_server
+
+    pool = PoolSettings(executable_path=chromium_path, browsers=1,
+                        allow_hosts=(site_server.base_url.removeprefix("http://"),), contexts_per_browser=4)
+    async with running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)) as (url, _):
+        yield url
+
+
+def _settings(tmp_path, site_server, site_browser, policy: str, tasks) -> RunSettings:
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(task.to_row()) + "\n" for task in tasks))
+    return load_settings(RunSettings, None, None, tasks=str(path), servers=(site_browser,),
+                         out=str(tmp_path / policy), env__sites_url=site_server.base_url, policy__kind=policy,
+                         judge__kind="site", truth__truth_url=site_server.truth_url,
+                         truth__truth_token=site_server.truth_token, progress=False, rollout__concurrency=3)
+
+
+@pytest.mark.browser
+async def test_the_expert_solves_site_tasks_and_the_random_policy_does_not(tmp_path, site_server,
+                                                                           site_browser):
+    tasks = site_tasks(3, seed=5)  # one easy, one medium, one hard task of each site
+    assert {t.difficulty_level for t in tasks} == {"easy", "medium", "hard"}
+    expert = await run(_settings(tmp_path, site_server, site_browser, "expert", tasks))
+    episodes = read_episodes(tmp_path / "expert")
+    failed = {e.task.task_name[:60]: [v.criterion for v in e.verdicts if not v.passed] for e in episodes
+              if e.reward < 1}
+    assert expert.episodes == len(tasks) and expert.successes == len(tasks), failed
+    assert {e.policy_model for e in episodes} == {"scripted-expert"}  # marked as demonstrations
+    assert {e.judge_model for e in episodes} == {"site-truth"}
+    truth = read_truth(tmp_path / "expert")
+    assert set(truth) == {e.episode_id for e in episodes}
+    hard = next(e for e in episodes
+                if e.task.difficulty_level == "hard" and e.task.environment == "site:shop")
+    assert truth[hard.episode_id][1].shop.orders  # the order the checkout placed, in the truth
+    assert (tmp_path / "expert" / TRUTH_FILE).read_text().count("\n") == len(tasks)
+
+    random = await run(_settings(tmp_path, site_server, site_browser, "random", tasks))
+    random_episodes = read_episodes(tmp_path / "random")
+    assert random.episodes == len(tasks)
+    assert not [e for e in random_episodes if e.reward > 0 and e.task.difficulty_level != "easy"]
+
+    # The run's own verdicts (the site judge) agree with the truth; the programmatic judge, which
+    # reads the environment's reward, has none for a website and says every episode failed.
+    report = await judge_eval(tmp_path / "expert", make_judges(["stored", "programmatic"], JudgeSettings()),
+                              tasks)
+    overall = {name: report.metrics(name)["all"] for name in ("stored", "programmatic")}
+    assert overall["stored"].agreement == 1.0 and overall["stored"].tp == len(tasks)
+    assert overall["programmatic"].fn == len(tasks) and overall["programmatic"].recall == 0.0
+
+
+@pytest.mark.browser
+async def test_a_recorded_checkout_replays_with_the_same_screenshots_and_verdict(tmp_path, site_server,
+                                                                                 site_browser):
+    checkout = next(t for t in site_tasks(9, seed=11, sites=("shop",))
+                    if json.loads(t.source.metadata)["template"] == "checkout")
+    recorded = _settings(tmp_path, site_server, site_browser, "expert", [checkout])
+    recorded = dataclasses.replace(recorded, traffic=RecordSettings(record=True))
+    assert (await run(recorded)).successes == 1
+    replayed = dataclasses.replace(recorded, out=tmp_path / "replayed",
+                                   traffic=RecordSettings(replay=str(tmp_path / "expert")))
+    visits_before = len(site_server.facts(_session(tmp_path / "expert")).visited)
+    report = await run(replayed)
+    [original], [replay] = read_episodes(tmp_path / "expert"), read_episodes(tmp_path / "replayed")
+    assert report.successes == 1 and replay.reward == original.reward == 1.0
+    assert [s.screenshot_sha256 for s in replay.steps] == [s.screenshot_sha256 for s in original.steps]
+    assert len(original.steps) > 15  # product options, a cart, a validated form, the modal
+    # The replay never reached the site: the recorded session's pages were served from the recording.
+    assert len(site_server.facts(_session(tmp_path / "expert")).visited) == visits_before
+
+
+def _session(run_dir) -> str:
+    [episode] = read_episodes(run_dir)
+    return session_in(step.url for step in episode.steps)
