@@ -45,7 +45,7 @@ def test_rows_are_deterministic_distinct_schema_rows_across_the_levels():
         assert _meta(task)["travel_seed"] == TRAVEL_SEED
         informative = any(c["type"] == "answer" for c in task_checks(task))
         assert bool(task.definite_answer) == informative
-    assert {t.environment for t in site_tasks(3)} == {"site:shop", "site:travel"}
+    assert "site:travel" in {t.environment for t in site_tasks(3)}
 
 
 def test_every_task_is_about_flights_and_hotels_that_exist():
