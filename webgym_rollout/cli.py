@@ -10,7 +10,8 @@ COMMANDS = {
     "serve": ("webgym_rollout.browser.server:serve_command",
               "Run the browser environment server (Chromium pool over HTTP)."),
     "serve-sites": ("webgym_rollout.tasks.sites:serve_sites_command",
-                    "Serve the MiniWoB++, sandbox and shop sites on 127.0.0.1 (truth on its own port)."),
+                    "Serve the MiniWoB++, sandbox, shop, reference and travel sites on 127.0.0.1 (truth on "
+                    "its own port)."),
     "site-tasks": ("webgym_rollout.tasks.websites.generate:site_tasks_command",
                    "Write generated tasks of the local sites as task rows (for webgym-data build)."),
     "run": ("webgym_rollout.runner:run_command",

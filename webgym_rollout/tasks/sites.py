@@ -10,7 +10,9 @@
   ``shop_seed``, with per-session carts, sign-in and orders (a session per ``webgym_session`` cookie,
   or per ``?session=<id>`` start-URL parameter: see `webgym_rollout.tasks.websites.state`);
 - ``/reference/...``: the stateful encyclopedia (`webgym_rollout.tasks.websites.reference`), its
-  articles drawn from ``reference_seed``, with per-session articles read, watchlist and edit suggestions.
+  articles drawn from ``reference_seed``, with per-session articles read, watchlist and edit suggestions;
+- ``/travel/...``: the stateful travel site (`webgym_rollout.tasks.websites.travel`), its airports,
+  flights and hotels drawn from ``travel_seed``, with per-session searches and bookings.
 
 The ground truth of a session (`SiteServer.facts`) is never served on that port, which the
 egress guard allowlists: only in-process, and on the truth listener (`truth_url`, on 127.0.0.1 and
@@ -35,6 +37,7 @@ from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.reference import ReferenceSite
 from webgym_rollout.tasks.websites.router import MAX_BODY, SiteRouter
 from webgym_rollout.tasks.websites.shop import ShopSite
+from webgym_rollout.tasks.websites.travel import TravelSite
 from webgym_rollout.tasks.websites.truth import TRUTH_TOKEN_ENV, TruthServer
 
 __all__ = ["SANDBOX_PAGES", "TRUTH_TOKEN_ENV", "SiteServer", "serve_sites_command"]
@@ -127,18 +130,20 @@ class SiteServer:
     """The site server in a background thread; a context manager yielding itself (`base_url`).
 
     `shop_seed` draws the shop's catalogue and accounts, `reference_seed` the reference site's
-    encyclopedia; the truth listener binds 127.0.0.1:`truth_port` (0: any free port) and answers
-    the bearer `truth_token` (drawn when not given)."""
+    encyclopedia, `travel_seed` the travel site's airports, flights and hotels; the truth listener
+    binds 127.0.0.1:`truth_port` (0: any free port) and answers the bearer `truth_token` (drawn when
+    not given)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, shop_seed: int = 0, truth_port: int = 0,
-                 truth_token: str | None = None, reference_seed: int = 0):
+                 truth_token: str | None = None, reference_seed: int = 0, travel_seed: int = 0):
         try:
             root = miniwob.html_dir()
         except ImportError as exc:
             raise click.ClickException(str(exc)) from exc
         self.shop = ShopSite(shop_seed)
         self.reference = ReferenceSite(reference_seed)
-        self.router = SiteRouter([self.shop, self.reference])
+        self.travel = TravelSite(travel_seed)
+        self.router = SiteRouter([self.shop, self.reference, self.travel])
         handler = functools.partial(_Handler, directory=str(root), router=self.router)
         self._server = http.server.ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
@@ -192,19 +197,23 @@ class SiteServer:
               help="Seed of the shop's catalogue and accounts (tasks generated for it apply).")
 @click.option("--reference-seed", default=0, show_default=True, type=int,
               help="Seed of the reference site's encyclopedia (tasks generated for it apply).")
+@click.option("--travel-seed", default=0, show_default=True, type=int,
+              help="Seed of the travel site's airports, flights and hotels (tasks generated for it apply).")
 @click.option("--truth-port", default=0, show_default=True, type=int,
               help="Port of the ground-truth listener on 127.0.0.1 (0: any free port); never allowlist it. "
                    f"Its bearer token is ${TRUTH_TOKEN_ENV}, else drawn and printed.")
-def serve_sites_command(host: str, port: int, shop_seed: int, reference_seed: int, truth_port: int) -> None:
-    """Serve the MiniWoB++ pages, the sandbox pages, the shop and the reference site over HTTP until
-    interrupted.
+def serve_sites_command(host: str, port: int, shop_seed: int, reference_seed: int, travel_seed: int,
+                        truth_port: int) -> None:
+    """Serve the MiniWoB++ pages, the sandbox pages, the shop, the reference site and the travel
+    site over HTTP until interrupted.
 
     The shop (/shop/) keeps a cart, a sign-in and orders per session, the reference site
-    (/reference/, an encyclopedia) the articles read, a watchlist and edit suggestions: the session is the
-    ?session=<id> parameter of the start URL (8-64 letters, digits, - or _), else the
-    webgym_session cookie. Its ground truth is served only by the truth listener, on
-    127.0.0.1:--truth-port with a bearer token; allowlist the site port in the browser
-    server (--allow-hosts 127.0.0.1:8400), never the truth port.
+    (/reference/, an encyclopedia) the articles read, a watchlist and edit suggestions, the travel
+    site (/travel/) flight and hotel searches and bookings: the session is the ?session=<id>
+    parameter of the start URL (8-64 letters, digits, - or _), else the webgym_session cookie. Its
+    ground truth is served only by the truth listener, on 127.0.0.1:--truth-port with a bearer
+    token; allowlist the site port in the browser server (--allow-hosts 127.0.0.1:8400), never the
+    truth port.
 
     \b
     Example:
@@ -214,15 +223,16 @@ def serve_sites_command(host: str, port: int, shop_seed: int, reference_seed: in
       # sandbox form:         http://127.0.0.1:8400/sandbox/form.html
       # shop, one session:    http://127.0.0.1:8400/shop/?session=episode-0001
       # the encyclopedia:     http://127.0.0.1:8400/reference/?session=episode-0002
+      # travel, one session:  http://127.0.0.1:8400/travel/?session=episode-0003
       # its ground truth:     curl -H "Authorization: Bearer $WEBGYM_TRUTH_TOKEN" \\
       #                         "http://127.0.0.1:8401/facts?session=episode-0001"
       webgym-rollout serve --port 8300 --allow-hosts 127.0.0.1:8400
     """
     token = os.environ.get(TRUTH_TOKEN_ENV) or None
     server = SiteServer(host, port, shop_seed=shop_seed, truth_port=truth_port, truth_token=token,
-                        reference_seed=reference_seed)
-    click.echo(f"serving MiniWoB++, sandbox, shop (seed {shop_seed}) and reference (seed {reference_seed}) "
-               f"on {server.base_url} (Ctrl-C stops)")
+                        reference_seed=reference_seed, travel_seed=travel_seed)
+    click.echo(f"serving MiniWoB++, sandbox, shop (seed {shop_seed}), reference (seed {reference_seed}) "
+               f"and travel (seed {travel_seed}) on {server.base_url} (Ctrl-C stops)")
     shown = f"${TRUTH_TOKEN_ENV}" if token else server.truth_token
     click.echo(f"ground truth for the toolkit only: {server.truth_url}/facts?session=<id> "
                f"(bearer token {shown})")

@@ -33,3 +33,4 @@ def test_serve_sites_help_has_example():
     text = " ".join(result.output.split())
     assert "/shop/?session=" in text and "--truth-port 8401" in text and "/facts?session=" in text
     assert "--allow-hosts 127.0.0.1:8400" in text and "never the truth port" in text
+    assert "/travel/?session=" in text and "--travel-seed" in text

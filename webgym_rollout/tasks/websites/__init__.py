@@ -6,21 +6,28 @@ parameter), `base` (request, response, `Site`, page layout), `router` (a raw req
 page), `facts` (the typed ground-truth records), `truth` (the token-guarded listener on its own
 port that serves them to the toolkit, never to a page). The shop: `catalogue`, `accounts`,
 `checkout` (the form's validation) and `shop` (the pages). The reference site (an encyclopedia):
-`encyclopedia` (the articles) and `reference` (the pages). Same imports as `webgym_rollout.tasks`.
+`encyclopedia` (the articles) and `reference` (the pages). The travel site (``/travel/``):
+`travel_catalogue` (airports, flights, hotels), `travel_forms` (the booking forms' validation),
+`travel` (the pages) and `travel_tasks` (its generated tasks). Same imports as `webgym_rollout.tasks`.
 """
 
 from webgym_rollout.tasks.websites.facts import (
     EditFacts,
+    FlightBookingFacts,
+    HotelBookingFacts,
     LineFacts,
     OrderFacts,
     ReferenceFacts,
     SessionFacts,
     ShopFacts,
+    TravelFacts,
 )
 from webgym_rollout.tasks.websites.reference import ReferenceSite
 from webgym_rollout.tasks.websites.shop import ShopSite
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
+from webgym_rollout.tasks.websites.travel import TravelSite
 from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
 
-__all__ = ["EditFacts", "LineFacts", "OrderFacts", "ReferenceFacts", "ReferenceSite", "SessionFacts",
-           "ShopFacts", "ShopSite", "TruthClient", "TruthServer", "new_session_id", "with_session"]
+__all__ = ["EditFacts", "FlightBookingFacts", "HotelBookingFacts", "LineFacts", "OrderFacts",
+           "ReferenceFacts", "ReferenceSite", "SessionFacts", "ShopFacts", "ShopSite", "TravelFacts",
+           "TravelSite", "TruthClient", "TruthServer", "new_session_id", "with_session"]

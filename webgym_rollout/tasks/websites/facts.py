@@ -3,7 +3,7 @@
 `SessionFacts` is what `SiteServer.facts(session_id)` returns in-process and what the truth
 listener (`webgym_rollout.tasks.websites.truth`) sends as JSON; it is never served on the sites'
 own port. It holds what every site records (the pages visited, the searches made) and one record
-per site the session used (`shop`, `reference`; the travel site will add its own beside them).
+per site the session used (`shop`, `reference`, `travel`).
 
 Prices are integer cents, never floats, so that a fact compares exactly.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["EditFacts", "LineFacts", "OrderFacts", "ReferenceFacts", "SessionFacts", "ShopFacts"]
+__all__ = ["EditFacts", "FlightBookingFacts", "HotelBookingFacts", "LineFacts", "OrderFacts",
+           "ReferenceFacts", "SessionFacts", "ShopFacts", "TravelFacts"]
 
 
 class _Record(BaseModel):
@@ -85,6 +86,68 @@ class ReferenceFacts(_Record):
     """The accepted edit suggestions, in order."""
 
 
+class FlightBookingFacts(_Record):
+    """A flight booked on the travel site (confirmed in the booking's modal)."""
+
+    reference: str
+    flight_id: str
+    airline: str
+    origin: str
+    """The airport codes (``VAL``)."""
+    destination: str
+    date: str
+    """``YYYY-MM-DD``."""
+    departure: str
+    """``HH:MM``."""
+    stops: int
+    cabin: str
+    """``economy``, ``premium`` or ``business``."""
+    passengers: int
+    full_name: str
+    """The lead passenger's."""
+    email: str
+    """Lower case."""
+    passport: str
+    """Normalised: upper case, no spaces (``AB1234567``)."""
+    seat: str
+    """``window``, ``aisle`` or ``any``."""
+    fare_cents: int
+    """One passenger's fare."""
+    total_cents: int
+
+
+class HotelBookingFacts(_Record):
+    """A hotel room booked on the travel site (confirmed in the booking's modal)."""
+
+    reference: str
+    hotel_id: str
+    hotel_name: str
+    city: str
+    """The city's airport code."""
+    checkin: str
+    """``YYYY-MM-DD``."""
+    nights: int
+    room: str
+    """``standard``, ``deluxe`` or ``suite``."""
+    full_name: str
+    email: str
+    nightly_cents: int
+    total_cents: int
+
+
+class TravelFacts(_Record):
+    """The travel site's record of a session."""
+
+    seed: int
+    """The world's seed: tasks generated for another seed do not apply."""
+    flight_searches: tuple[str, ...] = ()
+    """Every flight results page shown, in order: ``VAL-KOR 2027-03-14`` (route and date)."""
+    hotel_searches: tuple[str, ...] = ()
+    """Every hotel list shown, in order: the city's airport code."""
+    flights: tuple[FlightBookingFacts, ...] = ()
+    hotels: tuple[HotelBookingFacts, ...] = ()
+
+
 class SessionFacts(_Record):
     """Everything the sites know of one session."""
 
@@ -99,3 +162,5 @@ class SessionFacts(_Record):
     """The shop's record; None when the session never loaded a shop page."""
     reference: ReferenceFacts | None = None
     """The reference site's record; None when the session never loaded one of its pages."""
+    travel: TravelFacts | None = None
+    """The travel site's record; None when the session never loaded a travel page."""

@@ -1,6 +1,6 @@
 """Every site's generated tasks in one place: `site_tasks` draws them, `expert_plan` plans them.
 
-    site_tasks(per_site=100, seed=0)        -> tasks of every site (shop, reference, ...), task rows
+    site_tasks(per_site=100, seed=0)        -> tasks of every site (shop, reference, travel), task rows
     expert_plan(task)                       -> the scripted expert's moves for one of them
 
 `SITES` maps each site (the ``site`` of a task's ``source.metadata``, the argument of its
@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from webgym_data.schema import DIFFICULTY_LEVELS, Task
-from webgym_rollout.tasks.websites import reference_tasks, shop_tasks
+from webgym_rollout.tasks.websites import reference_tasks, shop_tasks, travel_tasks
 from webgym_rollout.tasks.websites.plans import Answer, Move
 
 __all__ = ["SITES", "SiteGenerator", "expert_plan", "site_tasks", "site_tasks_command", "task_params"]
@@ -37,6 +37,7 @@ class SiteGenerator:
 SITES: dict[str, SiteGenerator] = {
     "shop": SiteGenerator(shop_tasks.shop_tasks, shop_tasks.expert_moves),
     "reference": SiteGenerator(reference_tasks.reference_tasks, reference_tasks.expert_moves),
+    "travel": SiteGenerator(travel_tasks.travel_tasks, travel_tasks.expert_moves),
 }
 
 

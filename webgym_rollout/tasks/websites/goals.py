@@ -29,8 +29,19 @@ by group). `check_fact` decides one against a session's `SessionFacts` and the a
     edit_summary    article_id, text            an edit suggestion of this article explains itself
                                     with a summary that contains this text (case and spacing ignored)
 
+    flight_searched origin, destination, date   the travel site showed the results of this route
+                                    (airport codes) on this day (``YYYY-MM-DD``)
+    hotel_searched  city            the travel site showed the hotels of this city (airport code)
+    flight_booked   flight_id       the session's last flight booking is of this flight
+    flight_booking_field  name, value   its field (``cabin``, ``passengers``, ``seat``, ``full_name``,
+                                    ``email``, ``passport``) equals value (case and spacing ignored)
+    hotel_booked    hotel_id        the session's last hotel booking is at this hotel
+    hotel_booking_field   name, value   its field (``room``, ``checkin``, ``nights``, ``full_name``,
+                                    ``email``) equals value (case and spacing ignored)
+
 A session that never reached the shop fails every check but ``answer`` and ``answer_number``; one
-that never reached the reference site fails its checks (``read_article`` ... ``edit_summary``).
+that never reached the reference site fails its checks (``read_article`` ... ``edit_summary``), one
+that never reached the travel site its own (``flight_searched`` ... ``hotel_booking_field``).
 """
 
 from __future__ import annotations
@@ -47,9 +58,11 @@ __all__ = ["CHECK_TYPES", "check_fact", "check_task", "task_checks"]
 
 _REFERENCE_TYPES = ("answer_number", "read_article", "watchlist_has", "watchlist_only", "edit_field",
                     "edit_summary")
+_TRAVEL_TYPES = ("flight_searched", "hotel_searched", "flight_booked", "flight_booking_field", "hotel_booked",
+                 "hotel_booking_field")
 CHECK_TYPES = ("visited", "visited_any", "answer", "cart_has", "cart_option", "cart_quantity", "cart_only",
                "order_has", "order_option", "order_quantity", "order_only", "order_field", "signed_in",
-               *_REFERENCE_TYPES)
+               *_REFERENCE_TYPES, *_TRAVEL_TYPES)
 
 
 def _norm(text: Any) -> str:
@@ -77,11 +90,33 @@ def _last_order(facts: SessionFacts) -> OrderFacts | None:
     return facts.shop.orders[-1] if facts.shop is not None and facts.shop.orders else None
 
 
+def _travel_check(kind: str, check: Mapping[str, Any], facts: SessionFacts) -> bool:
+    """A check of the travel site's record (``flight_searched`` ... ``hotel_booking_field``)."""
+    travel = facts.travel
+    if travel is None:
+        return False
+    if kind == "flight_searched":
+        return f"{check['origin']}-{check['destination']} {check['date']}" in travel.flight_searches
+    if kind == "hotel_searched":
+        return check["city"] in travel.hotel_searches
+    bookings = travel.flights if kind.startswith("flight_") else travel.hotels
+    if not bookings:
+        return False
+    last = bookings[-1]
+    if kind == "flight_booked":
+        return last.flight_id == check["flight_id"]
+    if kind == "hotel_booked":
+        return last.hotel_id == check["hotel_id"]
+    return _norm(getattr(last, check["name"])) == _norm(check["value"])
+
+
 def check_fact(check: Mapping[str, Any], facts: SessionFacts, answer: str = "") -> bool:
     """Whether the fact that `check` describes holds for a session with `facts` and final `answer`."""
     kind = check.get("type")
     if kind in _REFERENCE_TYPES:
         return _reference_check(kind, check, facts, answer)
+    if kind in _TRAVEL_TYPES:
+        return _travel_check(kind, check, facts)
     if kind == "answer":
         said = _norm(answer)
         return all(_norm(text) in said for text in check["texts"])
