@@ -258,7 +258,7 @@ class JudgeEvalReport:
     truth: bool = False
     """The labels are the sites' ground truth."""
     truth_without_episode: int = 0
-    """Truth lines whose episode is not in the dataset (a run cut before its shard was written)."""
+    """Truth lines whose episode was not read (a run cut before its shard was written, or another --split)."""
 
     def levels(self) -> list[str]:
         """The difficulty levels present, easiest first."""
@@ -387,17 +387,9 @@ def _fixed(value: float | None) -> str:
 
 # -------------------------------------------------------------------------------------- judging
 
-def _label_source(settings: JudgeEvalSettings, trajectories: TrajectorySet | None,
-                  tasks: Iterable[Task] | None) -> HumanLabels | TruthLabels:
-    """Human labels when --labels or --label-column is given; else the run's truth (with --truth, or
-    when the run folder holds truth.jsonl). `trajectories` is None until read (truth first)."""
-    labels = settings.labels
-    if labels.labels is not None or labels.label_column:
-        if settings.tasks is not None:
-            raise LabelError("tasks: --tasks is read with the sites' ground truth only, not with human "
-                             "labels")
-        assert trajectories is not None
-        return human_labels(trajectories, labels)
+def _truth_labels(settings: JudgeEvalSettings, tasks: Iterable[Task] | None) -> TruthLabels:
+    """The run's ground truth as labels (--truth, or no human labels given and truth.jsonl there);
+    raises `LabelError` when neither kind of label is to be had."""
     run_dir = Path(settings.trajectories)
     if not settings.truth and not (run_dir / TRUTH_FILE).is_file():
         raise LabelError(f"{settings.trajectories}: no labels to measure the judges against: give human "
@@ -407,7 +399,8 @@ def _label_source(settings: JudgeEvalSettings, trajectories: TrajectorySet | Non
     if not run_dir.is_dir():
         raise TruthFileError(f"{run_dir}: no such run folder (the sites' ground truth is kept in a run "
                              f"folder's {TRUTH_FILE})")
-    read_truth(run_dir)  # first: without it nothing else matters (raises, saying how a run gets one)
+    if not (run_dir / TRUTH_FILE).is_file():  # first: without it nothing else matters
+        read_truth(run_dir)  # raises, saying how a run gets one
     return TruthLabels(run_dir, _tasks_of(settings) if tasks is None else tasks)
 
 
@@ -450,11 +443,13 @@ async def judge_eval(settings: JudgeEvalSettings, *, judges: Mapping[str, Any] |
     episodes are judged at once; `on_progress(done, total)` follows the dataset's episodes. Raises
     `LabelError`, `TruthFileError`, `TrajectoryError`, or a judge's `JudgeError` (unless
     ``settings.exclude_errors``)."""
-    truth_first = settings.labels.labels is None and not settings.labels.label_column
-    source = _label_source(settings, None, tasks) if truth_first else None
+    human = settings.labels.labels is not None or bool(settings.labels.label_column)
+    if human and settings.tasks is not None:
+        raise LabelError("tasks: --tasks is read with the sites' ground truth only, not with human labels")
+    source: HumanLabels | TruthLabels | None = None if human else _truth_labels(settings, tasks)
     trajectories = read_episodes(settings.trajectories, split=settings.split)
     if source is None:
-        source = _label_source(settings, trajectories, tasks)
+        source = human_labels(trajectories, settings.labels)
     own = judges is None
     if judges is None:
         judges = make_judges(settings.judge_names, settings.judge, run_judge=_run_judge(trajectories))

@@ -455,7 +455,8 @@ class TruthLabels:
 
     @property
     def without_episode(self) -> int:
-        """Truth lines whose episode was not read (a run cut before its shard was written)."""
+        """Truth lines whose episode was not read (a run cut before its shard was written, or of
+        another split)."""
         return len(set(self.truth) - self.seen)
 
 
