@@ -45,9 +45,9 @@ export it (``from webgym_rollout.judge.judges import JudgeTimeout`` works).
      │    ├── JudgeRejected           the endpoint refused the request (4xx other than 429)
      │    └── JudgeReplyInvalid       a reply cut off, or its verdict line missing or ambiguous
      ├── LabelError                   human labels that cannot be read or do not match the episodes
-     │                                (`judge.calibration`; names the file, line and field)
+     │                                (`judge.labels`; names the file, line and field)
      ├── TruthFileError               a run's ground-truth file (truth.jsonl) that is missing or cannot
-     │                                be read (`judge.evaluation`; names the file and line)
+     │                                be read (`judge.truth`; names the file and line)
      ├── TrajectoryError              a trajectory source or row that does not fit the contract
      │    │                           (`trajectory.contract`, `.reader`, `.recordings`)
      │    ├── ShardSchemaError        a shard whose columns are not its schema version's (names it)

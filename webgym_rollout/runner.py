@@ -433,7 +433,7 @@ class _Finisher:
     async def _keep_truth(self, episode: Episode, session_id: str) -> None:
         """Append the episode's site session facts to the run's truth.jsonl (before its shard is
         written, so a listed episode has its truth); a truth listener that fails loses only that line."""
-        from webgym_rollout.judge.evaluation import append_truth
+        from webgym_rollout.judge.truth import append_truth
 
         assert self.truth is not None
         try:

@@ -1,7 +1,7 @@
 """`webgym-rollout run` on the local sites' generated tasks: the scripted expert solves them, the
 DOM-aware random policy does not, each episode's ground truth lands in truth.jsonl (read over the
 token-guarded truth listener, as a run in another process reads it) and ``--judge site`` judges by
-it; `judge-eval-sites` then measures the run's own verdicts against that truth."""
+it; `judge-eval` then measures the run's own verdicts against that truth."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 import pytest_asyncio
 
 from webgym_core.settings import load_settings
-from webgym_rollout.judge.evaluation import TRUTH_FILE, judge_eval, make_judges, read_truth
+from webgym_rollout.judge.calibration import JudgeEvalSettings, judge_eval, make_judges
 from webgym_rollout.judge.judges import JudgeSettings
+from webgym_rollout.judge.truth import TRUTH_FILE, read_truth
 from webgym_rollout.runner import RunSettings, run
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.tasks.websites.generate import site_tasks
@@ -74,8 +75,10 @@ async def test_the_expert_solves_site_tasks_and_the_random_policy_does_not(tmp_p
 
     # The run's own verdicts (the site judge) agree with the truth; the programmatic judge, which
     # reads the environment's reward, has none for a website and says every episode failed.
-    report = await judge_eval(tmp_path / "expert", make_judges(["stored", "programmatic"], JudgeSettings()),
-                              tasks)
+    settings = JudgeEvalSettings(trajectories=str(tmp_path / "expert"), progress=False)
+    report = await judge_eval(settings, judges=make_judges(["stored", "programmatic"], JudgeSettings()),
+                              tasks=tasks)
+    assert report.truth  # the run folder holds truth.jsonl: its labels
     overall = {name: report.metrics(name)["all"] for name in ("stored", "programmatic")}
     assert overall["stored"].agreement == 1.0 and overall["stored"].tp == len(tasks)
     assert overall["programmatic"].fn == len(tasks) and overall["programmatic"].recall == 0.0

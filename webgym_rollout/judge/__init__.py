@@ -3,9 +3,10 @@
 `judges` holds the request and result types, the rubric judge (an OpenAI-protocol VLM shown key
 screenshots and the visited pages), the programmatic judge (the environment's own reward) and
 `make_judge`; `site` the `SiteJudge` (a local-site task checked against the site's ground truth);
-`rejudge` scores stored episodes again without browsers; `calibration` measures a judge against
-human-label files (``webgym-rollout judge-eval``); `evaluation` measures judges against the local
-sites' ground truth kept with a run (``truth.jsonl``, ``webgym-rollout judge-eval-sites``). May
+`rejudge` scores stored episodes again without browsers; `calibration` measures judges against
+labels (``webgym-rollout judge-eval``): `labels` reads them (human-label files or columns, or the
+local sites' ground truth a run keeps in ``truth.jsonl``, whose file `truth` writes and reads) and
+`metrics` holds the figures (`JudgeMetrics`). May
 import `webgym_core`, `webgym_data`, `webgym_rollout.errors`, `webgym_rollout.agent` (how replies
 are read), `webgym_rollout.tasks` (the local sites' facts) and `webgym_rollout.trajectory`; never a
 browser.

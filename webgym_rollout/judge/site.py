@@ -9,7 +9,7 @@ groups, which needs its parent among the tasks), reads the episode's session id 
 session's `SessionFacts` (in-process `SiteServer.facts`, or `TruthClient.facts` for a site server
 elsewhere) and checks each fact; a task with a definite answer also needs the final answer to
 contain it whole (`answer_holds`). The reward is 1 only if every criterion passes
-(`site_verdicts`, which ``webgym-rollout judge-eval-sites`` also applies to stored facts).
+(`site_verdicts`, which ``webgym-rollout judge-eval`` also applies to stored facts).
 """
 
 from __future__ import annotations

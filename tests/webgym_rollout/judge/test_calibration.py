@@ -1,5 +1,6 @@
-"""judge-eval: a scripted judge (a real OpenAI-protocol server) scores labelled episodes written with
-TrajectoryWriter; the metrics are checked on a known confusion matrix, for each label shape."""
+"""judge-eval against human labels: a scripted judge (a real OpenAI-protocol server) scores labelled
+episodes written with TrajectoryWriter; the metrics are checked on a known confusion matrix, for each
+label shape."""
 
 from __future__ import annotations
 
@@ -19,16 +20,9 @@ from click.testing import CliRunner
 from tests.webgym_rollout.agent.test_protocol import png
 from webgym_core.endpoint import Endpoint
 from webgym_data.schema import Task
-from webgym_rollout.judge.calibration import (
-    JudgeEvalSettings,
-    JudgeMetrics,
-    LabelError,
-    LabelSettings,
-    judge_eval,
-    judge_eval_command,
-    parse_label,
-)
+from webgym_rollout.judge.calibration import JudgeEvalSettings, judge_eval, judge_eval_command
 from webgym_rollout.judge.judges import JudgeSettings, JudgeUnavailable
+from webgym_rollout.judge.labels import LabelError, LabelSettings, parse_label
 from webgym_rollout.trajectory.contract import Episode, Step
 from webgym_rollout.trajectory.reader import read_manifest
 from webgym_rollout.trajectory.writer import TrajectoryWriter
@@ -39,9 +33,9 @@ from webgym_rollout.trajectory.writer import TrajectoryWriter
 #   judge  1 1 1 0 0 1 0 0   -> TP 3 (t0-t2), FN 2 (t3, t4), FP 1 (t5), TN 2 (t6, t7)
 HUMAN = {"t0": 1, "t1": 1, "t2": 1, "t3": 1, "t4": 1, "t5": 0, "t6": 0, "t7": 0, "t8": 2}
 JUDGE_PASSES = {"t0", "t1", "t2", "t5", "t8", "t9"}
-EXPECTED = {"tp": 3, "fp": 1, "fn": 2, "tn": 2, "n": 8, "accuracy": 5 / 8, "precision": 3 / 4,
-            "recall": 3 / 5, "f1": 2 / 3, "human_success_rate": 5 / 8, "judge_success_rate": 4 / 8,
-            "success_rate_gap": -1 / 8}
+EXPECTED = {"tp": 3, "fp": 1, "fn": 2, "tn": 2, "n": 8, "agreement": 5 / 8, "precision": 3 / 4,
+            "recall": 3 / 5, "f1": 2 / 3, "specificity": 2 / 3, "kappa": 0.25,  # (8*5 - 32) / (64 - 32)
+            "label_success_rate": 5 / 8, "judge_success_rate": 4 / 8, "success_rate_gap": -1 / 8}
 BENCHMARKS = ("online-mind2web", "deepshop")  # even task numbers, odd task numbers
 
 
@@ -145,18 +139,21 @@ def test_judge_eval_measures_the_judge_on_a_known_confusion_matrix(shape, trajec
                                                                     scripted_openai):
     server = scripted_openai(scripted_judge)
     report = asyncio.run(judge_eval(settings_for(trajectories, tmp_path, server, **shape(tmp_path))))
-    metrics = report.metrics.as_dict()
-    assert metrics == pytest.approx(EXPECTED)
+    assert list(report.judges) == ["rubric"] and not report.truth
+    metrics = report.metrics("rubric")
+    assert list(metrics) == ["unknown", "all"]  # the tasks have no rubric: no difficulty level
+    assert metrics["all"].to_dict() == pytest.approx(EXPECTED)
     # t8 (label 2 / unsure / n/a) is excluded and t9 (no label) is not judged at all.
     assert judged_tasks(server) == {f"t{n}" for n in range(8)}
     assert len(server.requests) == 16  # grounding + the task itself, per episode
-    assert (report.excluded, report.unlabelled_episodes, report.unmatched) == (1, 1, [])
+    assert (report.skipped, report.unmatched) == ({"excluded": 1, "unlabelled": 1}, [])
     assert report.duplicates == (1 if shape is agent_reward_bench else 0)
     assert [e.episode_id for e in report.episodes] == [f"t{n}-a0" for n in range(8)]
-    by_benchmark = {name: (m.tp, m.fp, m.fn, m.tn) for name, m in report.by_benchmark().items()}
+    by_benchmark = {name: (m.tp, m.fp, m.fn, m.tn) for name, m in report.by_benchmark("rubric").items()}
     assert by_benchmark == {"online-mind2web": (2, 0, 1, 1), "deepshop": (1, 1, 1, 1)}
     t3 = next(e for e in report.episodes if e.task_id == "t3")
-    assert (t3.human, t3.judge, t3.verdicts) == (True, False, {"answer_grounded": True, "task": False})
+    assert (t3.label, t3.judged, t3.verdicts) == (True, {"rubric": False},
+                                                  {"rubric": {"answer_grounded": True, "task": False}})
 
 
 def test_labels_from_a_column_of_the_trajectory_dataset(trajectories, tmp_path, scripted_openai):
@@ -171,18 +168,24 @@ def test_labels_from_a_column_of_the_trajectory_dataset(trajectories, tmp_path, 
     server = scripted_openai(scripted_judge)
     settings = settings_for(labelled.parent, tmp_path, server, label_column="human_label")
     report = asyncio.run(judge_eval(settings))
-    assert report.metrics.as_dict() == pytest.approx(EXPECTED)
-    assert (report.excluded, report.unlabelled_episodes) == (1, 1)  # t8 is 2, t9 is null
+    assert report.metrics("rubric")["all"].to_dict() == pytest.approx(EXPECTED)
+    assert report.skipped == {"excluded": 1, "unlabelled": 1}  # t8 is 2, t9 is null
     with pytest.raises(LabelError, match="has no column 'verdict'"):
         asyncio.run(judge_eval(settings_for(labelled.parent, tmp_path, label_column="verdict")))
 
 
 def test_no_rescore_measures_the_stored_rewards_without_a_judge(trajectories, tmp_path):
-    report = asyncio.run(judge_eval(settings_for(trajectories, tmp_path, **labels_by_episode(tmp_path))))
-    assert report.judge_model == "stored rewards"
-    assert report.metrics.as_dict() == pytest.approx(
-        {**EXPECTED, "tp": 5, "fp": 0, "fn": 0, "tn": 3, "accuracy": 1.0, "precision": 1.0, "recall": 1.0,
-         "f1": 1.0, "judge_success_rate": 5 / 8, "success_rate_gap": 0.0})
+    settings = settings_for(trajectories, tmp_path, **labels_by_episode(tmp_path))
+    assert settings.judge_names == ("stored",)  # --no-rescore is --judges stored
+    report = asyncio.run(judge_eval(settings))
+    assert report.judges == {"stored": "stored"}
+    assert report.metrics("stored")["all"].to_dict() == pytest.approx(
+        {**EXPECTED, "tp": 5, "fp": 0, "fn": 0, "tn": 3, "agreement": 1.0, "precision": 1.0, "recall": 1.0,
+         "f1": 1.0, "specificity": 1.0, "kappa": 1.0, "judge_success_rate": 5 / 8, "success_rate_gap": 0.0})
+    both = dataclasses.replace(settings, rescore=True, judges=("stored,programmatic",))
+    report = asyncio.run(judge_eval(both))
+    assert list(report.judges) == ["stored", "programmatic"]
+    assert report.metrics("programmatic")["all"].to_dict()["fn"] == 5  # no environment reward stored
 
 
 def test_the_command_prints_a_table_and_writes_json(trajectories, tmp_path, scripted_openai):
@@ -194,19 +197,23 @@ def test_the_command_prints_a_table_and_writes_json(trajectories, tmp_path, scri
         "--judge", "rubric", "--judge-base-url", server.base_url, "--judge-model", "judge-model",
         "--out", str(out), "--no-progress"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    # the "all" row: n, TP, FP, FN, TN, accuracy, precision, recall, F1, human SR, judge SR, gap
-    assert re.search(r"all +8 +3 +1 +2 +2 +62\.5 +75\.0 +60\.0 +66\.7 +62\.5 +50\.0 +-12\.5 *\n",
+    # the "all" row: n, TP, FP, TN, FN, agreement, precision, recall, F1, specificity, kappa, label SR,
+    # gap, errors
+    assert re.search(r"all +8 +3 +1 +2 +2 +62\.5 +75\.0 +60\.0 +66\.7 +66\.7 +0\.250 +62\.5 +-12\.5 +0 *\n",
                      result.output), result.output
     assert re.search(r"deepshop +4 +1 +1 +1 +1 +50\.0 ", result.output), result.output
     assert "deepshop" in result.output and "online-mind2web" in result.output
-    assert "excluded 1" in result.output and "unlabelled episodes 1" in result.output
+    assert "skipped: 1 excluded, 1 unlabelled" in result.output
     written = json.loads(out.read_text())
-    assert written["metrics"] == pytest.approx(EXPECTED)
-    assert written["judge_model"] == "judge-model"
-    assert written["counts"] == {"labels": 9, "measured": 8, "excluded": 1, "duplicates": 0, "unmatched": 0,
-                                 "unlabelled_episodes": 1, "judge_errors": 0}
-    assert {e["episode_id"]: (e["human"], e["judge"]) for e in written["episodes"]}["t5-a0"] == (False, True)
-    assert written["episodes"][0]["label"] == f"{labels} item 1"
+    assert written["metrics"]["rubric"]["all"] == pytest.approx(EXPECTED)
+    assert written["judges"] == {"rubric": "judge-model"}
+    names = ("labels_read", "measured", "skipped", "duplicates", "unmatched", "errors")
+    counts = {name: written[name] for name in names}
+    assert counts == {"labels_read": 9, "measured": 8, "skipped": {"excluded": 1, "unlabelled": 1},
+                      "duplicates": 0, "unmatched": [], "errors": {"rubric": 0}}
+    verdicts = {e["episode_id"]: (e["label"], e["judged"]["rubric"]) for e in written["episodes"]}
+    assert verdicts["t5-a0"] == (False, True)
+    assert written["episodes"][0]["source"] == f"{labels} item 1"
     assert "api_key" not in written["settings"]["judge"]
     assert written["settings"]["label_field"] == "Operator_human_label"
 
@@ -221,9 +228,14 @@ def test_a_reply_without_verdict_is_a_judge_error_scored_as_failure(trajectories
     settings = settings_for(trajectories, tmp_path, scripted_openai(judge), **labels_by_episode(tmp_path))
     report = asyncio.run(judge_eval(settings))
     t0 = report.episodes[0]
-    assert (t0.episode_id, t0.human, t0.judge) == ("t0-a0", True, False)
-    assert t0.judge_error.startswith("judge_reply_invalid: task:") and report.judge_errors == 1
-    assert (report.metrics.tp, report.metrics.fn) == (2, 3)
+    assert (t0.episode_id, t0.label, t0.judged) == ("t0-a0", True, {"rubric": False})
+    assert t0.errors["rubric"].startswith("judge_reply_invalid: task:") and report.errors("rubric") == 1
+    metrics = report.metrics("rubric")["all"]
+    assert (metrics.tp, metrics.fn) == (2, 3)
+    # --exclude-errors: t0 is left out of the judge's figures instead
+    report = asyncio.run(judge_eval(dataclasses.replace(settings, exclude_errors=True)))
+    metrics = report.metrics("rubric")["all"]
+    assert (metrics.n, metrics.tp, metrics.fn) == (7, 2, 2) and report.errors("rubric") == 1
 
 
 def test_an_unreachable_judge_ends_the_evaluation(trajectories, tmp_path, scripted_openai):
@@ -279,7 +291,7 @@ def test_labels_that_match_no_episode_are_an_error_unless_allowed(trajectories, 
                                          r"\(episode_id 't1-a7'\)"):
         asyncio.run(judge_eval(settings_for(trajectories, tmp_path, labels=path)))
     report = asyncio.run(judge_eval(settings_for(trajectories, tmp_path, labels=path, allow_unmatched=True)))
-    assert len(report.unmatched) == 2 and report.metrics.n == 8
+    assert len(report.unmatched) == 2 and report.metrics("stored")["all"].n == 8
 
 
 def test_a_task_id_label_must_name_one_episode(tmp_path):
@@ -292,17 +304,24 @@ def test_a_task_id_label_must_name_one_episode(tmp_path):
         asyncio.run(judge_eval(settings_for(out, tmp_path, labels=path)))
     path = write_jsonl(tmp_path / "by-episode.jsonl", [{"episode_id": "t0-a1", "label": 1}])
     report = asyncio.run(judge_eval(settings_for(out, tmp_path, labels=path)))
-    assert [e.episode_id for e in report.episodes] == ["t0-a1"] and report.unlabelled_episodes == 1
+    assert [e.episode_id for e in report.episodes] == ["t0-a1"] and report.skipped["unlabelled"] == 1
 
 
-def test_settings_need_a_source_of_labels(tmp_path):
-    with pytest.raises(ValueError, match="labels: a label file"):
-        JudgeEvalSettings(trajectories="run", out=tmp_path / "x.json")
+def test_a_source_of_labels_is_needed(trajectories, tmp_path):
+    with pytest.raises(LabelError, match=r"no labels to measure the judges against: give human labels "
+                                         r"\(--labels FILE or --label-column NAME\), or a run folder"):
+        asyncio.run(judge_eval(JudgeEvalSettings(trajectories=str(trajectories), progress=False)))
+    path = write_jsonl(tmp_path / "labels.jsonl", [{"task_id": "t0", "label": 1}])
+    with pytest.raises(LabelError, match="--tasks is read with the sites' ground truth only"):
+        asyncio.run(judge_eval(JudgeEvalSettings(trajectories=str(trajectories), tasks=tmp_path / "t.jsonl",
+                                                 labels=LabelSettings(labels=path))))
+    with pytest.raises(ValueError, match="truth: .* not both"):
+        JudgeEvalSettings(trajectories="run", truth=True, labels=LabelSettings(label_column="human_label"))
     with pytest.raises(ValueError, match="labels: give a label file or a label column, not both"):
         LabelSettings(labels=tmp_path / "l.jsonl", label_column="human_label")
 
 
-# ------------------------------------------------------------------------------------ metrics
+# ------------------------------------------------------------------------------------- label values
 
 @pytest.mark.parametrize(("value", "expected"), [
     (1, True), (0, False), (2, None), ("1", True), ("0", False), ("2", None), (True, True), (False, False),
@@ -317,12 +336,3 @@ def test_label_values(value, expected):
 def test_values_that_are_not_labels(value):
     with pytest.raises(ValueError):
         parse_label(value)
-
-
-def test_metrics_of_a_confusion_matrix():
-    pairs = [(True, True)] * 3 + [(True, False)] * 2 + [(False, True)] + [(False, False)] * 2
-    assert JudgeMetrics.from_pairs(pairs).as_dict() == pytest.approx(EXPECTED)
-    # A judge that never says success: precision is undefined, not 0; the gap is minus the human rate.
-    never = JudgeMetrics.from_pairs([(True, False), (False, False)])
-    assert (never.precision, never.recall, never.f1, never.success_rate_gap) == (None, 0.0, 0.0, -0.5)
-    assert JudgeMetrics().accuracy is None and JudgeMetrics().n == 0

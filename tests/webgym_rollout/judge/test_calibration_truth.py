@@ -1,12 +1,11 @@
-"""judge-eval-sites: the agreement figures on known tables, the truth file, and judges measured against
-the shop's ground truth of a small run played over HTTP (a real site server, a real OpenAI-protocol
-judge with a scripted heuristic behind it)."""
+"""judge-eval against the sites' ground truth: judges measured against the shop's truth of a small run
+played over HTTP (a real site server, a real OpenAI-protocol judge with a scripted heuristic behind it),
+per difficulty level; judge errors left out or counted as failures; the command and its errors."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import re
 import shutil
 from pathlib import Path
@@ -22,99 +21,16 @@ from webgym_data.loading import write_tasks
 from webgym_data.schema import Task
 from webgym_rollout.cli import main as cli_main
 from webgym_rollout.errors import JudgeUnavailable
-from webgym_rollout.judge.evaluation import (
-    TRUTH_FILE,
-    Agreement,
-    StoredReward,
-    TruthFileError,
-    append_truth,
-    judge_eval,
-    judge_eval_sites_command,
-    read_truth,
-)
+from webgym_rollout.judge.calibration import JudgeEvalSettings, StoredReward, judge_eval, judge_eval_command
 from webgym_rollout.judge.judges import JudgeResult, JudgeSettings, ProgrammaticJudge, RubricJudge
+from webgym_rollout.judge.metrics import JudgeMetrics
+from webgym_rollout.judge.truth import TRUTH_FILE, TruthFileError, append_truth
 from webgym_rollout.tasks.sites import SiteServer
-from webgym_rollout.tasks.websites.facts import SessionFacts, ShopFacts
+from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.shop_tasks import shop_tasks
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step
 from webgym_rollout.trajectory.writer import TrajectoryWriter
-
-# ------------------------------------------------------------------------------------ the figures
-
-
-def test_agreement_on_a_known_table():
-    # n 50: p_o = 35/50 = 0.7; p_e = (25*30 + 25*20) / 2500 = 0.5; kappa = (0.7 - 0.5) / 0.5 = 0.4
-    m = Agreement.from_pairs([(True, True)] * 20 + [(False, True)] * 5 + [(True, False)] * 10
-                             + [(False, False)] * 15)
-    assert (m.tp, m.fp, m.fn, m.tn, m.n) == (20, 5, 10, 15, 50)
-    assert m.agreement == pytest.approx(0.7) and m.precision == pytest.approx(0.8)
-    assert m.recall == pytest.approx(20 / 30) and m.specificity == pytest.approx(0.75)
-    assert m.kappa == pytest.approx(0.4)
-    assert m.to_dict() == {"n": 50, "tp": 20, "fp": 5, "tn": 15, "fn": 10, "agreement": m.agreement,
-                           "precision": m.precision, "recall": m.recall, "specificity": m.specificity,
-                           "kappa": m.kappa}
-    # every verdict the wrong way round: p_o 0, p_e 0.5
-    assert Agreement.from_pairs([(True, False), (False, True)]).kappa == pytest.approx(-1.0)
-
-
-def test_agreement_degenerate_tables():
-    empty = Agreement()
-    assert empty.n == 0 and empty.agreement is None and empty.kappa is None and empty.precision is None
-    all_pass = Agreement.from_pairs([(True, True)] * 4)  # one class on both sides: p_e = 1
-    assert all_pass.agreement == 1.0 and all_pass.precision == 1.0 and all_pass.recall == 1.0
-    assert all_pass.specificity is None and all_pass.kappa is None
-    all_fail = Agreement.from_pairs([(False, False)] * 3)
-    assert all_fail.specificity == 1.0 and all_fail.precision is None and all_fail.recall is None
-    assert all_fail.kappa is None
-    opposite = Agreement.from_pairs([(True, False)] * 3)  # each side one class, not the same: p_e = 0
-    assert opposite.kappa == 0.0 and opposite.agreement == 0.0 and opposite.recall == 0.0
-    assert opposite.precision is None and opposite.specificity is None
-    one_sided = Agreement.from_pairs([(True, True), (True, False), (True, True)])  # truth all pass
-    assert one_sided.kappa == 0.0 and one_sided.specificity is None
-    assert one_sided.recall == pytest.approx(2 / 3)
-
-
-# ------------------------------------------------------------------------------------ the truth file
-
-def facts_of(session: str, *, cart: int = 0) -> SessionFacts:
-    return SessionFacts(session_id=session, seen=True, visited=("/shop/",), shop=ShopFacts(seed=cart))
-
-
-def test_truth_file_round_trip_torn_line_and_errors(tmp_path, caplog):
-    append_truth(tmp_path, "e1", "t1", facts_of("s1"))
-    append_truth(tmp_path, "e2", "t2", facts_of("s2"))
-    append_truth(tmp_path, "e1", "t1", facts_of("s1", cart=5))  # a redone episode: the last line wins
-    truth = read_truth(tmp_path)
-    assert truth == {"e1": ("t1", facts_of("s1", cart=5)), "e2": ("t2", facts_of("s2"))}
-    path = tmp_path / TRUTH_FILE
-    with open(path, "a", encoding="utf-8") as file:  # a crash in the middle of a line
-        file.write('{"episode_id": "e3", "task_id": "t3", "fac')
-    with caplog.at_level(logging.WARNING, logger="webgym_rollout.judge.evaluation"):
-        assert set(read_truth(tmp_path)) == {"e1", "e2"}
-    assert "line 4: a line cut short" in caplog.text
-    append_truth(tmp_path, "e4", "t4", facts_of("s4"))  # cuts the torn line off first
-    assert set(read_truth(tmp_path)) == {"e1", "e2", "e4"}
-    assert len(path.read_text(encoding="utf-8").splitlines()) == 4
-
-    path.write_text('{"episode_id": "e1", "task_id": "t1", "facts": {"session_id": "s"}}\n'
-                    'not json\n{"episode_id": "e2"}\n', encoding="utf-8")
-    with pytest.raises(TruthFileError, match=r"truth.jsonl line 2: not JSON"):
-        read_truth(tmp_path)
-    path.write_text('{"episode_id": "e2", "task_id": "", "facts": {}}\n', encoding="utf-8")
-    with pytest.raises(TruthFileError, match=r"line 1: task_id: expected a non-empty string"):
-        read_truth(tmp_path)
-    path.write_text('[1]\n{"episode_id": "e2", "task_id": "t", "facts": {}}\n', encoding="utf-8")
-    with pytest.raises(TruthFileError, match=r"line 1: expected an object, got list"):
-        read_truth(tmp_path)
-    path.write_text('{"episode_id": "e2", "task_id": "t", "facts": {"session_id": "s", "seen": "maybe"}}\n',
-                    encoding="utf-8")
-    with pytest.raises(TruthFileError, match=r"line 1: facts.seen: "):
-        read_truth(tmp_path)
-    path.unlink()
-    with pytest.raises(TruthFileError, match="no such file.*site server truth source"):
-        read_truth(tmp_path)
-
 
 # ------------------------------------------------------------------------------------ a small run
 
@@ -273,8 +189,12 @@ class FlakyJudge:
             self.in_flight -= 1
 
 
-def counts(metrics: Agreement) -> tuple[int, int, int, int]:
+def counts(metrics: JudgeMetrics) -> tuple[int, int, int, int]:
     return metrics.tp, metrics.fp, metrics.tn, metrics.fn
+
+
+def settings_of(run: Path, **changes) -> JudgeEvalSettings:
+    return JudgeEvalSettings(trajectories=str(run), progress=False, **changes)
 
 
 async def test_judges_measured_against_the_shops_truth(shop_run):
@@ -287,11 +207,12 @@ async def test_judges_measured_against_the_shops_truth(shop_run):
             judges = {"stored": StoredReward("run-judge"), "programmatic": ProgrammaticJudge(),
                       "rubric": rubric, "flaky": flaky}
             seen: list[tuple[int, int]] = []
-            report = await judge_eval(run, judges, tasks, concurrency=3,
-                                      on_progress=lambda done, total: seen.append((done, total)))
+            report = await judge_eval(settings_of(run, concurrency=3, exclude_errors=True), judges=judges,
+                                      tasks=tasks, on_progress=lambda done, total: seen.append((done, total)))
     assert 1 < flaky.max_in_flight <= 3  # episodes judged at once: --concurrency
     assert [e.episode_id for e in report.episodes] == [f"ep{n:02d}" for n in TRUTH]
-    assert {int(e.episode_id[2:]): e.truth for e in report.episodes} == TRUTH
+    assert {int(e.episode_id[2:]): e.label for e in report.episodes} == TRUTH
+    assert report.truth and report.labels == "the sites' ground truth"
     assert report.skipped == {"without_truth": 1, "unknown_task": 0, "infrastructure": 1}
     assert report.truth_without_episode == 1
     assert seen[-1] == (12, 12) and len(seen) == 12
@@ -332,26 +253,40 @@ async def test_judges_measured_against_the_shops_truth(shop_run):
     data = json.loads(json.dumps(report.to_dict()))
     assert data["metrics"]["rubric"]["all"]["tp"] == 5 and data["errors"] == {
         "stored": 1, "programmatic": 0, "rubric": 0, "flaky": 2}
-    assert data["truth_successes"] == {"easy": 2, "medium": 2, "hard": 2, "all": 6}
+    assert data["label_successes"] == {"easy": 2, "medium": 2, "hard": 2, "all": 6}
     markdown = report.markdown()
-    assert "| rubric | **all** | 10 | 5 | 2 | 2 | 1 | 70.0 | 71.4 | 83.3 | 50.0 | 0.348 | 0 |" in markdown
-    assert "| programmatic | easy | 3 | 0 | 0 | 1 | 2 | 33.3 | - | 0.0 | 100.0 | 0.000 | 0 |" in markdown
+    # n, TP, FP, TN, FN, agree, precision, recall, F1, specificity, kappa, label SR, gap, errors
+    assert ("| rubric | **all** | 10 | 5 | 2 | 2 | 1 | 70.0 | 71.4 | 83.3 | 76.9 | 50.0 | 0.348 | 60.0 "
+            "| +10.0 | 0 |") in markdown
+    assert ("| programmatic | easy | 3 | 0 | 0 | 1 | 2 | 33.3 | - | 0.0 | 0.0 | 100.0 | 0.000 | 66.7 | -66.7 "
+            "| 0 |") in markdown
+
+
+async def test_by_default_a_judge_error_is_a_failure_and_a_raising_judge_ends_it(shop_run):
+    run, tasks = shop_run
+    report = await judge_eval(settings_of(run), judges={"stored": StoredReward()}, tasks=tasks)
+    # ep11, whose run judge failed, is a failure of the stored judge: a false negative
+    assert counts(report.metrics("stored")["all"]) == (4, 2, 2, 2) and report.errors("stored") == 1
+    ep11 = next(e for e in report.episodes if e.episode_id == "ep11")
+    assert ep11.judged == {"stored": False} and ep11.errors["stored"].startswith("judge_reply_invalid: ")
+    with pytest.raises(JudgeUnavailable):
+        await judge_eval(settings_of(run, concurrency=1), judges={"flaky": FlakyJudge()}, tasks=tasks)
 
 
 async def test_tasks_not_given_and_truth_of_another_task(shop_run, tmp_path):
     run, tasks = shop_run
     judges = {"stored": StoredReward()}
-    report = await judge_eval(run, judges, tasks[:6])  # the episodes of tasks 6-11 are not measured
+    report = await judge_eval(settings_of(run), judges=judges, tasks=tasks[:6])  # tasks 6-11 not measured
     assert len(report.episodes) == 6 and report.skipped["unknown_task"] == 4  # 9 and 10 skipped already
     with pytest.raises(TruthFileError, match="no episode could be measured"):
-        await judge_eval(run, judges, [])
+        await judge_eval(settings_of(run), judges=judges, tasks=[])
     copy = shutil.copytree(run, tmp_path / "run")
     lines = (copy / TRUTH_FILE).read_text(encoding="utf-8").splitlines()[:-1]  # without the torn line
     first = json.loads(lines[0])
     lines[0] = json.dumps({**first, "task_id": tasks[5].task_id})
     (copy / TRUTH_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(TruthFileError, match=f"episode ep00 is of task {tasks[5].task_id} there"):
-        await judge_eval(copy, judges, tasks)
+        await judge_eval(settings_of(copy), judges=judges, tasks=tasks)
 
 
 def test_cli_prints_the_table_and_writes_the_report(shop_run, tmp_path):
@@ -359,14 +294,16 @@ def test_cli_prints_the_table_and_writes_the_report(shop_run, tmp_path):
     out = tmp_path / "report.json"
     with ScriptedOpenAI(heuristic_judge(tasks)) as llm:
         result = CliRunner().invoke(cli_main, [
-            "judge-eval-sites", str(run), "--judges", "stored,programmatic", "--judges", "rubric",
+            "judge-eval", str(run), "--judges", "stored,programmatic", "--judges", "rubric",
             "--judge-base-url", llm.base_url, "--judge-model", "scripted-judge", "--judge-max-retries", "0",
-            "--concurrency", "2", "--no-progress", "--out", str(out)])
+            "--concurrency", "2", "--no-progress", "--exclude-errors", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "judges against the sites' ground truth" in result.output
     rows = [line.split() for line in result.output.splitlines()]
-    assert ["rubric", "easy", "3", "1", "0", "1", "1", "66.7", "100.0", "50.0", "100.0", "0.400", "0"] in rows
-    assert ["all", "10", "5", "2", "2", "1", "70.0", "71.4", "83.3", "50.0", "0.348", "0"] in rows
+    assert ["rubric", "easy", "3", "1", "0", "1", "1", "66.7", "100.0", "50.0", "66.7", "100.0", "0.400",
+            "66.7", "-33.3", "0"] in rows
+    assert ["all", "10", "5", "2", "2", "1", "70.0", "71.4", "83.3", "76.9", "50.0", "0.348", "60.0", "+10.0",
+            "0"] in rows
     assert "10 episodes measured (6 true successes); skipped: 1 without truth, 0 unknown task, " \
            "1 infrastructure; truth lines without an episode: 1" in result.output
     assert "stored: errors on 1 episodes" in result.output
@@ -375,15 +312,20 @@ def test_cli_prints_the_table_and_writes_the_report(shop_run, tmp_path):
     assert data["judges"]["stored"] == "stored (run-judge)" and data["settings"]["judges"] == [
         "stored,programmatic", "rubric"]
     assert "api_key" not in data["settings"]["judge"]
-    assert len(data["episodes"]) == 10
+    assert len(data["episodes"]) == 10 and data["labels"] == "the sites' ground truth"
 
-    markdown = CliRunner().invoke(judge_eval_sites_command, [
-        str(run), "--judges", "stored", "--markdown", "--no-progress",
+    markdown = CliRunner().invoke(judge_eval_command, [
+        str(run), "--truth", "--judges", "stored", "--markdown", "--no-progress", "--exclude-errors",
         "--tasks", str(run.parent / "tasks.jsonl")])
     assert markdown.exit_code == 0, markdown.output
-    assert markdown.output.startswith("| judge | level | n | TP |")
-    row = "| stored | **all** | 9 | 4 | 2 | 2 | 1 | 66.7 | 66.7 | 80.0 | 50.0 | 0.308 | 1 |"
+    assert markdown.output.startswith("| judge | group | n | TP |")
+    row = ("| stored | **all** | 9 | 4 | 2 | 2 | 1 | 66.7 | 66.7 | 80.0 | 72.7 | 50.0 | 0.308 | 55.6 | +11.1 "
+           "| 1 |")
     assert row in markdown.output
+    # without --judges: the judge --judge names (programmatic by default)
+    default = CliRunner().invoke(judge_eval_command, [str(run), "--markdown", "--no-progress"])
+    assert default.exit_code == 0, default.output
+    assert "| programmatic | **all** | 10 | 0 | 0 | 4 | 6 |" in default.output
 
 
 def test_cli_errors(shop_run, tmp_path):
@@ -391,19 +333,26 @@ def test_cli_errors(shop_run, tmp_path):
     runner = CliRunner()
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = runner.invoke(judge_eval_sites_command, [str(empty), "--no-progress"])
+    result = runner.invoke(judge_eval_command, [str(empty), "--truth", "--no-progress"])
     assert result.exit_code == 1 and "truth.jsonl: no such file" in result.output
     assert "site server truth source" in result.output
-    result = runner.invoke(judge_eval_sites_command, [str(tmp_path / "nowhere")])
+    result = runner.invoke(judge_eval_command, [str(empty), "--no-progress"])  # no labels of any kind
+    assert result.exit_code == 1 and "no labels to measure the judges against" in result.output
+    assert "--labels FILE" in result.output and "site server truth source" in result.output
+    result = runner.invoke(judge_eval_command, [str(tmp_path / "nowhere"), "--truth"])
     assert result.exit_code == 1 and "no such run folder" in result.output
-    result = runner.invoke(judge_eval_sites_command, [str(run), "--judges", "rubric"])
+    result = runner.invoke(judge_eval_command, [str(run), "--judges", "rubric"])
     assert result.exit_code == 2 and "--judge-base-url" in result.output
-    result = runner.invoke(judge_eval_sites_command, [str(run), "--judges", "stored,oracle"])
+    result = runner.invoke(judge_eval_command, [str(run), "--judges", "stored,oracle"])
     assert result.exit_code == 2 and "unknown judge 'oracle'" in result.output
-    result = runner.invoke(judge_eval_sites_command, [str(run), "--tasks", str(tmp_path / "none.jsonl")])
+    result = runner.invoke(judge_eval_command, [str(run), "--no-rescore", "--judges", "programmatic"])
+    assert result.exit_code == 2 and "--no-rescore measures the stored rewards only" in result.output
+    result = runner.invoke(judge_eval_command, [str(run), "--truth", "--labels", str(tmp_path / "l.jsonl")])
+    assert result.exit_code == 2 and "not both" in result.output
+    result = runner.invoke(judge_eval_command, [str(run), "--tasks", str(tmp_path / "none.jsonl")])
     assert result.exit_code == 1 and "none.jsonl" in result.output
-    help_text = runner.invoke(judge_eval_sites_command, ["--help"]).output
-    assert "--judges" in help_text and "webgym-rollout judge-eval-sites out/shop-run" in help_text
+    help_text = runner.invoke(judge_eval_command, ["--help"]).output
+    assert "--judges" in help_text and "webgym-rollout judge-eval out/shop-run" in help_text
 
 
 def test_stored_reward_of_a_failed_run_judge():
