@@ -69,7 +69,8 @@ def expert_plan(task: Task) -> list[Move]:
     """The scripted expert's moves for a generated site task (ValueError when no site plans it).
 
     A subtask of decomposition keeps its parent's truth: the expert does the parent's work, and
-    answers with every text the parent's answer checks ask for (a subtask has no definite answer)."""
+    answers with every text and number the parent's answer checks ask for (a subtask has no
+    definite answer)."""
     site, params = task_params(task)
     generator = SITES.get(site)
     if generator is None:
@@ -79,6 +80,7 @@ def expert_plan(task: Task) -> list[Move]:
     if task.parent_task_id and moves and isinstance(moves[-1], Answer):
         checks = json.loads(task.source.metadata or "{}").get("checks") or []
         texts = [text for check in checks if check.get("type") == "answer" for text in check.get("texts", [])]
+        texts += [str(check["value"]) for check in checks if check.get("type") == "answer_number"]
         moves[-1] = Answer("; ".join(texts) or moves[-1].text)
     return moves
 

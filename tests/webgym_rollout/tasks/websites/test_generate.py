@@ -41,6 +41,7 @@ def test_site_tasks_go_through_the_build_and_load_dataset_reads_them(tmp_path):
         checks = task_checks(subtask, parent)
         assert len(checks) == subtask.num_facts < parent.num_facts
         answers = [text for check in checks if check["type"] == "answer" for text in check["texts"]]
+        answers += [str(check["value"]) for check in checks if check["type"] == "answer_number"]
         final = expert_plan(subtask)[-1]
         assert isinstance(final, Answer) and all(text in final.text for text in answers)
 
