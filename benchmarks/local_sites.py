@@ -4,6 +4,7 @@ What a user runs, each as a child process of the real CLI::
 
     webgym-rollout site-tasks --per-site N        generated tasks of the shop, travel and reference sites
     webgym-data build --seeds ...                 dedupe, taxonomy, decomposition, the site split
+                                                  (one site of the three in the test split)
     webgym-rollout serve-sites --truth-port ...   the sites, the truth listener (bearer token)
     webgym-rollout serve --allow-hosts HOST:PORT  Chromium behind the egress guard (the site port only)
     webgym-rollout run --policy expert|random --judge site --truth-url ...   both splits of the build
@@ -116,7 +117,9 @@ def main() -> None:
     print(f"local sites: {args.per_site} tasks per site -> {out}", flush=True)
     _cli("webgym-rollout", "site-tasks", "--out", str(out / "seeds" / "local_sites" / "tasks.jsonl"),
          "--per-site", str(args.per_site))
-    _cli("webgym-data", "build", "--seeds", str(out / "seeds"), "--out", str(out / "tasks"), "--no-progress")
+    # One site of the three goes to the test split (sites never straddle the split).
+    _cli("webgym-data", "build", "--seeds", str(out / "seeds"), "--out", str(out / "tasks"), "--no-progress",
+         "--test-size", str(args.per_site * 5 // 2), "--max-test-fraction", "0.5")
     import datasets
 
     built = datasets.load_dataset(str(out / "tasks"))

@@ -17,7 +17,15 @@ from typing import Any, ClassVar
 
 from webgym_rollout.tasks.websites.state import Session
 
-__all__ = ["PageRequest", "PageResponse", "Site", "esc", "layout"]
+__all__ = ["PageRequest", "PageResponse", "Site", "esc", "layout", "website_of"]
+
+
+def website_of(site: str) -> str:
+    """The ``website`` of a site's generated tasks: a name of its own (``http://webgym-shop.test``, under the
+    reserved ``.test`` domain, never looked up), because the sites share one host and port, and the
+    data's site split (`webgym_data.split`) tells websites apart by their domain. The tasks' start
+    URLs are where the site is served."""
+    return f"http://webgym-{site}.test"
 
 
 def esc(value: Any) -> str:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
+from webgym_rollout.tasks.websites.base import website_of
 from webgym_rollout.tasks.websites.encyclopedia import YEAR_NOW, Article, Encyclopedia, display, encyclopedia
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 
@@ -272,7 +273,7 @@ def _row(draw: _Draw, reference_seed: int, base_url: str, index: int) -> Task:
                 "params": draw.params, "checks": checks}
     kind = encyclopedia(reference_seed).by_id[draw.params["article_id"]].kind
     return Task(task_id=make_task_id(BENCHMARK, str(reference_seed), draw.instruction),
-                task_name=draw.instruction, website=f"{base_url}/reference/",
+                task_name=draw.instruction, website=website_of("reference"),
                 start_url=f"{base_url}/reference/", environment="site:reference",
                 benchmark_name=BENCHMARK, domain="reference", subdomain=kind,
                 evaluator_reference=groups, definite_answer=draw.answer, instruction_source="template",

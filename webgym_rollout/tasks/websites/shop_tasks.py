@@ -30,6 +30,7 @@ from urllib.parse import urlencode
 
 from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
 from webgym_rollout.tasks.websites.accounts import accounts
+from webgym_rollout.tasks.websites.base import website_of
 from webgym_rollout.tasks.websites.catalogue import CATEGORIES, Catalogue, Product, SearchQuery, catalogue
 from webgym_rollout.tasks.websites.checkout import SHIPPING
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
@@ -282,7 +283,7 @@ def _row(draw: _Draw, shop_seed: int, base_url: str, index: int) -> Task:
     if product_id:
         category = catalogue(shop_seed).by_id[product_id].category
     return Task(task_id=make_task_id(BENCHMARK, str(shop_seed), draw.instruction),
-                task_name=draw.instruction, website=f"{base_url}/shop/", start_url=f"{base_url}{draw.start}",
+                task_name=draw.instruction, website=website_of("shop"), start_url=f"{base_url}{draw.start}",
                 environment="site:shop",
                 benchmark_name=BENCHMARK, domain="shopping", subdomain=category,
                 evaluator_reference=groups, definite_answer=draw.answer, instruction_source="template",

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
+from webgym_rollout.tasks.websites.base import website_of
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 from webgym_rollout.tasks.websites.travel_catalogue import (
     CABINS,
@@ -340,7 +341,7 @@ def _row(draw: _Draw, travel_seed: int, base_url: str, index: int) -> Task:
                 "params": draw.params, "checks": checks}
     start = "/travel/hotels" if draw.subdomain == "hotels" else "/travel/"
     return Task(task_id=make_task_id(BENCHMARK, str(travel_seed), draw.instruction),
-                task_name=draw.instruction, website=f"{base_url}/travel/", start_url=f"{base_url}{start}",
+                task_name=draw.instruction, website=website_of("travel"), start_url=f"{base_url}{start}",
                 environment="site:travel",
                 benchmark_name=BENCHMARK, domain="travel", subdomain=draw.subdomain,
                 evaluator_reference=groups, definite_answer=draw.answer, instruction_source="template",
