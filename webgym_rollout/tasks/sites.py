@@ -33,6 +33,7 @@ import threading
 import click
 
 from webgym_rollout.tasks import miniwob
+from webgym_rollout.tasks.serving import ServerThread
 from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.reference import ReferenceSite
 from webgym_rollout.tasks.websites.router import MAX_BODY, SiteRouter
@@ -145,11 +146,9 @@ class SiteServer:
         self.travel = TravelSite(travel_seed)
         self.router = SiteRouter([self.shop, self.reference, self.travel])
         handler = functools.partial(_Handler, directory=str(root), router=self.router)
-        self._server = http.server.ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self._serving = ServerThread(http.server.ThreadingHTTPServer((host, port), handler), "webgym-sites")
         self.host = host
-        self.port = self._server.server_address[1]
+        self.port = self._serving.port
         self._truth = TruthServer(self.router.facts, truth_port, truth_token)
 
     def facts(self, session_id: str) -> SessionFacts:
@@ -172,15 +171,11 @@ class SiteServer:
 
     def start(self) -> SiteServer:
         self._truth.start()
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webgym-sites", daemon=True)
-        self._thread.start()
+        self._serving.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._serving.stop()
         self._truth.stop()
 
     def __enter__(self) -> SiteServer:

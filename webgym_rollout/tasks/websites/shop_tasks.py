@@ -142,9 +142,9 @@ def _rating(rng: random.Random, shop: Catalogue) -> _Draw:
                  [("Product found", [(f"The product page of the {product.name} was opened.",
                                       {"type": "visited", "path": f"/shop/product/{product.id}"})]),
                   ("Answer", [(f"The answer gives the rating {rating} out of 5.",
-                               {"type": "answer", "texts": [rating]}),
+                               {"type": "answer_number", "value": rating}),
                               (f"The answer gives {reviews}.",
-                               {"type": "answer", "texts": [str(product.reviews)]})])],
+                               {"type": "answer_number", "value": product.reviews})])],
                  {"product_id": product.id}, answer=f"{rating} out of 5, {reviews}")
 
 
@@ -213,7 +213,7 @@ def _best_rated(rng: random.Random, shop: Catalogue) -> _Draw | None:
                   ("Answer", [(f"The answer names the {product.name}.",
                                {"type": "answer", "texts": [product.name]}),
                               (f"The answer gives the rating {rating}.",
-                               {"type": "answer", "texts": [rating]}),
+                               {"type": "answer_number", "value": rating}),
                               (f"The answer gives the price {product.price}.",
                                {"type": "answer", "texts": [product.price]})])],
                  {"search": _query_params(query), "product_id": product.id},

@@ -18,7 +18,6 @@ import http.server
 import json
 import logging
 import secrets
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
@@ -26,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 from webgym_rollout.errors import TruthUnavailable
+from webgym_rollout.tasks.serving import ServerThread
 from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.state import valid_session_id
 
@@ -108,24 +108,19 @@ class TruthServer:
 
     def __init__(self, facts: Callable[[str], SessionFacts], port: int = 0, token: str | None = None):
         self.token = token or secrets.token_urlsafe(24)
-        self._server = _TruthHTTPServer(port, self.token, facts)
-        self.port = self._server.server_address[1]
-        self._thread: threading.Thread | None = None
+        self._serving = ServerThread(_TruthHTTPServer(port, self.token, facts), "webgym-truth")
+        self.port = self._serving.port
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> TruthServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webgym-truth", daemon=True)
-        self._thread.start()
+        self._serving.start()
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._serving.stop()
 
 
 class TruthClient:
