@@ -12,12 +12,13 @@ for the same state.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from webgym_rollout.tasks.websites.state import Session
 
-__all__ = ["PageRequest", "PageResponse", "Site", "esc", "layout", "website_of"]
+__all__ = ["PageRequest", "PageResponse", "Site", "esc", "layout", "pagination", "website_of"]
 
 
 def website_of(site: str) -> str:
@@ -109,3 +110,27 @@ def layout(title: str, header: str, body: str) -> str:
     """A whole page: the title, the site's header bar, the body."""
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
             f"<style>{_CSS}</style></head>\n<body><header>{header}</header>\n<main>{body}</main></body></html>\n")
+
+
+def pagination(href: Callable[[int], str], page: int, pages: int) -> str:
+    """The page links of a list: previous, the first, the last and two either side of `page`
+    (gaps shown as …), next; `href(number)` is a page's URL. "" for a single page."""
+    if pages <= 1:
+        return ""
+
+    def link(number: int, label: str) -> str:
+        return f"<a href='{esc(href(number))}'>{label}</a>"
+
+    numbers = sorted({1, pages, *range(max(1, page - 2), min(pages, page + 2) + 1)})
+    parts, last = [], 0
+    if page > 1:
+        parts.append(link(page - 1, "« Previous"))
+    for number in numbers:
+        if number > last + 1:
+            parts.append("<span>…</span>")
+        parts.append(f"<span aria-current='page'><b>{number}</b></span>" if number == page
+                     else link(number, str(number)))
+        last = number
+    if page < pages:
+        parts.append(link(page + 1, "Next »"))
+    return f"<nav class='pages' aria-label='Pages'>{''.join(parts)}</nav>"

@@ -21,6 +21,7 @@ import click
 
 from webgym_data.schema import DIFFICULTY_LEVELS, Task
 from webgym_rollout.tasks.websites import reference_tasks, shop_tasks, travel_tasks
+from webgym_rollout.tasks.websites.drawing import DEFAULT_BASE_URL
 from webgym_rollout.tasks.websites.plans import Answer, Move
 
 __all__ = ["SITES", "SiteGenerator", "expert_plan", "site_tasks", "site_tasks_command", "task_params"]
@@ -41,7 +42,7 @@ SITES: dict[str, SiteGenerator] = {
 }
 
 
-def site_tasks(per_site: int, *, seed: int = 0, base_url: str = shop_tasks.DEFAULT_BASE_URL,
+def site_tasks(per_site: int, *, seed: int = 0, base_url: str = DEFAULT_BASE_URL,
                sites: tuple[str, ...] = ()) -> list[Task]:
     """`per_site` tasks of each site in `sites` (default: all), drawn with `seed`, for the sites
     served with their default seeds at `base_url`."""
@@ -93,7 +94,7 @@ def expert_plan(task: Task) -> list[Move]:
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the draw.")
 @click.option("--sites", "names", default=",".join(SITES), show_default=True,
               help="Comma-separated sites to draw from.")
-@click.option("--sites-url", default=shop_tasks.DEFAULT_BASE_URL, show_default=True,
+@click.option("--sites-url", default=DEFAULT_BASE_URL, show_default=True,
               help="Where serve-sites will listen; the start URLs are under it (a run's --sites-url "
                    "moves them to another host and port).")
 def site_tasks_command(out: Path, per_site: int, seed: int, names: str, sites_url: str) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from webgym_rollout.tasks.websites.base import PageRequest, PageResponse, Site, esc, layout
+from webgym_rollout.tasks.websites.base import PageRequest, PageResponse, Site, esc, layout, pagination
 from webgym_rollout.tasks.websites.encyclopedia import (
     EDITABLE,
     KINDS,
@@ -194,26 +194,8 @@ class ReferenceSite(Site):
         return f"<a href='{self.mount}/wiki/{quote(article_id)}'>{title}</a>"
 
     def _pagination(self, path: str, params: list[tuple[str, str]], page: int, pages: int) -> str:
-        if pages == 1:
-            return ""
-
-        def link(number: int, label: str) -> str:
-            href = f"{self.mount}{path}?{urlencode(params + [('page', str(number))])}"
-            return f"<a href='{esc(href)}'>{label}</a>"
-
-        numbers = sorted({1, pages, *range(max(1, page - 2), min(pages, page + 2) + 1)})
-        parts, last = [], 0
-        if page > 1:
-            parts.append(link(page - 1, "« Previous"))
-        for number in numbers:
-            if number > last + 1:
-                parts.append("<span>…</span>")
-            parts.append(f"<span aria-current='page'><b>{number}</b></span>" if number == page
-                         else link(number, str(number)))
-            last = number
-        if page < pages:
-            parts.append(link(page + 1, "Next »"))
-        return f"<nav class='pages' aria-label='Pages'>{''.join(parts)}</nav>"
+        return pagination(lambda number: f"{self.mount}{path}?{urlencode(params + [('page', str(number))])}",
+                          page, pages)
 
     @staticmethod
     def _slice(request: PageRequest, items: list, size: int) -> tuple[list, int, int]:

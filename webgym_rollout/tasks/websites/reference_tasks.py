@@ -25,13 +25,12 @@ no single right answer (two articles tied) draws again.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from typing import Any
 
-from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
-from webgym_rollout.tasks.websites.base import website_of
+from webgym_data.schema import Task
+from webgym_rollout.tasks.websites.drawing import DEFAULT_BASE_URL, Draw, Fact, SiteRows, draw_tasks
 from webgym_rollout.tasks.websites.encyclopedia import YEAR_NOW, Article, Encyclopedia, display, encyclopedia
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 
@@ -39,8 +38,7 @@ __all__ = ["BENCHMARK", "DEFAULT_BASE_URL", "TEMPLATES", "expert_moves", "refere
 
 BENCHMARK = "webgym-reference"
 """The `benchmark_name` of the generated rows."""
-DEFAULT_BASE_URL = "http://127.0.0.1:8400"
-"""Where ``webgym-rollout serve-sites`` listens by default; the rows' start URLs are under it."""
+_ROWS = SiteRows(site="reference", benchmark=BENCHMARK, domain="reference")
 
 _QUESTIONS = {
     "capital": "What is the capital of {t}?", "leader": "Who leads {t}?",
@@ -75,17 +73,6 @@ _EDITS = (  # kind, the key compared (earliest), the key edited, the summary's s
     ("city", "founded", "population", "census"),
 )
 
-Fact = tuple[str, dict[str, Any]]
-"""A fact's text and its check."""
-
-
-class _Draw:
-    """One template's draw: the instruction, the fact groups with their checks, the right answer."""
-
-    def __init__(self, template: str, instruction: str, groups: list[tuple[str, list[Fact]]],
-                 params: dict[str, Any], answer: str = ""):
-        self.template, self.instruction, self.groups = template, instruction, groups
-        self.params, self.answer = params, answer
 
 
 def _read(book: Encyclopedia, article_id: str) -> Fact:
@@ -123,37 +110,37 @@ def _names(articles: list[Article]) -> str:
 
 # ------------------------------------------------------------------------------------ templates
 
-def _infobox(rng: random.Random, book: Encyclopedia) -> _Draw:
+def _infobox(rng: random.Random, book: Encyclopedia) -> Draw:
     article = rng.choice(book.articles)
     key = rng.choice(article.infobox_keys)
     shown, fact = _said(book, article, key)
     question = _QUESTIONS[key].format(t=f"the {article.title}" if article.kind == "river" else article.title)
-    return _Draw("infobox", f"Using the Webgym Reference encyclopedia: {question}",
+    return Draw("infobox", f"Using the Webgym Reference encyclopedia: {question}",
                  [("Article", [_read(book, article.id)]), ("Answer", [fact])],
                  {"article_id": article.id, "keys": [key], "read": [article.id]}, answer=shown)
 
 
-def _infobox_pair(rng: random.Random, book: Encyclopedia) -> _Draw:
+def _infobox_pair(rng: random.Random, book: Encyclopedia) -> Draw:
     article = rng.choice(book.articles)
     keys = rng.sample(article.infobox_keys, 2)
     said = [_said(book, article, key) for key in keys]
     wanted = " and ".join(f"its {_SHORT[key]}" for key in keys)
     form = ", ".join(f"<{_SHORT[key]}>" for key in keys)
-    return _Draw("infobox_pair", f"Look up {article.title} in the Webgym Reference and tell me {wanted}. "
+    return Draw("infobox_pair", f"Look up {article.title} in the Webgym Reference and tell me {wanted}. "
                                  f"Reply as '{form}'.",
                  [("Article", [_read(book, article.id)]), ("Answer", [fact for _, fact in said])],
                  {"article_id": article.id, "keys": keys, "read": [article.id]},
                  answer=", ".join(shown for shown, _ in said))
 
 
-def _watch(rng: random.Random, book: Encyclopedia) -> _Draw:
+def _watch(rng: random.Random, book: Encyclopedia) -> Draw:
     article = rng.choice(book.articles)
-    return _Draw("watch", f"Add the article {article.title} to my watchlist in the Webgym Reference.",
+    return Draw("watch", f"Add the article {article.title} to my watchlist in the Webgym Reference.",
                  [("Article", [_read(book, article.id)]), ("Watchlist", _watch_facts(book, [article.id]))],
                  {"article_id": article.id, "read": [article.id], "watch": [article.id]})
 
 
-def _birth_capital(rng: random.Random, book: Encyclopedia) -> _Draw:
+def _birth_capital(rng: random.Random, book: Encyclopedia) -> Draw:
     person = rng.choice(book.of_kind("person"))
     country = book.by_id[str(person.values["nationality"])]
     capital = book.by_id[str(country.values["capital"])]
@@ -161,13 +148,13 @@ def _birth_capital(rng: random.Random, book: Encyclopedia) -> _Draw:
     instruction = (f"In the Webgym Reference, find the capital of the country where {person.title} was born, "
                    "and that capital's population. Reply as '<capital>: <population>'.")
     reads = [person.id, country.id, capital.id]
-    return _Draw("birth_capital", instruction,
+    return Draw("birth_capital", instruction,
                  [("Articles", [_read(book, i) for i in reads]),
                   ("Answer", [_named(capital), population_fact])],
                  {"article_id": capital.id, "read": reads}, answer=f"{capital.title}: {population}")
 
 
-def _country_table(rng: random.Random, book: Encyclopedia) -> _Draw | None:
+def _country_table(rng: random.Random, book: Encyclopedia) -> Draw | None:
     country = rng.choice(book.of_kind("country"))
     kind, key, words, largest, asked = rng.choice((
         ("river", "length_km", "the longest river", True, ("length_km", "mouth")),
@@ -181,27 +168,27 @@ def _country_table(rng: random.Random, book: Encyclopedia) -> _Draw | None:
     form = ", ".join(f"<{_SHORT[k]}>" for k in asked)
     instruction = (f"Which is {words} of {country.title} in the Webgym Reference? Give its name, {wanted}. "
                    f"Reply as '<name>, {form}'.")
-    return _Draw("country_table", instruction,
+    return Draw("country_table", instruction,
                  [("Articles", [_read(book, country.id), _read(book, best.id)]),
                   ("Answer", [_named(best), *(fact for _, fact in said)])],
                  {"article_id": best.id, "read": [country.id, best.id]},
                  answer=", ".join([best.title, *(shown for shown, _ in said)]))
 
 
-def _founder(rng: random.Random, book: Encyclopedia) -> _Draw:
+def _founder(rng: random.Random, book: Encyclopedia) -> Draw:
     company = rng.choice(book.of_kind("company"))
     founder = book.by_id[str(company.values["founder"])]
     born, born_fact = _said(book, founder, "born")
     instruction = (f"Who founded {company.title}, according to the Webgym Reference, and in what year was "
                    "the founder born? Reply as '<name>, <year>'.")
-    return _Draw("founder", instruction,
+    return Draw("founder", instruction,
                  [("Articles", [_read(book, company.id), _read(book, founder.id)]),
                   ("Answer", [_named(founder), born_fact])],
                  {"article_id": founder.id, "read": [company.id, founder.id]},
                  answer=f"{founder.title}, {born}")
 
 
-def _compare_watch(rng: random.Random, book: Encyclopedia) -> _Draw | None:
+def _compare_watch(rng: random.Random, book: Encyclopedia) -> Draw | None:
     kind, key, words, largest = rng.choice(_COMPARISONS)
     articles = rng.sample(book.of_kind(kind), 3)
     best = _unique_best(articles, key, largest)
@@ -210,14 +197,14 @@ def _compare_watch(rng: random.Random, book: Encyclopedia) -> _Draw | None:
     shown, fact = _said(book, best, key)
     instruction = (f"In the Webgym Reference, which of {_names(articles)} {words}? Add its article to my "
                    f"watchlist and reply with its name and {_SHORT[key]} as '<name>: <{_SHORT[key]}>'.")
-    return _Draw("compare_watch", instruction,
+    return Draw("compare_watch", instruction,
                  [("Articles", [_read(book, a.id) for a in articles]),
                   ("Watchlist", _watch_facts(book, [best.id])), ("Answer", [_named(best), fact])],
                  {"article_id": best.id, "read": [a.id for a in articles], "watch": [best.id]},
                  answer=f"{best.title}: {shown}")
 
 
-def _compare_edit(rng: random.Random, book: Encyclopedia) -> _Draw | None:
+def _compare_edit(rng: random.Random, book: Encyclopedia) -> Draw | None:
     kind, key, edited, source = rng.choice(_EDITS)
     articles = rng.sample(book.of_kind(kind), 4)
     first = _unique_best(articles, key, largest=False)
@@ -233,7 +220,7 @@ def _compare_edit(rng: random.Random, book: Encyclopedia) -> _Draw | None:
              {"type": "edit_field", "article_id": first.id, "field": edited, "value": str(value)}),
             (f"The edit's reason is '{summary}'.",
              {"type": "edit_summary", "article_id": first.id, "text": summary})]
-    return _Draw("compare_edit", instruction,
+    return Draw("compare_edit", instruction,
                  [("Articles", [_read(book, a.id) for a in articles]), ("Answer", [_named(first)]),
                   ("Edit", edit)],
                  {"article_id": first.id, "read": [a.id for a in articles],
@@ -241,7 +228,7 @@ def _compare_edit(rng: random.Random, book: Encyclopedia) -> _Draw | None:
                  answer=first.title)
 
 
-def _capital_leader(rng: random.Random, book: Encyclopedia) -> _Draw | None:
+def _capital_leader(rng: random.Random, book: Encyclopedia) -> Draw | None:
     countries = rng.sample(book.of_kind("country"), 3)
     best = _unique_best(countries, "population", largest=True)
     if best is None:
@@ -250,14 +237,14 @@ def _capital_leader(rng: random.Random, book: Encyclopedia) -> _Draw | None:
     instruction = (f"In the Webgym Reference, find which of {_names(countries)} has the largest population. "
                    "Add the articles of its capital and of its leader to my watchlist (and nothing else), "
                    "and reply with the country's name.")
-    return _Draw("capital_leader", instruction,
+    return Draw("capital_leader", instruction,
                  [("Articles", [_read(book, c.id) for c in countries]),
                   ("Watchlist", _watch_facts(book, watch)), ("Answer", [_named(best)])],
                  {"article_id": best.id, "read": [c.id for c in countries], "watch": watch},
                  answer=best.title)
 
 
-TEMPLATES: dict[str, Callable[[random.Random, Encyclopedia], _Draw | None]] = {
+TEMPLATES: dict[str, Callable[[random.Random, Encyclopedia], Draw | None]] = {
     "infobox": _infobox, "birth_capital": _birth_capital, "compare_watch": _compare_watch,
     "infobox_pair": _infobox_pair, "country_table": _country_table, "compare_edit": _compare_edit,
     "watch": _watch, "founder": _founder, "capital_leader": _capital_leader,
@@ -265,47 +252,13 @@ TEMPLATES: dict[str, Callable[[random.Random, Encyclopedia], _Draw | None]] = {
 """The templates, in the order `reference_tasks` takes them (easy, medium, hard, easy, ...)."""
 
 
-def _row(draw: _Draw, reference_seed: int, base_url: str, index: int) -> Task:
-    groups = tuple(FactGroup(id=str(number), description=description, facts=tuple(text for text, _ in facts))
-                   for number, (description, facts) in enumerate(draw.groups, 1))
-    checks = [check for _, facts in draw.groups for _, check in facts]
-    metadata = {"site": "reference", "reference_seed": reference_seed, "template": draw.template,
-                "params": draw.params, "checks": checks}
-    kind = encyclopedia(reference_seed).by_id[draw.params["article_id"]].kind
-    return Task(task_id=make_task_id(BENCHMARK, str(reference_seed), draw.instruction),
-                task_name=draw.instruction, website=website_of("reference"),
-                start_url=f"{base_url}/reference/", environment="site:reference",
-                benchmark_name=BENCHMARK, domain="reference", subdomain=kind,
-                evaluator_reference=groups, definite_answer=draw.answer, instruction_source="template",
-                rubric_source="given",
-                source=TaskSource(importer="reference_tasks", file="", row=index,
-                                  metadata=json.dumps(metadata, sort_keys=True)))
-
-
 def reference_tasks(count: int, *, seed: int = 0, reference_seed: int = 0,
                     base_url: str = DEFAULT_BASE_URL) -> list[Task]:
     """`count` distinct tasks for the encyclopedia of `reference_seed`, drawn with `seed`; start URLs
     under `base_url` (the site server's, ``http://host:port``)."""
-    if count < 0:
-        raise ValueError(f"count: must be >= 0, got {count}")
-    rng = random.Random(f"reference-tasks:{seed}:{reference_seed}")
-    book, base_url = encyclopedia(reference_seed), base_url.rstrip("/")
-    templates = list(TEMPLATES.values())
-    tasks: list[Task] = []
-    seen: set[str] = set()
-    attempts = 0
-    while len(tasks) < count:
-        attempts += 1
-        if attempts > 50 * count + 100:
-            raise RuntimeError(f"could not draw {count} distinct reference tasks (got {len(tasks)})")
-        draw = templates[len(tasks) % len(templates)](rng, book)
-        if draw is None:
-            continue
-        task = _row(draw, reference_seed, base_url, len(tasks))
-        if task.task_id not in seen:
-            seen.add(task.task_id)
-            tasks.append(task)
-    return tasks
+    book = encyclopedia(reference_seed)
+    return draw_tasks(_ROWS, TEMPLATES, book, count, seed=seed, data_seed=reference_seed, base_url=base_url,
+                      subdomain=lambda draw: book.by_id[draw.params["article_id"]].kind)
 
 
 # ------------------------------------------------------------------------------ the expert's plan

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from webgym_rollout.tasks.websites.accounts import Account, accounts
-from webgym_rollout.tasks.websites.base import PageRequest, PageResponse, Site, esc, layout
+from webgym_rollout.tasks.websites.base import PageRequest, PageResponse, Site, esc, layout, pagination
 from webgym_rollout.tasks.websites.catalogue import (
     CATEGORIES,
     COLOURS,
@@ -254,24 +254,8 @@ class ShopSite(Site):
         params = [(k, v) for k, vs in request.query.items() if k not in ("page", "session") for v in vs]
         if query.category and not any(k == "category" for k, _ in params):
             params.append(("category", query.category))
-
-        def link(number: int, label: str) -> str:
-            href = f"{self.mount}/search?{urlencode(params + [('page', str(number))])}"
-            return f"<a href='{esc(href)}'>{label}</a>"
-
-        numbers = sorted({1, pages, *range(max(1, page - 2), min(pages, page + 2) + 1)})
-        parts, last = [], 0
-        if page > 1:
-            parts.append(link(page - 1, "« Previous"))
-        for number in numbers:
-            if number > last + 1:
-                parts.append("<span>…</span>")
-            parts.append(f"<span aria-current='page'><b>{number}</b></span>" if number == page
-                         else link(number, str(number)))
-            last = number
-        if page < pages:
-            parts.append(link(page + 1, "Next »"))
-        return f"<nav class='pages' aria-label='Pages'>{''.join(parts)}</nav>"
+        return pagination(lambda number: f"{self.mount}/search?{urlencode(params + [('page', str(number))])}",
+                          page, pages)
 
     def _product(self, state: ShopState, product: Product, errors: dict[str, str] | None = None,
                  chosen: dict[str, str] | None = None) -> PageResponse:

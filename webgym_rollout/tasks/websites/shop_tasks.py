@@ -22,25 +22,22 @@ A template whose draw has no single right answer (two products tied for cheapest
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
-from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
+from webgym_data.schema import Task
 from webgym_rollout.tasks.websites.accounts import accounts
-from webgym_rollout.tasks.websites.base import website_of
 from webgym_rollout.tasks.websites.catalogue import CATEGORIES, Catalogue, Product, SearchQuery, catalogue
 from webgym_rollout.tasks.websites.checkout import SHIPPING
+from webgym_rollout.tasks.websites.drawing import DEFAULT_BASE_URL, Draw, Fact, SiteRows, draw_tasks
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 
 __all__ = ["BENCHMARK", "DEFAULT_BASE_URL", "TEMPLATES", "expert_moves", "shop_tasks"]
 
 BENCHMARK = "webgym-shop"
 """The `benchmark_name` of the generated rows."""
-DEFAULT_BASE_URL = "http://127.0.0.1:8400"
-"""Where ``webgym-rollout serve-sites`` listens by default; the rows' start URLs are under it."""
 
 _NAMES = ("Ava Nilsen", "Ben Okafor", "Chloe Moreau", "Dev Tanaka", "Elin Kowalski", "Farid Haddad",
           "Greta Silva", "Hugo Byrne", "Ines Novak", "Jonas Ferreira")
@@ -48,18 +45,8 @@ _STREETS = ("Harbour Road", "Mill Lane", "Station Street", "Church Walk", "Orcha
 _CITIES = ("Bristol", "Leeds", "York", "Bath", "Exeter", "Norwich")
 _CARDS = ("4111 1111 1111 1111", "5555 5555 5555 4444", "4012 8888 8888 1881")  # test numbers, Luhn-valid
 _LISTING = {"type": "visited_any", "prefixes": ["/shop/search", "/shop/category/"]}
+_ROWS = SiteRows(site="shop", benchmark=BENCHMARK, domain="shopping")
 
-Fact = tuple[str, dict[str, Any]]
-"""A fact's text and its check."""
-
-
-class _Draw:
-    """One template's draw: the instruction, the fact groups with their checks, the right answer."""
-
-    def __init__(self, template: str, instruction: str, groups: list[tuple[str, list[Fact]]],
-                 params: dict[str, Any], answer: str = "", start: str = "/shop/"):
-        self.template, self.instruction, self.groups = template, instruction, groups
-        self.params, self.answer, self.start = params, answer, start
 
 
 def _options(rng: random.Random, product: Product) -> dict[str, str]:
@@ -124,9 +111,9 @@ def _order_facts(fields: dict[str, str], names: bool = True) -> list[Fact]:
 
 # ------------------------------------------------------------------------------------ templates
 
-def _price(rng: random.Random, shop: Catalogue) -> _Draw:
+def _price(rng: random.Random, shop: Catalogue) -> Draw:
     product = rng.choice(shop.products)
-    return _Draw("price", f"In the Webgym Shop, find the {product.name} and tell me its price.",
+    return Draw("price", f"In the Webgym Shop, find the {product.name} and tell me its price.",
                  [("Product found", [(f"The product page of the {product.name} was opened.",
                                       {"type": "visited", "path": f"/shop/product/{product.id}"}),
                                      (f"The answer gives the price {product.price}.",
@@ -134,10 +121,10 @@ def _price(rng: random.Random, shop: Catalogue) -> _Draw:
                  {"product_id": product.id}, answer=product.price)
 
 
-def _rating(rng: random.Random, shop: Catalogue) -> _Draw:
+def _rating(rng: random.Random, shop: Catalogue) -> Draw:
     product = rng.choice(shop.products)
     rating, reviews = f"{product.rating:.1f}", f"{product.reviews} reviews"
-    return _Draw("rating", f"How is the {product.name} rated in the Webgym Shop? Give its rating out of 5 "
+    return Draw("rating", f"How is the {product.name} rated in the Webgym Shop? Give its rating out of 5 "
                            "and its number of reviews.",
                  [("Product found", [(f"The product page of the {product.name} was opened.",
                                       {"type": "visited", "path": f"/shop/product/{product.id}"})]),
@@ -148,21 +135,21 @@ def _rating(rng: random.Random, shop: Catalogue) -> _Draw:
                  {"product_id": product.id}, answer=f"{rating} out of 5, {reviews}")
 
 
-def _add(rng: random.Random, shop: Catalogue) -> _Draw:
+def _add(rng: random.Random, shop: Catalogue) -> Draw:
     product = rng.choice(shop.products)
     options = _options(rng, product)
-    return _Draw("add", f"Add {_described(product, options)} to my cart in the Webgym Shop.",
+    return Draw("add", f"Add {_described(product, options)} to my cart in the Webgym Shop.",
                  [("Cart", _line_facts("cart", product, options, None))],
                  {"lines": [_line_params(product, options, 1)]})
 
 
-def _add_quantity(rng: random.Random, shop: Catalogue) -> _Draw:
+def _add_quantity(rng: random.Random, shop: Catalogue) -> Draw:
     product = rng.choice(shop.products)
     options, quantity = _options(rng, product), rng.randint(2, 5)
     facts = _line_facts("cart", product, options, quantity)
     if len(facts) < 4:
         facts.append(("The cart holds nothing else.", {"type": "cart_only", "product_ids": [product.id]}))
-    return _Draw("add_quantity", f"Put {quantity} of {_described(product, options)} in my Webgym Shop cart.",
+    return Draw("add_quantity", f"Put {quantity} of {_described(product, options)} in my Webgym Shop cart.",
                  [("Cart", facts)], {"lines": [_line_params(product, options, quantity)]})
 
 
@@ -184,7 +171,7 @@ def _query_params(query: SearchQuery) -> dict[str, str]:
     return {"category": query.category, "brand": query.brand, "colour": query.colours[0], "sort": query.sort}
 
 
-def _cheapest(rng: random.Random, shop: Catalogue) -> _Draw | None:
+def _cheapest(rng: random.Random, shop: Catalogue) -> Draw | None:
     picked = _pick(rng, shop, "price_asc")
     if picked is None:
         return None
@@ -193,21 +180,21 @@ def _cheapest(rng: random.Random, shop: Catalogue) -> _Draw | None:
     options = {"colour": colour} | ({"size": rng.choice(product.sizes)} if product.sizes else {})
     title = next(c.title for c in CATEGORIES if c.slug == query.category)
     size = f" in size {options['size']}" if "size" in options else ""
-    return _Draw("cheapest", f"Find the cheapest {title.lower()} by {query.brand} that come in {colour} "
+    return Draw("cheapest", f"Find the cheapest {title.lower()} by {query.brand} that come in {colour} "
                              f"and add one to my cart in {colour}{size}.",
                  [("Search", [("A search or category page of the shop was opened.", _LISTING)]),
                   ("Cart", _line_facts("cart", product, options, 1))],
                  {"search": _query_params(query), "lines": [_line_params(product, options, 1)]})
 
 
-def _best_rated(rng: random.Random, shop: Catalogue) -> _Draw | None:
+def _best_rated(rng: random.Random, shop: Catalogue) -> Draw | None:
     picked = _pick(rng, shop, "rating")
     if picked is None:
         return None
     query, product = picked
     title = next(c.title for c in CATEGORIES if c.slug == query.category)
     rating = f"{product.rating:.1f}"
-    return _Draw("best_rated", f"Which {title.lower()} by {query.brand} available in {query.colours[0]} has "
+    return Draw("best_rated", f"Which {title.lower()} by {query.brand} available in {query.colours[0]} has "
                                "the best rating in the Webgym Shop? Give its name, rating and price.",
                  [("Search", [("A search or category page of the shop was opened.", _LISTING)]),
                   ("Answer", [(f"The answer names the {product.name}.",
@@ -220,21 +207,21 @@ def _best_rated(rng: random.Random, shop: Catalogue) -> _Draw | None:
                  answer=f"{product.name}: {rating} out of 5, {product.price}")
 
 
-def _checkout(rng: random.Random, shop: Catalogue) -> _Draw:
+def _checkout(rng: random.Random, shop: Catalogue) -> Draw:
     product = rng.choice(shop.products)
     options, quantity, fields = _options(rng, product), rng.randint(1, 3), _delivery(rng)
-    return _Draw("checkout", f"In the Webgym Shop, buy {quantity} of {_described(product, options)} "
+    return Draw("checkout", f"In the Webgym Shop, buy {quantity} of {_described(product, options)} "
                              f"{_delivery_text(fields)}.",
                  [("Order", _line_facts("order", product, options, quantity)),
                   ("Delivery", _order_facts(fields))],
                  {"lines": [_line_params(product, options, quantity)], "checkout": fields})
 
 
-def _account(rng: random.Random, shop: Catalogue) -> _Draw:
+def _account(rng: random.Random, shop: Catalogue) -> Draw:
     account = rng.choice(accounts(shop.seed))
     product = rng.choice(shop.products)
     options, fields = _options(rng, product), _delivery(rng) | {"full_name": account.full_name}
-    return _Draw("account", f"Sign in to the Webgym Shop as {account.email} (password {account.password}), "
+    return Draw("account", f"Sign in to the Webgym Shop as {account.email} (password {account.password}), "
                             f"then buy {_described(product, options)} {_delivery_text(fields)}.",
                  [("Account", [(f"The session signed in as {account.email}.",
                                 {"type": "signed_in", "account": account.email}),
@@ -246,7 +233,7 @@ def _account(rng: random.Random, shop: Catalogue) -> _Draw:
                   "account": {"email": account.email, "password": account.password}})
 
 
-def _two_items(rng: random.Random, shop: Catalogue) -> _Draw | None:
+def _two_items(rng: random.Random, shop: Catalogue) -> Draw | None:
     first, second = rng.sample(shop.products, 2)
     chosen = [(first, {"colour": rng.choice(first.colours)}),
               (second, {"colour": rng.choice(second.colours)})]
@@ -254,7 +241,7 @@ def _two_items(rng: random.Random, shop: Catalogue) -> _Draw | None:
         chosen = [(p, o | ({"size": rng.choice(p.sizes)} if p.sizes else {})) for p, o in chosen]
     fields = _delivery(rng)
     wanted = " and ".join(_described(p, o) for p, o in chosen)
-    return _Draw("two_items", f"In one Webgym Shop order, buy {wanted}, {_delivery_text(fields)}.",
+    return Draw("two_items", f"In one Webgym Shop order, buy {wanted}, {_delivery_text(fields)}.",
                  [("Order", [*_line_facts("order", first, chosen[0][1], None),
                              *_line_facts("order", second, chosen[1][1], None),
                              ("The order holds no other product.",
@@ -263,7 +250,7 @@ def _two_items(rng: random.Random, shop: Catalogue) -> _Draw | None:
                  {"lines": [_line_params(p, o, 1) for p, o in chosen], "checkout": fields})
 
 
-TEMPLATES: dict[str, Callable[[random.Random, Catalogue], _Draw | None]] = {
+TEMPLATES: dict[str, Callable[[random.Random, Catalogue], Draw | None]] = {
     "price": _price, "add_quantity": _add_quantity, "checkout": _checkout,
     "rating": _rating, "cheapest": _cheapest, "account": _account,
     "add": _add, "best_rated": _best_rated, "two_items": _two_items,
@@ -271,51 +258,19 @@ TEMPLATES: dict[str, Callable[[random.Random, Catalogue], _Draw | None]] = {
 """The templates, in the order `shop_tasks` takes them (easy, medium, hard, easy, ...)."""
 
 
-def _row(draw: _Draw, shop_seed: int, base_url: str, index: int) -> Task:
-    groups = tuple(FactGroup(id=str(number), description=description, facts=tuple(text for text, _ in facts))
-                   for number, (description, facts) in enumerate(draw.groups, 1))
-    checks = [check for _, facts in draw.groups for _, check in facts]
-    metadata = {"site": "shop", "shop_seed": shop_seed, "template": draw.template, "params": draw.params,
-                "checks": checks}
-    category = ""
-    first_line = next(iter(draw.params.get("lines", [])), {})
-    product_id = draw.params.get("product_id") or first_line.get("product_id")
-    if product_id:
-        category = catalogue(shop_seed).by_id[product_id].category
-    return Task(task_id=make_task_id(BENCHMARK, str(shop_seed), draw.instruction),
-                task_name=draw.instruction, website=website_of("shop"), start_url=f"{base_url}{draw.start}",
-                environment="site:shop",
-                benchmark_name=BENCHMARK, domain="shopping", subdomain=category,
-                evaluator_reference=groups, definite_answer=draw.answer, instruction_source="template",
-                rubric_source="given",
-                source=TaskSource(importer="shop_tasks", file="", row=index,
-                                  metadata=json.dumps(metadata, sort_keys=True)))
-
-
 def shop_tasks(count: int, *, seed: int = 0, shop_seed: int = 0,
                base_url: str = DEFAULT_BASE_URL) -> list[Task]:
     """`count` distinct tasks for the shop of `shop_seed`, drawn with `seed`; start URLs under
     `base_url` (the site server's, ``http://host:port``)."""
-    if count < 0:
-        raise ValueError(f"count: must be >= 0, got {count}")
-    rng = random.Random(f"shop-tasks:{seed}:{shop_seed}")
-    shop, base_url = catalogue(shop_seed), base_url.rstrip("/")
-    templates = list(TEMPLATES.values())
-    tasks: list[Task] = []
-    seen: set[str] = set()
-    attempts = 0
-    while len(tasks) < count:
-        attempts += 1
-        if attempts > 50 * count + 100:
-            raise RuntimeError(f"could not draw {count} distinct shop tasks (got {len(tasks)})")
-        draw = templates[len(tasks) % len(templates)](rng, shop)
-        if draw is None:
-            continue
-        task = _row(draw, shop_seed, base_url, len(tasks))
-        if task.task_id not in seen:
-            seen.add(task.task_id)
-            tasks.append(task)
-    return tasks
+    shop = catalogue(shop_seed)
+
+    def category(draw: Draw) -> str:
+        first_line = next(iter(draw.params.get("lines", [])), {})
+        product_id = draw.params.get("product_id") or first_line.get("product_id")
+        return shop.by_id[product_id].category if product_id else ""
+
+    return draw_tasks(_ROWS, TEMPLATES, shop, count, seed=seed, data_seed=shop_seed, base_url=base_url,
+                      subdomain=category)
 
 
 # ------------------------------------------------------------------------------ the expert's plan

@@ -25,14 +25,13 @@ whose draw has no single right answer (two flights tied for cheapest) draws agai
 from __future__ import annotations
 
 import datetime as dt
-import json
 import random
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
-from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
-from webgym_rollout.tasks.websites.base import website_of
+from webgym_data.schema import Task
+from webgym_rollout.tasks.websites.drawing import DEFAULT_BASE_URL, Draw, Fact, SiteRows, draw_tasks
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 from webgym_rollout.tasks.websites.travel_catalogue import (
     CABINS,
@@ -50,24 +49,19 @@ __all__ = ["BENCHMARK", "DEFAULT_BASE_URL", "TEMPLATES", "expert_moves", "travel
 
 BENCHMARK = "webgym-travel"
 """The `benchmark_name` of the generated rows."""
-DEFAULT_BASE_URL = "http://127.0.0.1:8400"
-"""Where ``webgym-rollout serve-sites`` listens by default; the rows' start URLs are under it."""
+_ROWS = SiteRows(site="travel", benchmark=BENCHMARK, domain="travel")
 
 _FIRST = ("Ava", "Ben", "Chloe", "Dev", "Elin", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kira", "Liam")
 _LAST = ("Nilsen", "Okafor", "Moreau", "Tanaka", "Kowalski", "Haddad", "Silva", "Byrne", "Novak", "Ferreira")
 _SEAT_TEXT = {"any": "no seat preference", "window": "a window seat", "aisle": "an aisle seat"}
 
-Fact = tuple[str, dict[str, Any]]
-"""A fact's text and its check."""
 
 
-class _Draw:
-    """One template's draw: the instruction, the fact groups with their checks, the right answer."""
-
-    def __init__(self, template: str, subdomain: str, instruction: str, groups: list[tuple[str, list[Fact]]],
-                 params: dict[str, Any], answer: str = ""):
-        self.template, self.subdomain, self.instruction = template, subdomain, instruction
-        self.groups, self.params, self.answer = groups, params, answer
+def _draw(template: str, subdomain: str, instruction: str, groups: list[tuple[str, list[Fact]]],
+          params: dict[str, Any], answer: str = "") -> Draw:
+    """A travel draw: a hotel task starts on the hotel search, the others on the flight search."""
+    start = "/hotels" if subdomain == "hotels" else "/"
+    return Draw(template, instruction, groups, params, answer, start=start, subdomain=subdomain)
 
 
 def _day_text(date: str) -> str:
@@ -126,14 +120,14 @@ def _flight_booked(flight: Flight) -> Fact:
 
 # ------------------------------------------------------------------------------------ templates
 
-def _cheapest_direct(rng: random.Random, world: TravelWorld) -> _Draw | None:
+def _cheapest_direct(rng: random.Random, world: TravelWorld) -> Draw | None:
     origin, destination, date = _route(rng, world)
     flight = _only_best(world.flights(origin.code, destination.code, date, max_stops=0),
                         lambda f: f.fares["economy"])
     if flight is None:
         return None
     price = format_price(flight.fares["economy"])
-    return _Draw("cheapest_direct", "flights",
+    return _draw("cheapest_direct", "flights",
                  f"On Webgym Travel, what is the cheapest economy fare for one passenger on a direct flight "
                  f"from {origin.label} to {destination.label} on {_day_text(date)}?",
                  [("Search", [_searched(origin, destination, date)]),
@@ -143,11 +137,11 @@ def _cheapest_direct(rng: random.Random, world: TravelWorld) -> _Draw | None:
                   "flight_id": flight.id}, answer=price)
 
 
-def _hotel_stars(rng: random.Random, world: TravelWorld) -> _Draw:
+def _hotel_stars(rng: random.Random, world: TravelWorld) -> Draw:
     hotel = rng.choice(world.hotels)
     city = world.by_code[hotel.city].city
     price = format_price(hotel.nightly_cents)
-    return _Draw("hotel_stars", "hotels",
+    return _draw("hotel_stars", "hotels",
                  f"On Webgym Travel, how many stars does the {hotel.name} in {city} have, and what does its "
                  "standard room cost a night?",
                  [("Hotel found", [(f"The page of the {hotel.name} was opened.",
@@ -159,13 +153,13 @@ def _hotel_stars(rng: random.Random, world: TravelWorld) -> _Draw:
                  {"hotel_id": hotel.id}, answer=f"{hotel.stars} stars, {price} a night")
 
 
-def _earliest(rng: random.Random, world: TravelWorld) -> _Draw | None:
+def _earliest(rng: random.Random, world: TravelWorld) -> Draw | None:
     origin, destination, date = _route(rng, world)
     flight = _only_best(world.flights(origin.code, destination.code, date, sort="departure"),
                         lambda f: f.departure)
     if flight is None:
         return None
-    return _Draw("earliest", "flights",
+    return _draw("earliest", "flights",
                  f"On Webgym Travel, which airline flies the first flight of the day from {origin.label} to "
                  f"{destination.label} on {_day_text(date)}, and at what time does it depart?",
                  [("Search", [_searched(origin, destination, date)]),
@@ -177,7 +171,7 @@ def _earliest(rng: random.Random, world: TravelWorld) -> _Draw | None:
                   "flight_id": flight.id}, answer=f"{flight.airline}, departing at {flight.departs}")
 
 
-def _book_cheapest(rng: random.Random, world: TravelWorld) -> _Draw | None:
+def _book_cheapest(rng: random.Random, world: TravelWorld) -> Draw | None:
     origin, destination, date = _route(rng, world)
     cabin = rng.choice(sorted(CABINS))
     flight = _only_best(world.flights(origin.code, destination.code, date, cabin=cabin),
@@ -185,7 +179,7 @@ def _book_cheapest(rng: random.Random, world: TravelWorld) -> _Draw | None:
     if flight is None:
         return None
     person = _traveller(rng) | {"cabin": cabin}
-    return _Draw("book_cheapest", "flights",
+    return _draw("book_cheapest", "flights",
                  f"On Webgym Travel, book the cheapest {CABINS[cabin].lower()} flight from {origin.label} to "
                  f"{destination.label} on {_day_text(date)} for one passenger, {_traveller_text(person)}.",
                  [("Search", [_searched(origin, destination, date)]),
@@ -195,7 +189,7 @@ def _book_cheapest(rng: random.Random, world: TravelWorld) -> _Draw | None:
                   "flight_id": flight.id, "booking": person})
 
 
-def _book_airline(rng: random.Random, world: TravelWorld) -> _Draw | None:
+def _book_airline(rng: random.Random, world: TravelWorld) -> Draw | None:
     origin, destination, date = _route(rng, world)
     direct = world.flights(origin.code, destination.code, date, max_stops=0)
     if not direct:
@@ -205,7 +199,7 @@ def _book_airline(rng: random.Random, world: TravelWorld) -> _Draw | None:
     if flight is None:
         return None
     person = _traveller(rng)
-    return _Draw("book_airline", "flights",
+    return _draw("book_airline", "flights",
                  f"On Webgym Travel, book the cheapest direct {airline} flight from {origin.label} to "
                  f"{destination.label} on {_day_text(date)} in economy, {_traveller_text(person)}.",
                  [("Search", [_searched(origin, destination, date)]),
@@ -231,13 +225,13 @@ def _hotel_facts(checkin: str, nights: int, values: dict[str, str],
              {"type": "hotel_booking_field", "name": name, "value": fields[name]}) for name in names]
 
 
-def _book_hotel(rng: random.Random, world: TravelWorld) -> _Draw:
+def _book_hotel(rng: random.Random, world: TravelWorld) -> Draw:
     hotel = rng.choice(world.hotels)
     checkin, nights = _stay(rng)
     person = _traveller(rng)
     room = rng.choice(sorted(ROOMS))
     values = {"room": room, "full_name": person["full_name"], "email": person["email"]}
-    return _Draw("book_hotel", "hotels",
+    return _draw("book_hotel", "hotels",
                  f"On Webgym Travel, book a {ROOMS[room].lower()} at the {hotel.name} for {nights} night"
                  f"{'s' if nights > 1 else ''} from {_day_text(checkin)}, for {person['full_name']} "
                  f"(email {person['email']}).",
@@ -249,7 +243,7 @@ def _book_hotel(rng: random.Random, world: TravelWorld) -> _Draw:
                   "hotel_booking": values})
 
 
-def _trip(rng: random.Random, world: TravelWorld) -> _Draw | None:
+def _trip(rng: random.Random, world: TravelWorld) -> Draw | None:
     origin, destination, date = _route(rng, world)
     flight = _only_best(world.flights(origin.code, destination.code, date), lambda f: f.fares["economy"])
     good = [h for h in world.hotels_in(destination.code) if h.stars >= 4]
@@ -262,7 +256,7 @@ def _trip(rng: random.Random, world: TravelWorld) -> _Draw | None:
         return None
     person = _traveller(rng)
     values = {"room": "standard", "full_name": person["full_name"], "email": person["email"]}
-    return _Draw("trip", "trips",
+    return _draw("trip", "trips",
                  f"On Webgym Travel, plan a trip: book the cheapest economy flight from {origin.label} to "
                  f"{destination.label} on {_day_text(date)}, {_traveller_text(person)}; then book a standard "
                  f"room for {nights} nights, from the day the flight lands, at the cheapest hotel in "
@@ -281,7 +275,7 @@ def _trip(rng: random.Random, world: TravelWorld) -> _Draw | None:
                   "hotel_id": hotel.id, "hotel_booking": values})
 
 
-def _group(rng: random.Random, world: TravelWorld) -> _Draw | None:
+def _group(rng: random.Random, world: TravelWorld) -> Draw | None:
     origin, destination, date = _route(rng, world)
     cabin, passengers = rng.choice(sorted(CABINS)), rng.randint(2, 5)
     flight = _only_best(world.flights(origin.code, destination.code, date, cabin=cabin, sort="departure"),
@@ -289,7 +283,7 @@ def _group(rng: random.Random, world: TravelWorld) -> _Draw | None:
     if flight is None:
         return None
     person = _traveller(rng) | {"cabin": cabin, "passengers": str(passengers)}
-    return _Draw("group", "flights",
+    return _draw("group", "flights",
                  f"On Webgym Travel, book the earliest flight of the day from {origin.label} "
                  f"to {destination.label} "
                  f"on {_day_text(date)} for {passengers} passengers in {CABINS[cabin].lower()}; the "
@@ -305,7 +299,7 @@ def _group(rng: random.Random, world: TravelWorld) -> _Draw | None:
                   "flight_id": flight.id, "booking": person})
 
 
-def _fastest(rng: random.Random, world: TravelWorld) -> _Draw | None:
+def _fastest(rng: random.Random, world: TravelWorld) -> Draw | None:
     origin, destination, date = _route(rng, world)
     cabin = rng.choice(("premium", "business"))
     flight = _only_best(world.flights(origin.code, destination.code, date, cabin=cabin, sort="duration"),
@@ -313,7 +307,7 @@ def _fastest(rng: random.Random, world: TravelWorld) -> _Draw | None:
     if flight is None:
         return None
     person = _traveller(rng) | {"cabin": cabin}
-    return _Draw("fastest", "flights",
+    return _draw("fastest", "flights",
                  f"On Webgym Travel, book the shortest flight (by duration) from {origin.label} to "
                  f"{destination.label} on {_day_text(date)} in {CABINS[cabin].lower()} for one passenger, "
                  f"{_traveller_text(person)}.",
@@ -325,7 +319,7 @@ def _fastest(rng: random.Random, world: TravelWorld) -> _Draw | None:
                   "flight_id": flight.id, "booking": person})
 
 
-TEMPLATES: dict[str, Callable[[random.Random, TravelWorld], _Draw | None]] = {
+TEMPLATES: dict[str, Callable[[random.Random, TravelWorld], Draw | None]] = {
     "cheapest_direct": _cheapest_direct, "book_cheapest": _book_cheapest, "trip": _trip,
     "hotel_stars": _hotel_stars, "book_airline": _book_airline, "group": _group,
     "earliest": _earliest, "book_hotel": _book_hotel, "fastest": _fastest,
@@ -333,47 +327,12 @@ TEMPLATES: dict[str, Callable[[random.Random, TravelWorld], _Draw | None]] = {
 """The templates, in the order `travel_tasks` takes them (easy, medium, hard, easy, ...)."""
 
 
-def _row(draw: _Draw, travel_seed: int, base_url: str, index: int) -> Task:
-    groups = tuple(FactGroup(id=str(number), description=description, facts=tuple(text for text, _ in facts))
-                   for number, (description, facts) in enumerate(draw.groups, 1))
-    checks = [check for _, facts in draw.groups for _, check in facts]
-    metadata = {"site": "travel", "travel_seed": travel_seed, "template": draw.template,
-                "params": draw.params, "checks": checks}
-    start = "/travel/hotels" if draw.subdomain == "hotels" else "/travel/"
-    return Task(task_id=make_task_id(BENCHMARK, str(travel_seed), draw.instruction),
-                task_name=draw.instruction, website=website_of("travel"), start_url=f"{base_url}{start}",
-                environment="site:travel",
-                benchmark_name=BENCHMARK, domain="travel", subdomain=draw.subdomain,
-                evaluator_reference=groups, definite_answer=draw.answer, instruction_source="template",
-                rubric_source="given",
-                source=TaskSource(importer="travel_tasks", file="", row=index,
-                                  metadata=json.dumps(metadata, sort_keys=True)))
-
-
 def travel_tasks(count: int, *, seed: int = 0, travel_seed: int = 0,
                  base_url: str = DEFAULT_BASE_URL) -> list[Task]:
     """`count` distinct tasks for the travel site of `travel_seed`, drawn with `seed`; start URLs under
     `base_url` (the site server's, ``http://host:port``)."""
-    if count < 0:
-        raise ValueError(f"count: must be >= 0, got {count}")
-    rng = random.Random(f"travel-tasks:{seed}:{travel_seed}")
-    world, base_url = travel_world(travel_seed), base_url.rstrip("/")
-    templates = list(TEMPLATES.values())
-    tasks: list[Task] = []
-    seen: set[str] = set()
-    attempts = 0
-    while len(tasks) < count:
-        attempts += 1
-        if attempts > 50 * count + 100:
-            raise RuntimeError(f"could not draw {count} distinct travel tasks (got {len(tasks)})")
-        draw = templates[len(tasks) % len(templates)](rng, world)
-        if draw is None:
-            continue
-        task = _row(draw, travel_seed, base_url, len(tasks))
-        if task.task_id not in seen:
-            seen.add(task.task_id)
-            tasks.append(task)
-    return tasks
+    return draw_tasks(_ROWS, TEMPLATES, travel_world(travel_seed), count, seed=seed, data_seed=travel_seed,
+                      base_url=base_url)
 
 
 # ------------------------------------------------------------------------------ the expert's plan
