@@ -26,6 +26,7 @@ The expert follows an episode by its ``episode_id``; an observation of step 0 st
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,8 @@ from webgym_rollout.tasks.websites.plans import Answer, Choose, Goto, Move, Pres
 
 __all__ = ["EXPERT_MODEL_ID", "ExpertPolicy"]
 
+_MAX_EPISODES = 4096
+"""Episodes followed at once (more than a run's concurrency); the oldest is forgotten first."""
 EXPERT_MODEL_ID = "scripted-expert"
 """The ``policy_model`` of the expert's episodes: demonstrations, not a model's samples."""
 
@@ -73,7 +76,7 @@ class ExpertPolicy:
         self.agent = agent or AgentSettings()
         self.max_scrolls = max_scrolls
         self._tasks = {task.task_name: task for task in tasks}
-        self._episodes: dict[str, _Progress] = {}
+        self._episodes: OrderedDict[str, _Progress] = OrderedDict()
 
     async def act(self, observation: Observation) -> PolicyOutput:
         started = time.perf_counter()
@@ -94,6 +97,8 @@ class ExpertPolicy:
             moves = expert_plan(task) if task is not None else [
                 Answer("The scripted expert has no plan for this task.")]
             progress = self._episodes[observation.episode_id] = _Progress(moves)
+            while len(self._episodes) > _MAX_EPISODES:  # episodes cut by their step budget never answer
+                self._episodes.popitem(last=False)
         return progress
 
     def _next(self, progress: _Progress, observation: Observation) -> tuple[AgentAction, str]:
