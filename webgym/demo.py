@@ -65,6 +65,8 @@ _OWN_ENTRIES = ("inputs", "tasks", "models", "baselines", "sites", "loop", "repo
 HELDOUT_SEED_BASE = 100_000
 """Held-out MiniWoB++ seeds start here; training seeds count from 0 and never reach it."""
 BENCHMARK = "benchmarks/learning_miniwob.py"
+SITE_VIEWPORT = "1280x720"
+"""The viewport of the site tasks (the published recipes' own)."""
 RECIPE = "miniwob-cpu"
 """The shipped loop recipe the demo runs, sized down (`webgym_rl.loop.recipes`)."""
 """Where the longer run that shows learning lives (its plot is in the README)."""
@@ -325,7 +327,9 @@ def _site_rollouts(loop_settings: Any, services: Any, tasks: Path, out: Path, ag
     truth = services.site_truth()
     base = run_settings(loop_settings, services, tasks=tasks, split="test", index=0, out=out,
                         horizon_table="test")
-    base = dataclasses.replace(base, judge=JudgeSettings(kind="site"))
+    # The sites are laid out for a desktop window, not MiniWoB++'s 320x240 of the recipe.
+    base = dataclasses.replace(base, judge=JudgeSettings(kind="site"),
+                               env=dataclasses.replace(base.env, viewport=SITE_VIEWPORT))
     measured: dict[str, Any] = {}
     for key, kind, traffic in (("random", "random", RecordSettings()),
                                ("expert", "expert", RecordSettings(record=True)),
