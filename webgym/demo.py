@@ -325,8 +325,9 @@ def _site_rollouts(loop_settings: Any, services: Any, tasks: Path, out: Path, ag
     from webgym_rollout.trajectory.recordings import RecordSettings
 
     truth = services.site_truth()
+    # The train budgets (10/20/30 steps by level) fit the expert's plans and end the random episodes sooner.
     base = run_settings(loop_settings, services, tasks=tasks, split="test", index=0, out=out,
-                        horizon_table="test")
+                        horizon_table="train")
     # The sites are laid out for a desktop window, not MiniWoB++'s 320x240 of the recipe.
     base = dataclasses.replace(base, judge=JudgeSettings(kind="site"),
                                env=dataclasses.replace(base.env, viewport=SITE_VIEWPORT))
