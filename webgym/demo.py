@@ -107,7 +107,8 @@ class DemoSettings:
     out: Path = Path("out/demo")
     """Output folder (replaced if it holds an earlier demo; any other non-empty folder is refused)."""
     size: Literal["small", "tiny"] = "small"
-    """small: 400 bootstrap and 24 held-out MiniWoB++ episodes (about 5 minutes on 2 cores); tiny: tests."""
+    """small: 400 bootstrap and 24 held-out MiniWoB++ episodes, 9 site tasks (about 6 minutes on 2 cores);
+    tiny: tests."""
     seed: int = 0
     """Seed of the tiny model, the split, the random policies and the training order."""
     concurrency: int = 4
@@ -580,8 +581,8 @@ def run_demo(settings: DemoSettings) -> DemoResult:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/demo"),
               show_default=True, help="Output folder (an earlier demo there is replaced).")
 @click.option("--size", type=click.Choice(list(_SIZES)), default="small", show_default=True,
-              help="small: 400 bootstrap and 24 held-out MiniWoB episodes (about 5 minutes on 2 "
-                   "cores); tiny: 4 and 2 (tests).")
+              help="small: 400 bootstrap and 24 held-out MiniWoB episodes, 9 site tasks (about 6 minutes "
+                   "on 2 cores); tiny: 4 and 2 (tests).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the model, split and policy.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Episodes running at once.")
