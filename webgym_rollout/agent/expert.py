@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -55,7 +55,6 @@ class _Progress:
     """How far into the current move (Fill: 0 click, 1 select all or type, 2 type)."""
     scrolled: int = 0
     """Scrolls made looking for the current move's target (positive down, negative up)."""
-    seen: dict[str, Any] = field(default_factory=dict)
 
 
 def _element_name(element: Any) -> str:
