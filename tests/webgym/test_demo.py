@@ -170,24 +170,28 @@ def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
 def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path):
     demo = _Demo(tmp_path / "demo")
     process = demo.process
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
     try:
-        lines = []
-        for line in process.stderr:  # wait until the servers are up and the first rollout runs
-            lines.append(line)
-            if "[3/9]" in line:
-                break
-        assert any("[3/9]" in line for line in lines), "".join(lines)[-3000:]
-        deadline = time.monotonic() + 30
-        while not any("chrom" in name.lower() for name in demo.names()) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        # Interrupt as soon as the browsers run and the first rollout has begun (the tiny demo is short:
+        # waiting longer risks interrupting a demo that has already finished).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None and not (
+                any("[3/9]" in line for line in lines) and any("chrom" in n.lower() for n in demo.names())):
+            time.sleep(0.05)
+        ended = "the demo ended before it could be interrupted:\n"
+        assert process.poll() is None, ended + "".join(lines)[-3000:]
         assert any("chrom" in name.lower() for name in demo.names()), demo.names()
         os.kill(process.pid, signal.SIGINT)
-        _, rest = process.communicate(timeout=120)
+        process.wait(timeout=120)
+        reader.join(timeout=30)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    assert process.returncode != 0
+    assert process.returncode != 0, "".join(lines)[-3000:]
+    rest = "".join(lines)
     assert "[9/9]" not in rest
     demo.assert_nothing_left()
 

@@ -27,12 +27,13 @@ from webgym_data.importers import (
 from webgym_data.schema import Task, TaskValidationError, WebgymDataError, make_task_id, task_features
 
 ALL = {"insta_v3", "pae_webvoyager", "agentsynth_web", "browsecomp", "travelplanner", "mind2web_live",
-       "online_mind2web", "deepshop", "mind2web2", "gaia_web", "webvoyager", "generic", "miniwob"}
+       "online_mind2web", "deepshop", "mind2web2", "gaia_web", "webvoyager", "generic", "miniwob",
+       "local_sites"}
 
 
 def test_registry_holds_every_seed_importer_with_its_contract():
     assert set(available_importers()) == ALL
-    assert set(SEED_IMPORTERS) == ALL - {"webvoyager", "generic", "miniwob"}
+    assert set(SEED_IMPORTERS) == ALL - {"webvoyager", "generic", "miniwob", "local_sites"}
     benchmarks = set()
     for name in available_importers():
         importer = get_importer(name)

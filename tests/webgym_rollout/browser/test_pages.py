@@ -29,7 +29,7 @@ def test_web_is_built_in_and_the_shipped_kinds_register_when_imported():
     assert page_hooks("web") == (PageHooks, "") and page_hooks("") == (PageHooks, "")
     hooks, argument = page_hooks("miniwob:click-button")
     assert hooks.name == "miniwob" and argument == "click-button" and hooks.clip is not None
-    assert environment_names() == ["miniwob:<task>", "web"]
+    assert environment_names() == ["miniwob:<task>", "site:<task>", "web"]
 
 
 @pytest.mark.parametrize("bad", ["web:x", "miniwob", "miniwob:../x", "nosuch:thing", "nosuch"])
