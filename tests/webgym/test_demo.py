@@ -18,7 +18,10 @@ import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-_DEMO = "from webgym.cli import main; main()"
+# Ctrl-C as a terminal user has it: a parent started without job control (a CI script's background job)
+# hands its children SIGINT ignored, and Python then never raises KeyboardInterrupt.
+_DEMO = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+         "from webgym.cli import main; main()")
 
 
 class _Demo:
