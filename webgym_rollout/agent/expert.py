@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from webgym_data.schema import Task
 from webgym_rollout.agent.actions import AgentAction, pixels_to_grid
-from webgym_rollout.agent.policies import PolicyOutput, scripted_reply
+from webgym_rollout.agent.policies import PolicyOutput, element_field, scripted_reply
 from webgym_rollout.agent.protocol import AgentSettings, Observation
 from webgym_rollout.tasks.websites.generate import expert_plan
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Goto, Move, Press
@@ -55,14 +55,6 @@ class _Progress:
     """How far into the current move (Fill: 0 click, 1 select all or type, 2 type)."""
     scrolled: int = 0
     """Scrolls made looking for the current move's target (positive down, negative up)."""
-
-
-def _element_name(element: Any) -> str:
-    return str(element.get("name", "") if isinstance(element, dict) else getattr(element, "name", "") or "")
-
-
-def _attr(element: Any, name: str) -> Any:
-    return element.get(name) if isinstance(element, dict) else getattr(element, name)
 
 
 class ExpertPolicy:
@@ -117,8 +109,8 @@ class ExpertPolicy:
         if element is None:
             return self._search(progress, target)
         progress.scrolled = 0
-        x = float(_attr(element, "x")) + float(_attr(element, "width")) / 2
-        y = float(_attr(element, "y")) + float(_attr(element, "height")) / 2
+        x = float(element_field(element, "x")) + float(element_field(element, "width")) / 2
+        y = float(element_field(element, "y")) + float(element_field(element, "height")) / 2
         point = pixels_to_grid(x, y, observation.viewport)
         if isinstance(move, Choose):
             self._advance(progress)
@@ -129,7 +121,7 @@ class ExpertPolicy:
             return AgentAction(name="left_click", coordinate=point), f"Click {target}."
         # Fill: click the field, select what it shows (if anything), type.
         if progress.part == 0:
-            progress.part = 1 if str(_attr(element, "text") or "").strip() else 2
+            progress.part = 1 if str(element_field(element, "text") or "").strip() else 2
             return AgentAction(name="left_click", coordinate=point), f"Click the field {target}."
         if progress.part == 1:
             progress.part = 2
@@ -145,9 +137,10 @@ class ExpertPolicy:
 
     def _find(self, observation: Observation, target: str, text: str) -> Any:
         for element in observation.elements:
-            if _element_name(element) != target:
+            if str(element_field(element, "name", "") or "") != target:
                 continue
-            if text and " ".join(str(_attr(element, "text") or "").split()).casefold() != text.casefold():
+            shown = " ".join(str(element_field(element, "text") or "").split())
+            if text and shown.casefold() != text.casefold():
                 continue
             return element
         return None

@@ -76,6 +76,7 @@ __all__ = [
     "RandomPolicy",
     "RandomPolicySettings",
     "SamplingSettings",
+    "element_field",
     "make_policy",
     "scripted_reply",
 ]
@@ -356,7 +357,8 @@ _INTERACTIVE_ROLES = {"button", "link", "checkbox", "radio", "tab", "menuitem", 
 _WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
 
 
-def _field(element: Any, name: str, default: Any = None) -> Any:
+def element_field(element: Any, name: str, default: Any = None) -> Any:
+    """Field `name` of an observation's element, a typed `Element` or its dict form."""
     if isinstance(element, dict):
         return element.get(name, default)
     return getattr(element, name, default)
@@ -404,14 +406,13 @@ class RandomPolicy:
         width, height = observation.viewport
         visible, interactive = [], []
         for element in observation.elements:
-            x, y = float(_field(element, "x", 0) or 0), float(_field(element, "y", 0) or 0)
-            w, h = float(_field(element, "width", 0) or 0), float(_field(element, "height", 0) or 0)
+            x, y, w, h = (float(element_field(element, key, 0) or 0) for key in ("x", "y", "width", "height"))
             cx, cy = x + w / 2, y + h / 2
             if w <= 0 or h <= 0 or not (0 <= cx < width and 0 <= cy < height):
                 continue
-            tag = str(_field(element, "tag", "") or "").lower()
-            role = str(_field(element, "role", "") or "").lower()
-            text = " ".join(str(_field(element, "text", "") or "").split())[:40]
+            tag = str(element_field(element, "tag", "") or "").lower()
+            role = str(element_field(element, "role", "") or "").lower()
+            text = " ".join(str(element_field(element, "text", "") or "").split())[:40]
             label = f"the {tag or role or 'element'}" + (f" {text!r}" if text else "")
             visible.append((cx, cy, label))
             if tag in _INTERACTIVE_TAGS or role in _INTERACTIVE_ROLES:
