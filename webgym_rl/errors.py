@@ -15,7 +15,10 @@ export it (``from webgym_rl.modeling import CheckpointError`` works).
      │    ├── MissingColumnError             a shard lacks a column the trainer reads
      │    └── NoTrainingDataError            nothing left to train on (empty, reward-free, all filtered)
      ├── CollationError (ValueError)         a sample that cannot be encoded (`webgym_rl.collate`)
-     │    └── PromptPrefixError              the tokenised prompt is not a prefix of prompt + response
+     │    ├── PromptPrefixError              the tokenised prompt is not a prefix of prompt + response
+     │    └── TokenMismatchError             the trainer's tokens are not the ones the policy sampled
+     │                                       from (prompt ids, or ids vs log-probabilities; names the
+     │                                       episode and step)
      ├── MergeError (ValueError)             a LoRA adapter that does not fit its base model or cannot
      │                                       be merged (`webgym_rl.merge`)
      ├── PushError (ValueError)              a checkpoint or value that cannot be pushed (`webgym_rl.hub`)
@@ -73,6 +76,7 @@ __all__ = [
     "PolicyServerError",
     "PolicyUnauthorized",
     "PromptPrefixError",
+    "TokenMismatchError",
     "PushError",
     "ReloadFailed",
     "ResumeError",
@@ -123,6 +127,12 @@ class CollationError(WebgymRLError, ValueError):
 
 class PromptPrefixError(CollationError):
     """The prompt tokenised alone is not a prefix of the prompt + response tokens."""
+
+
+class TokenMismatchError(CollationError):
+    """The tokens the trainer would train on are not the ones the policy sampled from: its prompt
+    tokenises to other ids than the endpoint reported, or a step's token ids and log-probabilities
+    differ in number. Names the episode and step; never a silent fallback."""
 
 
 # --------------------------------------------------------------------------------- checkpoints

@@ -45,6 +45,7 @@ __all__ = [
     "IMAGE_PLACEHOLDER",
     "SPECIAL_TOKENS",
     "STOCK_PROCESSORS",
+    "VISION_PLACEHOLDERS",
     "CheckpointError",
     "Family",
     "ImageOnlyQwenVLProcessor",
@@ -53,6 +54,7 @@ __all__ = [
     "load_model",
     "load_processor",
     "model_family",
+    "placeholder_token_ids",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,6 +78,20 @@ SPECIAL_TOKENS = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
     "<|image_pad|>", "<|video_pad|>",
 )
+VISION_PLACEHOLDERS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+"""Tokens that stand for images in a prompt and never belong in a reply: a reply token
+``<|image_pad|>`` would be taken for an image's place in training (where the processor fills those
+places with image features), but as a plain token in generation. The policy server never samples
+them and the trainer scores replies without them (`placeholder_token_ids`), so both score one
+distribution."""
+
+
+def placeholder_token_ids(tokenizer: Any) -> list[int]:
+    """The ids of `VISION_PLACEHOLDERS` in `tokenizer` (those it has)."""
+    vocab = tokenizer.get_vocab()
+    return sorted(vocab[token] for token in VISION_PLACEHOLDERS if token in vocab)
+
+
 # Ordinary (non-special) added tokens: they survive `skip_special_tokens=True` decoding, as in Qwen.
 ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<think>", "</think>")
 

@@ -3,15 +3,27 @@
 
 `ObjectiveBatch` is what a batch carries: the trained model's logits, the collator's labels
 (``-100`` everywhere but the response tokens; ``logits[:, t]`` predicts ``labels[:, t + 1]``), one
-advantage per sample, and per-token log-probabilities of the response tokens, each ``(B, L - 1)``
-and lined up with `response_logprobs` (position ``t`` is the token ``labels[:, t + 1]``): the
-behaviour policy's (what the rollout's endpoint returned; NaN where unknown), the proximal
-policy's and the reference model's where the objective needs them. The trainer builds it the same
-way for every objective; `NEEDS_PROXIMAL` says which objectives want the proximal log-probabilities
-(and so several passes over a batch).
+advantage and one sampling temperature per sample, and per-token log-probabilities of the response
+tokens, each ``(B, L - 1)`` and lined up with `response_logprobs` (position ``t`` is the token
+``labels[:, t + 1]``): the behaviour policy's (what the rollout's endpoint returned; NaN where
+unknown), the proximal policy's and the reference model's where the objective needs them. The
+trainer builds it the same way for every objective; `NEEDS_PROXIMAL` says which objectives want the
+proximal log-probabilities (and so several passes over a batch).
+
+The policy-gradient objectives score the policy that sampled: ``log_softmax(logits / T)`` with each
+sample's rollout temperature ``T`` (1 where unknown), the distribution the endpoint returns
+log-probabilities of; filtered_bc imitates at temperature 1.
+
+Normalisers. A loss is a sum over the tokens (or samples) of a micro-batch divided by the number of
+response tokens (or samples) of the whole optimizer step: all its micro-batches, on all processes
+(`ObjectiveBatch.step_tokens`, `step_samples`, which the trainer computes once per step, already
+divided by what gradient accumulation and data parallelism divide by). So a step's gradient is the
+same whether its samples come as one batch of 8, eight micro-batches of 1, or 4 on each of two
+processes (DAPO's token-level loss really weighs a long reply as its tokens, also at batch size 1).
+Without them (a caller of its own) the micro-batch's own counts are used.
 
 - `filtered_bc`: behaviour cloning on the kept (successful) steps: the mean negative
-  log-likelihood of the response tokens, averaged over all response tokens of the batch.
+  log-likelihood of the response tokens, averaged over all response tokens of the optimizer step.
   Which steps are kept, and how often each is sampled, is decided in `webgym_rl.samples`.
 - `reinforce`: REINFORCE with a per-task baseline: each sample's mean response-token
   log-likelihood times its advantage, negated (a negative advantage pushes the response down).
@@ -51,9 +63,10 @@ way for every objective; `NEEDS_PROXIMAL` says which objectives want the proxima
 
   * the per-token loss ``l_t = -w_t * s_t * m_t + beta * k_t`` (``m_t`` the behaviour mask) is
     averaged with the per-step normaliser ``--loss-aggregation``: ``token-mean`` divides the sum over
-    all response tokens of the (micro-)batch by their number (DAPO's token-level loss: a long reply
-    weighs as its tokens do), ``sequence-mean`` averages each sample's tokens, then the samples
-    (the GRPO paper's form: every step weighs the same). Masked tokens count in the denominator.
+    all response tokens of the optimizer step by their number (DAPO's token-level loss: a long reply
+    weighs as its tokens do), ``sequence-mean`` averages each sample's tokens, then the samples of
+    the step (the GRPO paper's form: every step weighs the same). Masked tokens count in the
+    denominator.
 
   On the first pass over a batch ``pi_theta = pi_prox``, so ``rho_t = 1`` and the gradient is the
   advantage-weighted likelihood gradient; from the second pass on (``--ppo-epochs 2``), a token
@@ -100,14 +113,31 @@ class ObjectiveBatch:
     detached (the first pass over a batch)."""
     reference_logprobs: torch.Tensor | None = None
     """``(B, L - 1)``, detached: the reference (starting) model's, for grpo's KL penalty."""
+    temperatures: torch.Tensor | None = None
+    """``(B,)``: each sample's rollout sampling temperature (None: 1 everywhere)."""
+    step_tokens: float | None = None
+    """The optimizer step's response tokens (all micro-batches, all processes) divided by its
+    micro-batches times processes: the token normaliser (None: this micro-batch's own count)."""
+    step_samples: float | None = None
+    """The same for samples: the sample normaliser (None: this micro-batch's own count)."""
+
+    def tokens_normaliser(self, mask: torch.Tensor) -> torch.Tensor | float:
+        return mask.sum().clamp(min=1) if self.step_tokens is None else max(self.step_tokens, 1e-9)
+
+    def samples_normaliser(self) -> torch.Tensor | float:
+        return float(self.labels.shape[0]) if self.step_samples is None else max(self.step_samples, 1e-9)
 
 
-def response_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def response_logprobs(logits: torch.Tensor, labels: torch.Tensor,
+                      temperatures: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities of the labelled tokens and their mask, both ``(B, L - 1)``
-    (0 where the mask is False)."""
+    (0 where the mask is False), under ``softmax(logits / temperature)`` (`temperatures`: one per
+    sample; None: 1)."""
     targets = labels[:, 1:]
     mask = targets != -100
     logits = logits[:, :-1].float()
+    if temperatures is not None:
+        logits = logits / temperatures.to(logits)[:, None, None]
     safe_targets = targets.masked_fill(~mask, 0)
     logp = torch.log_softmax(logits, dim=-1).gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1)
     return logp * mask, mask
@@ -117,8 +147,8 @@ def filtered_bc(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torc
     """Mean negative log-likelihood of the response tokens (advantages are ignored)."""
     logp, mask = response_logprobs(batch.logits, batch.labels)
     tokens = mask.sum()
-    loss = -logp.sum() / tokens.clamp(min=1)
-    return loss, {"nll": loss.detach(), "tokens": tokens.detach().float()}
+    loss = -logp.sum() / batch.tokens_normaliser(mask)
+    return loss, {"nll": -logp.detach().sum() / tokens.clamp(min=1), "tokens": tokens.detach().float()}
 
 
 def importance_weights(per_sample: torch.Tensor, behaviour: torch.Tensor | None,
@@ -137,7 +167,7 @@ def importance_weights(per_sample: torch.Tensor, behaviour: torch.Tensor | None,
 def reinforce(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
     """``-mean_b(w_b * advantage_b * mean_t log p(response_b,t))``, `w` the truncated importance
     weights (`importance_weights` of the per-sample mean behaviour log-probability; 1 without)."""
-    logp, mask = response_logprobs(batch.logits, batch.labels)
+    logp, mask = response_logprobs(batch.logits, batch.labels, batch.temperatures)
     per_sample = logp.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
     advantages = batch.advantages.to(per_sample.dtype)
     behaviour = None
@@ -145,7 +175,7 @@ def reinforce(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.
         nan = torch.full_like(per_sample[:, None].expand_as(logp), float("nan"))
         behaviour = torch.nanmean(torch.where(mask, batch.behaviour_logprobs.to(logp.dtype), nan), dim=1)
     weights = importance_weights(per_sample, behaviour, settings.importance_clip)
-    loss = -(weights * advantages * per_sample).mean()
+    loss = -(weights * advantages * per_sample).sum() / batch.samples_normaliser()
     return loss, {"nll": -per_sample.detach().mean(), "advantage_mean": advantages.detach().mean(),
                   "importance_weight_mean": weights.mean(), "tokens": mask.sum().float()}
 
@@ -160,7 +190,7 @@ def kl_k3(logp: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 def grpo(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
     """The clipped, decoupled, optionally KL-penalised surrogate of the module docstring."""
     g = settings.grpo
-    logp, mask = response_logprobs(batch.logits, batch.labels)
+    logp, mask = response_logprobs(batch.logits, batch.labels, batch.temperatures)
     proximal = logp.detach() if batch.proximal_logprobs is None else batch.proximal_logprobs.to(logp.dtype)
     advantages = batch.advantages.to(logp.dtype)[:, None]
     ratio = torch.exp(logp - proximal)
@@ -185,9 +215,9 @@ def grpo(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tenso
 
     tokens = mask.sum()
     if g.loss_aggregation == "token-mean":
-        loss = per_token.sum() / tokens.clamp(min=1)
+        loss = per_token.sum() / batch.tokens_normaliser(mask)
     else:
-        loss = (per_token.sum(dim=1) / mask.sum(dim=1).clamp(min=1)).mean()
+        loss = (per_token.sum(dim=1) / mask.sum(dim=1).clamp(min=1)).sum() / batch.samples_normaliser()
     n = tokens.clamp(min=1).float()
     at_clip = ((ratio > 1 + g.clip_high) & (advantages > 0)) | ((ratio < 1 - g.clip_low) & (advantages < 0))
     return loss, {

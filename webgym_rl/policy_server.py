@@ -5,13 +5,24 @@ to vLLM in production, so tests, the demo and the CPU RL loop need no GPU:
 
 - ``POST /v1/chat/completions``: chat messages whose ``image_url`` parts hold base64 data URLs.
   The images are decoded and really fed to the model through its processor (the stock
-  ``transformers serve`` drops them without torchvision). Sampling: ``temperature`` (below 1e-5 =
-  greedy), ``top_p``, ``max_tokens``, ``seed``, ``stop``; ``n`` must be 1; ``logprobs`` / ``top_logprobs``
-  return the raw model log-probabilities of the chosen tokens. ``usage`` counts the prompt tokens
-  (image tokens included) and the generated tokens. Fields of the OpenAI API that we do not
-  implement (penalties, tools, ...) are ignored; sampling settings a request does not set (top_k,
-  repetition penalty) come from the checkpoint's generation_config, as in vLLM. ``max_tokens`` is
-  capped at ``--max-new-tokens``.
+  ``transformers serve`` drops them without torchvision). Sampling is exactly what the request says
+  and nothing else: ``temperature`` (below 1e-5 = greedy), ``top_p``, ``top_k`` (as vLLM takes it:
+  0, -1 or absent = no limit), ``max_tokens``, ``seed``, ``stop``; ``n`` must be 1. The checkpoint's
+  generation_config (its top_k, repetition penalty, suppressed tokens, ...) is never applied: only
+  its end-of-turn and padding ids are read (vLLM's ``--generation-config vllm``). The vision
+  placeholder tokens (``<|image_pad|>`` ...: `webgym_rl.modeling.VISION_PLACEHOLDERS`) are never
+  sampled: in a reply the trainer would take one for an image's place.
+  ``logprobs`` / ``top_logprobs`` return the log-probabilities of the distribution each token was
+  sampled from: ``softmax(logits / temperature)`` without the placeholders, cut to ``top_k`` and
+  ``top_p`` and renormalised (vLLM's ``--logprobs-mode processed_logprobs``); with temperature 1 and
+  no cut, the model's own less the placeholders, what the trainer scores. Greedy replies get those
+  of temperature 1. ``return_token_ids`` (vLLM's field) adds the
+  sampled token ids to the choice (``token_ids``, one per log-probability, the end-of-turn token
+  included when the reply stopped on it) and the prompt's (``prompt_token_ids``, image tokens
+  included): what a trainer needs to train on exactly the tokens sampled. ``usage`` counts the
+  prompt tokens (image tokens included) and the generated tokens. Fields of the OpenAI API that we
+  do not implement (penalties, tools, ...) are ignored. ``max_tokens`` is capped at
+  ``--max-new-tokens``.
 - ``GET /v1/models``: the served model name, with the checkpoint it currently runs as ``root``.
 - ``POST /reload {"model": DIR, "version": N}``: load another checkpoint and swap it in without a
   restart; the served model name stays the same. A generation already running finishes on the old
@@ -28,7 +39,12 @@ to vLLM in production, so tests, the demo and the CPU RL loop need no GPU:
   on another machine): copied into the served model's own tensors. ``version`` as for /reload; the
   processor, config and ``root`` stay. Weights that are not safetensors or do not match are refused
   whole (HTTP 400 naming the first bad key, expected vs received) and the old weights keep
-  serving, untouched. `push_weights` is the client; it picks the form.
+  serving, untouched. Weights whose header says they were made with another image processor (its
+  ``__metadata__`` key ``webgym.image_processor``, which `push_weights` writes from the trainer's
+  processor) are refused too, and so is a /reload of a checkpoint whose image processor differs
+  from the serving one: the pixel bounds (`webgym_rl.pixels.ImageSettings`) must be the trainer's,
+  or screenshots become other image tokens in training than in the rollout.
+  `push_weights` is the client; it picks the form.
 - ``GET /health``: liveness, the checkpoint, its version, the server's process id, and counters.
 - ``GET /metrics``: the counters in the Prometheus text format (requests received, completions,
   reloads, weight pushes, the serving version, and the callers refused, by kind).
@@ -141,7 +157,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from webgym_core.errors import SettingsError
-from webgym_core.settings import load_settings, settings_options
+from webgym_core.settings import flat, load_settings, settings_options
 from webgym_rl.errors import (
     BadChatRequest,
     PolicyServerError,
@@ -151,6 +167,7 @@ from webgym_rl.errors import (
     WeightsPushFailed,
     WeightsRejected,
 )
+from webgym_rl.pixels import ImageSettings, differing_field, image_processor_config
 from webgym_rollout.browser.callers import CallerCheck, CallerCheckMiddleware, Refusal
 from webgym_rollout.browser.guard import is_loopback_host
 
@@ -199,10 +216,7 @@ class PolicyServerSettings:
     """Weights dtype; auto keeps the checkpoint's."""
     max_new_tokens: int = 512
     """Upper bound and default for a request's max_tokens."""
-    min_pixels: int | None = None
-    """Smallest image area after resizing (default: the checkpoint's value)."""
-    max_pixels: int | None = None
-    """Largest image area after resizing (default: the checkpoint's value)."""
+    images: ImageSettings = flat(ImageSettings)
     policy_version: int = 0
     """Version of --model (replies say ``system_fingerprint: v<N>``); /reload sets the next ones."""
     server_names: tuple[str, ...] = ()
@@ -228,10 +242,6 @@ class PolicyServerSettings:
             raise ValueError(f"port: must be in 0..65535, got {self.port}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
-        for name in ("min_pixels", "max_pixels"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name}: must be >= 1, got {value}")
         self.caller_check()  # a ValueError naming server_names / allowed_origins
 
     @property
@@ -285,6 +295,11 @@ class ChatCompletionRequest(BaseModel):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     stream: bool = False
+    top_k: int | None = Field(None, ge=-1)
+    """vLLM's field: sample among the k most likely tokens (0, -1 or None: no limit)."""
+    return_token_ids: bool = False
+    """vLLM's field: return the sampled token ids (``choices[0].token_ids``) and the prompt's
+    (``prompt_token_ids``)."""
 
 
 class AssistantMessage(BaseModel):
@@ -311,6 +326,8 @@ class Choice(BaseModel):
     message: AssistantMessage
     finish_reason: Literal["stop", "length"]
     logprobs: ChoiceLogprobs | None = None
+    token_ids: list[int] | None = None
+    """With ``return_token_ids``: the sampled token ids, one per ``logprobs`` entry."""
 
 
 class Usage(BaseModel):
@@ -328,6 +345,8 @@ class ChatCompletionResponse(BaseModel):
     """``v<N>``: the version of the weights that produced this reply (`version_fingerprint`)."""
     choices: list[Choice]
     usage: Usage
+    prompt_token_ids: list[int] | None = None
+    """With ``return_token_ids``: the prompt's token ids as the model saw them (image tokens included)."""
 
 
 class ModelCard(BaseModel):
@@ -431,6 +450,13 @@ class _Policy:
     loaded_at: int = field(default_factory=lambda: int(time.time()))
 
     @functools.cached_property
+    def placeholders(self) -> list[int]:
+        """The vision placeholder ids replies never get (`webgym_rl.modeling.placeholder_token_ids`)."""
+        from webgym_rl.modeling import placeholder_token_ids
+
+        return placeholder_token_ids(self.processor.tokenizer)
+
+    @functools.cached_property
     def weights_spec(self) -> dict[str, tuple[str, tuple[int, ...], int]]:
         """``state_dict()`` key -> (safetensors dtype name, shape, bytes), in the model's order."""
         return {key: (_safetensors_dtype_name(tensor.dtype), tuple(tensor.shape),
@@ -477,9 +503,10 @@ class _TensorSlot:
 
 
 def _read_safetensors_header(body: bytes | bytearray | mmap.mmap,
-                             what: str = "the body") -> dict[str, _TensorSlot]:
+                             what: str = "the body") -> tuple[dict[str, _TensorSlot], dict[str, Any]]:
     """Parse a safetensors file's header (8-byte little-endian length, then JSON) without building
-    any tensor; raises `WeightsRejected` for anything that is not a well-formed safetensors file."""
+    any tensor: (its tensor slots, its ``__metadata__``); raises `WeightsRejected` for anything that
+    is not a well-formed safetensors file."""
     def refuse(why: str, key: str | None = None) -> WeightsRejected:
         return WeightsRejected(f"{what} is not a safetensors file ({len(body)} bytes): {why}; send a "
                                "safetensors file of the model's state_dict() (push_weights writes one)",
@@ -498,7 +525,9 @@ def _read_safetensors_header(body: bytes | bytearray | mmap.mmap,
         raise refuse("its header is JSON nested too deep to be a safetensors header") from None
     if not isinstance(header, dict):
         raise refuse("its header is not a JSON object")
-    header.pop("__metadata__", None)
+    metadata = header.pop("__metadata__", None)
+    if not isinstance(metadata, dict):
+        metadata = {}
     base, data_size = 8 + size, len(body) - 8 - size
     slots = {}
     for key, info in header.items():
@@ -512,7 +541,32 @@ def _read_safetensors_header(body: bytes | bytearray | mmap.mmap,
         if not begin <= end <= data_size:
             raise refuse(f"{key!r}: data_offsets [{begin}, {end}] outside the {data_size} data bytes", key)
         slots[key] = _TensorSlot(dtype=dtype, shape=shape, start=base + begin, end=base + end)
-    return slots
+    return slots, metadata
+
+
+IMAGE_PROCESSOR_METADATA = "webgym.image_processor"
+"""The safetensors ``__metadata__`` key of a push's image processor settings
+(`webgym_rl.pixels.image_processor_config` as JSON): the server refuses weights made for other ones."""
+
+
+def _image_processor_problem(processor: Any, metadata: Mapping[str, Any]) -> str | None:
+    """Why weights whose header carries `metadata` do not fit the served `processor`: its image
+    processor settings differ (named); None when they agree or the push did not say."""
+    sent = metadata.get(IMAGE_PROCESSOR_METADATA)
+    if sent is None:
+        return None
+    try:
+        theirs = json.loads(sent)
+        if not isinstance(theirs, dict):
+            raise ValueError("not an object")
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"its {IMAGE_PROCESSOR_METADATA} metadata is not a JSON object ({exc})"
+    differs = differing_field(image_processor_config(processor), theirs)
+    if differs is None:
+        return None
+    return (f"they were made with another image processor ({differs}, served vs pushed): screenshots would "
+            "become other image tokens than the trainer's; give the trainer and the server the same "
+            "--min-pixels / --max-pixels")
 
 
 def _check_weights(body: bytes | bytearray | mmap.mmap, policy: _Policy,
@@ -522,9 +576,12 @@ def _check_weights(body: bytes | bytearray | mmap.mmap, policy: _Policy,
     first bad key (in the model's order; unexpected keys after) and how many are bad in all."""
     refused = f"weights refused, still serving v{policy.version}"
     try:
-        slots = _read_safetensors_header(body, what)
+        slots, metadata = _read_safetensors_header(body, what)
     except WeightsRejected as exc:
         raise WeightsRejected(f"{refused}: {exc}", param=exc.param) from None
+    problem = _image_processor_problem(policy.processor, metadata)
+    if problem:
+        raise WeightsRejected(f"{refused}: {problem}", param=IMAGE_PROCESSOR_METADATA)
     spec = policy.weights_spec
     problems: list[tuple[str, str]] = []
     for key, (dtype, shape, size) in spec.items():
@@ -674,8 +731,8 @@ def _unlink_if_same(path: str, identity: tuple[int, int]) -> None:
 class _Generation:
     text: str
     finish_reason: Literal["stop", "length"]
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_ids: list[int]
+    token_ids: list[int]
     logprobs: list[TokenLogprob] | None
 
 
@@ -686,11 +743,24 @@ def _load_policy(settings: PolicyServerSettings, checkpoint: str, revision: str 
     from webgym_rl.modeling import load_model, load_processor
 
     dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
-    processor = load_processor(checkpoint, revision=revision, min_pixels=settings.min_pixels,
-                               max_pixels=settings.max_pixels)
+    processor = load_processor(checkpoint, revision=revision, min_pixels=settings.images.min_pixels,
+                               max_pixels=settings.images.max_pixels)
     model = load_model(checkpoint, revision=revision, dtype=dtype).to(settings.device)
+    model.generation_config = _plain_generation_config(model.generation_config)
     logger.info("loaded %s on %s", checkpoint, settings.device)
     return _Policy(checkpoint=checkpoint, model=model, processor=processor, version=version)
+
+
+def _plain_generation_config(found: Any) -> Any:
+    """A generation config holding only the checkpoint's special token ids: transformers fills what a
+    request's config leaves unset from the model's generation config (a checkpoint's top_k, top_p,
+    repetition penalty or suppressed tokens would change the distribution sampled from)."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(**{name: getattr(found, name, None) for name in _SPECIAL_TOKEN_FIELDS})
+
+
+_SPECIAL_TOKEN_FIELDS = ("eos_token_id", "pad_token_id", "bos_token_id")
 
 
 def _decode_image_url(url: str, where: str):
@@ -771,6 +841,24 @@ _GREEDY_BELOW = 1e-5
 them infinite, and sampling from that fails."""
 
 
+def _sampling_config(request: ChatCompletionRequest, max_new_tokens: int, model_config: Any,
+                     placeholders: list[int]) -> Any:
+    """The generation config of `request`: every setting that shapes the distribution set here,
+    explicitly (transformers would fill the unset ones from its defaults: top_k 50). The vision
+    placeholder tokens are never sampled (`webgym_rl.modeling.VISION_PLACEHOLDERS`)."""
+    from transformers import GenerationConfig
+
+    greedy = request.temperature < _GREEDY_BELOW
+    top_k = request.top_k if request.top_k is not None and request.top_k > 0 else 0
+    return GenerationConfig(
+        **{name: getattr(model_config, name, None) for name in _SPECIAL_TOKEN_FIELDS},
+        max_new_tokens=max_new_tokens, do_sample=not greedy,
+        temperature=1.0 if greedy else request.temperature, top_p=1.0 if greedy else request.top_p,
+        top_k=0 if greedy else top_k, min_p=None, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
+        repetition_penalty=1.0, no_repeat_ngram_size=0, min_length=0, suppress_tokens=placeholders or None,
+        return_dict_in_generate=True, output_logits=True, output_scores=True)
+
+
 def _generate(policy: _Policy, request: ChatCompletionRequest, messages: list[dict], images: list,
               max_new_tokens: int, device: str) -> _Generation:
     import torch
@@ -784,25 +872,16 @@ def _generate(policy: _Policy, request: ChatCompletionRequest, messages: list[di
     except (ValueError, TemplateError) as exc:  # e.g. an image 3000 x 1: aspect ratio over 200
         raise BadChatRequest(f"messages: the model's processor cannot take them: {exc}",
                              param="messages") from None
-    prompt_tokens = int(inputs["input_ids"].shape[1])
-
-    config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
-    config.max_new_tokens = max_new_tokens
-    config.return_dict_in_generate = True
-    if request.temperature < _GREEDY_BELOW:
-        config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
-    else:
-        config.do_sample, config.temperature, config.top_p = True, request.temperature, request.top_p
+    prompt_ids = inputs["input_ids"][0].tolist()
+    config = _sampling_config(request, max_new_tokens, model.generation_config, policy.placeholders)
     stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     if stops:
         config.stop_strings = stops
-    want_logprobs = request.logprobs or bool(request.top_logprobs)
-    config.output_logits = want_logprobs
     if request.seed is not None:
         torch.manual_seed(request.seed)  # safe: generation is serialised on one worker thread
     with torch.inference_mode():
         out = model.generate(**inputs, generation_config=config, tokenizer=tokenizer if stops else None)
-    new_ids = out.sequences[0, prompt_tokens:].tolist()
+    new_ids = out.sequences[0, len(prompt_ids):].tolist()
     eos = config.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     pad = config.pad_token_id
@@ -818,20 +897,23 @@ def _generate(policy: _Policy, request: ChatCompletionRequest, messages: list[di
         if cut >= 0:
             text, finish = text[:cut], "stop"
     logprobs = None
-    if want_logprobs:
+    if request.logprobs or request.top_logprobs:
+        # The distribution each token was drawn from: the processed scores (placeholders suppressed,
+        # temperature, top-k, top-p applied; -inf outside the cut); greedy: the model's at temperature 1.
+        rows = out.scores
         logprobs = []
         token_text = _TokenText(tokenizer)
         k = request.top_logprobs or 0
         for step, token_id in enumerate(new_ids):
-            row = torch.log_softmax(out.logits[step][0].float(), dim=-1)
+            row = torch.log_softmax(rows[step][0].float(), dim=-1)
             top = torch.topk(row, k) if k else None
             alternatives = [] if top is None else [
                 TopLogprob(**token_text.entry(int(i), float(v)))
                 for v, i in zip(top.values, top.indices, strict=True)]
             logprobs.append(TokenLogprob(**token_text.entry(token_id, float(row[token_id])),
                                          top_logprobs=alternatives))
-    return _Generation(text=text, finish_reason=finish, prompt_tokens=prompt_tokens,
-                       completion_tokens=len(new_ids), logprobs=logprobs)
+    return _Generation(text=text, finish_reason=finish, prompt_ids=prompt_ids, token_ids=new_ids,
+                       logprobs=logprobs)
 
 
 class _PolicyService:
@@ -877,14 +959,17 @@ class _PolicyService:
         version, result = await loop.run_in_executor(self._worker, self._generate_now, request, messages,
                                                      images, max_new)
         self.requests_served += 1
+        ids = request.return_token_ids
+        prompt_tokens, completion_tokens = len(result.prompt_ids), len(result.token_ids)
         return ChatCompletionResponse(
             id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=request.model,
             system_fingerprint=version_fingerprint(version),
             choices=[Choice(message=AssistantMessage(content=result.text), finish_reason=result.finish_reason,
                             logprobs=ChoiceLogprobs(content=result.logprobs) if result.logprobs is not None
-                            else None)],
-            usage=Usage(prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                        total_tokens=result.prompt_tokens + result.completion_tokens),
+                            else None, token_ids=result.token_ids if ids else None)],
+            usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                        total_tokens=prompt_tokens + completion_tokens),
+            prompt_token_ids=result.prompt_ids if ids else None,
         )
 
     async def reload(self, request: ReloadRequest) -> ReloadResponse:
@@ -900,6 +985,13 @@ class _PolicyService:
             except (ModelingError, OSError, ValueError) as exc:
                 raise ReloadFailed(f"cannot load {request.model!r}; still serving {previous!r}: "
                                    f"{exc}") from exc
+            differs = differing_field(image_processor_config(self.policy.processor),
+                                      image_processor_config(policy.processor))
+            if differs is not None:
+                raise ReloadFailed(f"{request.model!r} has another image processor than the one serving "
+                                   f"({differs}, served vs new): screenshots would become other image "
+                                   f"tokens; still serving {previous!r}. Give the trainer and the server the "
+                                   "same --min-pixels / --max-pixels")
             # One reference swap: a generation already running holds the old `_Policy` to its end;
             # each later one reads the new one (and its version) when it starts on the worker.
             self.policy = policy
@@ -1136,17 +1228,20 @@ _PUSH_CHUNK_BYTES = 4 * 2**20
 every socket write, which is quadratic in a piece's size (one 400 MB piece took 10 s, not 0.5 s)."""
 
 
-def _safetensors_layout(state_dict: Mapping[str, Any]) -> tuple[bytes, list[Any], int]:
+def _safetensors_layout(state_dict: Mapping[str, Any],
+                        metadata: Mapping[str, str] | None = None) -> tuple[bytes, list[Any], int]:
     """(header, tensors in file order, file size) of `state_dict` as a safetensors file, laid out
     here rather than by ``safetensors.torch.save``: that one refuses tensors sharing memory (tied
     weights) and builds the whole file in memory; here each tensor's bytes are written straight from
     the tensor, and a tied tensor is written under each of its names. The tensors go by falling
-    element size, as safetensors orders them, so each starts aligned (the header is padded to 8)."""
+    element size, as safetensors orders them, so each starts aligned (the header is padded to 8).
+    `metadata` becomes the header's ``__metadata__`` (text to text)."""
     if sys.byteorder != "little":
         raise WeightsPushFailed("safetensors is little-endian; this machine is not")
     tensors = sorted(((key, tensor.detach()) for key, tensor in state_dict.items()),
                      key=lambda item: -item[1].element_size())
-    header, offset = {}, 0
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    offset = 0
     for key, tensor in tensors:
         size = tensor.numel() * tensor.element_size()
         header[key] = {"dtype": _safetensors_dtype_name(tensor.dtype), "shape": list(tensor.shape),
@@ -1164,10 +1259,11 @@ def _tensor_bytes(tensor: Any) -> memoryview:
     return memoryview(tensor.to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy())
 
 
-def _safetensors_stream(state_dict: Mapping[str, Any]) -> tuple[int, Iterator[bytes | memoryview]]:
+def _safetensors_stream(state_dict: Mapping[str, Any], metadata: Mapping[str, str] | None = None
+                        ) -> tuple[int, Iterator[bytes | memoryview]]:
     """(size, pieces) of `state_dict` as a safetensors file (`_safetensors_layout`), in pieces of
     at most `_PUSH_CHUNK_BYTES` for an HTTP body."""
-    header, tensors, size = _safetensors_layout(state_dict)
+    header, tensors, size = _safetensors_layout(state_dict, metadata)
 
     def pieces() -> Iterator[bytes | memoryview]:
         yield header
@@ -1181,16 +1277,17 @@ def _safetensors_stream(state_dict: Mapping[str, Any]) -> tuple[int, Iterator[by
     return size, pieces()
 
 
-def _safetensors_bytes(state_dict: Mapping[str, Any]) -> bytes:
+def _safetensors_bytes(state_dict: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
     """`state_dict` as the bytes of a safetensors file (what `push_weights` sends, in one piece)."""
-    return b"".join(_safetensors_stream(state_dict)[1])
+    return b"".join(_safetensors_stream(state_dict, metadata)[1])
 
 
-def _write_shared_file(path: str, state_dict: Mapping[str, Any]) -> int:
+def _write_shared_file(path: str, state_dict: Mapping[str, Any],
+                       metadata: Mapping[str, str] | None = None) -> int:
     """Write `state_dict` as a safetensors file at `path` (created here, mode 600; an existing file
     or link is refused); returns its size. Plain ``write`` calls: on tmpfs they cost half of
     filling a fresh mapping, which pays a page fault per 4 KiB page."""
-    header, tensors, size = _safetensors_layout(state_dict)
+    header, tensors, size = _safetensors_layout(state_dict, metadata)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         for data in (memoryview(header), *(_tensor_bytes(t) for t in tensors if t.numel())):
@@ -1232,13 +1329,14 @@ def _post(http: httpx.Client, url: str, what: str, **kwargs: Any) -> httpx.Respo
 
 
 def _push_shared(http: httpx.Client, url: str, state_dict: Mapping[str, Any], version: int | None,
-                 headers: dict[str, str], timeout: httpx.Timeout) -> WeightsResponse:
+                 headers: dict[str, str], timeout: httpx.Timeout,
+                 metadata: Mapping[str, str] | None = None) -> WeightsResponse:
     """Write `state_dict` into a new file in `SHM_DIR`, name it to the server, remove the file."""
     path = f"{SHM_DIR}/webgym-weights-{uuid.uuid4().hex}.safetensors"
     try:
         started = time.perf_counter()
         try:
-            size = _write_shared_file(path, state_dict)
+            size = _write_shared_file(path, state_dict, metadata)
         except OSError as exc:
             raise SharedMemoryUnavailable(f"cannot write the weights to {path}: {exc}", param="shm") from exc
         written = time.perf_counter() - started
@@ -1259,7 +1357,8 @@ def _shares_memory_with(url: str) -> bool:
 
 def push_weights(base_url: str, state_dict: Mapping[str, Any], *, version: int | None = None,
                  token: str | None = None, timeout_s: float = 300.0, client: httpx.Client | None = None,
-                 transport: Literal["auto", "shm", "http"] = "auto") -> WeightsResponse:
+                 transport: Literal["auto", "shm", "http"] = "auto",
+                 image_processor: Mapping[str, Any] | None = None) -> WeightsResponse:
     """Send `state_dict` (a torch model's ``state_dict()``) to the policy server at `base_url`
     (``http://HOST:PORT``, with or without ``/v1``) as new weights of `version` (default: the
     serving version + 1), from memory, nothing on disk. Returns the server's `WeightsResponse` once
@@ -1279,6 +1378,8 @@ def push_weights(base_url: str, state_dict: Mapping[str, Any], *, version: int |
     The dtypes must be the served ones (cast first, e.g. to bfloat16, if the server runs
     ``--dtype bfloat16``). Tied tensors go out under each of their names, as ``state_dict()``
     lists them (``safetensors.torch.save`` would refuse them; this writer does not use it).
+    `image_processor` (`webgym_rl.pixels.image_processor_config` of the trainer's processor) travels
+    in the file's ``__metadata__``: a server whose image processor differs refuses the weights.
     Raises `WeightsRejected` (HTTP 400: the weights do not match; the old weights keep serving),
     `SharedMemoryUnavailable` (``transport="shm"`` only), `PolicyUnauthorized` (HTTP 401: pass the
     server's `token`) or `WeightsPushFailed` (no connection, timeout, HTTP 5xx; retry), each naming
@@ -1286,17 +1387,18 @@ def push_weights(base_url: str, state_dict: Mapping[str, Any], *, version: int |
     """
     url = base_url.rstrip("/").removesuffix("/v1") + "/weights"
     headers = {"authorization": f"Bearer {token}"} if token else {}
+    metadata = {IMAGE_PROCESSOR_METADATA: json.dumps(dict(image_processor))} if image_processor else None
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
     with contextlib.ExitStack() as stack:
         http = client or stack.enter_context(httpx.Client(trust_env=False))
         if transport == "shm" or (transport == "auto" and _shares_memory_with(url)):
             try:
-                return _push_shared(http, url, state_dict, version, headers, timeout)
+                return _push_shared(http, url, state_dict, version, headers, timeout, metadata)
             except SharedMemoryUnavailable as exc:
                 if transport == "shm":
                     raise
                 logger.warning("shared-memory push to %s not possible, sending an HTTP body: %s", url, exc)
-        size, pieces = _safetensors_stream(state_dict)
+        size, pieces = _safetensors_stream(state_dict, metadata)
         response = _post(http, url, f"{size} bytes of weights", content=pieces,
                          params={} if version is None else {"version": version}, timeout=timeout,
                          headers={**headers, "content-type": "application/octet-stream",

@@ -6,17 +6,32 @@ returned. Which episodes and steps are kept, and with what weight or advantage, 
 `Objective`:
 
 - ``filtered_bc``: steps of successful episodes (``reward >= success_threshold``) of the last K
-  iterations, ``same_as_next`` steps dropped; sampled with recency weights
-  ``(age + 1) ** -recency_power`` (age 0 = the newest iteration).
-- ``reinforce``: steps of every judged episode of the last K iterations, ``same_as_next`` steps
-  dropped; advantage = reward minus the mean reward of that task's attempts in the same iteration
-  (optionally divided by the group's standard deviation), clipped to ``[-clip, clip]``.
+  iterations, ``same_as_next`` steps dropped (nothing to imitate: `SampleSelection.drop_same_as_next`);
+  sampled with recency weights ``(age + 1) ** -recency_power`` (age 0 = the newest iteration). It
+  imitates any reply, the random policy's and the scripted expert's included.
+- ``reinforce``: steps of every judged episode of the last K iterations; advantage = reward minus
+  the mean reward of that task's attempts in the same iteration (optionally divided by the group's
+  standard deviation), clipped to ``[-clip, clip]``.
 - ``grpo``: the same group-relative advantages (GRPO: a group is the attempts at one task in one
   iteration), but a group whose rewards are all equal carries no signal and is dropped (DAPO's
   dynamic sampling), counted in `SampleCounts.groups_dropped`.
 
 Every step of an episode carries the episode's advantage. `SampleCounts.group_sizes` records how
-many groups of each size the reinforce and grpo selections saw.
+many groups of each size the reinforce and grpo selections saw. For the two policy-gradient
+objectives:
+
+- a step without behaviour log-probabilities (a reply of the random, pixel-random or scripted
+  expert policy, or of an endpoint that returned none) is never trained on: the objectives weigh
+  each token by how likely the rolling-out policy made it, which such a step cannot say (treating
+  it as on-policy would push the model towards replies it never gave). Those steps are counted
+  (`SampleCounts.steps_without_logprobs`), and a group's baseline still counts their episode's reward;
+- no-op steps (``same_as_next``) follow `SampleSelection.policy_gradient_no_ops`: by default
+  ``penalise`` (the published recipe's rule: a no-op of an episode with a negative advantage is
+  kept, so it is pushed down; one of a positive advantage is dropped, so it is not reinforced).
+
+Which steps carry the sampled token ids (schema 1.4, trained on exactly) and which are re-tokenised
+from their text (older rows, endpoints without ``return_token_ids``) is counted too
+(`SampleCounts.retokenised`, with the first few named).
 
 Episodes are never trained on when they belong to the test split, have no reward, or ended in an
 infrastructure failure (`EpisodeStatus.is_error`): those say nothing about the agent. That rule is
@@ -44,12 +59,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from webgym_rl.errors import MissingColumnError, NoTrainingDataError, TrainingDataError
 from webgym_rollout.trajectory.contract import (
     EpisodeColumn,
     EpisodeStatus,
+    Sampling,
     ShardSchemaError,
     StepField,
     TrajectoryError,
@@ -87,6 +103,9 @@ class Objective(StrEnum):
     """Clipped-ratio policy gradient on group-relative advantages; groups without signal dropped."""
 
 
+NoOpSteps = Literal["penalise", "drop", "keep"]
+
+
 @dataclass(frozen=True)
 class SampleSelection:
     """Which episodes and steps become samples, and how they are weighted."""
@@ -103,13 +122,27 @@ class SampleSelection:
     advantage_clip: float = 5.0
     """reinforce, grpo: clip advantages to [-clip, clip]."""
     drop_same_as_next: bool = True
-    """Drop steps whose screenshot equals the next one (no-op actions)."""
+    """filtered_bc: drop steps whose screenshot equals the next one (no-op actions: nothing to imitate)."""
+    policy_gradient_no_ops: NoOpSteps = "penalise"
+    """reinforce, grpo: steps whose screenshot equals the next one: penalise (kept where the episode's
+    advantage is negative, dropped where it is positive: the published recipe), drop, or keep."""
 
     def __post_init__(self) -> None:
         if self.last_k_iterations < 0:
             raise ValueError(f"last_k_iterations: must be >= 0, got {self.last_k_iterations}")
         if not self.advantage_clip > 0:
             raise ValueError(f"advantage_clip: must be > 0, got {self.advantage_clip}")
+        if self.policy_gradient_no_ops not in get_args(NoOpSteps):
+            raise ValueError(f"policy_gradient_no_ops: {self.policy_gradient_no_ops!r} is unknown; choose "
+                             f"{', '.join(get_args(NoOpSteps))}")
+
+    def keeps_no_op(self, objective: Objective, advantage: float) -> bool:
+        """Whether `objective` trains on a no-op step (``same_as_next``) of an episode with `advantage`."""
+        if objective is Objective.FILTERED_BC:
+            return not self.drop_same_as_next
+        if self.policy_gradient_no_ops == "penalise":
+            return advantage < 0
+        return self.policy_gradient_no_ops == "keep"
 
     def imitates(self, reward: float) -> bool:
         """filtered_bc imitates a (trainable) episode of this reward: at least `success_threshold`."""
@@ -121,16 +154,23 @@ class SampleSelection:
 _EPISODE_COLUMNS = (EpisodeColumn.EPISODE_ID, EpisodeColumn.ITERATION, EpisodeColumn.TASK_ID,
                     EpisodeColumn.SPLIT, EpisodeColumn.REWARD, EpisodeColumn.STATUS, EpisodeColumn.STEPS)
 _STEP_FIELDS = (StepField.SCREENSHOT, StepField.MESSAGES, StepField.RESPONSE, StepField.SAME_AS_NEXT)
+# Read when the rows have them (schema 1.2 and 1.4 added them).
+_OPTIONAL_STEP_FIELDS = (StepField.LOGPROBS, StepField.TOKEN_IDS, StepField.PROMPT_TOKEN_HASH,
+                         StepField.SAMPLING, StepField.POLICY_VERSION, StepField.FINISH_REASON,
+                         StepField.USAGE)
+_NAMED = 5
+"""How many re-tokenised samples `SampleCounts` names."""
 
 
 @dataclass
 class Sample:
-    """One training sample: the prompt the policy saw and the response it gave."""
+    """One training sample: the prompt the policy saw and the reply it gave, as text and (schema 1.4)
+    as the token ids it sampled."""
 
     messages: list[dict[str, Any]]
     """Chat messages with image parts ``{"type": "image", "image": PIL.Image}``."""
     response: str
-    """The raw policy response (the target)."""
+    """The raw policy response (its text)."""
     advantage: float
     """1.0 for filtered_bc; the episode's clipped advantage for reinforce and grpo."""
     episode_id: str
@@ -139,8 +179,24 @@ class Sample:
     """Mean log-probability of the response tokens under the policy that produced them, as its
     endpoint returned them (`Step.logprobs`); None when it returned none (the random policy)."""
     behaviour_logprobs: tuple[float, ...] | None = None
-    """The same per reply token, as the endpoint returned them; None when it returned none. The
-    collator lines them up with the trainer's tokens (`webgym_rl.collate`)."""
+    """The same per reply token, as the endpoint returned them; None when it returned none."""
+    token_ids: tuple[int, ...] | None = None
+    """The reply's token ids as sampled (`Step.token_ids`): the training target, one per entry of
+    `behaviour_logprobs`. None: unknown (the collator re-tokenises `response`)."""
+    prompt_tokens: int | None = None
+    """How many tokens the endpoint's prompt had (`Step.usage`), where it said."""
+    prompt_token_hash: str = ""
+    """`Step.prompt_token_hash` ("" unknown): the collator checks its prompt against it."""
+    sampling: Sampling | None = None
+    """How the reply was sampled (`Step.sampling`; None unknown)."""
+    finish_reason: str = ""
+    """``stop``, ``length`` (cut at max_tokens: no end-of-turn token) or "" (unknown)."""
+    policy_version: str = ""
+    """The version that produced the reply (`Step.policy_version`)."""
+
+    @property
+    def where(self) -> str:
+        return f"episode {self.episode_id} step {self.step}"
 
 
 @dataclass
@@ -153,6 +209,14 @@ class SampleCounts:
     steps_read: int = 0
     steps_kept: int = 0
     same_as_next_dropped: int = 0
+    steps_without_logprobs: int = 0
+    """reinforce, grpo: steps left out for want of behaviour log-probabilities (a policy without a
+    model, or an endpoint that returned none): never treated as on-policy."""
+    retokenised: int = 0
+    """Kept steps without token ids (rows before schema 1.4, an endpoint without
+    ``return_token_ids``): trained on their re-tokenised text."""
+    retokenised_named: list[str] = field(default_factory=list)
+    """The first few of them, ``episode E step S``."""
     iterations_kept: list[int] = field(default_factory=list)
     iteration_weights: dict[str, float] = field(default_factory=dict)
     """The sampling weight of each kept iteration's samples (filtered_bc: recency; else 1.0)."""
@@ -172,10 +236,18 @@ class SampleCounts:
             sizes = ", ".join(f"{n} of {size}" for size, n in sorted(self.group_sizes.items(),
                                                                      key=lambda kv: int(kv[0])))
             groups = f"; groups: {sizes}, {self.groups_dropped} dropped (equal rewards)"
+        without = (f", {self.steps_without_logprobs} without behaviour log-probabilities dropped"
+                   if self.steps_without_logprobs else "")
+        retokenised = ""
+        if self.retokenised:
+            more = ", ..." if self.retokenised > len(self.retokenised_named) else ""
+            named = ", ".join(self.retokenised_named) + more
+            retokenised = f"; {self.retokenised} kept steps have no token ids, re-tokenised ({named})"
         return (f"{self.objective}: {self.trajectories_read} trajectories read, "
                 f"{self.trajectories_kept} kept (iterations {self.iterations_kept}); "
                 f"{self.steps_read} steps read, {self.steps_kept} kept, "
-                f"{self.same_as_next_dropped} same_as_next dropped; skipped: {skipped}{groups}")
+                f"{self.same_as_next_dropped} same_as_next dropped{without}; skipped: {skipped}{groups}"
+                f"{retokenised}")
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -189,6 +261,18 @@ class _StepRef:
 
 
 @dataclass(frozen=True)
+class _StepFlags:
+    """What the selection needs of one step, read from a few Arrow fields."""
+
+    same_as_next: bool
+    logprobs: int
+    """How many behaviour log-probabilities it has."""
+    token_ids: int
+    """How many sampled token ids it has."""
+    policy_version: str = ""
+
+
+@dataclass(frozen=True)
 class _Candidate:
     """An episode that may be trained on, as the selection sees it (read from a few columns)."""
 
@@ -196,11 +280,12 @@ class _Candidate:
     """Index of its `TrajectorySet`."""
     row: int
     """Row of the episode in that set's dataset."""
+    episode_id: str
     iteration: int
     task_id: str
     reward: float
-    same_as_next: list[bool]
-    """One flag per step."""
+    steps: list[_StepFlags]
+    """One per step."""
 
 
 class StepSamples:
@@ -208,7 +293,7 @@ class StepSamples:
 
     def __init__(self, sources: Sequence[TrajectorySet], refs: Sequence[_StepRef],
                  advantages: Sequence[float], weights: Sequence[float], counts: SampleCounts,
-                 iterations: Sequence[int] | None = None):
+                 iterations: Sequence[int] | None = None, steps: Sequence[_StepFlags] | None = None):
         self.sources = list(sources)
         self._refs = list(refs)
         self.advantages = list(advantages)
@@ -216,6 +301,12 @@ class StepSamples:
         """Relative sampling weight of each sample (recency); all 1.0 when uniform."""
         self.iterations = list(iterations) if iterations is not None else [0] * len(self._refs)
         """The iteration (loop round) each sample's episode belongs to: its provenance."""
+        steps = list(steps) if steps is not None else [_StepFlags(False, 0, 0)] * len(self._refs)
+        self.policy_versions = [step.policy_version for step in steps]
+        """The policy version that sampled each sample's reply (read without decoding anything)."""
+        self.exact = [bool(step.token_ids and step.logprobs) for step in steps]
+        """Whether each sample carries its sampled token ids and their log-probabilities (trained on
+        exactly; what the on-policy check compares)."""
         self.counts = counts
         # Arrow rows: reading one step's bytes decodes nothing else of the episode.
         self._tables = [source.dataset.with_format("arrow") for source in self.sources]
@@ -246,14 +337,23 @@ class StepSamples:
             return image.convert("RGB") if image.mode != "RGB" else image
 
         messages = expand_messages(step[StepField.MESSAGES][ref.step].as_py(), image_for_step)
-        behaviour, per_token = None, None
-        if steps.type.get_field_index(StepField.LOGPROBS) >= 0:  # schema 1.1 rows have none
-            logprobs = steps.field(StepField.LOGPROBS)[ref.step].as_py() or []
-            if logprobs:
-                behaviour, per_token = sum(logprobs) / len(logprobs), tuple(logprobs)
+        # Fields older rows lack (schema 1.1: log-probabilities; before 1.4: token ids, sampling).
+        extra = {name: steps.field(name)[ref.step].as_py() for name in _OPTIONAL_STEP_FIELDS
+                 if steps.type.get_field_index(name) >= 0}
+        logprobs = extra.get(StepField.LOGPROBS) or []
+        token_ids = extra.get(StepField.TOKEN_IDS) or []
+        sampling = extra.get(StepField.SAMPLING)
+        usage = extra.get(StepField.USAGE) or {}
         return Sample(messages=messages, response=step[StepField.RESPONSE][ref.step].as_py() or "",
                       advantage=self.advantages[index], episode_id=episode_id, step=ref.step,
-                      behaviour_logprob=behaviour, behaviour_logprobs=per_token)
+                      behaviour_logprob=sum(logprobs) / len(logprobs) if logprobs else None,
+                      behaviour_logprobs=tuple(logprobs) if logprobs else None,
+                      token_ids=tuple(token_ids) if token_ids else None,
+                      prompt_tokens=usage.get("prompt_tokens") or None,
+                      prompt_token_hash=extra.get(StepField.PROMPT_TOKEN_HASH) or "",
+                      sampling=Sampling(**sampling) if sampling else None,
+                      finish_reason=extra.get(StepField.FINISH_REASON) or "",
+                      policy_version=extra.get(StepField.POLICY_VERSION) or "")
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -341,15 +441,27 @@ def _episode_status(value: str | None, source: TrajectorySet, episode_id: str) -
                                 f"episode status ({choices} or error:<kind>)") from None
 
 
-def _step_flags(steps_column) -> list[list[bool]]:
-    """Each row's ``same_as_next`` flags, read from the Arrow list column without its other fields."""
-    flags: list[list[bool]] = []
+def _step_flags(steps_column) -> list[list[_StepFlags]]:
+    """Each row's `_StepFlags`, read from the Arrow list column without its other fields (no
+    screenshot is touched)."""
+    import pyarrow.compute as pc
+
+    flags: list[list[_StepFlags]] = []
     for chunk in steps_column.chunks:
         lengths = chunk.value_lengths().fill_null(0).to_pylist()
-        values = chunk.flatten().field(StepField.SAME_AS_NEXT).fill_null(False).to_pylist()
+        inner = chunk.flatten()
+        same = inner.field(StepField.SAME_AS_NEXT).fill_null(False).to_pylist()
+        versions = (inner.field(StepField.POLICY_VERSION).fill_null("").to_pylist()
+                    if inner.type.get_field_index(StepField.POLICY_VERSION) >= 0 else [""] * len(same))
+        counts = {}
+        for name in (StepField.LOGPROBS, StepField.TOKEN_IDS):
+            present = inner.type.get_field_index(name) >= 0
+            counts[name] = (pc.list_value_length(inner.field(name)).fill_null(0).to_pylist() if present
+                            else [0] * len(same))
         offset = 0
         for n in lengths:
-            flags.append(values[offset:offset + n])
+            flags.append([_StepFlags(same[i], counts[StepField.LOGPROBS][i], counts[StepField.TOKEN_IDS][i],
+                                     versions[i]) for i in range(offset, offset + n)])
             offset += n
     return flags
 
@@ -370,8 +482,8 @@ def _candidates(sources: Sequence[TrajectorySet], counts: SampleCounts,
             if reason:
                 skipped[reason.value] += 1
                 continue
-            found.append(_Candidate(source=s, row=row, iteration=int(iteration or 0), task_id=task_id,
-                                    reward=float(reward), same_as_next=flags[row]))
+            found.append(_Candidate(source=s, row=row, episode_id=episode_id, iteration=int(iteration or 0),
+                                    task_id=task_id, reward=float(reward), steps=flags[row]))
     return found
 
 
@@ -459,23 +571,36 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
             raise NoTrainingDataError(f"filtered_bc: no trajectory in {names} has reward >= "
                                       f"{threshold:g} (of {counts.trajectories_read} read): "
                                       "nothing to imitate")
-    refs, advantages, weights, provenance = [], [], [], []
+    policy_gradient = objective is not Objective.FILTERED_BC
+    refs, advantages, weights, provenance, flags = [], [], [], [], []
     for episode, advantage in _advantages(objective, episodes, selection, counts, skipped, names):
         counts.trajectories_kept += 1
         weight = counts.iteration_weights[str(episode.iteration)]
-        for j, same in enumerate(episode.same_as_next):
-            if same and selection.drop_same_as_next:
+        for j, step in enumerate(episode.steps):
+            if step.same_as_next and not selection.keeps_no_op(objective, advantage):
                 counts.same_as_next_dropped += 1
                 continue
+            if policy_gradient and not step.logprobs:
+                counts.steps_without_logprobs += 1
+                continue
+            if not step.token_ids:
+                counts.retokenised += 1
+                if len(counts.retokenised_named) < _NAMED:
+                    counts.retokenised_named.append(f"episode {episode.episode_id} step {j}")
             refs.append(_StepRef(episode.source, episode.row, j))
             advantages.append(advantage)
             weights.append(weight)
             provenance.append(episode.iteration)
+            flags.append(step)
     counts.steps_kept = len(refs)
     counts.samples_by_iteration = {str(it): n for it, n in sorted(Counter(provenance).items())}
     counts.skipped = dict(skipped)
     if not refs:
+        without = (f", {counts.steps_without_logprobs} without behaviour log-probabilities (a policy without "
+                   "a model played them: the policy-gradient objectives cannot weigh them)"
+                   if counts.steps_without_logprobs else "")
         raise NoTrainingDataError(f"{objective.value}: the kept trajectories in {names} have no trainable "
-                                  f"steps ({counts.same_as_next_dropped} same_as_next steps dropped)")
+                                  f"steps ({counts.same_as_next_dropped} same_as_next steps dropped"
+                                  f"{without})")
     log.info("%s", counts.summary())
-    return StepSamples(sources, refs, advantages, weights, counts, provenance)
+    return StepSamples(sources, refs, advantages, weights, counts, provenance, flags)

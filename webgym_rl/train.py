@@ -45,18 +45,17 @@ import click
 from webgym_core.errors import SettingsError
 from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
 from webgym_rl.errors import ResumeError, TrainingError, TrainSettingsError, WebgymRLError
+from webgym_rl.pixels import ImageSettings
 from webgym_rl.samples import Objective, SampleSelection
 
 __all__ = ["EpochOrder", "FitResult", "GRPOSettings", "ResumeError", "TrainResult", "TrainSettings",
            "TrainSettingsError", "Trainer", "TrainingError", "TrainingSettings", "complete_checkpoints",
-           "make_accelerator", "steps_for", "train", "train_command"]
+           "describe_on_policy", "make_accelerator", "steps_for", "train", "train_command"]
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_PREFIX = "checkpoint-"
-_NOT_INPUTS = ("labels", "advantages", "behaviour_logprobs")
-"""Keys of a collated batch that are not model inputs."""
 
 Scheduler = Literal["constant", "linear", "cosine"]
 ModelDtype = Literal["float32", "bfloat16"]
@@ -158,10 +157,7 @@ class TrainingSettings:
     """no, bf16 or fp16; auto = what accelerate launch says, else bf16 where the GPU supports it."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more compute)."""
-    min_pixels: int | None = None
-    """Smallest image area after resizing (default: the checkpoint's processor setting)."""
-    max_pixels: int | None = None
-    """Largest image area after resizing (default: the checkpoint's processor setting)."""
+    images: ImageSettings = flat(ImageSettings)
     save_every: int = 0
     """Write a checkpoint every N optimizer steps (0 = only at the end)."""
     log_every: int = 10
@@ -247,6 +243,8 @@ class TrainResult:
     """Wall time of the training loop in this invocation (without setup and the final save)."""
     loop_cpu_seconds: float
     """CPU time of this process (all threads) in the loop: steadier than wall time on a busy machine."""
+    on_policy: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The on-policy check before the first update, per policy version (`Trainer.on_policy_check`)."""
     model: Any = None
     """The trained (unwrapped) model of this process."""
 
@@ -277,6 +275,15 @@ class EpochOrder:
         else:
             order = torch.multinomial(self.weights, len(self.weights), replacement=True, generator=generator)
         return iter(order.tolist())
+
+
+def describe_on_policy(check: dict[str, dict[str, float]]) -> str:
+    """One line of `Trainer.on_policy_check`'s result: per version, mean and max |difference|."""
+    if not check:
+        return "no sample with its sampled token ids and log-probabilities"
+    return "; ".join(f"{version} mean {entry['mean_abs']:.2e} max {entry['max_abs']:.2e} over "
+                     f"{int(entry['tokens'])} tokens of {int(entry['samples'])} samples"
+                     for version, entry in check.items())
 
 
 def complete_checkpoints(out: str | Path) -> list[Path]:
@@ -408,7 +415,7 @@ class Trainer:
         from transformers import get_scheduler
 
         from webgym_rl.collate import Collator
-        from webgym_rl.modeling import load_model, load_processor
+        from webgym_rl.modeling import load_model, load_processor, placeholder_token_ids
         from webgym_rl.objectives import NEEDS_PROXIMAL, OBJECTIVES
 
         t = self.training = training
@@ -419,9 +426,11 @@ class Trainer:
             raise TrainSettingsError(f"lr_scheduler: {t.lr_scheduler} needs the number of optimizer steps "
                                      "in advance: give --max-steps (per round), or use 'constant'")
         self.accelerator = accelerator = accelerator or make_accelerator(t, self.out)
-        self.processor = load_processor(base, revision=revision, min_pixels=t.min_pixels,
-                                        max_pixels=t.max_pixels)
+        self.processor = load_processor(base, revision=revision, min_pixels=t.images.min_pixels,
+                                        max_pixels=t.images.max_pixels)
         self.collator = Collator(self.processor)
+        self._placeholders = torch.tensor(placeholder_token_ids(self.processor.tokenizer), dtype=torch.long)
+        """Vision placeholder ids: no reply holds one, so the policy's distribution excludes them."""
         set_seed(seed)
         net = load_model(base, revision=revision, dtype=getattr(torch, t.model_dtype))
         net.train()
@@ -486,6 +495,49 @@ class Trainer:
         """Encode one sample now: one the processor rejects stops a run before its first step."""
         self.collator([sample])
 
+    def on_policy_check(self, samples: Any, per_version: int = 32) -> dict[str, dict[str, float]]:
+        """The on-policy check, as RL engines log it, before any update on `samples` (a
+        `webgym_rl.samples.StepSamples`): for up to `per_version` samples of each policy version
+        that carry their sampled token ids and log-probabilities (the first in `samples`' order), the
+        absolute difference between the trainer's log-probability of each sampled token (at the
+        sample's temperature, no gradient) and the rollout's. Returns ``{"v<N>": {"samples",
+        "tokens", "mean_abs", "max_abs"}}``; every process computes the same.
+
+        For the version the trainer holds, the two are the same policy, so the difference is
+        numerical noise (below 1e-3 in float32; more in bf16); more means that the trainer does not
+        score what the policy sampled (another prompt, other image tokens, a top-k/top-p cut, a bug).
+        For older versions it also measures how far the weights have moved since."""
+        import torch
+
+        from webgym_rl.collate import NOT_MODEL_INPUTS
+        from webgym_rl.objectives import response_logprobs
+
+        chosen: dict[str, list[int]] = {}
+        for index, (version, exact) in enumerate(zip(samples.policy_versions, samples.exact, strict=True)):
+            picked = chosen.setdefault(version or "unknown", [])
+            if exact and len(picked) < per_version:
+                picked.append(index)
+        found: dict[str, dict[str, float]] = {}
+        for version, indices in sorted(chosen.items()):
+            if not indices:
+                continue
+            total, count, largest = 0.0, 0, 0.0
+            for index in indices:
+                micro = {k: v.to(self.accelerator.device) for k, v in self.collator([samples[index]]).items()}
+                inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
+                with torch.no_grad(), self.accelerator.autocast():
+                    logits = self.policy_logits(self.model, inputs)
+                logp, mask = response_logprobs(logits, micro["labels"], micro["temperatures"])
+                behaviour = micro["behaviour_logprobs"][:, 1:].to(logp.dtype)
+                known = mask & ~torch.isnan(behaviour)
+                diff = (logp - torch.nan_to_num(behaviour)).abs()[known]
+                total += float(diff.sum())
+                count += int(diff.numel())
+                largest = max(largest, float(diff.max())) if diff.numel() else largest
+            found[version] = {"samples": len(indices), "tokens": count,
+                              "mean_abs": total / count if count else 0.0, "max_abs": largest}
+        return found
+
     def loader(self, samples: Any, order: Any) -> Any:
         """A prepared DataLoader over `samples` (a map-style dataset of `Sample`) in `order` (a
         sampler; `EpochOrder` for recency-weighted epochs)."""
@@ -512,6 +564,7 @@ class Trainer:
         all done; ``ppo_epoch``, the passes done over the next batch; updated in place) is where in the
         data order to start: a resumed run skips what it has seen. `on_save()` is called every
         `save_every` optimizer steps before the last, with the log history up to date."""
+        from webgym_rl.collate import NOT_MODEL_INPUTS
         from webgym_rl.objectives import ObjectiveBatch
 
         t, accelerator = self.training, self.accelerator
@@ -552,6 +605,7 @@ class Trainer:
             accelerator.gradient_accumulation_steps = n  # one optimizer step per pass over the group
             reference = [self._reference_logprobs(micro) for micro in group] if self.needs_reference \
                 else [None] * n
+            step_tokens, step_samples = self._step_normalisers(group)
             proximal = self._proximal if position["ppo_epoch"] else [None] * n
             if len(proximal) != n:
                 raise ResumeError(f"the checkpoint holds proximal log-probabilities of {len(proximal)} "
@@ -561,15 +615,17 @@ class Trainer:
                 window_loss, window_metrics, grad_norm = 0.0, {}, None
                 for j, micro in enumerate(group):
                     labels = micro["labels"]
-                    inputs = {k: v for k, v in micro.items() if k not in _NOT_INPUTS}
+                    inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
                     with accelerator.accumulate(self.model):
-                        logits = self.model(**inputs).logits
+                        logits = self.policy_logits(self.model, inputs)
                         if self.needs_proximal and proximal[j] is None:
-                            proximal[j] = self._logprobs(logits, labels)
+                            proximal[j] = self._logprobs(logits, labels, micro["temperatures"])
                         batch = ObjectiveBatch(
                             logits=logits, labels=labels, advantages=micro["advantages"],
                             behaviour_logprobs=micro["behaviour_logprobs"][:, 1:],
-                            proximal_logprobs=proximal[j], reference_logprobs=reference[j])
+                            proximal_logprobs=proximal[j], reference_logprobs=reference[j],
+                            temperatures=micro["temperatures"], step_tokens=step_tokens,
+                            step_samples=step_samples)
                         loss, metrics = self.loss(batch, t)
                         accelerator.backward(loss)
                         if accelerator.sync_gradients and t.max_grad_norm > 0:
@@ -626,29 +682,52 @@ class Trainer:
                          loop_seconds=time.perf_counter() - started,
                          loop_cpu_seconds=time.process_time() - started_cpu)
 
+    def policy_logits(self, model: Any, inputs: dict[str, Any]) -> Any:
+        """`model`'s logits of `inputs` as the policy's: the vision placeholder tokens, which the
+        policy server never samples (`webgym_rl.modeling.VISION_PLACEHOLDERS`), at -inf."""
+        logits = model(**inputs).logits
+        if not len(self._placeholders):
+            return logits
+        return logits.index_fill(-1, self._placeholders.to(logits.device), float("-inf"))
+
     @staticmethod
-    def _logprobs(logits: Any, labels: Any) -> Any:
+    def _logprobs(logits: Any, labels: Any, temperatures: Any = None) -> Any:
         """The response tokens' log-probabilities under `logits`, detached (`response_logprobs`)."""
         import torch
 
         from webgym_rl.objectives import response_logprobs
 
         with torch.no_grad():
-            return response_logprobs(logits.detach(), labels)[0]
+            return response_logprobs(logits.detach(), labels, temperatures)[0]
+
+    def _step_normalisers(self, group: list[dict[str, Any]]) -> tuple[float, float]:
+        """(response tokens, samples) of the optimizer step whose micro-batches are `group`, summed
+        over every process, each divided by the micro-batches times the processes (what gradient
+        accumulation and the data-parallel mean divide a loss by): the objectives' normalisers."""
+        import torch
+
+        tokens = sum(int((micro["labels"][:, 1:] != -100).sum()) for micro in group)
+        samples = sum(micro["labels"].shape[0] for micro in group)
+        local = torch.tensor([float(tokens), float(samples)], device=self.accelerator.device)
+        tokens, samples = self.accelerator.reduce(local, reduction="sum").tolist()
+        divisor = len(group) * self.accelerator.num_processes
+        return tokens / divisor, samples / divisor
 
     def _reference_logprobs(self, micro: dict[str, Any]) -> Any:
         """The reference (starting) model's log-probabilities of `micro`'s response tokens."""
         import torch
 
-        inputs = {k: v for k, v in micro.items() if k not in _NOT_INPUTS}
+        from webgym_rl.collate import NOT_MODEL_INPUTS
+
+        inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
         model = self.accelerator.unwrap_model(self.model)
         with torch.no_grad(), self.accelerator.autocast():
             if self._reference is not None:
-                logits = self._reference(**inputs).logits
+                logits = self.policy_logits(self._reference, inputs)
             else:  # a LoRA run from a fresh adapter: the model without its adapter is the start
                 with model.disable_adapter():
-                    logits = model(**inputs).logits
-        return self._logprobs(logits, micro["labels"])
+                    logits = self.policy_logits(model, inputs)
+        return self._logprobs(logits, micro["labels"], micro["temperatures"])
 
     def save(self, folder: Path, state: dict[str, Any]) -> Path:
         """A full checkpoint in `folder`: ``training_state/`` (optimizer, schedule, RNG, model),
@@ -775,8 +854,10 @@ def train(settings: TrainSettings) -> TrainResult:
                       seed=settings.seed, total_steps=total_steps, tracker_config=_tracker_config(settings),
                       accelerator=accelerator)
     trainer.check(samples[0])  # a sample the processor rejects stops the run now, not at step 1000
+    on_policy = trainer.on_policy_check(samples)
     if trainer.is_main_process:
         log.info("%s", samples.counts.summary())
+        log.info("on-policy check: %s", describe_on_policy(on_policy))
     order = EpochOrder(samples.weights, settings.seed)
     loader = trainer.loader(samples, order)
 
@@ -785,7 +866,8 @@ def train(settings: TrainSettings) -> TrainResult:
         "base_model": trainer.base_model, "base_model_revision": trainer.base_revision,
         "start_adapter": str(trainer.start_adapter) if trainer.start_adapter else None,
         "objective": objective_name, "data": describe_sources(sources), "counts": samples.counts.as_dict(),
-        "num_processes": trainer.num_processes, "settings": settings_to_dict(settings),
+        "on_policy": on_policy, "num_processes": trainer.num_processes,
+        "settings": settings_to_dict(settings),
     }
     position = {"epoch": 0, "batches_in_epoch": 0, "ppo_epoch": 0}
     if resume_from is not None:
@@ -813,7 +895,7 @@ def train(settings: TrainSettings) -> TrainResult:
     return TrainResult(checkpoint=final, steps=trainer.step, log_history=trainer.log_history,
                        counts=state["counts"], samples_seen=fitted.samples_seen,
                        loop_seconds=fitted.loop_seconds, loop_cpu_seconds=fitted.loop_cpu_seconds,
-                       model=trainer.accelerator.unwrap_model(trainer.model))
+                       on_policy=on_policy, model=trainer.accelerator.unwrap_model(trainer.model))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -848,3 +930,5 @@ def train_command(config: str | None, **flags: Any) -> None:
     click.echo(f"{counts['objective']}: {counts['trajectories_read']} trajectories read, "
                f"{counts['trajectories_kept']} kept, {counts['steps_kept']} steps; "
                f"trained {result.steps} steps; checkpoint {result.checkpoint}")
+    click.echo(f"on-policy check (trainer vs rollout log-probabilities of the sampled tokens, before "
+               f"training): {describe_on_policy(result.on_policy)}")

@@ -202,7 +202,9 @@ class WebEnv:
                     action_error=parsed.error, memory=parsed.memory, url=self._url, title=self._title,
                     finish_reason=output.finish_reason,
                     usage=TokenUsage(output.prompt_tokens, output.completion_tokens),
-                    policy_version=output.policy_version, logprobs=tuple(output.logprobs))
+                    policy_version=output.policy_version, logprobs=tuple(output.logprobs),
+                    token_ids=tuple(output.token_ids), prompt_token_hash=output.prompt_token_hash,
+                    sampling=output.sampling)
         self.steps.append(step)
         execute_s = observe_s = 0.0
         terminated = False

@@ -75,8 +75,11 @@ def episode(
     image_size: tuple[int, int] = (56, 56),
     window: int = 2,
     responses: Sequence[str] | None = None,
+    logprobs: Sequence[float] | None = (-1.0,) * 8,
 ) -> Episode:
-    """One episode; step ``i``'s prompt shows the screenshots of the last `window` steps."""
+    """One episode; step ``i``'s prompt shows the screenshots of the last `window` steps. Each step
+    carries `logprobs` as its behaviour log-probabilities (as a model's endpoint returns them; None:
+    none, as a policy without a model) but no token ids (its text is re-tokenised)."""
     same_as_next = list(same_as_next) if same_as_next is not None else [False] * num_steps
     steps = []
     for i in range(num_steps):
@@ -95,7 +98,8 @@ def episode(
             index=i, screenshot=png(image), messages=json.dumps(messages), response=response, action=response,
             url=f"http://127.0.0.1/{task_id}/{i}", title=task_id, same_as_next=bool(same_as_next[i]),
             finish_reason="stop", usage=TokenUsage(prompt_tokens=100, completion_tokens=10),
-            latency=Latency(policy_s=0.1, execute_s=0.05, screenshot_s=0.02)))
+            latency=Latency(policy_s=0.1, execute_s=0.05, screenshot_s=0.02),
+            logprobs=tuple(logprobs or ())))
     return Episode(
         task=task(task_id), episode_id=f"{task_id}-it{iteration}-a{attempt}", iteration=iteration,
         attempt=attempt, split=split, instruction=f"do {task_id}", policy_model="tiny", judge_model="rule",

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.webgym_rl.synthetic import screenshot, tiny_checkpoint
-from webgym_rl.collate import IGNORE_INDEX, Collator, PromptPrefixError
+from webgym_rl.collate import IGNORE_INDEX, NOT_MODEL_INPUTS, Collator, PromptPrefixError, TokenMismatchError
 from webgym_rl.modeling import CHAT_TEMPLATE, load_model, load_processor
 from webgym_rl.samples import Sample
 
@@ -59,7 +59,7 @@ def test_padding_is_per_sample_and_each_row_matches_its_own_encoding(family_dir)
         assert (batch["input_ids"][row, n:] == collator.pad_token_id).all()
     # The padded batch runs through the model.
     model = load_model(family_dir)
-    inputs = {k: v for k, v in batch.items() if k not in ("labels", "advantages")}
+    inputs = {k: v for k, v in batch.items() if k not in NOT_MODEL_INPUTS}
     assert model(**inputs).logits.shape[:2] == batch["input_ids"].shape
 
 
@@ -83,3 +83,80 @@ def test_a_response_that_merges_with_the_prompt_is_refused_clearly(tmp_path_fact
     Collator(processor)([_sample(response=" shot")])  # a space keeps the words apart: fine
     with pytest.raises(PromptPrefixError, match="episode e1 step 3: the prompt tokenised alone is not"):
         Collator(processor)([_sample(response="shot")])
+
+
+# --------------------------------------------------------------------- token in, token out
+
+
+def _byte_ids(processor, text: str) -> list[int]:
+    """`text` as one token per character: ids a model may sample, which the tokenizer's own merges
+    would never give back (it re-tokenises "click" as one or two pieces, not five)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    pieces = bytes_to_unicode()  # byte-level BPE: each byte is a piece of its own
+    ids = [processor.tokenizer.convert_tokens_to_ids(pieces[byte]) for byte in text.encode()]
+    assert None not in ids
+    return ids
+
+
+def _sampled(processor, text='{"action": "click"}', **changes) -> Sample:
+    from webgym_rollout.trajectory.contract import Sampling, prompt_token_digest
+
+    sample = _sample(response=text)
+    ids = _byte_ids(processor, text) + [processor.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    prompt = processor.apply_chat_template(sample.messages, tokenize=False, add_generation_prompt=True)
+    prompt_ids = processor(text=[prompt], images=[sample.messages[1]["content"][1]["image"]],
+                           return_tensors="pt")["input_ids"][0].tolist()
+    values = dict(token_ids=tuple(ids), behaviour_logprobs=tuple(-0.01 * (i + 1) for i in range(len(ids))),
+                  prompt_tokens=len(prompt_ids), prompt_token_hash=prompt_token_digest(prompt_ids),
+                  sampling=Sampling(temperature=0.7), finish_reason="stop", policy_version="v4")
+    values["behaviour_logprob"] = sum(values["behaviour_logprobs"]) / len(values["behaviour_logprobs"])
+    import dataclasses
+
+    return dataclasses.replace(sample, **{**values, **changes})
+
+
+def test_the_sampled_ids_are_trained_on_as_they_are_never_re_tokenised(family_dir):
+    """Each behaviour log-probability sits on the token it was computed for: the reply's labels are
+    the sampled ids (which re-tokenising the text would not give), its behaviour log-probabilities
+    are the endpoint's in order, and the batch says it is exact, at which temperature and version."""
+    processor = load_processor(family_dir)
+    collator = Collator(processor)
+    sample = _sampled(processor)
+    retokenised = processor.tokenizer(sample.response + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    assert retokenised != list(sample.token_ids)  # the case that re-tokenisation gets wrong
+    batch = collator([sample, _sample(response="ok")])
+    labels, behaviour = batch["labels"][0], batch["behaviour_logprobs"][0]
+    reply = labels != IGNORE_INDEX
+    assert labels[reply].tolist() == list(sample.token_ids)
+    assert behaviour[reply].tolist() == pytest.approx(list(sample.behaviour_logprobs))
+    assert torch.isnan(behaviour[~reply]).all()
+    assert batch["exact"].tolist() == [True, False] and batch["versions"].tolist() == [4, -1]
+    assert batch["temperatures"].tolist() == pytest.approx([0.7, 1.0])
+    model = load_model(family_dir)
+    inputs = {k: v for k, v in batch.items() if k not in NOT_MODEL_INPUTS}
+    assert model(**inputs).logits.shape[:2] == batch["input_ids"].shape
+
+
+def test_tokens_that_are_not_the_sampled_ones_are_refused_naming_the_step(family_dir):
+    processor = load_processor(family_dir)
+    sample = _sampled(processor)
+    with pytest.raises(TokenMismatchError, match=r"e1 step 3: the step has \d+ sampled token ids but 3 log"):
+        Collator(processor)([_sampled(processor, behaviour_logprobs=(-1.0, -1.0, -1.0))])
+    # The endpoint's prompt was other tokens: another chat template, or other image tokens.
+    with pytest.raises(TokenMismatchError, match="episode e1 step 3: the trainer's prompt .* --min-pixels"):
+        Collator(processor)([_sampled(processor, prompt_token_hash="0" * 64)])
+    smaller = load_processor(family_dir, min_pixels=28 * 28, max_pixels=28 * 28 * 2)  # fewer image tokens
+    with pytest.raises(TokenMismatchError, match=f"{sample.prompt_tokens} tokens"):
+        Collator(smaller)([sample])
+    Collator(processor)([sample])  # the same processor as the rollout's: fine
+
+
+def test_a_re_tokenised_reply_cut_at_max_tokens_gets_no_end_of_turn_token(family_dir):
+    processor = load_processor(family_dir)
+    end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for reason, ends in (("stop", True), ("", True), ("length", False)):
+        sample = _sample(response='{"action": "cli')
+        sample.finish_reason = reason
+        labels = Collator(processor)([sample])["labels"][0]
+        assert (labels[labels != IGNORE_INDEX][-1].item() == end) is ends, reason

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from tests.webgym_rl.synthetic import episode, standard_iteration, tiny_checkpoint, write_shards
 from webgym_core.settings import settings_from_dict
-from webgym_rl.collate import Collator
+from webgym_rl.collate import NOT_MODEL_INPUTS, Collator
 from webgym_rl.errors import NoTrainingDataError, ResumeError, TrainSettingsError
 from webgym_rl.modeling import load_model, load_processor
 from webgym_rl.objectives import OBJECTIVES, ObjectiveBatch, grpo, kl_k3, response_logprobs
@@ -256,9 +256,9 @@ def test_ppo_epochs_pass_over_each_batch_with_proximal_logprobs_computed_once(tm
 
     logprobs = Trainer._logprobs
 
-    def count(logits, labels):
+    def count(logits, labels, temperatures=None):
         proximal_made.append(1)
-        return logprobs(logits, labels)
+        return logprobs(logits, labels, temperatures)
 
     monkeypatch.setitem(OBJECTIVES, Objective.GRPO, spy)
     monkeypatch.setattr(Trainer, "_logprobs", staticmethod(count))
@@ -311,11 +311,12 @@ def test_the_reference_model_stays_the_starting_model(tmp_path_factory, tmp_path
     trainer = Trainer(model=str(model), model_revision=None, training=training, out=tmp_path / "out", seed=0,
                       total_steps=None)
     batch = trainer.collator([samples[i] for i in range(len(samples))])
-    inputs = {k: v for k, v in batch.items() if k not in ("labels", "advantages", "behaviour_logprobs")}
+    inputs = {k: v for k, v in batch.items() if k not in NOT_MODEL_INPUTS}
 
     def own():
         with torch.no_grad():
-            return Trainer._logprobs(trainer.model(**inputs).logits, batch["labels"])
+            return Trainer._logprobs(trainer.policy_logits(trainer.model, inputs), batch["labels"],
+                                     batch["temperatures"])
 
     start = trainer._reference_logprobs(batch)
     assert torch.allclose(start, own(), atol=1e-6)  # KL 0 at the start
@@ -346,3 +347,59 @@ def test_grpo_through_the_cli_with_lora_kl_and_two_passes(tmp_path_factory, tmp_
     assert state["settings"]["ppo_epochs"] == 2 and state["settings"]["loss_aggregation"] == "sequence-mean"
     assert all(math.isfinite(e["loss"]) for e in state["log_history"])
     assert (out / "checkpoint-000004" / "adapter_config.json").is_file()
+
+
+# ------------------------------------------------------------ normalisers of the optimizer step
+
+
+def _first_step_gradient(checkpoint, data, training: TrainingSettings, out) -> list[torch.Tensor]:
+    """The gradient of the first optimizer step of `training` on `data` (recorded when it steps)."""
+    from webgym_rl.train import EpochOrder
+
+    samples = build_samples(load_trajectories([data]), training.objective, training.samples)
+    trainer = Trainer(model=str(checkpoint), model_revision=None, training=training, out=out, seed=0,
+                      total_steps=None)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    recorded: list[list[torch.Tensor]] = []
+    step = trainer.optimizer.step
+
+    def record(*args, **kwargs):  # called after every micro-batch; it steps after the last
+        if trainer.accelerator.sync_gradients:
+            recorded.append([p.grad.detach().clone() for p in params])
+        return step(*args, **kwargs)
+
+    trainer.optimizer.step = record
+    order = EpochOrder([1.0] * len(samples), seed=0)
+    trainer.fit(trainer.loader(samples, order), order, until=1)
+    return recorded[0]
+
+
+@pytest.mark.parametrize("objective, aggregation", [
+    ("grpo", "token-mean"), ("grpo", "sequence-mean"), ("filtered_bc", "token-mean"),
+    ("reinforce", "token-mean")])
+def test_a_steps_gradient_does_not_depend_on_how_its_samples_are_split_into_micro_batches(
+        tmp_path_factory, tmp_path, objective, aggregation):
+    """One batch of 4 samples or four micro-batches of 1: the same step, the same gradient, for every
+    objective and normaliser (token-mean divides by the step's tokens, not each micro-batch's, so at
+    batch size 1 it is still DAPO's token-level loss, not the sequence mean)."""
+    checkpoint = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
+    replies = ["ok", '{"action": "click", "x": 120, "y": 5, "why": "a much longer reply"}', "go", "x" * 30]
+    episodes = [episode(task_id="t", attempt=i, reward=float(i % 2), num_steps=1, responses=[reply])
+                for i, reply in enumerate(replies)]
+    data = write_shards(tmp_path / "data", episodes)
+    grads = {}
+    for layout, (batch, accumulation) in {"one batch": (4, 1), "micro-batches": (1, 4)}.items():
+        training = TrainingSettings(objective=objective, per_device_batch_size=batch, max_steps=1,
+                                    gradient_accumulation_steps=accumulation, log_with="none",
+                                    samples=SampleSelection(success_threshold=0.0),
+                                    **({"grpo": GRPOSettings(loss_aggregation=aggregation)}
+                                       if objective == "grpo" else {}))
+        grads[layout] = _first_step_gradient(checkpoint, data, training, tmp_path / layout)
+    for a, b in zip(grads["one batch"], grads["micro-batches"], strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-7), (a - b).abs().max()
+    if aggregation == "token-mean" and objective == "grpo":  # and the two normalisers do differ here
+        sequence = TrainingSettings(objective="grpo", per_device_batch_size=4, max_steps=1, log_with="none",
+                                    grpo=GRPOSettings(loss_aggregation="sequence-mean"))
+        other = _first_step_gradient(checkpoint, data, sequence, tmp_path / "sequence")
+        pairs = zip(grads["one batch"], other, strict=True)
+        assert not all(torch.allclose(a, b, rtol=1e-3) for a, b in pairs)

@@ -355,9 +355,13 @@ def test_flags_come_from_the_settings_and_the_token_from_the_environment(monkeyp
     from dataclasses import fields
 
     from webgym_core.settings import flag_for
+    from webgym_rl.pixels import ImageSettings
 
     help_text = CliRunner().invoke(rl_main, ["serve-policy", "--help"]).output
     for item in fields(PolicyServerSettings):
+        if item.name == "images":  # a flat group: its fields are flags of their own
+            assert all(flag_for(ImageSettings, f.name) in help_text for f in fields(ImageSettings))
+            continue
         assert flag_for(PolicyServerSettings, item.name) in help_text, item.name
     assert "latency" not in help_text and "WEBGYM_POLICY_TOKEN" in help_text
     seen = {}
@@ -555,7 +559,7 @@ def test_auto_uses_shared_memory_on_loopback_and_falls_back_to_http(tiny_dir, sh
                 push_weights(base_url, weights, transport="shm")
             assert push_weights(base_url, weights).transport == "http"
 
-        def full(path: str, state_dict) -> int:
+        def full(path: str, state_dict, metadata=None) -> int:
             Path(path).write_bytes(b"partial")
             raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -941,3 +945,128 @@ def test_a_token_id_past_the_tokenizers_vocabulary_gets_an_empty_entry_not_a_500
     assert tokens.entry(past, -3.5) == {"token": "", "logprob": -3.5, "bytes": []}
     known = tokenizer.convert_tokens_to_ids("a")
     assert tokens.entry(known, -0.1) == {"token": "a", "logprob": -0.1, "bytes": [97]}
+
+
+# ------------------------------------------------------------- sampling: token in, token out
+
+
+def _with_generation_config(source: Path, folder: Path, **values) -> Path:
+    """A copy of checkpoint `source` whose generation_config.json also says `values`."""
+    import json
+
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**config, **values}))
+    return folder
+
+
+def _reference_logprobs(folder: Path, prompt_ids: list[int], token_ids: list[int], image, *,
+                        temperature: float = 1.0, top_k: int = 0):
+    """Each sampled token's log-probability under ``softmax(logits / T)`` without the four vision
+    placeholder tokens (which a reply never holds), cut to the top k (0: no cut), renormalised:
+    computed here by one teacher-forced forward pass, not by the server's code."""
+    import torch
+
+    processor = load_processor(folder)
+    model = load_model(folder).eval()
+    pixels = processor.image_processor(images=[image], return_tensors="pt")
+    ids = torch.tensor([prompt_ids + token_ids])
+    kinds = (ids == processor.image_token_id).long()  # 1 on image tokens: where M-RoPE places the image
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), mm_token_type_ids=kinds,
+                       **pixels).logits[0].float()
+    rows = logits[len(prompt_ids) - 1:-1] / temperature
+    vocab = processor.tokenizer.get_vocab()
+    placeholders = [vocab[t] for t in ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")]
+    rows[:, placeholders] = float("-inf")
+    if top_k:
+        cut = torch.topk(rows, top_k, dim=-1).values[:, -1:]
+        rows = rows.masked_fill(rows < cut, float("-inf"))
+    return torch.log_softmax(rows, dim=-1).gather(-1, torch.tensor(token_ids)[:, None])[:, 0].tolist()
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+async def test_replies_carry_the_sampled_ids_and_the_logprobs_of_the_distribution_sampled(family, tmp_path):
+    """Token in, token out: with ``return_token_ids`` a reply carries the sampled ids (one per
+    log-probability) and the prompt's ids (what the processor makes of the messages, image tokens
+    included). Each log-probability is the one of the distribution the token was drawn from
+    (temperature and top-k applied), computed independently here; the checkpoint's own generation
+    config (top_k 2, a repetition penalty) is not applied: the server samples what the request says."""
+    folder = _with_generation_config(tiny_model_dir(family), tmp_path / "model", top_k=2, top_p=0.5,
+                                     repetition_penalty=3.0, do_sample=True, temperature=0.3)
+    url = _data_url((200, 30, 30))
+    image = Image.open(io.BytesIO(base64.b64decode(url.partition(",")[2]))).convert("RGB")
+    settings = PolicyServerSettings(model=str(folder), port=0, max_new_tokens=24, served_model_name="tiny")
+    with running_policy_server(settings) as base_url:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60)
+        for temperature, top_k in ((1.0, None), (0.7, None), (1.3, 3)):
+            extra = {"return_token_ids": True, **({"top_k": top_k} if top_k else {})}
+            reply = await client.chat.completions.create(
+                model="tiny", messages=_messages(url), temperature=temperature, max_tokens=24, logprobs=True,
+                seed=5, extra_body=extra)
+            choice = reply.choices[0]
+            token_ids, prompt_ids = choice.model_extra["token_ids"], reply.model_extra["prompt_token_ids"]
+            logprobs = [entry.logprob for entry in choice.logprobs.content]
+            assert len(token_ids) == len(logprobs) == reply.usage.completion_tokens
+            assert len(prompt_ids) == reply.usage.prompt_tokens
+            expected = _reference_logprobs(folder, prompt_ids, token_ids, image, temperature=temperature,
+                                           top_k=top_k or 0)
+            worst = max(abs(a - b) for a, b in zip(logprobs, expected, strict=True))
+            assert worst < 1e-4, (temperature, top_k, worst)
+            # Tokens outside the top 2 (the checkpoint's top_k) and the top 50 (transformers' default)
+            # were sampled: neither cut was applied (the vocabulary holds a few hundred tokens).
+            if top_k is None and temperature == 1.0:
+                for k in (2, 50):
+                    cut = _reference_logprobs(folder, prompt_ids, token_ids, image, top_k=k)
+                    assert float("-inf") in cut, k
+        plain = await client.chat.completions.create(model="tiny", messages=_messages(url), temperature=1.0,
+                                                     max_tokens=4)
+        assert plain.choices[0].model_extra.get("token_ids") is None
+        assert plain.model_extra.get("prompt_token_ids") is None
+
+
+async def test_a_reply_cut_at_max_tokens_ends_where_it_was_cut(client):
+    """``length``: the ids are those generated, no end-of-turn token; ``stop``: the last id is it."""
+    url = _data_url((20, 200, 40))
+    replies = [await client.chat.completions.create(
+        model="tiny", messages=_messages(url), temperature=1.0, max_tokens=3, logprobs=True, seed=seed,
+        extra_body={"return_token_ids": True}) for seed in range(6)]
+    end = load_processor(tiny_model_dir("qwen2_vl")).tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for reply in replies:
+        ids, reason = reply.choices[0].model_extra["token_ids"], reply.choices[0].finish_reason
+        assert (reason == "length") == (len(ids) == 3 and end not in ids), (ids, reason)
+        assert reason == "length" or ids[-1] == end
+
+
+async def test_weights_made_with_another_image_processor_are_refused(tiny_dir, shm_dir, tmp_path):
+    """A push whose header says another image processor (the trainer's pixel bounds differ from the
+    server's) is refused naming the field, and so is a /reload of such a checkpoint; the same
+    settings go in."""
+    from webgym_rl.pixels import ImageSettings, image_processor_config
+
+    weights = load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict()
+    unit = 28  # patch 14 x merge 2
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=4, served_model_name="tiny",
+                                    images=ImageSettings(min_pixels=4 * unit * unit,
+                                                         max_pixels=64 * unit * unit))
+    served = image_processor_config(load_processor(tiny_dir, min_pixels=4 * unit * unit,
+                                                   max_pixels=64 * unit * unit))
+    with running_policy_server(settings) as base_url:
+        root = base_url.removesuffix("/v1")
+        for transport in ("shm", "http"):
+            with pytest.raises(WeightsRejected, match=r"image processor \(max_pixels: 50176 vs 12544"):
+                push_weights(base_url, weights, transport=transport,
+                             image_processor={**served, "max_pixels": 16 * unit * unit})
+        assert push_weights(base_url, weights, image_processor=served).version == 1
+        other = tmp_path / "other"
+        shutil.copytree(tiny_model_dir("qwen2_vl", seed=1), other)
+        async with httpx.AsyncClient(timeout=60) as http:
+            # The server's own bounds apply to what it loads; another image mean does not fit.
+            processor = load_processor(other)
+            processor.image_processor.image_mean = [0.5, 0.5, 0.5]
+            processor.save_pretrained(other)
+            refused = await http.post(f"{root}/reload", json={"model": str(other)})
+            assert refused.status_code == 400, refused.text
+            assert "image_mean" in refused.json()["error"]["message"], refused.text
+            health = (await http.get(f"{root}/health")).json()
+            assert (health["version"], health["checkpoint"]) == (1, str(tiny_dir))

@@ -190,18 +190,22 @@ def test_a_schema_1_1_folder_gives_the_same_samples_as_today(tmp_path):
     episodes = [episode(task_id="a", attempt=0, reward=1.0, num_steps=3, same_as_next=[False, True, False]),
                 episode(task_id="a", attempt=1, reward=0.0, num_steps=2)]
     old = write_1_1(tmp_path / "v1.1", episodes)
-    new = write_shards(tmp_path / "v1.3", episodes)
+    new = write_shards(tmp_path / "v1.4", episodes)
     (shard,) = _load(old, cache_dir=tmp_path / "c")[0].files
     assert "policy_version" not in str(pq.read_schema(shard)) and "outcome" not in pq.read_schema(shard).names
     samples = {}
-    for name, folder in (("1.1", old), ("1.3", new)):
+    everything = SampleSelection(success_threshold=0.0)
+    for name, folder in (("1.1", old), ("1.4", new)):
         (found,) = _load(folder, cache_dir=tmp_path / f"c{name}")
         assert found.schema_version == name
-        samples[name] = build_samples([found], "reinforce")
-    assert _kept(samples["1.1"]) == _kept(samples["1.3"]) == [("a-it0-a0", 0), ("a-it0-a0", 2),
+        samples[name] = build_samples([found], "filtered_bc", everything)
+    assert _kept(samples["1.1"]) == _kept(samples["1.4"]) == [("a-it0-a0", 0), ("a-it0-a0", 2),
                                                                ("a-it0-a1", 0), ("a-it0-a1", 1)]
+    # Schema 1.1 kept no log-probabilities: a policy-gradient objective cannot weigh its steps, and says so.
+    with pytest.raises(NoTrainingDataError, match="4 without behaviour log-probabilities"):
+        build_samples(_load(old, cache_dir=tmp_path / "c-pg"), "reinforce")
     for i in range(len(samples["1.1"])):
-        old_sample, new_sample = samples["1.1"][i], samples["1.3"][i]
+        old_sample, new_sample = samples["1.1"][i], samples["1.4"][i]
         assert old_sample.response == new_sample.response and old_sample.advantage == new_sample.advantage
         old_parts, new_parts = old_sample.messages[1]["content"], new_sample.messages[1]["content"]
         assert [p.get("text") for p in old_parts] == [p.get("text") for p in new_parts]
@@ -226,7 +230,7 @@ def test_a_status_outside_the_contract_is_named(tmp_path):
 def test_a_sample_carries_the_endpoints_logprobs_per_token_and_their_mean(tmp_path):
     import dataclasses
 
-    played = episode(task_id="a", num_steps=2)
+    played = episode(task_id="a", num_steps=2, logprobs=None)
     played.steps[0] = dataclasses.replace(played.steps[0], logprobs=(-0.5, -1.5, -1.0))
     samples = build_samples(_load(write_shards(tmp_path / "it", [played]), cache_dir=tmp_path / "c"),
                             "filtered_bc")
@@ -239,12 +243,15 @@ def test_a_sample_carries_the_endpoints_logprobs_per_token_and_their_mean(tmp_pa
 
 SAMPLES_GOLDEN = Path(__file__).with_name("samples_golden.json")
 """What `build_samples` made of `golden_episodes` for each objective, recorded before the trainer
-read its columns through the trajectory contract's names and rules: they must not change."""
+read its columns through the trajectory contract's names and rules, and recorded again when the
+policy-gradient objectives stopped training on steps without behaviour log-probabilities and on the
+no-op steps of episodes with a positive advantage: they must not change by accident."""
 
 
 def golden_episodes() -> list:
     """Two iterations, every kind of ending: successes and failures, a no-op step, a timeout, a
-    blocked site, an infrastructure failure, a test-split episode, one never judged, logprobs."""
+    blocked site, an infrastructure failure, a test-split episode, one never judged, logprobs (and an
+    episode without them, as a policy without a model plays)."""
     import dataclasses
 
     found = []
@@ -254,7 +261,7 @@ def golden_episodes() -> list:
                     same_as_next=[False, True, False]),
             episode(task_id="a", iteration=it, attempt=10 * it + 1, reward=0.0, num_steps=2,
                     status="timeout"),
-            episode(task_id="b", iteration=it, attempt=10 * it, reward=0.0, num_steps=2),
+            episode(task_id="b", iteration=it, attempt=10 * it, reward=0.0, num_steps=2, logprobs=None),
             episode(task_id="b", iteration=it, attempt=10 * it + 1, reward=1.0, num_steps=1),
             episode(task_id="c", iteration=it, attempt=10 * it, reward=0.0, num_steps=1, status="blocked"),
             episode(task_id="c", iteration=it, attempt=10 * it + 1, reward=0.0, num_steps=2,
@@ -313,3 +320,44 @@ def test_filtered_bc_imitates_rewards_from_its_threshold_up():
     assert [SampleSelection().imitates(r) for r in (1.0, 0.99, 0.0)] == [True, False, False]
     everything_judged = SampleSelection(success_threshold=0.0)
     assert [everything_judged.imitates(r) for r in (1.0, 0.0, -1.0)] == [True, True, False]
+
+
+def test_policy_gradient_objectives_never_take_a_step_without_behaviour_logprobs_as_on_policy(tmp_path):
+    """A reply of a policy without a model (random, scripted) has no behaviour log-probabilities:
+    filtered_bc imitates it, reinforce and grpo leave it out (counted, and the message says why when
+    nothing is left), while its episode's reward still counts in its group's baseline."""
+    played = [episode(task_id="a", attempt=0, reward=1.0, num_steps=2),
+              episode(task_id="a", attempt=1, reward=0.0, num_steps=2, logprobs=None)]
+    sources = _load(write_shards(tmp_path / "it", played), cache_dir=tmp_path / "c")
+    assert len(build_samples(sources, "filtered_bc", SampleSelection(success_threshold=0.0))) == 4
+    for objective in ("reinforce", "grpo"):
+        samples = build_samples(sources, objective)
+        assert _kept(samples) == [("a-it0-a0", 0), ("a-it0-a0", 1)]
+        assert samples.advantages == [0.5, 0.5]  # the baseline: the mean of both attempts' rewards
+        assert samples.counts.steps_without_logprobs == 2
+        assert "2 without behaviour log-probabilities dropped" in samples.counts.summary()
+    random_only = _load(write_shards(tmp_path / "random", [
+        episode(task_id="a", attempt=i, reward=float(i), num_steps=1, logprobs=None) for i in (0, 1)]),
+        cache_dir=tmp_path / "c2")
+    with pytest.raises(NoTrainingDataError, match="2 without behaviour log-probabilities .* cannot weigh"):
+        build_samples(random_only, "grpo")
+
+
+@pytest.mark.parametrize("rule, kept_no_ops", [("penalise", [("a-it0-a1", 0)]), ("drop", []),
+                                               ("keep", [("a-it0-a0", 0), ("a-it0-a1", 0)])])
+def test_no_op_steps_of_the_policy_gradient_objectives_follow_their_setting(tmp_path, rule, kept_no_ops):
+    """penalise (the published recipe): a failed episode's no-op keeps its negative advantage, a
+    successful one's is not reinforced; drop; keep. filtered_bc drops them by its own setting."""
+    played = [episode(task_id="a", attempt=0, reward=1.0, num_steps=2, same_as_next=[True, False]),
+              episode(task_id="a", attempt=1, reward=0.0, num_steps=2, same_as_next=[True, False])]
+    sources = _load(write_shards(tmp_path / "it", played), cache_dir=tmp_path / "c")
+    for objective in ("reinforce", "grpo"):
+        samples = build_samples(sources, objective, SampleSelection(policy_gradient_no_ops=rule))
+        no_ops = [(episode_id, step) for episode_id, step in _kept(samples) if step == 0]
+        assert no_ops == kept_no_ops, objective
+        assert samples.counts.same_as_next_dropped == 2 - len(kept_no_ops)
+    for drop, steps in ((True, 1), (False, 2)):
+        imitated = build_samples(sources, "filtered_bc", SampleSelection(drop_same_as_next=drop))
+        assert len(imitated) == steps
+    with pytest.raises(ValueError, match="policy_gradient_no_ops: 'sometimes' is unknown"):
+        SampleSelection(policy_gradient_no_ops="sometimes")

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from tests.webgym_rl.synthetic import episode, standard_iteration, tiny_checkpoint, write_shards
 from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_from_dict
-from webgym_rl.collate import Collator
+from webgym_rl.collate import NOT_MODEL_INPUTS, Collator
 from webgym_rl.errors import TrainSettingsError
 from webgym_rl.modeling import load_model, load_processor
 from webgym_rl.objectives import ObjectiveBatch, filtered_bc
@@ -33,8 +33,8 @@ def _settings(model, data, out, **kw):
 def _batch(model_dir, data):
     samples = build_samples(load_trajectories([data]), "filtered_bc")
     batch = Collator(load_processor(model_dir))([samples[i] for i in range(len(samples))])
-    batch.pop("behaviour_logprobs")
-    return batch.pop("labels"), batch.pop("advantages"), batch
+    labels, advantages = batch["labels"], batch["advantages"]
+    return labels, advantages, {k: v for k, v in batch.items() if k not in NOT_MODEL_INPUTS}
 
 
 def _kept_loss(model_dir, data, model=None):
@@ -232,3 +232,100 @@ def test_a_schema_1_1_dataset_still_trains(tmp_path_factory, tmp_path):
     state = json.loads((result.checkpoint / "trainer_state.json").read_text())
     assert state["data"][0]["id"] == str(data) and state["data"][0]["rows"] == 4
     load_model(result.checkpoint)
+
+
+def test_a_schema_1_3_dataset_still_trains_and_says_its_steps_were_re_tokenised(tmp_path_factory, tmp_path):
+    """Trajectories written before schema 1.4 (no token ids, no sampling settings) train with every
+    objective, their replies re-tokenised; the run counts and names those steps."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    model = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
+    episodes = [episode(task_id=f"task{t}", attempt=a, reward=float(a == 0))
+                for t in range(2) for a in range(2)]
+    data = write_shards(tmp_path / "iter-0", episodes)
+    manifest = json.loads((data / "manifest.json").read_text())
+    added = ("token_ids", "prompt_token_hash", "sampling")
+    for shard in manifest["shards"]:  # as the 1.3 writer wrote it: steps without the 1.4 fields
+        rows = pq.read_table(data / shard["path"]).to_pylist()
+        for row in rows:
+            row["steps"] = [{k: v for k, v in step.items() if k not in added} for step in row["steps"]]
+        pq.write_table(pa.Table.from_pylist(rows), data / shard["path"])
+    (data / "manifest.json").write_text(json.dumps({**manifest, "schema_version": "1.3"}))
+    for objective in ("filtered_bc", "reinforce"):
+        result = train(_settings(model, [data], tmp_path / objective, objective=objective, max_steps=2,
+                                 save_every=0, log_with="none"))
+        assert result.steps == 2 and result.counts["retokenised"] == result.counts["steps_kept"] > 0
+        assert result.counts["retokenised_named"][0].startswith("episode task")
+        assert result.on_policy == {}  # nothing to compare: no step carries its sampled ids
+
+
+# ----------------------------------------------------------------------------- the on-policy check
+
+
+def _fresh_episode(checkpoint, tmp_path, *, episode_id: str, steps: int = 3):
+    """An episode of `steps` steps whose replies a real policy server sampled from `checkpoint` at
+    temperature 1 (prompts with the screenshots of up to two earlier rounds and their replies)."""
+    import asyncio
+
+    from tests.webgym_rl.synthetic import png, screenshot, task
+    from webgym_core.endpoint import Endpoint
+    from webgym_rl.policy_server import PolicyServerSettings, running_policy_server
+    from webgym_rollout.agent.policies import OpenAIPolicy, SamplingSettings
+    from webgym_rollout.agent.protocol import AgentSettings, Observation, Round
+    from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step, TokenUsage
+
+    server = PolicyServerSettings(model=str(checkpoint), port=0, max_new_tokens=32, served_model_name="tiny")
+
+    async def play(base_url: str) -> list:
+        sampling = SamplingSettings(temperature=1.0, max_tokens=32, sampling_seed=None)
+        agent = AgentSettings(variant="memory", full_rounds=2)
+        recorded, history = [], []
+        endpoint = Endpoint(base_url=base_url, model="tiny")
+        async with OpenAIPolicy(endpoint, sampling=sampling, agent=agent) as p:
+            for i in range(steps):
+                shot = png(screenshot(100 + i, (112, 84)))
+                output = await p.act(Observation(instruction="Open the second tab.", screenshot=shot,
+                                                 viewport=(112, 84), step=i, history=tuple(history)))
+                recorded.append(Step(index=i, screenshot=shot, messages=output.messages_json,
+                                     response=output.response, finish_reason=output.finish_reason,
+                                     usage=TokenUsage(output.prompt_tokens, output.completion_tokens),
+                                     policy_version=output.policy_version, logprobs=output.logprobs,
+                                     token_ids=output.token_ids, prompt_token_hash=output.prompt_token_hash,
+                                     sampling=output.sampling))
+                history.append(Round(step=i, screenshot=shot, response=output.response, action=output.action))
+        return recorded
+
+    with running_policy_server(server) as base_url:
+        recorded = asyncio.run(play(base_url))
+    return Episode(task=task(episode_id), episode_id=episode_id, reward=1.0, status=EpisodeStatus.OK,
+                   instruction="Open the second tab.", steps=recorded)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_the_trainer_scores_fresh_samples_as_the_policy_that_sampled_them(family, tmp_path_factory, tmp_path):
+    """The on-policy check: on replies the policy server has just sampled (screenshots, a history of
+    earlier rounds), the trainer's log-probability of every sampled token is the rollout's to within
+    1e-3 (float32). A step that misstates its sampling temperature is caught by the same check."""
+    import dataclasses
+
+    from webgym_rl.train import Trainer
+    from webgym_rollout.trajectory.contract import Sampling
+
+    checkpoint = tiny_checkpoint(tmp_path_factory, family)
+    fresh = _fresh_episode(checkpoint, tmp_path, episode_id="fresh")
+    assert all(step.token_ids and len(step.token_ids) == len(step.logprobs) for step in fresh.steps)
+    assert fresh.steps[-1].messages.count('"type": "image"') == 3  # two earlier rounds and the current one
+    misstated = dataclasses.replace(fresh, episode_id="misstated", attempt=1, steps=[
+        dataclasses.replace(step, policy_version="v9", sampling=Sampling(temperature=0.5))
+        for step in fresh.steps])
+    data = write_shards(tmp_path / "fresh", [fresh, misstated])
+    samples = build_samples(load_trajectories([data], cache_dir=tmp_path / "cache"), "filtered_bc")
+    assert samples.counts.retokenised == 0 and all(samples.exact)
+    trainer = Trainer(model=str(checkpoint), model_revision=None, training=TrainingSettings(log_with="none"),
+                      out=tmp_path / "out", seed=0, total_steps=None)
+    check = trainer.on_policy_check(samples)
+    tokens = sum(len(step.token_ids) for step in fresh.steps)
+    assert check["v0"]["samples"] == 3 and check["v0"]["tokens"] == tokens
+    assert check["v0"]["max_abs"] < 1e-3 and check["v0"]["mean_abs"] < 1e-4, check
+    assert check["v9"]["max_abs"] > 0.05, check  # scored at temperature 0.5, sampled at 1

@@ -24,9 +24,12 @@ runs beside the trainer instead of before it:
   still unfinished are cancelled and counted (``cancelled`` in the state), never trained on.
 
 **Staleness** of an episode in round r: r minus the version of its oldest step (the random
-bootstrap and replies naming no version count as 0). filtered_bc leaves out of the batch the
-episodes staler than ``max_staleness`` (recorded as ``dropped_stale``); reinforce keeps them and
-corrects every sample with truncated importance weights from the stored behaviour log-probabilities.
+bootstrap and replies naming no version count as 0); a step's version is the one that answered it
+(the endpoint's stamp, `webgym_rl.loop.phases.VersionedPolicy`). Every objective leaves out of the
+batch the episodes staler than ``max_staleness`` (recorded as ``dropped_stale`` and counted in the
+progress line); the ones kept are corrected by the objectives from their stored behaviour
+log-probabilities (reinforce's truncated importance weights, grpo's decoupled PPO). A group of
+reinforce or grpo that loses an attempt keeps the others, with the baseline of those.
 
 **Resume**: the batch of each round (its episodes and the stream position after it) is recorded
 before it trains. A rerun after a crash (even SIGKILL) resumes the chunks' folders (nothing
@@ -35,7 +38,11 @@ rounds after it again from their recorded batches (their earlier versions are ma
 and builds any unrecorded batch from the recorded position (no episode in two batches).
 
 **Evaluation** (``--eval-every M``): each due version is evaluated on a thread of its own while the
-rollout and the trainer go on (``OUT/evals/v-XXXX``); its episodes are never trained on.
+rollout and the trainer go on (``OUT/evals/v-XXXX``); its episodes are never trained on. So that
+every step of an evaluation of version v is answered by v (and its figure is v's), the next publish
+waits until the evaluation has finished: training goes on meanwhile, and so do the rollouts, on v
+(within the staleness bound). An evaluation left unfinished by a crash is played again on resume,
+by the version then serving (the same one: the publish after it never happened).
 
 **Metrics** (``state.metrics``, TensorBoard scalars under ``OUT/logs/async`` and the progress line
 of each version): the staleness histogram of each batch's own samples (mean, max), rollout idle
@@ -274,12 +281,26 @@ class _Evaluations:
         self._queue: queue.Queue[tuple[int, dict[str, list[int]]] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        self.pending = 0
+        """Evaluations submitted and not finished (guarded by the board's condition)."""
 
     def submit(self, version: int, train: dict[str, list[int]]) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._main, name="webgym-async-eval", daemon=True)
             self._thread.start()
+        with self.board.cond:
+            self.pending += 1
         self._queue.put((version, train))
+
+    def wait_idle(self, poll_s: float) -> float:
+        """Block until no evaluation is queued or running (the next publish may then land); returns
+        the seconds waited. Raises (`_Board.check`) when another thread failed meanwhile."""
+        began = time.monotonic()
+        with self.board.cond:
+            while self.pending:
+                self.board.check()
+                self.board.cond.wait(timeout=poll_s)
+        return time.monotonic() - began
 
     def join(self) -> None:
         if self._thread is not None:
@@ -304,6 +325,9 @@ class _Evaluations:
                 self.error = exc
                 self.board.fail(f"the evaluation of v{version}", exc)
                 return
+            with self.board.cond:
+                self.pending -= 1
+                self.board.cond.notify_all()
 
 
 def _batch_size(loop: Loop) -> tuple[int, int]:
@@ -336,8 +360,8 @@ def _group(loop: Loop) -> int:
 
 
 def _compose(loop: Loop, episodes: list[Episode], r: int) -> BatchRecord:
-    """Write round `r`'s batch (OUT/batches/round-XXXX), tagged with the round, leaving out
-    (filtered_bc) the episodes staler than the bound; returns its record."""
+    """Write round `r`'s batch (OUT/batches/round-XXXX), tagged with the round, leaving out the
+    episodes staler than the bound (every objective); returns its record."""
     from webgym_rl.samples import Objective
     from webgym_rollout.trajectory.writer import TrajectoryWriter
 
@@ -346,7 +370,7 @@ def _compose(loop: Loop, episodes: list[Episode], r: int) -> BatchRecord:
     filtered = Objective(settings.training.objective) is Objective.FILTERED_BC
     kept, dropped = [], []
     for episode in episodes:
-        (dropped if filtered and episode_staleness(episode, r) > bound else kept).append(episode)
+        (dropped if episode_staleness(episode, r) > bound else kept).append(episode)
     folder = loop.batch_dir(r)
     shutil.rmtree(folder, ignore_errors=True)  # a batch never recorded: built again from scratch
     with TrajectoryWriter(folder, max_shard_episodes=max(1, len(kept)), run_info={"batch": r}) as writer:
@@ -457,7 +481,11 @@ def run_async(loop: Loop) -> None:
         loop.emit(RolloutStarted(board.version, size, settings.async_loop.max_staleness,
                                  settings.async_loop.overprovision, loop.services.base_url))
         rollout.thread.start()
-        for version in evaluations_left:  # due before a crash: evaluated now
+        for version in evaluations_left:  # due before a crash: evaluated now, if still serving
+            if version != board.version:
+                log.warning("the evaluation of v%d cannot be made: v%d serves now, and no step of v%d's "
+                            "evaluation may be answered by another version", version, board.version, version)
+                continue
             evaluations.submit(version, train_points(state))
         try:
             for r in range(first, settings.iterations):
@@ -471,10 +499,16 @@ def run_async(loop: Loop) -> None:
                 else:
                     loop.emit(PhaseSkipped(r, "batch"))
 
-                # 2. Train on the last K rounds' batches; publish version r + 1 while episodes run.
+                # 2. Train on the last K rounds' batches; publish version r + 1 while episodes run,
+                # once the evaluation of the version serving has finished (so v's figure is v's),
+                # fenced where the endpoint does not stamp its replies (so each step's version is true).
                 record.train = loop.phase(r, "train", lambda r=r: train_round(loop, r))
-                version = loop.phase(r, "publish", lambda r=r: publish(loop, r))
-                board.publish(version.version)
+                held = evaluations.wait_idle(settings.async_loop.poll_s)
+                if held > 1.0:
+                    log.info("round %d: the publish of v%d waited %.1f s for an evaluation", r, r + 1, held)
+                with loop.fence.publish():
+                    version = loop.phase(r, "publish", lambda r=r: publish(loop, r))
+                    board.publish(version.version)
                 if checkpoint_due(loop, r, last=r == settings.iterations - 1):
                     write_checkpoint(loop, r)
                 state.metrics = _metrics(loop, rollout.gate, waited, began)

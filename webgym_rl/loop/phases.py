@@ -38,7 +38,7 @@ from webgym_core.settings import settings_to_dict
 from webgym_data.loading import load_tasks
 from webgym_data.sampler import SamplerSettings, TaskHistory, TaskSampler, history_from
 from webgym_data.schema import Task
-from webgym_rl.errors import LoopSettingsError, LoopStateError, NoTrainingDataError, PhaseFailed
+from webgym_rl.errors import LoopError, LoopSettingsError, LoopStateError, NoTrainingDataError, PhaseFailed
 from webgym_rl.loop.events import (
     CheckpointWritten,
     OnEvent,
@@ -47,6 +47,7 @@ from webgym_rl.loop.events import (
     PolicyServing,
     ResumedFrom,
 )
+from webgym_rl.loop.fence import VersionFence
 from webgym_rl.loop.state import (
     CheckpointRecord,
     ErrorRecord,
@@ -94,6 +95,8 @@ class Loop:
     emit: OnEvent
     trainer: TrainerClient | None = None
     updater: PolicyUpdater | None = None
+    fence: VersionFence = dataclasses.field(default_factory=lambda: VersionFence(enabled=False))
+    """No request overlaps a publish where the endpoint does not stamp its replies (`start_endpoint`)."""
 
     @property
     def out(self) -> Path:
@@ -274,7 +277,9 @@ def episode_staleness(episode: Episode, trainer_version: int) -> int:
 class VersionedPolicy:
     """A rollout's policy: asks the endpoint for the version `current()` names (or the `pinned`
     one, an evaluation's) under the model name the updater gives it, and makes sure every step
-    names the version that produced it."""
+    names the version that produced it: the endpoint's stamp where it gives one (the CPU policy
+    server's ``system_fingerprint``, a vLLM adapter's name), else the version current when the
+    request started, which the loop's `VersionFence` makes exact (no publish overlaps a request)."""
 
     observes_elements = False
 
@@ -301,9 +306,11 @@ class VersionedPolicy:
 
     async def act(self, observation: Any) -> Any:
         # An evaluation asks for its version by name where the endpoint serves several (LoRA
-        # adapters); elsewhere it gets what the endpoint serves now, and the step says which.
-        version = self._current()
-        output = await self._policy(version if self._pinned is None else self._pinned).act(observation)
+        # adapters); elsewhere it gets what the endpoint serves now (the loop holds the next
+        # publish until an evaluation ends), and the step says which.
+        async with self._loop.fence.request():
+            version = self._current()
+            output = await self._policy(version if self._pinned is None else self._pinned).act(observation)
         if self._updater.stamps_versions or version_of(output.policy_version) is None:
             output = dataclasses.replace(output, policy_version=f"v{version}")
         return output
@@ -511,6 +518,7 @@ def start_endpoint(loop: Loop) -> None:
     began = time.perf_counter()
     loop.services.start_policy(loop.settings.model)
     loop.updater = loop.services.updater()
+    loop.fence = VersionFence(enabled=loop.updater.stamps_versions)
     loop.emit(PolicyServing(0, "start", time.perf_counter() - began, loop.settings.model))
     current = state.version
     if current.version > 0 and loop.trainer is not None:
@@ -576,6 +584,10 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
     versions = Counter(f"v{step_version(step.policy_version)}"
                        for episode in read_episodes(run.out) for step in episode.steps)  # type: ignore[arg-type]
     record.step_versions = dict(sorted(versions.items()))
+    others = {v: n for v, n in versions.items() if v != f"v{version}"}
+    if others:  # the loop holds every publish while an evaluation runs: this is a bug, said loudly
+        raise LoopError(f"the evaluation of v{version} ({folder}) was answered by other versions too "
+                        f"({others} steps): its figure would not be v{version}'s")
     _report(loop, record, train)
     record.done_at = time.time()
     record.seconds = record.done_at - started

@@ -106,6 +106,7 @@ class ResidentTrainer:
             sets = load_trajectories([folder for _, folder in sources], cache_dir=None)
         samples = build_samples(sets, t.objective, t.samples, newest=r)
         trainer.check(samples[0])
+        on_policy = trainer.on_policy_check(samples)
         order = EpochOrder(samples.weights, self.setup.seed * 1000 + r)
         loader = trainer.loader(samples, order)
         steps = steps_for(len(samples), t, trainer.num_processes)
@@ -119,17 +120,19 @@ class ResidentTrainer:
                 "data": [str(folder) for _, folder in sources], "steps": fitted.steps,
                 "trainer_step": trainer.step, "counts": samples.counts.as_dict(), "samples": len(samples),
                 "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-                "seconds": time.perf_counter() - began}
+                "on_policy": on_policy, "seconds": time.perf_counter() - began}
 
     def push(self, base_url: str, version: int) -> dict[str, Any]:
         """Send the servable weights to the policy server at `base_url` (``POST /weights``) as
         `version`, in memory."""
+        from webgym_rl.pixels import image_processor_config
         from webgym_rl.policy_server import push_weights
 
         began = time.perf_counter()
         weights = self.trainer.servable_state_dict()
         if weights is not None:  # the main process sends
-            push_weights(base_url, weights, version=version)
+            push_weights(base_url, weights, version=version,
+                         image_processor=image_processor_config(self.trainer.processor))
         self.trainer.accelerator.wait_for_everyone()
         return {"publish_s": time.perf_counter() - began}
 

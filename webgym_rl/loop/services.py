@@ -13,8 +13,11 @@ on Ctrl-C and on errors):
   (``--policy-updater``), while episodes may keep running:
 
   - default (no ``base_url``): the CPU policy server (`webgym_rl.policy_server`) runs as a child
-    process (generation does not compete with the loop for this process's GIL); new weights reach
-    it in memory (``POST /weights``) or as a folder (``POST /reload``).
+    process (generation does not compete with the loop for this process's GIL), with the trainer's
+    pixel bounds (``--min-pixels`` / ``--max-pixels``); new weights reach it in memory (``POST
+    /weights``) or as a folder (``POST /reload``).
+  - an endpoint the loop does not start must resize screenshots as the trainer does: give vLLM the
+    same bounds as ``--mm-processor-kwargs`` (`webgym_rl.pixels.ImageSettings.vllm_processor_kwargs`).
   - ``command`` (e.g. ``vllm serve {checkpoint} --port {port} --served-model-name {name}``): the loop
     starts that command and, for each new version, stops it and starts it again on the version's
     folder, waiting until ``GET /v1/models`` answers (``--policy-updater restart``, the portable
@@ -332,7 +335,9 @@ class LoopServices:
                 sys.executable, "-c", "from webgym_rl.cli import main; main()", "serve-policy",
                 "--model", "{checkpoint}", "--host", "127.0.0.1", "--port", "{port}",
                 "--served-model-name", "{name}", "--max-new-tokens", str(policy.max_new_tokens),
-                "--policy-version", str(version), *revision])
+                "--policy-version", str(version), *revision,
+                # The trainer's pixel bounds: the same image tokens in the rollout as in training.
+                *self.settings.training.images.flags()])
         self._serving = checkpoint
         return str(self._base_url)
 

@@ -128,7 +128,7 @@ class BatchRecord(_Record):
     episodes: list[str] = Field(default_factory=list)
     """Async: the episode ids taken, in order (each committed episode belongs to one batch)."""
     dropped_stale: list[str] = Field(default_factory=list)
-    """Async, filtered_bc: episodes staler than --max-staleness, left out of the folder."""
+    """Async: episodes staler than --max-staleness, left out of the folder (every objective)."""
     staleness: dict[str, int] = Field(default_factory=dict)
     """Versions behind the trainer -> trainable samples (steps) of the batch's own episodes."""
     successes_by_version: dict[str, list[int]] = Field(default_factory=dict)
@@ -161,6 +161,11 @@ class TrainRecord(_Record):
     last_loss: float | None = None
     skipped: str | None = None
     """Why nothing was trained (no sample survived the selection)."""
+    on_policy: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """The on-policy check before the round's first update, per policy version: ``{"v3": {"samples",
+    "tokens", "mean_abs", "max_abs"}}``, the absolute difference between the trainer's and the
+    rollout's log-probability of each sampled token (`webgym_rl.train.Trainer.on_policy_check`):
+    noise for the version the trainer holds, the weights' drift since for older ones."""
     started_at: float = 0.0
     done_at: float = 0.0
     seconds: float = 0.0
@@ -173,7 +178,13 @@ class TrainRecord(_Record):
         groups = self.counts.get("group_sizes") or {}
         dropped = (f", {self.counts.get('groups_dropped', 0)} of {sum(groups.values())} groups dropped "
                    "(equal rewards)" if self.counts.get("groups_dropped") else "")
-        return f"{self.steps} steps on {self.samples} samples of rounds {self.window}{loss}{dropped}"
+        check = "; on-policy check " + ", ".join(
+            f"{version} mean {entry['mean_abs']:.1e} max {entry['max_abs']:.1e}"
+            for version, entry in self.on_policy.items()) if self.on_policy else ""
+        retokenised = (f"; {self.counts['retokenised']} samples without token ids (re-tokenised)"
+                       if self.counts.get("retokenised") else "")
+        return (f"{self.steps} steps on {self.samples} samples of rounds {self.window}{loss}{dropped}{check}"
+                f"{retokenised}")
 
 
 class EvalRecord(RolloutRecord):

@@ -40,11 +40,11 @@ endpoints): vLLM needs GPUs. Errors: `PolicyEndpointError` (`webgym_rl.errors`) 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from webgym_rl.errors import PolicyEndpointError
+from webgym_rollout.trajectory.contract import version_number
 
 __all__ = [
     "CpuPolicyUpdater",
@@ -57,14 +57,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_VERSION = re.compile(r"(?:^|[-@_])v(\d+)$")
-
-
-def version_of(policy_version: str) -> int | None:
-    """The integer version a step's ``policy_version`` names (``v3``, ``webgym-policy-v3``), or None
-    when it names none (the random policy, an endpoint that does not say)."""
-    match = _VERSION.search(policy_version or "")
-    return int(match.group(1)) if match else None
+version_of = version_number
+"""The integer version a step's ``policy_version`` names (``v3``, ``webgym-policy-v3``), or None
+when it names none (`webgym_rollout.trajectory.contract.version_number`)."""
 
 
 class PolicyUpdater(Protocol):
@@ -72,7 +67,9 @@ class PolicyUpdater(Protocol):
 
     stamps_versions: bool
     """True when the endpoint's replies do not name the version, so the client must stamp each step
-    with the version it asked for (`VllmWeightUpdater`)."""
+    with the version current when it sent the request (`VllmWeightUpdater`, `RestartUpdater`, a
+    reload hook); the loop then fences each publish (`webgym_rl.loop.fence.VersionFence`) so that
+    this version is the one that answered."""
     loads_adapters: bool
     """True when `update` is given each version's LoRA adapter folder instead of its checkpoint
     (`VllmLoraUpdater`)."""
@@ -111,13 +108,14 @@ def _root(base_url: str) -> str:
 class CpuPolicyUpdater:
     """The CPU policy server: ``/weights`` (in memory, from the trainer) or ``/reload`` (a folder);
     same process, weights swapped between generations. `reload_url` replaces ``/reload`` (an
-    endpoint someone else runs behind a hook of its own: folders only)."""
+    endpoint someone else runs behind a hook of its own: folders only, and its replies may not
+    name their version, so the loop stamps them)."""
 
-    stamps_versions = False
     loads_adapters = False
 
     def __init__(self, base_url: str, served_name: str, *, timeout_s: float = 900.0,
                  reload_url: str | None = None):
+        self.stamps_versions = reload_url is not None
         self.url = reload_url or _root(base_url) + "/reload"
         self.weights_url = None if reload_url else _root(base_url) + "/weights"
         self.served_name = served_name

@@ -4,8 +4,12 @@
   ``webgym-rl serve-policy`` on CPU, hosted APIs for baselines) through the toolkit's one retry
   client (`webgym_core.endpoint.ChatClient`: bounded concurrency, timeouts, typed retries, usage).
   Screenshots go inline as base64 ``data:`` URLs, never as file paths, so policy and browsers need
-  no shared disk. Sampling lives in `SamplingSettings`; the reply's token log-probabilities and the
-  model name the endpoint answered with (the policy version) are kept on the output.
+  no shared disk. Sampling lives in `SamplingSettings`: temperature, top_p and top_k are sent with
+  every request (never left to the server's or the checkpoint's defaults) and recorded on the
+  output (`PolicyOutput.sampling`). "Token in, token out": the request asks for the sampled token ids
+  with their log-probabilities (``return_token_ids``, ``logprobs``) and the output keeps them, with a
+  digest of the prompt's token ids, so the trainer trains on exactly the tokens sampled; the version
+  that answered (the endpoint's ``system_fingerprint``) is kept too.
 - `RandomPolicy`: clicks the centre of a random interactive element or types words from the
   instruction; seeded, needs no model. It writes its replies in the agent protocol's format, so its
   successful episodes can bootstrap training and it benchmarks the rollout machinery alone.
@@ -25,14 +29,21 @@ of the endpoint raise::
           └── PolicyRejected          HTTP 4xx other than 429 (bad key, unknown model); not retried
 
 Serving Qwen3-VL-8B-Instruct with vLLM (untested here: these machines have no GPU; ``pip install
-'webgym[vllm]'`` on a CUDA machine)::
+'webgym[vllm]'`` on a CUDA machine; vLLM 0.10.2 or newer, the first to answer ``return_token_ids``
+and to offer ``--logprobs-mode``)::
 
     vllm serve Qwen/Qwen3-VL-8B-Instruct --port 8000 --served-model-name qwen3-vl-8b \\
         --max-model-len 32768 --limit-mm-per-prompt '{"image": 5, "video": 0}' \\
-        --mm-processor-kwargs '{"max_pixels": 1003520}' --gpu-memory-utilization 0.9 \\
-        --max-num-seqs 128 --tensor-parallel-size 1
+        --mm-processor-kwargs '{"min_pixels": 3136, "max_pixels": 1003520}' \\
+        --generation-config vllm --logprobs-mode processed_logprobs \\
+        --gpu-memory-utilization 0.9 --max-num-seqs 128 --tensor-parallel-size 1
 
-and point the policy at it: ``OpenAIPolicy(Endpoint(base_url="http://HOST:8000/v1",
+``--generation-config vllm`` keeps the checkpoint's generation_config.json (Qwen's sets top_k and
+top_p) from filling in sampling settings a request leaves out (this client leaves none out);
+``--logprobs-mode processed_logprobs`` returns the log-probabilities of the distribution each token
+was sampled from (after temperature, top-k and top-p), as the CPU policy server does, instead of the
+raw model's; the pixel bounds must be the trainer's (``--min-pixels`` / ``--max-pixels``). Point
+the policy at it: ``OpenAIPolicy(Endpoint(base_url="http://HOST:8000/v1",
 model="qwen3-vl-8b"))`` (``webgym-rollout run --policy openai --policy-base-url ... --policy-model ...``).
 `PolicySettings` is what the CLI fills; `make_policy(settings)` builds the policy it describes.
 ``--limit-mm-per-prompt`` must allow ``AgentSettings.full_rounds + 1``
@@ -63,6 +74,7 @@ from webgym_rollout.agent.protocol import (
     parse_response,
 )
 from webgym_rollout.errors import PolicyRejected, PolicyTimeout, PolicyUnavailable
+from webgym_rollout.trajectory.contract import Sampling, prompt_token_digest
 
 __all__ = [
     "OpenAIPolicy",
@@ -101,6 +113,12 @@ class PolicyOutput:
     ``system_fingerprint`` when it sets one, e.g. the CPU policy server's ``v3``; else its ``model``)."""
     logprobs: tuple[float, ...] = ()
     """Log-probability of each reply token, when the endpoint returned them."""
+    token_ids: tuple[int, ...] = ()
+    """The reply's token ids as sampled, when the endpoint returned them (``return_token_ids``)."""
+    prompt_token_hash: str = ""
+    """`prompt_token_digest` of the prompt's token ids as the endpoint reported them ("" if it did not)."""
+    sampling: Sampling | None = None
+    """The sampling settings the request sent (None for a policy without a model)."""
 
     @property
     def action(self) -> AgentAction | None:
@@ -131,12 +149,17 @@ class Policy(Protocol):
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """Sampling parameters sent with every policy request."""
+    """Sampling parameters sent with every policy request (each step records temperature, top_p and
+    top_k: `webgym_rollout.trajectory.contract.Sampling`)."""
 
     temperature: float = 1.0
     """Sampling temperature (RL rollouts sample; use 0 for evaluation)."""
     top_p: float = 1.0
-    """Nucleus sampling mass."""
+    """Nucleus sampling mass (1 = no cut)."""
+    top_k: int = 0
+    """Sample among the k most likely tokens only (0 = no limit; sent as -1, vLLM's 'off'). RL
+    objectives assume the whole distribution: a cut makes the trainer's log-probabilities differ
+    from the rollout's (the on-policy check shows by how much)."""
     max_tokens: int = 1024
     """Longest reply; a reply cut here usually fails to parse and becomes a no-op step."""
     sampling_seed: int | None = None
@@ -145,14 +168,24 @@ class SamplingSettings:
     logprobs: bool = True
     """Ask for the reply tokens' log-probabilities (stored on each step; vLLM and the CPU policy
     server return them)."""
+    openai_only: bool = False
+    """Send only OpenAI's own request fields, for APIs that refuse others (OpenAI's): then no
+    ``top_k`` (it must be 0) and no ``return_token_ids``, so no token ids are recorded and the
+    trainer re-tokenises the replies. Off (default): both are sent, as vLLM 0.10.2+ and the CPU
+    policy server take them."""
     extra_body: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
-    """Server-specific fields passed through, e.g. ``{"top_k": 50}`` for vLLM."""
+    """Server-specific fields passed through, e.g. ``{"repetition_penalty": 1.0}`` for vLLM."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p: must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k: must be >= 0 (0 = no limit), got {self.top_k}")
+        if self.openai_only and self.top_k:
+            raise ValueError(f"top_k: {self.top_k} cannot be sent with openai_only (OpenAI's API has no "
+                             "top_k); use 0")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens: must be >= 1, got {self.max_tokens}")
 
@@ -242,8 +275,10 @@ class OpenAIPolicy:
             request["seed"] = sampling.sampling_seed
         if sampling.logprobs:
             request["logprobs"] = True
-        if sampling.extra_body:
-            request["extra_body"] = dict(sampling.extra_body)
+        # Not OpenAI fields: they go in the body beside them (top_k -1: vLLM's "no limit").
+        extra = {} if sampling.openai_only else {"top_k": sampling.top_k or -1, "return_token_ids": True}
+        if extra or sampling.extra_body:
+            request["extra_body"] = {**extra, **sampling.extra_body}
         started = time.perf_counter()
         completion = await self._client.complete(**request)
         latency = time.perf_counter() - started
@@ -262,6 +297,7 @@ class OpenAIPolicy:
         text = _reply_text(message)
         usage = getattr(completion, "usage", None)
         finish_reason = getattr(choice, "finish_reason", None)
+        prompt_ids = _token_ids(getattr(completion, "prompt_token_ids", None))
         return PolicyOutput(
             response=text,
             parsed=parse_response(text, self.agent.variant),
@@ -278,6 +314,9 @@ class OpenAIPolicy:
                                    getattr(completion, "model", None)) if isinstance(name, str) and name),
                 self.model_id)),
             logprobs=_token_logprobs(choice),
+            token_ids=_token_ids(getattr(choice, "token_ids", None)),
+            prompt_token_hash=prompt_token_digest(prompt_ids) if prompt_ids else "",
+            sampling=Sampling(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k),
         )
 
 
@@ -337,6 +376,14 @@ def _token_logprobs(choice: Any) -> tuple[float, ...]:
         return tuple(float(v) for v in values)
     except OverflowError:  # an integer beyond any float
         return ()
+
+
+def _token_ids(value: Any) -> tuple[int, ...]:
+    """Token ids as the endpoint returned them; empty when absent or when any is not an id."""
+    if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 for v in value):
+        return ()
+    return tuple(value)
 
 
 # Elements worth clicking; others (plain text, layout boxes) are skipped when any of these exist.

@@ -18,10 +18,14 @@ Schema versions
 ---------------
 1.2 adds, per step, the policy version that produced it and the response's token log-probabilities
 as the endpoint returned them, and per episode the environment's own outcome (`TaskOutcome`).
-Shards are named after the run that wrote them. 1.3 (written now) adds, per step, the popups the
-browser server closed (`Step.popups`) and, per episode, the task's `seed_difficulty_level` and
-`rubric_source`. Schema 1.1 and 1.2 datasets are read unchanged: the new fields take their
-defaults.
+Shards are named after the run that wrote them. 1.3 adds, per step, the popups the browser
+server closed (`Step.popups`) and, per episode, the task's `seed_difficulty_level` and
+`rubric_source`. 1.4 (written now) adds, per step, the token ids the policy sampled
+(`Step.token_ids`, one per log-probability), a digest of the prompt's token ids as the endpoint
+tokenised it (`Step.prompt_token_hash`; `prompt_token_digest` computes it) and the sampling settings
+of the request (`Step.sampling`): the trainer trains on exactly those tokens
+(`webgym_rl.collate`). Schema 1.1 to 1.3 datasets are read unchanged: the new fields take their
+defaults (no token ids: the trainer re-tokenises the reply text, and says so).
 
 Success and trainability
 ------------------------
@@ -76,6 +80,7 @@ __all__ = [
     "EpisodeColumn",
     "EpisodeStatus",
     "Latency",
+    "Sampling",
     "Step",
     "StepField",
     "TaskOutcome",
@@ -86,17 +91,20 @@ __all__ = [
     "Verdict",
     "expand_messages",
     "check_shard",
+    "prompt_token_digest",
     "shard_schema_problem",
+    "step_field_names",
     "succeeded",
     "untrainable",
+    "version_number",
     "version_of",
     "trajectory_features",
 ]
 
 log = logging.getLogger(__name__)
 
-TRAJECTORY_SCHEMA_VERSION = "1.3"
-READABLE_SCHEMA_VERSIONS = ("1.1", "1.2", "1.3")
+TRAJECTORY_SCHEMA_VERSION = "1.4"
+READABLE_SCHEMA_VERSIONS = ("1.1", "1.2", "1.3", "1.4")
 MANIFEST = "manifest.json"
 
 # What each version added to the row (``steps.x``: a field of each step); a shard of an older
@@ -104,6 +112,7 @@ MANIFEST = "manifest.json"
 _ADDED_IN = {
     "1.2": ("outcome", "steps.policy_version", "steps.logprobs"),
     "1.3": ("seed_difficulty_level", "rubric_source", "recording", "steps.popups"),
+    "1.4": ("steps.token_ids", "steps.prompt_token_hash", "steps.sampling"),
 }
 
 # The task fields a trajectory row carries (the rest of a task row, e.g. its provenance, stays in
@@ -227,6 +236,47 @@ class TokenUsage:
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """How a reply was sampled: the settings its request sent (schema 1.4). The endpoint samples
+    from ``softmax(logits / temperature)`` restricted to the `top_k` most likely tokens and then to
+    the smallest set holding `top_p` of the mass, renormalised, and returns the log-probabilities
+    of that distribution (`webgym_rl.policy_server`; vLLM with ``--logprobs-mode
+    processed_logprobs``). ``temperature == 0`` is greedy."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0: no limit."""
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < 1e-5
+
+    @property
+    def full_distribution(self) -> bool:
+        """Sampled from the model's whole distribution at this temperature: no top-k or top-p cut, so
+        the trainer's ``log_softmax(logits / temperature)`` is the sampling distribution exactly."""
+        return not self.greedy and self.top_p >= 1.0 and self.top_k <= 0
+
+
+_VERSION = re.compile(r"(?:^|[-@_])v(\d+)$")
+
+
+def version_number(policy_version: str) -> int | None:
+    """The integer version a step's `Step.policy_version` names (``v3``, ``webgym-policy-v3``: the CPU
+    policy server's fingerprint, a vLLM adapter's name), or None when it names none (the random
+    policy, an endpoint that does not say)."""
+    match = _VERSION.search(policy_version or "")
+    return int(match.group(1)) if match else None
+
+
+def prompt_token_digest(token_ids: Sequence[int]) -> str:
+    """The digest `Step.prompt_token_hash` stores: SHA-256 of the ids written as decimal numbers
+    joined by commas (``"151644,872,198"``), so any language can recompute it."""
+    return hashlib.sha256(",".join(str(int(i)) for i in token_ids).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
 class Latency:
     """Seconds spent in each phase of a step."""
 
@@ -297,6 +347,17 @@ class Step:
     logprobs: tuple[float, ...] = ()
     """Log-probability of each reply token as the endpoint returned it; empty if it returned none
     (schema 1.2)."""
+    token_ids: tuple[int, ...] = ()
+    """The reply's token ids as the policy sampled them, one per entry of `logprobs` (an end-of-turn
+    token included when the reply stopped on it; none invented when it was cut at max_tokens);
+    empty when the endpoint returned none (schema 1.4). The trainer trains on these ids."""
+    prompt_token_hash: str = ""
+    """`prompt_token_digest` of the prompt's token ids as the endpoint tokenised them (image tokens
+    included); the trainer checks that its own tokenisation of `messages` gives the same ids ("":
+    unknown; schema 1.4)."""
+    sampling: Sampling | None = None
+    """The sampling settings the request sent; None for a policy without a model (random, scripted,
+    expert) and in rows written before schema 1.4."""
     popups: tuple[str, ...] = ()
     """URLs of the pages (popups, new tabs) opened since the previous action, by this action or by
     the page on its own, that the browser server closed at once: a session has one page
@@ -400,7 +461,7 @@ class Episode:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Episode:
-        """An episode from a stored row (schema 1.1 to 1.3; screenshots as bytes, ``{"bytes", "path"}``
+        """An episode from a stored row (schema 1.1 to 1.4; screenshots as bytes, ``{"bytes", "path"}``
         or PIL images). Raises `TrajectoryError` naming the episode when the row does not fit."""
         if not isinstance(row, Mapping):
             raise TrajectoryError(f"a trajectory row must be an object, got {type(row).__name__}")
@@ -691,9 +752,24 @@ def _type_problem(actual: Any, expected: Any, name: str) -> str | None:
     return None if actual == expected else f"column '{name}' is {actual}, expected {expected}"
 
 
-def version_of(columns: Sequence[str]) -> str:
-    """The schema version a set of columns is (for rows without a manifest to say)."""
+def version_of(columns: Sequence[str], step_fields: Sequence[str] = ()) -> str:
+    """The schema version of rows with these columns and these fields in each step (for rows
+    without a manifest to say)."""
+    if "token_ids" in step_fields:
+        return "1.4"
     return "1.3" if "rubric_source" in columns else "1.2" if "outcome" in columns else "1.1"
+
+
+def step_field_names(schema: Any) -> list[str]:
+    """The field names of a step in an Arrow `schema`'s ``steps`` column ([] when it has none)."""
+    import pyarrow as pa
+
+    if "steps" not in schema.names:
+        return []
+    steps = schema.field("steps").type
+    if (pa.types.is_list(steps) or pa.types.is_large_list(steps)) and pa.types.is_struct(steps.value_type):
+        return [field_.name for field_ in steps.value_type]
+    return []
 
 
 def check_shard(path: Path, version: str) -> None:

@@ -31,6 +31,7 @@ from webgym_rollout.trajectory.contract import (
     TrajectoryError,
     check_shard,
     shard_schema_problem,
+    step_field_names,
     succeeded,
     trajectory_features,
     version_of,
@@ -235,10 +236,10 @@ def _folder_files(folder: Path, split: str | None) -> tuple[list[Path], str]:
     import pyarrow.parquet as pq
 
     try:
-        columns = pq.read_schema(files[0]).names
+        schema = pq.read_schema(files[0])
     except Exception:  # reported, naming the file, by the check of each shard
-        columns = []
-    return files, version_of(columns)
+        return files, version_of([])
+    return files, version_of(schema.names, step_field_names(schema))
 
 
 def read_episodes(source: str | Path, *, split: str | None = None,
@@ -282,7 +283,7 @@ def read_episodes(source: str | Path, *, split: str | None = None,
         version = HfApi().dataset_info(repo_id, revision=revision).sha or revision
     except Exception:  # the version is informative only; the data did load
         version = revision
-    schema = version_of(dataset.column_names)
+    schema = version_of(dataset.column_names, step_field_names(dataset.features.arrow_schema))
     problem = shard_schema_problem(dataset.features.arrow_schema, schema)
     if problem:
         raise ShardSchemaError(f"Hub dataset {repo_id}@{revision}: not a trajectory schema {schema} "

@@ -168,7 +168,7 @@ def test_read_episodes_reads_a_run_folder_and_counts_without_screenshots(tmp_pat
         failed.status, failed.reward, failed.steps = EpisodeStatus.BROWSER_CRASHED, 0.0, []
         writer.add(failed)
     episodes = read_episodes(out)
-    assert len(episodes) == 4 and episodes.schema_version == "1.3" and len(episodes.files) == 2
+    assert len(episodes) == 4 and episodes.schema_version == "1.4" and len(episodes.files) == 2
     assert sorted(e.episode_id for e in episodes) == ["t0-0", "t1-0", "t2-0", "t9-0"]
     stats = episodes.stats()
     counts = (stats.episodes, stats.successes, stats.errors, stats.steps, stats.valid_actions)
@@ -291,13 +291,13 @@ SHARD_FAULTS = {
     "zero bytes": (lambda p: p.write_bytes(b""), r"not a readable parquet shard, it is empty \(0 bytes\)"),
     "not parquet": (lambda p: p.write_text("PAR1 hello"), r"not a readable parquet shard"),
     "missing column": (lambda p: _rewrite(p, lambda t: t.drop_columns(["reward"])),
-                       r"not a trajectory schema 1\.3 shard: missing column 'reward'"),
+                       r"not a trajectory schema 1\.4 shard: missing column 'reward'"),
     "wrong type": (lambda p: _rewrite(p, lambda t: _set(t, "reward", pa.array(["1"] * t.num_rows))),
-                   r"not a trajectory schema 1\.3 shard: column 'reward' is string, expected a number"),
+                   r"not a trajectory schema 1\.4 shard: column 'reward' is string, expected a number"),
     "wrong nested type": (lambda p: _rewrite(p, lambda t: _map_steps(t, lambda s: {**s, "latency": "slow"})),
                           r"not a .* shard: column 'steps.latency' is string, expected a struct of policy_s"),
     "missing step field": (lambda p: _rewrite(p, lambda t: _map_steps(t, _without({"memory"}))),
-                           r"not a trajectory schema 1\.3 shard: column 'steps' has no field 'memory'"),
+                           r"not a trajectory schema 1\.4 shard: column 'steps' has no field 'memory'"),
 }
 
 
@@ -340,6 +340,16 @@ def test_a_manifest_that_does_not_fit_is_refused_naming_it(tmp_path, change, mes
 
 def test_an_older_schema_reads_without_its_later_columns_but_not_without_its_own(tmp_path):
     out, manifest = _run(tmp_path / "run")
+    tokens = {"token_ids", "prompt_token_hash", "sampling"}  # what 1.4 added, all in the steps
+    for shard in manifest["shards"]:
+        _rewrite(out / shard["path"], lambda t: _map_steps(t, _without(tokens)))
+    with pytest.raises(TrajectoryError, match=r"schema 1\.4 shard: column 'steps' has no field 'token_ids'"):
+        read_episodes(out)
+    (out / "manifest.json").write_text(json.dumps({**manifest, "schema_version": "1.3"}))
+    episodes = read_episodes(out)
+    assert episodes.schema_version == "1.3" and len(list(episodes)) == 3
+    assert all(step.token_ids == () and step.sampling is None and step.prompt_token_hash == ""
+               for episode in episodes for step in episode.steps)
     later = ["seed_difficulty_level", "rubric_source", "recording"]  # what 1.3 added (and steps.popups)
     for shard in manifest["shards"]:
         _rewrite(out / shard["path"], lambda t: _map_steps(t.drop_columns(later), _without({"popups"})))
