@@ -977,7 +977,8 @@ def _reference_logprobs(folder: Path, prompt_ids: list[int], token_ids: list[int
                        **pixels).logits[0].float()
     rows = logits[len(prompt_ids) - 1:-1] / temperature
     vocab = processor.tokenizer.get_vocab()
-    placeholders = [vocab[t] for t in ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")]
+    vision = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+    placeholders = [vocab[token] for token in vision]
     rows[:, placeholders] = float("-inf")
     if top_k:
         cut = torch.topk(rows, top_k, dim=-1).values[:, -1:]
