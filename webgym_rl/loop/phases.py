@@ -361,14 +361,18 @@ def successes_by_version(episodes: Iterable[Episode]) -> dict[str, list[int]]:
 
 def window(loop: Loop, r: int) -> list[list[Any]]:
     """The batches round `r` trains on: ``[[round, folder], ...]`` for the last --last-k-iterations
-    rounds up to `r` (all with 0), oldest first; rounds without a batch folder are left out."""
+    rounds up to `r` (all with 0), oldest first; rounds without a batch folder are left out, and so
+    are async batches whose every episode was too stale (an empty folder would stop the round)."""
     last_k = loop.settings.training.samples.last_k_iterations
     first = 0 if last_k == 0 else max(0, r - last_k + 1)
     found = []
     for earlier in range(first, r + 1):
         batch = loop.state.rounds.get(earlier, RoundRecord()).batch
-        if batch is not None and (Path(batch.folder) / "manifest.json").is_file():
-            found.append([earlier, batch.folder])
+        if batch is None or not (Path(batch.folder) / "manifest.json").is_file():
+            continue
+        if batch.episodes and len(batch.dropped_stale) >= len(batch.episodes):
+            continue
+        found.append([earlier, batch.folder])
     return found
 
 

@@ -92,3 +92,23 @@ def test_each_round_draws_its_own_batch_and_the_same_seed_draws_the_same(tmp_pat
     assert any(other != first for other in others)
     in_file = {json.loads(line)["task_id"] for line in tasks.read_text().splitlines()}
     assert {t for b in first for t in b} <= in_file
+
+
+def test_a_batch_whose_episodes_were_all_too_stale_leaves_the_window(tmp_path):
+    """An async batch that lost every episode to the staleness bound is an empty folder: the rounds
+    whose window holds it train on the other batches instead of stopping."""
+    from types import SimpleNamespace
+
+    from webgym_rl.loop.phases import window
+    from webgym_rl.loop.state import BatchRecord, LoopState
+    from webgym_rollout.trajectory.writer import TrajectoryWriter
+
+    state = LoopState()
+    for r, dropped in ((0, []), (1, ["e1", "e2"]), (2, ["e3"])):
+        folder = tmp_path / f"round-{r}"
+        TrajectoryWriter(folder, run_info={"batch": r}).close()
+        episodes = ["e1", "e2"] if r == 1 else ["e3", "e4"]
+        state.round(r).batch = BatchRecord(folder=str(folder), episodes=episodes, dropped_stale=dropped)
+    loop = SimpleNamespace(state=state, settings=SimpleNamespace(
+        training=SimpleNamespace(samples=SimpleNamespace(last_k_iterations=3))))
+    assert [r for r, _ in window(loop, 2)] == [0, 2]
