@@ -1,6 +1,8 @@
 """Learning you can see on one CPU: the tiny model's size from its settings, the shuffled-screenshot
 control (a policy that learned from the screenshot falls back to pixel-random when it is shown the
-screenshots of other episodes) and a cut-down run of ``benchmarks/learning_miniwob.py``."""
+screenshots of other episodes), known answers (each objective learns a visual bandit from its own
+samples, through the real path, and shuffled rewards teach nothing) and a cut-down run of
+``benchmarks/learning_miniwob.py``."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import random
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from PIL import Image
 
 from tests.webgym_rl.synthetic import task, write_shards
 from webgym_rl.tiny import TinyModelSettings, build_tiny_model
+from webgym_rl.train import GRPOSettings, TrainingSettings
 from webgym_rollout.agent.actions import AgentAction
 from webgym_rollout.agent.protocol import AgentSettings, Observation, build_messages, format_response
 
@@ -174,3 +178,101 @@ def test_a_cut_down_benchmark_run_learns(tmp_path):
     assert (out / "learning_miniwob.png").read_bytes()[:4] == b"\x89PNG"
     assert "pixel-random" in (out / "report" / "report.html").read_text()
     assert final["success_rate"] > pixel["success_rate"], (final, pixel)
+
+
+# ------------------------------------------------------------ known answers: a one-step visual bandit
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How an objective trains on its own samples, round after round."""
+
+    training: TrainingSettings
+    rounds: int
+    steps: int
+    """Optimizer steps per round (grpo: passes over the round's one batch)."""
+
+
+ATTEMPTS = 32
+"""Episodes per round: 32 attempts at one task (one group for grpo's and reinforce's baselines)."""
+PLANS = {
+    # Imitation tolerates a large step. The policy-gradient objectives push replies down as well as up,
+    # and under large unclipped steps a tiny model's format breaks (a reply of the wrong first digit
+    # loses its well-formed rest too): reinforce takes smaller steps, over more rounds (at 8e-4 it
+    # collapsed in one run of two), and grpo clips them (PPO: eight clipped passes over each round's batch).
+    "filtered_bc": Plan(TrainingSettings(objective="filtered_bc", learning_rate=1e-3, per_device_batch_size=8,
+                                         log_with="none"), rounds=3, steps=8),
+    "reinforce": Plan(TrainingSettings(objective="reinforce", learning_rate=6e-4, per_device_batch_size=16,
+                                       log_with="none"), rounds=14, steps=2),
+    "grpo": Plan(TrainingSettings(objective="grpo", learning_rate=1e-3, per_device_batch_size=ATTEMPTS,
+                                  grpo=GRPOSettings(ppo_epochs=8), log_with="none"), rounds=5, steps=8),
+}
+
+
+async def _learn(start, chromium_path: str, plan: Plan, out: Path, *, shuffle: bool = False
+                 ) -> tuple[list[float], float]:
+    """Train `start.checkpoint` with `plan` on its own samples through the real path (the CPU policy
+    server samples at temperature 1, Chromium plays the page, the programmatic judge scores, the
+    trainer trains on the trajectories and pushes its weights to the server), each round's rewards
+    shuffled among its episodes when `shuffle`; returns the hit rate of each round and the final
+    one on the fixed evaluation set."""
+    from tests.bandit import COMPACT, arena, shuffled_rewards, success, tasks_file
+    from tests.webgym_rl.conftest import SERVED, evaluate, policy_server
+    from webgym_core.endpoint import Endpoint
+    from webgym_rl.errors import NoTrainingDataError
+    from webgym_rl.pixels import image_processor_config
+    from webgym_rl.policy_server import push_weights
+    from webgym_rl.samples import build_samples, load_trajectories
+    from webgym_rl.train import EpochOrder, Trainer
+    from webgym_rollout.agent.policies import OpenAIPolicy, SamplingSettings
+    from webgym_rollout.runner import run
+
+    t = plan.training
+    trainer = Trainer(model=str(start.checkpoint), model_revision=None, training=t, out=out / "trainer",
+                      seed=0, total_steps=None)
+    task = tasks_file(out / "task.jsonl", 1)
+    rng, played = random.Random(0), []
+    async with arena(chromium_path, start.site, contexts=8) as where:
+        with policy_server(start.checkpoint) as base_url:
+            for r in range(plan.rounds):
+                policy = OpenAIPolicy(Endpoint(base_url=base_url, model=SERVED), agent=COMPACT,
+                                      sampling=SamplingSettings(temperature=1.0, max_tokens=48))
+                rollout = out / f"round-{r}"
+                await run(where.run_settings(task, rollout, attempts=ATTEMPTS, iteration=r, concurrency=8),
+                          policy=policy)
+                played.append(success(rollout))
+                data = shuffled_rewards(rollout, out / f"shuffled-{r}", rng) if shuffle else rollout
+                try:
+                    samples = build_samples(load_trajectories([data]), t.objective, t.samples)
+                except NoTrainingDataError:  # no hit (filtered_bc), or all hits (grpo): nothing to learn
+                    continue
+                order = EpochOrder(samples.weights, seed=r)
+                trainer.fit(trainer.loader(samples, order), order, until=trainer.step + plan.steps)
+                push_weights(base_url, trainer.servable_state_dict(),
+                             image_processor=image_processor_config(trainer.processor))
+            after = await evaluate(where, base_url, start.evaluation, out / "evaluation")
+    return played, after
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.parametrize("objective", list(PLANS))
+def test_each_objective_learns_a_visual_bandit_from_its_own_samples(objective, bandit_start, chromium_path,
+                                                                     tmp_path):
+    """Known answer: from a policy that clicks at random (hit rate on the fixed evaluation set about
+    the box's share of the page: chance), training on its own samples raises the hit rate to at least
+    twice chance within a fixed number of updates."""
+    chance = bandit_start.bandit.chance
+    assert bandit_start.before <= 1.5 * chance, bandit_start.before  # it starts at chance
+    played, after = asyncio.run(_learn(bandit_start, chromium_path, PLANS[objective], tmp_path))
+    assert after >= 2 * chance, (objective, chance, bandit_start.before, played, after)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_shuffled_rewards_teach_nothing(bandit_start, chromium_path, tmp_path):
+    """The control: grpo's plan on the same replies with their rewards shuffled among them (the same
+    number of successes, no link between a reply and its reward) does not reach twice chance."""
+    chance = bandit_start.bandit.chance
+    played, after = asyncio.run(_learn(bandit_start, chromium_path, PLANS["grpo"], tmp_path, shuffle=True))
+    assert after < 2 * chance, (chance, bandit_start.before, played, after)
