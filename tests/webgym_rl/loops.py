@@ -57,3 +57,22 @@ def check_finished_async_run(out: Path, iterations: int) -> dict:
     assert rounds[-1]["train"]["trainer_step"] == sum(r["train"]["steps"] for r in rounds)
     assert state["position"] == rounds[-1]["batch"]["position"]
     return state
+
+
+def bandit_loop_settings(tmp_path: Path, start, sites_url: str, *, tasks: int, **changes) -> LoopSettings:
+    """`LoopSettings` of a loop on the known-answer bandit (`tests.bandit`, served at `sites_url`):
+    `start` (the ``bandit_start`` fixture) plays from round 0 (its replies carry token ids and
+    log-probabilities, which the policy-gradient objectives need; it hits the box about a fifth of
+    the time, so groups of attempts seldom all get the same reward), one step per episode, `tasks`
+    bandit tasks."""
+    from tests.bandit import VIEWPORT, tasks_file
+
+    values = dict(tasks=str(tasks_file(tmp_path / "bandit.jsonl", tasks)), model=str(start.checkpoint),
+                  out=str(tmp_path / "loop"), iterations=2, bootstrap_policy="model", sites_url=sites_url,
+                  miniwob_horizon=1, viewport=VIEWPORT, concurrency=4,
+                  policy={"max_new_tokens": 48, "max_tokens": 48, "variant": "compact", "full_rounds": 0},
+                  judge="programmatic", learning_rate=1e-4, epochs=1.0, per_device_batch_size=8,
+                  log_with="none", eval_every=2, eval_split="train", progress=False)
+    for key, value in changes.items():
+        values[key] = {**values.get(key, {}), **value} if isinstance(value, dict) else value
+    return settings_from_dict(LoopSettings, values)

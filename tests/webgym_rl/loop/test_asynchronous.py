@@ -86,17 +86,19 @@ def test_versions_roll_out_while_training_within_the_staleness_bound(tmp_path, t
     # The resident trainer trained four rounds in one life: its step count runs on.
     assert rounds[3]["train"]["trainer_step"] == sum(r["train"]["steps"] for r in rounds)
 
-    # The evaluation of v3 ran on its own schedule: it began before v4 was published, its episodes
-    # were not trained on, its steps were answered by v3 (or v4, once published: the record says),
-    # and it wrote its report with the learning curve so far.
+    # The evaluation of v3 ran on its own schedule beside the training of v4, which was published
+    # only once the evaluation had finished: every step of it was answered by v3, the version it is
+    # plotted as. Its episodes were not trained on; it wrote its report with the learning curve so far.
     evaluation = rounds[2]["eval"]
-    assert evaluation["version"] == 3 and evaluation["started_at"] < state["versions"][4]["published_at"]
+    assert evaluation["version"] == 3 and evaluation["done_at"] <= state["versions"][4]["published_at"]
+    assert rounds[3]["train"]["started_at"] < evaluation["done_at"]  # v4 trained meanwhile
     evaluated = {(e.episode_id, e.started_at)
                  for e in read_episodes(out / "evals" / "v-0003" / "trajectories")}
     assert len(evaluated) == evaluation["episodes"] == 2
     batched = {(e.episode_id, e.started_at) for r in rounds for e in read_episodes(r["batch"]["folder"])}
     assert len(batched) == 8 and not evaluated & batched
-    assert evaluation["step_versions"] and set(evaluation["step_versions"]) <= {"v3", "v4"}
+    assert evaluation["step_versions"] == {"v3": sum(len(e.steps) for e in read_episodes(
+        out / "evals" / "v-0003" / "trajectories"))}
     report = Path(evaluation["report"])
     assert report.is_file() and (out / "learning_curve.png").is_file()
     curve = json.loads((report.parent / "report.json").read_text())["learning_curve"]
