@@ -5,22 +5,31 @@ One run, all on 127.0.0.1, with the shipped ``miniwob-cpu`` recipe (`webgym_rl.l
 1. task files: easy MiniWoB++ kinds (one click or focus; default click-test, focus-text) and
    multi-step kinds a random policy rarely finishes (default click-checkboxes, click-tab-2,
    enter-text, login-user), `--train-seeds` training seeds and `--heldout-seeds` held-out seeds
-   (from 100000 on) per kind;
+   (from 100000 on) per kind: 120 held-out episodes by default, enough for a paired test;
 2. on the held-out seeds: the pixel-random baseline and the DOM-aware random policy;
 3. the shared bootstrap: one round of the loop (the DOM-aware random policy plays the training
    tasks once, filtered_bc trains `--bootstrap-steps` steps on its successes), evaluated on the
    held-out seeds at temperature 0 (iteration 0 of every curve below);
-4. from that checkpoint, one loop per objective (filtered_bc, reinforce, grpo) with everything else
-   equal: the same task kinds and seeds, the same sampler seed (each round `--tasks-per-round`
-   tasks x `--attempts` attempts, played by the policy being trained at temperature 1), the same
-   learning rate and the same budget of `--max-steps` optimizer steps per round (grpo's
-   `--ppo-epochs` passes over a batch count as steps), each version evaluated on the held-out seeds
-   at temperature 0. So what each learns beyond the bootstrap it learns from its own rollouts;
-5. prints a table (held-out success and valid-action rate per iteration and objective, per-kind
-   success of each objective's last version), writes OUT/objectives_miniwob.png (both rates per
-   iteration, one line per objective, the two baselines dashed) and OUT/results.json.
+4. from that checkpoint, one loop per objective (filtered_bc, reinforce, grpo) with the same task
+   kinds and seeds, the same sampler seed (each round `--tasks-per-round` tasks x `--attempts`
+   attempts, played by the policy being trained at temperature 1: its own samples, with their token
+   ids and log-probabilities), each version evaluated on the held-out seeds at temperature 0. What
+   each learns beyond the bootstrap it learns from its own rollouts. The training differs where the
+   objectives need it to (measured on the known-answer bandit, tests/webgym_rl/test_learning.py):
+   filtered_bc imitates with `--learning-rate` for `--max-steps` steps per round over the last four
+   rounds; the policy-gradient objectives, which push replies down as well as up, train on their
+   newest round only (on-policy) for `--pg-epochs` passes over it, reinforce with the smaller
+   `--reinforce-learning-rate`, grpo with `--grpo-learning-rate` and PPO's clipped passes
+   (`--ppo-epochs` over batches of `--grpo-batch-size`);
+5. prints a table (held-out success per iteration with its 95 % Wilson interval, valid-action rate,
+   and for each objective the exact two-sided paired sign test against the bootstrap on the same
+   seeds: episodes won, lost, p), the on-policy check of every round (trainer against rollout
+   log-probabilities of the sampled tokens, per version) and per-kind success; writes
+   OUT/objectives_miniwob.png (both rates per iteration with intervals, one line per objective, the
+   two baselines dashed) and OUT/results.json.
 
-No target on which objective wins; the run is meant to finish within 45 minutes on 2 cores.
+Target (issue 36): at least one policy-gradient objective beats the bootstrap at p < 0.05, and none
+falls below it at p < 0.05. About 45 minutes on 2 cores.
 
     OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/objectives_miniwob.py --out out/objectives
 """
@@ -60,18 +69,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hard-kinds", default="click-checkboxes,click-tab-2,enter-text,login-user",
                         help="multi-step MiniWoB++ kinds a random policy rarely finishes")
     parser.add_argument("--train-seeds", type=int, default=60, help="training seeds per kind")
-    parser.add_argument("--heldout-seeds", type=int, default=6, help="held-out seeds per kind")
+    parser.add_argument("--heldout-seeds", type=int, default=20, help="held-out seeds per kind")
     parser.add_argument("--objectives", default=",".join(OBJECTIVES))
     parser.add_argument("--iterations", type=int, default=4, help="loop rounds per objective")
     parser.add_argument("--tasks-per-round", type=int, default=12, help="tasks each round rolls out")
     parser.add_argument("--attempts", type=int, default=4, help="attempts per task (grpo's group size)")
     parser.add_argument("--horizon", type=int, default=5, help="steps per MiniWoB episode")
     parser.add_argument("--bootstrap-steps", type=int, default=1000, help="optimizer steps of the bootstrap")
-    parser.add_argument("--max-steps", type=int, default=250,
-                        help="optimizer steps per round, every objective")
-    parser.add_argument("--learning-rate", type=float, default=5e-4)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--ppo-epochs", type=int, default=2, help="grpo: passes over each batch")
+    parser.add_argument("--max-steps", type=int, default=250, help="filtered_bc: optimizer steps per round")
+    parser.add_argument("--learning-rate", type=float, default=5e-4, help="the bootstrap and filtered_bc")
+    parser.add_argument("--batch-size", type=int, default=8, help="the bootstrap, filtered_bc and reinforce")
+    parser.add_argument("--pg-epochs", type=float, default=1.0,
+                        help="reinforce, grpo: passes over the newest round's samples per round")
+    parser.add_argument("--reinforce-learning-rate", type=float, default=2e-4)
+    parser.add_argument("--grpo-learning-rate", type=float, default=5e-4)
+    parser.add_argument("--grpo-batch-size", type=int, default=32)
+    parser.add_argument("--ppo-epochs", type=int, default=4, help="grpo: clipped passes over each batch")
     parser.add_argument("--family", default="qwen3_vl", choices=("qwen2_vl", "qwen3_vl"))
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=2)
@@ -126,8 +139,38 @@ def loop_curve(result: Any) -> list[dict[str, Any]]:
             "rollout": _stats(record.rollout.model_dump() if record.rollout else {}),
             "train": {k: train.get(k)
                       for k in ("steps", "first_loss", "last_loss", "seconds", "skipped", "samples")},
+            "on_policy": train.get("on_policy") or {},
             "groups_dropped": counts.get("groups_dropped"), "group_sizes": counts.get("group_sizes")})
     return points
+
+
+def objective_recipe(args: argparse.Namespace, objective: str) -> dict[str, Any]:
+    """How `objective` trains in this benchmark (YAML keys; see the module docstring)."""
+    if objective == "filtered_bc":
+        return {"max_steps": args.max_steps}
+    on_policy = {"max_steps": 0, "epochs": args.pg_epochs, "last_k_iterations": 1}
+    if objective == "reinforce":
+        return {**on_policy, "learning_rate": args.reinforce_learning_rate}
+    return {**on_policy, "learning_rate": args.grpo_learning_rate,
+            "per_device_batch_size": args.grpo_batch_size, "ppo_epochs": args.ppo_epochs}
+
+
+def successes_by_task(folder: str | Path) -> dict[str, bool]:
+    """task_id -> success of each held-out episode of an evaluation (one attempt per task)."""
+    from webgym_rollout.trajectory.reader import read_episodes
+
+    return {episode.task.task_id: episode.success for episode in read_episodes(folder)}
+
+
+def paired(base: dict[str, bool], other: dict[str, bool]) -> dict[str, Any]:
+    """`other` against `base` on the tasks both evaluated: won (other succeeded, base failed), lost,
+    and the exact two-sided sign test's p."""
+    from webgym_rollout.report.rates import sign_test
+
+    common = sorted(set(base) & set(other))
+    won = sum(other[t] and not base[t] for t in common)
+    lost = sum(base[t] and not other[t] for t in common)
+    return {"tasks": len(common), "won": won, "lost": lost, "p": sign_test(won, lost)}
 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
@@ -177,12 +220,17 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         began = time.perf_counter()
         settings = recipe(args, model=result.checkpoint, out=str(out / objective), iterations=args.iterations,
                           bootstrap_policy="model", objective=objective, attempts=args.attempts,
-                          max_steps=args.max_steps, ppo_epochs=args.ppo_epochs if objective == "grpo" else 1,
-                          sampler={"kind": "epoch", "batch_size": args.tasks_per_round})
+                          sampler={"kind": "epoch", "batch_size": args.tasks_per_round},
+                          **objective_recipe(args, objective))
         with LoopServices(settings) as services:
             curve = loop_curve(run_loop(settings, services=services))
         curve[-1]["per_kind"] = per_kind(curve[-1]["eval_out"])
-        results["objectives"][objective] = {"curve": curve, "seconds": time.perf_counter() - began}
+        base = successes_by_task(start["eval_out"])
+        for point in curve:
+            found = point["eval_out"]
+            point["paired"] = paired(base, successes_by_task(found)) if found else None
+        results["objectives"][objective] = {"curve": curve, "seconds": time.perf_counter() - began,
+                                            "recipe": objective_recipe(args, objective)}
         for point in curve:
             _line(f"{objective} it {point['iteration']}", point["eval"])
     results["seconds"] = time.perf_counter() - started
@@ -195,17 +243,28 @@ def _line(label: str, run: dict[str, Any]) -> None:
           f"valid actions {run['valid_action_rate']:.1%}", flush=True)
 
 
+def _wilson(run: dict[str, Any]) -> str:
+    from webgym_rollout.report.rates import wilson_interval
+
+    low, high = wilson_interval(run["successes"], run["episodes"])
+    return f"[{100 * low:.0f}-{100 * high:.0f}]"
+
+
 def write_outputs(out: Path, results: dict[str, Any]) -> None:
     kinds, start = results["kinds"], results["bootstrap"]
-    print(f"\n{'held-out, temperature 0':<28}" + "".join(f"{'it ' + str(i):>16}" for i in
+    width = 22
+    print(f"\n{'held-out, temperature 0':<28}" + "".join(f"{'it ' + str(i):>{width}}" for i in
                                                     range(results["args"]["iterations"] + 1)))
     for objective, run in results["objectives"].items():
         points = [start] + run["curve"]
         print(f"{objective + ' success':<28}" + "".join(
-            f"{p['eval']['successes']:>9}/{p['eval']['episodes']:<3}{p['eval']['success_rate']:>4.0%}"
-            for p in points))
+            f"{p['eval']['successes']:>5}/{p['eval']['episodes']:<3} {p['eval']['success_rate']:>4.0%} "
+            f"{_wilson(p['eval']):>8}" for p in points))
         print(f"{'  valid actions':<28}"
-              + "".join(f"{p['eval']['valid_action_rate']:>16.1%}" for p in points))
+              + "".join(f"{p['eval']['valid_action_rate']:>{width}.1%}" for p in points))
+        print(f"{'  vs bootstrap: won/lost p':<28}{'':>{width}}" + "".join(
+            f"{point['paired']['won']:>8}/{point['paired']['lost']:<3} p {point['paired']['p'] or 1:<7.3g}"
+            if point.get("paired") else f"{'':>{width}}" for point in run["curve"]))
     for name in ("pixel_random", "dom_random"):
         print(f"{name + ' (baseline)':<28}{results[name]['success_rate']:>16.1%}")
     print(f"\nper kind, held-out successes ({results['args']['heldout_seeds']} seeds each)")
@@ -223,9 +282,20 @@ def write_outputs(out: Path, results: dict[str, Any]) -> None:
                        if point["groups_dropped"] is not None else "")
             trained = (f"trained {train['steps']} steps on {train['samples']} samples{dropped}"
                        if not train.get("skipped") else f"skipped ({train['skipped']})")
+            check = "; ".join(
+                f"{v} mean {c['mean_abs']:.1e} max {c['max_abs']:.1e} ({int(c['tokens'])} tokens)"
+                for v, c in point.get("on_policy", {}).items()) or "nothing to compare"
             print(f"{objective} round {point['iteration'] - 1}: own rollouts "
-                  f"{point['rollout']['success_rate']:.1%} success; {trained}")
+                  f"{point['rollout']['success_rate']:.1%} success; {trained}; on-policy check: {check}")
         print(f"{objective}: {run['seconds']:.0f} s")
+    for objective, run in results["objectives"].items():
+        final = run["curve"][-1].get("paired")
+        if final:
+            better = "beats" if final["won"] > final["lost"] else "falls below"
+            verdict = better if (final["p"] or 1) < 0.05 else "does not differ significantly from"
+            print(f"{objective}, last version: {verdict} the bootstrap (won {final['won']}, lost "
+                  f"{final['lost']} of {final['tasks']} paired held-out episodes, sign test p = "
+                  f"{final['p'] or 1:.3g})")
     print(f"total {results['seconds']:.0f} s (bootstrap {start['seconds']:.0f} s)")
     _plot(out / "objectives_miniwob.png", results)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n", encoding="utf-8")
@@ -245,8 +315,14 @@ def _plot(path: Path, results: dict[str, Any]) -> None:
         axes = figure.add_subplot(1, 2, index + 1)
         for objective, run in results["objectives"].items():
             points = [start] + run["curve"]
-            axes.plot([p["iteration"] for p in points], [100 * p["eval"][key] for p in points], marker="o",
-                      color=COLOURS.get(objective), label=objective)
+            xs, ys = [p["iteration"] for p in points], [100 * p["eval"][key] for p in points]
+            axes.plot(xs, ys, marker="o", color=COLOURS.get(objective), label=objective)
+            if key == "success_rate":  # the 95 % Wilson interval of each evaluation
+                from webgym_rollout.report.rates import wilson_interval
+
+                bounds = [wilson_interval(p["eval"]["successes"], p["eval"]["episodes"]) for p in points]
+                axes.fill_between(xs, [100 * b[0] for b in bounds], [100 * b[1] for b in bounds],
+                                  color=COLOURS.get(objective), alpha=0.12, linewidth=0)
         for name, label, colour in (("pixel_random", "pixel-random", "#cf222e"),
                                     ("dom_random", "DOM-aware random", "#1a7f37")):
             axes.axhline(100 * results[name][key], color=colour, linestyle="--", label=label)
@@ -258,7 +334,9 @@ def _plot(path: Path, results: dict[str, Any]) -> None:
         axes.grid(alpha=0.3)
         if index == 0:
             axes.legend(loc="best", fontsize=8)
-    figure.suptitle(f"Objectives on MiniWoB++ ({len(results['kinds'])} kinds), held-out seeds")
+    episodes = results["bootstrap"]["eval"]["episodes"]
+    figure.suptitle(f"Objectives on MiniWoB++ ({len(results['kinds'])} kinds), {episodes} held-out episodes "
+                    "(shaded: 95 % Wilson intervals)")
     figure.tight_layout()
     figure.savefig(path, format="png")
 

@@ -842,7 +842,7 @@ them infinite, and sampling from that fails."""
 
 
 def _sampling_config(request: ChatCompletionRequest, max_new_tokens: int, model_config: Any,
-                     placeholders: list[int]) -> Any:
+                     placeholders: list[int], *, scores: bool) -> Any:
     """The generation config of `request`: every setting that shapes the distribution set here,
     explicitly (transformers would fill the unset ones from its defaults: top_k 50). The vision
     placeholder tokens are never sampled (`webgym_rl.modeling.VISION_PLACEHOLDERS`)."""
@@ -856,7 +856,7 @@ def _sampling_config(request: ChatCompletionRequest, max_new_tokens: int, model_
         temperature=1.0 if greedy else request.temperature, top_p=1.0 if greedy else request.top_p,
         top_k=0 if greedy else top_k, min_p=None, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
         repetition_penalty=1.0, no_repeat_ngram_size=0, min_length=0, suppress_tokens=placeholders or None,
-        return_dict_in_generate=True, output_logits=True, output_scores=True)
+        return_dict_in_generate=True, output_scores=scores)
 
 
 def _generate(policy: _Policy, request: ChatCompletionRequest, messages: list[dict], images: list,
@@ -873,7 +873,9 @@ def _generate(policy: _Policy, request: ChatCompletionRequest, messages: list[di
         raise BadChatRequest(f"messages: the model's processor cannot take them: {exc}",
                              param="messages") from None
     prompt_ids = inputs["input_ids"][0].tolist()
-    config = _sampling_config(request, max_new_tokens, model.generation_config, policy.placeholders)
+    want_logprobs = bool(request.logprobs or request.top_logprobs)
+    config = _sampling_config(request, max_new_tokens, model.generation_config, policy.placeholders,
+                              scores=want_logprobs)
     stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     if stops:
         config.stop_strings = stops
@@ -897,7 +899,7 @@ def _generate(policy: _Policy, request: ChatCompletionRequest, messages: list[di
         if cut >= 0:
             text, finish = text[:cut], "stop"
     logprobs = None
-    if request.logprobs or request.top_logprobs:
+    if want_logprobs:
         # The distribution each token was drawn from: the processed scores (placeholders suppressed,
         # temperature, top-k, top-p applied; -inf outside the cut); greedy: the model's at temperature 1.
         rows = out.scores

@@ -512,7 +512,7 @@ def run_async(loop: Loop) -> None:
                 if checkpoint_due(loop, r, last=r == settings.iterations - 1):
                     write_checkpoint(loop, r)
                 state.metrics = _metrics(loop, rollout.gate, waited, began)
-                loop.save()
+                loop.done(r, "train", record.train)  # its summary holds the on-policy check per version
                 scalars.add(state.metrics, version.version)
                 loop.emit(VersionPublished(version.version, version.path, version.publish_s, state.metrics))
 

@@ -217,7 +217,11 @@ def plan(settings: LoopSettings) -> Plan:
     weights = ", ".join(f"{(age + 1) ** -selection.recency_power:.2f}" for age in ages)
     steps = f"{t.max_steps} optimizer steps" if t.max_steps else \
         f"{t.epochs:g} epoch{'' if t.epochs == 1 else 's'} of optimizer steps"
-    noop = "dropped" if selection.drop_same_as_next else "kept"
+    if Objective(t.objective) is Objective.FILTERED_BC:
+        noop = "dropped" if selection.drop_same_as_next else "kept"
+    else:
+        noop = {"penalise": "kept with a negative advantage only", "drop": "dropped",
+                "keep": "kept"}[selection.policy_gradient_no_ops]
     shape = f"LoRA rank {t.lora_rank}" if t.lora else "full fine-tune"
     last_k = selection.last_k_iterations or "all"
     result.add("training", f"{Objective(t.objective).value} on the last {last_k} "
