@@ -8,8 +8,11 @@ One run, all on 127.0.0.1, with the shipped ``miniwob-cpu`` recipe (`webgym_rl.l
    (from 100000 on) per kind: 120 held-out episodes by default, enough for a paired test;
 2. on the held-out seeds: the pixel-random baseline and the DOM-aware random policy;
 3. the shared bootstrap: one round of the loop (the DOM-aware random policy plays the training
-   tasks once, filtered_bc trains `--bootstrap-steps` steps on its successes), evaluated on the
-   held-out seeds at temperature 0 (iteration 0 of every curve below);
+   tasks once, and the tiny model imitates `--bootstrap-steps` steps of its replies: by default all
+   of them, `--bootstrap-threshold 1` its successes only), evaluated on the held-out seeds at
+   temperature 0 (iteration 0 of every curve below). Imitating every reply teaches the reply format
+   on varied prompts: a bootstrap that writes well-formed replies is what the policy-gradient
+   objectives need (from one that does not, their first rounds break the format: RESULTS.md);
 4. from that checkpoint, one loop per objective (filtered_bc, reinforce, grpo) with the same task
    kinds and seeds, the same sampler seed (each round `--tasks-per-round` tasks x `--attempts`
    attempts, played by the policy being trained at temperature 1: its own samples, with their token
@@ -19,8 +22,9 @@ One run, all on 127.0.0.1, with the shipped ``miniwob-cpu`` recipe (`webgym_rl.l
    filtered_bc imitates with `--learning-rate` for `--max-steps` steps per round over the last four
    rounds; the policy-gradient objectives, which push replies down as well as up, train on their
    newest round only (on-policy) for `--pg-epochs` passes over it, reinforce with the smaller
-   `--reinforce-learning-rate`, grpo with `--grpo-learning-rate` and PPO's clipped passes
-   (`--ppo-epochs` over batches of `--grpo-batch-size`);
+   `--reinforce-learning-rate`, grpo with `--grpo-learning-rate`, PPO's clipped passes
+   (`--ppo-epochs` over batches of `--grpo-batch-size`) and a KL penalty to the bootstrap
+   (`--kl-coef`);
 5. prints a table (held-out success per iteration with its 95 % Wilson interval, valid-action rate,
    and for each objective the exact two-sided paired sign test against the bootstrap on the same
    seeds: episodes won, lost, p), the on-policy check of every round (trainer against rollout
@@ -76,15 +80,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--attempts", type=int, default=4, help="attempts per task (grpo's group size)")
     parser.add_argument("--horizon", type=int, default=5, help="steps per MiniWoB episode")
     parser.add_argument("--bootstrap-steps", type=int, default=1000, help="optimizer steps of the bootstrap")
+    parser.add_argument("--bootstrap-threshold", type=float, default=0.0,
+                        help="the bootstrap imitates the random policy's episodes of at least this reward "
+                             "(0: every step it took, so the bootstrap learns the reply format on varied "
+                             "prompts; 1: its successes only)")
     parser.add_argument("--max-steps", type=int, default=250, help="filtered_bc: optimizer steps per round")
     parser.add_argument("--learning-rate", type=float, default=5e-4, help="the bootstrap and filtered_bc")
     parser.add_argument("--batch-size", type=int, default=8, help="the bootstrap, filtered_bc and reinforce")
     parser.add_argument("--pg-epochs", type=float, default=1.0,
                         help="reinforce, grpo: passes over the newest round's samples per round")
-    parser.add_argument("--reinforce-learning-rate", type=float, default=2e-4)
-    parser.add_argument("--grpo-learning-rate", type=float, default=5e-4)
+    parser.add_argument("--reinforce-learning-rate", type=float, default=1e-4)
+    parser.add_argument("--grpo-learning-rate", type=float, default=2e-4)
     parser.add_argument("--grpo-batch-size", type=int, default=32)
     parser.add_argument("--ppo-epochs", type=int, default=4, help="grpo: clipped passes over each batch")
+    parser.add_argument("--kl-coef", type=float, default=0.1, help="grpo: KL penalty to the bootstrap")
     parser.add_argument("--family", default="qwen3_vl", choices=("qwen2_vl", "qwen3_vl"))
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=2)
@@ -152,7 +161,8 @@ def objective_recipe(args: argparse.Namespace, objective: str) -> dict[str, Any]
     if objective == "reinforce":
         return {**on_policy, "learning_rate": args.reinforce_learning_rate}
     return {**on_policy, "learning_rate": args.grpo_learning_rate,
-            "per_device_batch_size": args.grpo_batch_size, "ppo_epochs": args.ppo_epochs}
+            "per_device_batch_size": args.grpo_batch_size, "ppo_epochs": args.ppo_epochs,
+            "kl_coef": args.kl_coef}
 
 
 def successes_by_task(folder: str | Path) -> dict[str, bool]:
@@ -199,7 +209,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     # The shared bootstrap: the DOM-aware random policy plays every training task once; filtered_bc.
     bootstrap = recipe(args, model=str(model_dir), out=str(out / "bootstrap"), iterations=1,
                        bootstrap_policy="random", objective="filtered_bc", max_steps=args.bootstrap_steps,
-                       sampler={"kind": "all"})
+                       success_threshold=args.bootstrap_threshold, sampler={"kind": "all"})
     agent = bootstrap.policy.agent
     with LoopServices(bootstrap) as services:
         for name, kind in (("pixel_random", "pixel_random"), ("dom_random", "random")):
