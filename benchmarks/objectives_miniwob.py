@@ -100,6 +100,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vision-width", type=int, default=32)
     parser.add_argument("--min-pixels", type=int, default=56 * 56)
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="sampling temperature of the training rollouts (the trainer scores at the same)")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--progress", action="store_true", help="live progress bars")
@@ -120,7 +122,7 @@ def recipe(args: argparse.Namespace, **changes: Any) -> Any:
         miniwob_horizon=args.horizon, learning_rate=args.learning_rate,
         per_device_batch_size=args.batch_size, tasks=str(args.out / "tasks" / "train.jsonl"),
         policy={"model": "tiny-policy", "max_new_tokens": args.max_new_tokens,
-                "max_tokens": args.max_new_tokens, "temperature": 1.0, "variant": "compact"})
+                "max_tokens": args.max_new_tokens, "temperature": args.temperature, "variant": "compact"})
     return load_recipe(RECIPE, **{**values, **changes})
 
 

@@ -688,7 +688,10 @@ class Trainer:
         logits = model(**inputs).logits
         if not len(self._placeholders):
             return logits
-        return logits.index_fill(-1, self._placeholders.to(logits.device), float("-inf"))
+        # In place: a copy would double the largest tensor of a step (batch x length x vocabulary).
+        # Autograd allows it (the output projection's backward needs its input, not its output)
+        # and would refuse it loudly were the logits saved for a backward.
+        return logits.index_fill_(-1, self._placeholders.to(logits.device), float("-inf"))
 
     @staticmethod
     def _logprobs(logits: Any, labels: Any, temperatures: Any = None) -> Any:
