@@ -20,14 +20,16 @@ episodes can be trained on like a model's; their ``policy_model`` is ``scripted-
 marks them as demonstrations in a trajectory dataset.
 
 The expert follows an episode by its ``episode_id``; an observation of step 0 starts the plan over
-(a restarted session).
+(a restarted session). Given another planner (``plan=``, such as a shortcut of
+`webgym_rollout.tasks.websites.shortcuts`) it plays that planner's moves instead, under its own
+``model_id``: only the expert's episodes are demonstrations.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -60,12 +62,15 @@ class _Progress:
 class ExpertPolicy:
     """Plays the plans of generated site tasks through the ordinary action space (see the module)."""
 
-    model_id = EXPERT_MODEL_ID
     observes_elements = True
 
-    def __init__(self, tasks: Iterable[Task], *, agent: AgentSettings | None = None, max_scrolls: int = 4):
+    def __init__(self, tasks: Iterable[Task], *, agent: AgentSettings | None = None, max_scrolls: int = 4,
+                 plan: Callable[[Task], list[Move] | None] = expert_plan, model_id: str = EXPERT_MODEL_ID):
         self.agent = agent or AgentSettings()
         self.max_scrolls = max_scrolls
+        self.model_id = model_id
+        """The ``policy_model`` of its episodes (`EXPERT_MODEL_ID`: demonstrations)."""
+        self._plan = plan
         self._tasks = {task.task_name: task for task in tasks}
         self._episodes: OrderedDict[str, _Progress] = OrderedDict()
 
@@ -85,7 +90,7 @@ class ExpertPolicy:
         progress = self._episodes.get(observation.episode_id)
         if progress is None or observation.step == 0:
             task = self._tasks.get(observation.instruction)
-            moves = expert_plan(task) if task is not None else [
+            moves = (self._plan(task) if task is not None else None) or [
                 Answer("The scripted expert has no plan for this task.")]
             progress = self._episodes[observation.episode_id] = _Progress(moves)
             while len(self._episodes) > _MAX_EPISODES:  # episodes cut by their step budget never answer

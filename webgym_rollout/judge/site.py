@@ -8,35 +8,25 @@ groups, which needs its parent among the tasks), reads the episode's session id 
 ``?session=<id>``, `webgym_rollout.tasks.websites.state.with_session`), asks `facts` for that
 session's `SessionFacts` (in-process `SiteServer.facts`, or `TruthClient.facts` for a site server
 elsewhere) and checks each fact; a task with a definite answer also needs the final answer to
-contain it whole (`answer_holds`). The reward is 1 only if every criterion passes
-(`site_verdicts`, which ``webgym-rollout judge-eval`` also applies to stored facts).
+state it as its answer facts are stated (`answer_holds`: each value and name it holds, and no other
+value of those kinds, no other of the task's candidate names). The reward is 1 only if every
+criterion passes (`site_verdicts`, which ``webgym-rollout judge-eval`` also applies to stored facts).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Iterable
 
 from webgym_data.schema import Task
 from webgym_rollout.judge.judges import JudgeRequest, JudgeResult
+from webgym_rollout.tasks.websites.answers import answer_holds
 from webgym_rollout.tasks.websites.facts import SessionFacts
-from webgym_rollout.tasks.websites.goals import check_fact, task_checks
+from webgym_rollout.tasks.websites.goals import answer_names, check_task, task_checks
 from webgym_rollout.tasks.websites.state import session_in
 from webgym_rollout.trajectory.contract import Verdict
 
 __all__ = ["SiteJudge", "answer_holds", "site_verdicts"]
-
-
-def _normal(text: str) -> str:
-    return " ".join(text.casefold().split())
-
-
-def answer_holds(expected: str, answer: str) -> bool:
-    """`answer` contains `expected` as a whole (case and spacing ignored; ``$12.95`` is not in
-    ``$112.95``)."""
-    pattern = r"(?<![\w.,$])" + re.escape(_normal(expected)) + r"(?![\w]|[.,]\w)"
-    return bool(expected.strip()) and re.search(pattern, _normal(answer)) is not None
 
 
 class SiteJudge:
@@ -70,14 +60,14 @@ def site_verdicts(task: Task, facts: SessionFacts, answer: str, parent: Task | N
     against the session's `facts` and the final `answer`), then ``definite_answer`` when the task
     has one. The episode passes when there is a verdict and every one passed. Raises ValueError
     when the task carries no checks (`task_checks`; a decomposition's subtask needs its `parent`)."""
-    checks = iter(task_checks(task, parent))
+    results = iter(check_task(task, facts, answer, parent))
     verdicts = []
     for group in task.evaluator_reference:
         for n, text in enumerate(group.facts):
-            passed = check_fact(next(checks), facts, answer)
-            verdicts.append(Verdict(f"fact:{group.id}:{n}", passed, text))
+            verdicts.append(Verdict(f"fact:{group.id}:{n}", next(results), text))
     if task.definite_answer:
-        passed = answer_holds(task.definite_answer, answer)
+        names, candidates = answer_names(task_checks(task, parent))
+        passed = answer_holds(task.definite_answer, answer, names=names, candidates=candidates)
         verdicts.append(Verdict("definite_answer", passed,
                                 f"expected {task.definite_answer!r} in the answer {answer!r}"))
     return verdicts

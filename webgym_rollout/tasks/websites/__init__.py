@@ -10,9 +10,10 @@ port that serves them to the toolkit, never to a page). The shop: `catalogue`, `
 `travel_catalogue` (airports, flights, hotels), `travel_forms` (the booking forms' validation),
 `travel` (the pages). The generated tasks: `shop_tasks`, `travel_tasks`, `reference_tasks` (each
 site's templates and the expert's plan), `drawing` (the draw loop and row they share), `goals` (the
-machine check of each fact), `plans` (the expert's moves), `generate` (all sites at once,
-``webgym-rollout site-tasks``) and `kind` (the ``site:<name>`` task kind: a fresh session per
-episode). Same imports as `webgym_rollout.tasks`.
+machine check of each fact), `answers` (what a final answer states, read as a grader reads it),
+`plans` (the expert's moves), `generate` (all sites at once, ``webgym-rollout site-tasks``),
+`shortcuts` (the plans of the shortcuts the judge must refuse) and `kind` (the ``site:<name>`` task
+kind: a fresh session per episode). Same imports as `webgym_rollout.tasks`.
 """
 
 from webgym_rollout.tasks.websites.facts import (

@@ -7,26 +7,53 @@ skips repeats and turns each draw into a row of the task schema with `SiteRows.r
 fact groups, one machine check per fact in ``source.metadata["checks"]``
 (`webgym_rollout.tasks.websites.goals`), the truth the expert plays in ``params``, the definite
 answer of an information-seeking task, a ``site:<name>`` environment and the site's own website
-name (`website_of`).
+name (`website_of`). `answer_fact` writes the fact that the answer gives one value, with the
+candidates a grader knows (the other values the task's pages offer).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from webgym_data.schema import FactGroup, Task, TaskSource, make_task_id
+from webgym_rollout.tasks.websites.answers import read_value
 from webgym_rollout.tasks.websites.base import website_of
 
-__all__ = ["DEFAULT_BASE_URL", "Draw", "Fact", "SiteRows", "draw_tasks"]
+__all__ = ["DEFAULT_BASE_URL", "Draw", "Fact", "SiteRows", "answer_fact", "draw_tasks"]
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8400"
 """Where ``webgym-rollout serve-sites`` listens by default; generated rows' start URLs are under it."""
 Fact = tuple[str, dict[str, Any]]
 """A fact's text and its check."""
+
+
+def answer_fact(text: str, kind: str, value: str, candidates: Iterable[str] = ()) -> Fact:
+    """The fact `text` that the answer gives `value`, a value of `kind` written as the site writes it
+    (`webgym_rollout.tasks.websites.answers`), and none of `candidates`: the other values of that
+    kind the task's pages offer (`SiteRows.row` leaves out repeats and the values the task asks)."""
+    return text, {"type": "answer_value", "kind": kind, "value": value, "candidates": list(candidates)}
+
+
+def _wrong_only(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`checks` with each answer fact's candidates cut to the wrong answers: once each, and none that
+    one of the task's answer facts asks for (a death year is no wrong birth year when both are asked)."""
+    asked = {read_value(c["kind"], c["value"]) for c in checks if c["type"] == "answer_value"}
+    kept = []
+    for check in checks:
+        if check["type"] == "answer_value":
+            seen, candidates = set(asked), []
+            for text in check["candidates"]:
+                value = read_value(check["kind"], text)
+                if value not in seen:
+                    seen.add(value)
+                    candidates.append(text)
+            check = check | {"candidates": candidates}
+        kept.append(check)
+    return kept
 
 
 @dataclass
@@ -60,7 +87,7 @@ class SiteRows:
         groups = tuple(FactGroup(id=str(number), description=description,
                                  facts=tuple(text for text, _ in facts))
                        for number, (description, facts) in enumerate(draw.groups, 1))
-        checks = [check for _, facts in draw.groups for _, check in facts]
+        checks = _wrong_only([check for _, facts in draw.groups for _, check in facts])
         metadata = {"site": self.site, f"{self.site}_seed": seed, "template": draw.template,
                     "params": draw.params, "checks": checks}
         return Task(task_id=make_task_id(self.benchmark, str(seed), draw.instruction),

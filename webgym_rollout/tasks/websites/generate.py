@@ -66,12 +66,21 @@ def task_params(task: Task) -> tuple[str, dict[str, Any]]:
     return site, metadata["params"]
 
 
+def _answer_texts(check: dict[str, Any]) -> list[str]:
+    """What an answer check asks the answer to say, as the site writes it."""
+    if check.get("type") == "answer_value":
+        return [check["value"]]
+    if check.get("type") == "answer_number":
+        return [str(check["value"])]
+    return list(check.get("texts", [])) if check.get("type") == "answer" else []
+
+
 def expert_plan(task: Task) -> list[Move]:
     """The scripted expert's moves for a generated site task (ValueError when no site plans it).
 
     A subtask of decomposition keeps its parent's truth: the expert does the parent's work, and
-    answers with every text and number the parent's answer checks ask for (a subtask has no
-    definite answer)."""
+    answers with every value the parent's answer checks ask for (a subtask has no definite
+    answer)."""
     site, params = task_params(task)
     generator = SITES.get(site)
     if generator is None:
@@ -80,8 +89,7 @@ def expert_plan(task: Task) -> list[Move]:
     moves = generator.plan(params, task)
     if task.parent_task_id and moves and isinstance(moves[-1], Answer):
         checks = json.loads(task.source.metadata or "{}").get("checks") or []
-        texts = [text for check in checks if check.get("type") == "answer" for text in check.get("texts", [])]
-        texts += [str(check["value"]) for check in checks if check.get("type") == "answer_number"]
+        texts = [text for check in checks for text in _answer_texts(check)]
         moves[-1] = Answer("; ".join(texts) or moves[-1].text)
     return moves
 

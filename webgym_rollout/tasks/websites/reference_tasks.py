@@ -12,15 +12,19 @@ hard 7+):
             country_table   from a country's tables, its longest (shortest) river or its oldest city;
                             two of that article's values
             founder         who founded a company, and the year the founder was born
-    hard    compare_watch   which of three articles has the largest (smallest) value; watch it, name it
-            compare_edit    which of four was founded first; suggest an edit of one of its values
+    hard    compare_watch   which of three articles has the largest (smallest) value; watch it alone,
+                            name it
+            compare_edit    which of four was founded first; suggest one edit, of one of its values
             capital_leader  which of three countries is the most populous; watch its capital and leader
+                            and nothing else
 
 Every fact has its check (`webgym_rollout.tasks.websites.goals`) in ``source.metadata["checks"]``,
 beside ``params``: what a session that does the task right does (the articles it reads, in order,
 the articles it watches, the edit it suggests), for the scripted expert (`expert_moves`) and the
-tests. Numbers in answers are checked whole (``answer_number``), never as substrings. A draw with
-no single right answer (two articles tied) draws again.
+tests. An answer fact (``answer_value``) names a number (read whole, with its unit) or a name, and
+its candidates are the same value of the articles a reader weighs against the right one: the ones
+compared, the other rows of the country's table, the article's neighbours in its category. A draw
+with no single right answer (two articles tied) draws again.
 """
 
 from __future__ import annotations
@@ -30,7 +34,14 @@ from collections.abc import Callable
 from typing import Any
 
 from webgym_data.schema import Task
-from webgym_rollout.tasks.websites.drawing import DEFAULT_BASE_URL, Draw, Fact, SiteRows, draw_tasks
+from webgym_rollout.tasks.websites.drawing import (
+    DEFAULT_BASE_URL,
+    Draw,
+    Fact,
+    SiteRows,
+    answer_fact,
+    draw_tasks,
+)
 from webgym_rollout.tasks.websites.encyclopedia import YEAR_NOW, Article, Encyclopedia, display, encyclopedia
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 
@@ -68,6 +79,8 @@ _COMPARISONS = (  # kind, key, the question's words, largest (True) or smallest
     ("company", "employees", "employs the most people", True),
     ("city", "founded", "was founded earliest", False),
 )
+_VOCABULARIES = frozenset({"currency", "occupation", "industry", "country", "nationality"})
+"""The values drawn from a short list (words; the countries): every other one of the list is a candidate."""
 _EDITS = (  # kind, the key compared (earliest), the key edited, the summary's source
     ("company", "founded", "employees", "annual report"),
     ("city", "founded", "population", "census"),
@@ -80,16 +93,35 @@ def _read(book: Encyclopedia, article_id: str) -> Fact:
     return f"The article {book.title(article_id)} was opened.", check
 
 
-def _named(article: Article) -> Fact:
-    return f"The answer names {article.title}.", {"type": "answer", "texts": [article.title]}
+def _named(article: Article, others: list[Article]) -> Fact:
+    """The fact that the answer names `article`, not one of the `others` weighed against it."""
+    return answer_fact(f"The answer names {article.title}.", "name", article.title, [a.title for a in others])
 
 
-def _said(book: Encyclopedia, article: Article, key: str) -> tuple[str, Fact]:
-    """How value `key` of `article` is written, and the fact that the answer gives it (a number whole)."""
-    value, shown = article.values[key], book.shown(article, key)
-    check = ({"type": "answer_number", "value": value} if isinstance(value, int)
-             else {"type": "answer", "texts": [shown]})
-    return shown, (f"The answer gives the {_SHORT[key]} {shown}.", check)
+def _said(book: Encyclopedia, article: Article, key: str, others: list[Article]) -> tuple[str, Fact]:
+    """How value `key` of `article` is written, and the fact that the answer gives it (a number whole, in
+    its unit; a link or a word as a name) and not the same value of one of the `others` (of a value
+    drawn from a short list: not another value of the list)."""
+    kind = "number" if isinstance(article.values[key], int) else "name"
+    shown = book.shown(article, key)
+    if key in _VOCABULARIES:
+        others = book.of_kind(article.kind)
+    candidates = [book.shown(other, key) for other in others if key in other.values and other != article]
+    return shown, answer_fact(f"The answer gives the {_SHORT[key]} {shown}.", kind, shown, candidates)
+
+
+def _peers(book: Encyclopedia, article: Article) -> list[Article]:
+    """The articles listed beside `article`: the cities or rivers of its country, every country, the
+    people of its country, the companies of its industry."""
+    if article.kind in ("city", "river"):
+        return book.within(article.kind, str(article.values["country"]))
+    if article.kind == "country":
+        category = "countries"
+    elif article.kind == "person":
+        category = f"people-of-{str(article.values['nationality']).lower()}"
+    else:
+        category = f"{article.values['industry']}-companies"
+    return [book.by_id[i] for i in book.categories[category].members]
 
 
 def _watch_facts(book: Encyclopedia, ids: list[str]) -> list[Fact]:
@@ -113,7 +145,7 @@ def _names(articles: list[Article]) -> str:
 def _infobox(rng: random.Random, book: Encyclopedia) -> Draw:
     article = rng.choice(book.articles)
     key = rng.choice(article.infobox_keys)
-    shown, fact = _said(book, article, key)
+    shown, fact = _said(book, article, key, _peers(book, article))
     question = _QUESTIONS[key].format(t=f"the {article.title}" if article.kind == "river" else article.title)
     return Draw("infobox", f"Using the Webgym Reference encyclopedia: {question}",
                  [("Article", [_read(book, article.id)]), ("Answer", [fact])],
@@ -123,7 +155,7 @@ def _infobox(rng: random.Random, book: Encyclopedia) -> Draw:
 def _infobox_pair(rng: random.Random, book: Encyclopedia) -> Draw:
     article = rng.choice(book.articles)
     keys = rng.sample(article.infobox_keys, 2)
-    said = [_said(book, article, key) for key in keys]
+    said = [_said(book, article, key, _peers(book, article)) for key in keys]
     wanted = " and ".join(f"its {_SHORT[key]}" for key in keys)
     form = ", ".join(f"<{_SHORT[key]}>" for key in keys)
     return Draw("infobox_pair", f"Look up {article.title} in the Webgym Reference and tell me {wanted}. "
@@ -144,13 +176,14 @@ def _birth_capital(rng: random.Random, book: Encyclopedia) -> Draw:
     person = rng.choice(book.of_kind("person"))
     country = book.by_id[str(person.values["nationality"])]
     capital = book.by_id[str(country.values["capital"])]
-    population, population_fact = _said(book, capital, "population")
+    cities = _peers(book, capital)
+    population, population_fact = _said(book, capital, "population", cities)
     instruction = (f"In the Webgym Reference, find the capital of the country where {person.title} was born, "
                    "and that capital's population. Reply as '<capital>: <population>'.")
     reads = [person.id, country.id, capital.id]
     return Draw("birth_capital", instruction,
                  [("Articles", [_read(book, i) for i in reads]),
-                  ("Answer", [_named(capital), population_fact])],
+                  ("Answer", [_named(capital, cities), population_fact])],
                  {"article_id": capital.id, "read": reads}, answer=f"{capital.title}: {population}")
 
 
@@ -160,17 +193,18 @@ def _country_table(rng: random.Random, book: Encyclopedia) -> Draw | None:
         ("river", "length_km", "the longest river", True, ("length_km", "mouth")),
         ("river", "length_km", "the shortest river", False, ("length_km", "mouth")),
         ("city", "founded", "the oldest city (founded first)", False, ("founded", "elevation_m"))))
-    best = _unique_best(book.within(kind, country.id), key, largest)
+    table = book.within(kind, country.id)
+    best = _unique_best(table, key, largest)
     if best is None:
         return None
-    said = [_said(book, best, k) for k in asked]
+    said = [_said(book, best, k, table) for k in asked]
     wanted = " and ".join(f"its {_SHORT[k]}" for k in asked)
     form = ", ".join(f"<{_SHORT[k]}>" for k in asked)
     instruction = (f"Which is {words} of {country.title} in the Webgym Reference? Give its name, {wanted}. "
                    f"Reply as '<name>, {form}'.")
     return Draw("country_table", instruction,
                  [("Articles", [_read(book, country.id), _read(book, best.id)]),
-                  ("Answer", [_named(best), *(fact for _, fact in said)])],
+                  ("Answer", [_named(best, table), *(fact for _, fact in said)])],
                  {"article_id": best.id, "read": [country.id, best.id]},
                  answer=", ".join([best.title, *(shown for shown, _ in said)]))
 
@@ -178,12 +212,13 @@ def _country_table(rng: random.Random, book: Encyclopedia) -> Draw | None:
 def _founder(rng: random.Random, book: Encyclopedia) -> Draw:
     company = rng.choice(book.of_kind("company"))
     founder = book.by_id[str(company.values["founder"])]
-    born, born_fact = _said(book, founder, "born")
+    founders = [book.by_id[str(other.values["founder"])] for other in _peers(book, company)]
+    born, born_fact = _said(book, founder, "born", founders)
     instruction = (f"Who founded {company.title}, according to the Webgym Reference, and in what year was "
                    "the founder born? Reply as '<name>, <year>'.")
     return Draw("founder", instruction,
                  [("Articles", [_read(book, company.id), _read(book, founder.id)]),
-                  ("Answer", [_named(founder), born_fact])],
+                  ("Answer", [_named(founder, founders), born_fact])],
                  {"article_id": founder.id, "read": [company.id, founder.id]},
                  answer=f"{founder.title}, {born}")
 
@@ -194,12 +229,12 @@ def _compare_watch(rng: random.Random, book: Encyclopedia) -> Draw | None:
     best = _unique_best(articles, key, largest)
     if best is None:
         return None
-    shown, fact = _said(book, best, key)
+    shown, fact = _said(book, best, key, articles)
     instruction = (f"In the Webgym Reference, which of {_names(articles)} {words}? Add its article to my "
                    f"watchlist and reply with its name and {_SHORT[key]} as '<name>: <{_SHORT[key]}>'.")
     return Draw("compare_watch", instruction,
                  [("Articles", [_read(book, a.id) for a in articles]),
-                  ("Watchlist", _watch_facts(book, [best.id])), ("Answer", [_named(best), fact])],
+                  ("Watchlist", _watch_facts(book, [best.id])), ("Answer", [_named(best, articles), fact])],
                  {"article_id": best.id, "read": [a.id for a in articles], "watch": [best.id]},
                  answer=f"{best.title}: {shown}")
 
@@ -219,9 +254,10 @@ def _compare_edit(rng: random.Random, book: Encyclopedia) -> Draw | None:
     edit = [(f"An edit of {first.title} sets its {_SHORT[edited]} to {shown}.",
              {"type": "edit_field", "article_id": first.id, "field": edited, "value": str(value)}),
             (f"The edit's reason is '{summary}'.",
-             {"type": "edit_summary", "article_id": first.id, "text": summary})]
+             {"type": "edit_summary", "article_id": first.id, "text": summary}),
+            ("No other edit was suggested.", {"type": "one_edit", "article_id": first.id})]
     return Draw("compare_edit", instruction,
-                 [("Articles", [_read(book, a.id) for a in articles]), ("Answer", [_named(first)]),
+                 [("Articles", [_read(book, a.id) for a in articles]), ("Answer", [_named(first, articles)]),
                   ("Edit", edit)],
                  {"article_id": first.id, "read": [a.id for a in articles],
                   "edit": {"article_id": first.id, "field": edited, "value": shown, "summary": summary}},
@@ -239,7 +275,7 @@ def _capital_leader(rng: random.Random, book: Encyclopedia) -> Draw | None:
                    "and reply with the country's name.")
     return Draw("capital_leader", instruction,
                  [("Articles", [_read(book, c.id) for c in countries]),
-                  ("Watchlist", _watch_facts(book, watch)), ("Answer", [_named(best)])],
+                  ("Watchlist", _watch_facts(book, watch)), ("Answer", [_named(best, countries)])],
                  {"article_id": best.id, "read": [c.id for c in countries], "watch": watch},
                  answer=best.title)
 

@@ -6,9 +6,9 @@ third each (the level follows from the fact count: easy 1-3, medium 4-6, hard 7+
 
     easy    price          report a named product's price (information seeking: `definite_answer`)
             rating         report a named product's rating and review count (information seeking)
-            add            add a named product in a colour (and size) to the cart
+            add            add a named product in a colour (and size) to the cart, and nothing else
     medium  add_quantity   add several of a product with its options, and nothing else
-            cheapest       find the cheapest product of a category and brand in a colour; add it
+            cheapest       find the cheapest product of a category and brand in a colour; add it alone
             best_rated     name the best-rated product of a category and brand, its rating and price
     hard    checkout       buy a product with options, shipping and a delivery address as a guest
             account        sign in to a given account, then buy a product with options
@@ -17,7 +17,11 @@ third each (the level follows from the fact count: easy 1-3, medium 4-6, hard 7+
 Every fact has its check (`webgym_rollout.tasks.websites.goals`) in ``source.metadata["checks"]``,
 beside ``params``: what a session that does the task right does (products, options, quantities,
 the search that finds them, the checkout fields, the account), for a scripted expert and the tests.
-A template whose draw has no single right answer (two products tied for cheapest) draws again.
+An answer fact's candidates are the products its listing shows beside the right one (its brand's
+products of its category; the search's other results). A task that asks for one cart line or one
+order says that nothing else is in the cart (``cart_only``) or that the session placed one order of
+those products (``one_order``). A template whose draw has no single right answer (two products tied
+for cheapest) draws again.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ from webgym_data.schema import Task
 from webgym_rollout.tasks.websites.accounts import accounts
 from webgym_rollout.tasks.websites.catalogue import CATEGORIES, Catalogue, Product, SearchQuery, catalogue
 from webgym_rollout.tasks.websites.checkout import SHIPPING
-from webgym_rollout.tasks.websites.drawing import DEFAULT_BASE_URL, Draw, Fact, SiteRows, draw_tasks
+from webgym_rollout.tasks.websites.drawing import (
+    DEFAULT_BASE_URL,
+    Draw,
+    Fact,
+    SiteRows,
+    answer_fact,
+    draw_tasks,
+)
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 
 __all__ = ["BENCHMARK", "DEFAULT_BASE_URL", "TEMPLATES", "expert_moves", "shop_tasks"]
@@ -61,11 +72,21 @@ def _described(product: Product, options: dict[str, str]) -> str:
     return f"the {product.name} in {options['colour']}{size}"
 
 
-def _line_facts(where: str, product: Product, options: dict[str, str], quantity: int | None) -> list[Fact]:
-    """Facts that the cart (`where` = ``cart``) or the last order (``order``) has this line."""
+def _line_facts(where: str, product: Product, options: dict[str, str], quantity: int | None,
+                alone: bool = False) -> list[Fact]:
+    """Facts that the cart (`where` = ``cart``) or the last order (``order``) has this line; `alone`:
+    the cart holds nothing else (the session placed one order, of nothing else)."""
     place = "the cart" if where == "cart" else "the order"
-    facts: list[Fact] = [(f"{place.capitalize()} contains the {product.name}.",
-                          {"type": f"{where}_has", "product_id": product.id})]
+    if not alone:
+        first: Fact = (f"{place.capitalize()} contains the {product.name}.",
+                       {"type": f"{where}_has", "product_id": product.id})
+    elif where == "cart":
+        first = (f"The cart holds the {product.name} and nothing else.",
+                 {"type": "cart_only", "product_ids": [product.id]})
+    else:
+        first = (f"The session placed one order, of the {product.name} and nothing else.",
+                 {"type": "one_order", "product_ids": [product.id]})
+    facts: list[Fact] = [first]
     for name, value in options.items():
         facts.append((f"The {product.name} in {place} has the {name} {value}.",
                       {"type": f"{where}_option", "product_id": product.id, "name": name, "value": value}))
@@ -77,6 +98,20 @@ def _line_facts(where: str, product: Product, options: dict[str, str], quantity:
 
 def _line_params(product: Product, options: dict[str, str], quantity: int) -> dict[str, Any]:
     return {"product_id": product.id, **options, "quantity": quantity}
+
+
+def _nothing_else(product: Product) -> Fact:
+    return "The cart holds nothing else.", {"type": "cart_only", "product_ids": [product.id]}
+
+
+def _beside(shop: Catalogue, product: Product) -> list[Product]:
+    """The products its brand's listing of its category shows beside `product`."""
+    listing = shop.search(SearchQuery(category=product.category, brand=product.brand))
+    return [p for p in listing if p != product]
+
+
+def _rating_text(product: Product) -> str:
+    return f"{product.rating:.1f} out of 5"
 
 
 def _delivery(rng: random.Random) -> dict[str, str]:
@@ -113,48 +148,48 @@ def _order_facts(fields: dict[str, str], names: bool = True) -> list[Fact]:
 
 def _price(rng: random.Random, shop: Catalogue) -> Draw:
     product = rng.choice(shop.products)
+    others = _beside(shop, product)
     return Draw("price", f"In the Webgym Shop, find the {product.name} and tell me its price.",
                  [("Product found", [(f"The product page of the {product.name} was opened.",
                                       {"type": "visited", "path": f"/shop/product/{product.id}"}),
-                                     (f"The answer gives the price {product.price}.",
-                                      {"type": "answer", "texts": [product.price]})])],
+                                     answer_fact(f"The answer gives the price {product.price}.", "price",
+                                                 product.price, [p.price for p in others])])],
                  {"product_id": product.id}, answer=product.price)
 
 
 def _rating(rng: random.Random, shop: Catalogue) -> Draw:
     product = rng.choice(shop.products)
-    rating, reviews = f"{product.rating:.1f}", f"{product.reviews} reviews"
+    rating, reviews, others = _rating_text(product), f"{product.reviews} reviews", _beside(shop, product)
     return Draw("rating", f"How is the {product.name} rated in the Webgym Shop? Give its rating out of 5 "
                            "and its number of reviews.",
                  [("Product found", [(f"The product page of the {product.name} was opened.",
                                       {"type": "visited", "path": f"/shop/product/{product.id}"})]),
-                  ("Answer", [(f"The answer gives the rating {rating} out of 5.",
-                               {"type": "answer_number", "value": rating}),
-                              (f"The answer gives {reviews}.",
-                               {"type": "answer_number", "value": product.reviews})])],
-                 {"product_id": product.id}, answer=f"{rating} out of 5, {reviews}")
+                  ("Answer", [answer_fact(f"The answer gives the rating {rating}.", "rating", rating,
+                                          [_rating_text(p) for p in others]),
+                              answer_fact(f"The answer gives {reviews}.", "number", reviews,
+                                          [f"{p.reviews} reviews" for p in others])])],
+                 {"product_id": product.id}, answer=f"{rating}, {reviews}")
 
 
 def _add(rng: random.Random, shop: Catalogue) -> Draw:
     product = rng.choice(shop.products)
     options = _options(rng, product)
     return Draw("add", f"Add {_described(product, options)} to my cart in the Webgym Shop.",
-                 [("Cart", _line_facts("cart", product, options, None))],
+                 [("Cart", _line_facts("cart", product, options, None, alone=True))],
                  {"lines": [_line_params(product, options, 1)]})
 
 
 def _add_quantity(rng: random.Random, shop: Catalogue) -> Draw:
     product = rng.choice(shop.products)
     options, quantity = _options(rng, product), rng.randint(2, 5)
-    facts = _line_facts("cart", product, options, quantity)
-    if len(facts) < 4:
-        facts.append(("The cart holds nothing else.", {"type": "cart_only", "product_ids": [product.id]}))
+    facts = [*_line_facts("cart", product, options, quantity), _nothing_else(product)]
     return Draw("add_quantity", f"Put {quantity} of {_described(product, options)} in my Webgym Shop cart.",
                  [("Cart", facts)], {"lines": [_line_params(product, options, quantity)]})
 
 
-def _pick(rng: random.Random, shop: Catalogue, sort: str) -> tuple[SearchQuery, Product] | None:
-    """A category, brand and colour whose search in `sort` order has a single first product."""
+def _pick(rng: random.Random, shop: Catalogue, sort: str) -> tuple[SearchQuery, list[Product]] | None:
+    """A category, brand and colour whose search in `sort` order has a single first product; the
+    search's results, that product first."""
     category = rng.choice(CATEGORIES)
     brand = rng.choice([p.brand for p in shop.products if p.category == category.slug])
     colour = rng.choice([c for p in shop.products if p.category == category.slug and p.brand == brand
@@ -164,7 +199,7 @@ def _pick(rng: random.Random, shop: Catalogue, sort: str) -> tuple[SearchQuery, 
     key: Callable[[Product], Any] = (lambda p: p.price_cents) if sort == "price_asc" else (lambda p: p.rating)
     if len(found) < 2 or key(found[0]) == key(found[1]):
         return None  # one product, or a tie: no single right answer worth a search
-    return query, found[0]
+    return query, found
 
 
 def _query_params(query: SearchQuery) -> dict[str, str]:
@@ -175,7 +210,7 @@ def _cheapest(rng: random.Random, shop: Catalogue) -> Draw | None:
     picked = _pick(rng, shop, "price_asc")
     if picked is None:
         return None
-    query, product = picked
+    query, (product, *_) = picked
     colour = query.colours[0]
     options = {"colour": colour} | ({"size": rng.choice(product.sizes)} if product.sizes else {})
     title = next(c.title for c in CATEGORIES if c.slug == query.category)
@@ -183,7 +218,7 @@ def _cheapest(rng: random.Random, shop: Catalogue) -> Draw | None:
     return Draw("cheapest", f"Find the cheapest {title.lower()} by {query.brand} that come in {colour} "
                              f"and add one to my cart in {colour}{size}.",
                  [("Search", [("A search or category page of the shop was opened.", _LISTING)]),
-                  ("Cart", _line_facts("cart", product, options, 1))],
+                  ("Cart", [*_line_facts("cart", product, options, 1), _nothing_else(product)])],
                  {"search": _query_params(query), "lines": [_line_params(product, options, 1)]})
 
 
@@ -191,20 +226,20 @@ def _best_rated(rng: random.Random, shop: Catalogue) -> Draw | None:
     picked = _pick(rng, shop, "rating")
     if picked is None:
         return None
-    query, product = picked
+    query, (product, *others) = picked
     title = next(c.title for c in CATEGORIES if c.slug == query.category)
-    rating = f"{product.rating:.1f}"
+    rating = _rating_text(product)
     return Draw("best_rated", f"Which {title.lower()} by {query.brand} available in {query.colours[0]} has "
                                "the best rating in the Webgym Shop? Give its name, rating and price.",
                  [("Search", [("A search or category page of the shop was opened.", _LISTING)]),
-                  ("Answer", [(f"The answer names the {product.name}.",
-                               {"type": "answer", "texts": [product.name]}),
-                              (f"The answer gives the rating {rating}.",
-                               {"type": "answer_number", "value": rating}),
-                              (f"The answer gives the price {product.price}.",
-                               {"type": "answer", "texts": [product.price]})])],
+                  ("Answer", [answer_fact(f"The answer names the {product.name}.", "name", product.name,
+                                          [p.name for p in others]),
+                              answer_fact(f"The answer gives the rating {rating}.", "rating", rating,
+                                          [_rating_text(p) for p in others]),
+                              answer_fact(f"The answer gives the price {product.price}.", "price",
+                                          product.price, [p.price for p in others])])],
                  {"search": _query_params(query), "product_id": product.id},
-                 answer=f"{product.name}: {rating} out of 5, {product.price}")
+                 answer=f"{product.name}: {rating}, {product.price}")
 
 
 def _checkout(rng: random.Random, shop: Catalogue) -> Draw:
@@ -212,7 +247,7 @@ def _checkout(rng: random.Random, shop: Catalogue) -> Draw:
     options, quantity, fields = _options(rng, product), rng.randint(1, 3), _delivery(rng)
     return Draw("checkout", f"In the Webgym Shop, buy {quantity} of {_described(product, options)} "
                              f"{_delivery_text(fields)}.",
-                 [("Order", _line_facts("order", product, options, quantity)),
+                 [("Order", _line_facts("order", product, options, quantity, alone=True)),
                   ("Delivery", _order_facts(fields))],
                  {"lines": [_line_params(product, options, quantity)], "checkout": fields})
 
@@ -227,7 +262,7 @@ def _account(rng: random.Random, shop: Catalogue) -> Draw:
                                 {"type": "signed_in", "account": account.email}),
                                (f"The order is placed by the account {account.email}.",
                                 {"type": "order_field", "name": "account", "value": account.email})]),
-                  ("Order", _line_facts("order", product, options, None)),
+                  ("Order", _line_facts("order", product, options, None, alone=True)),
                   ("Delivery", _order_facts(fields, names=False))],
                  {"lines": [_line_params(product, options, 1)], "checkout": fields,
                   "account": {"email": account.email, "password": account.password}})
@@ -244,8 +279,8 @@ def _two_items(rng: random.Random, shop: Catalogue) -> Draw | None:
     return Draw("two_items", f"In one Webgym Shop order, buy {wanted}, {_delivery_text(fields)}.",
                  [("Order", [*_line_facts("order", first, chosen[0][1], None),
                              *_line_facts("order", second, chosen[1][1], None),
-                             ("The order holds no other product.",
-                              {"type": "order_only", "product_ids": [first.id, second.id]})]),
+                             ("The session placed one order, holding no other product.",
+                              {"type": "one_order", "product_ids": [first.id, second.id]})]),
                   ("Delivery", _order_facts(fields, names=False))],
                  {"lines": [_line_params(p, o, 1) for p, o in chosen], "checkout": fields})
 

@@ -18,7 +18,10 @@ third each (the level follows from the fact count: easy 1-3, medium 4-6, hard 7+
 
 Every fact has its check (`webgym_rollout.tasks.websites.goals`) in ``source.metadata["checks"]``,
 beside ``params``: what a session that does the task right does (the search, the filters, the flight
-and hotel, the form fields), for the scripted expert (`expert_moves`) and the tests. A template
+and hotel, the form fields), for the scripted expert (`expert_moves`) and the tests. An answer fact's
+candidates are what the page that answers it lists beside the right value: the day's other flights,
+the city's other hotels (and the hotel's dearer rooms). A booking task's booking fact is that the
+session booked one flight (one room), the right one (``one_flight``, ``one_hotel``). A template
 whose draw has no single right answer (two flights tied for cheapest) draws again.
 """
 
@@ -31,13 +34,21 @@ from typing import Any
 from urllib.parse import urlencode
 
 from webgym_data.schema import Task
-from webgym_rollout.tasks.websites.drawing import DEFAULT_BASE_URL, Draw, Fact, SiteRows, draw_tasks
+from webgym_rollout.tasks.websites.drawing import (
+    DEFAULT_BASE_URL,
+    Draw,
+    Fact,
+    SiteRows,
+    answer_fact,
+    draw_tasks,
+)
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 from webgym_rollout.tasks.websites.travel_catalogue import (
     CABINS,
     ROOMS,
     Airport,
     Flight,
+    Hotel,
     TravelWorld,
     format_price,
     travel_world,
@@ -114,8 +125,13 @@ def _booking_facts(person: dict[str, str], names: tuple[str, ...]) -> list[Fact]
 
 
 def _flight_booked(flight: Flight) -> Fact:
-    return (f"The flight {flight.number} ({flight.departs}) was booked.",
-            {"type": "flight_booked", "flight_id": flight.id})
+    return (f"The flight {flight.number} ({flight.departs}) was booked, and no other flight.",
+            {"type": "one_flight", "flight_id": flight.id})
+
+
+def _hotel_booked(hotel: Hotel) -> Fact:
+    return (f"A room at the {hotel.name} was booked, and no other room.",
+            {"type": "one_hotel", "hotel_id": hotel.id})
 
 
 # ------------------------------------------------------------------------------------ templates
@@ -127,12 +143,12 @@ def _cheapest_direct(rng: random.Random, world: TravelWorld) -> Draw | None:
     if flight is None:
         return None
     price = format_price(flight.fares["economy"])
+    fares = [format_price(f.fares["economy"]) for f in world.flights(origin.code, destination.code, date)]
     return _draw("cheapest_direct", "flights",
                  f"On Webgym Travel, what is the cheapest economy fare for one passenger on a direct flight "
                  f"from {origin.label} to {destination.label} on {_day_text(date)}?",
                  [("Search", [_searched(origin, destination, date)]),
-                  ("Answer", [(f"The answer gives the fare {price}.",
-                               {"type": "answer", "texts": [price]})])],
+                  ("Answer", [answer_fact(f"The answer gives the fare {price}.", "price", price, fares)])],
                  {"search": _search(origin, destination, date), "filters": {"stops": "0", "sort": "price"},
                   "flight_id": flight.id}, answer=price)
 
@@ -141,32 +157,35 @@ def _hotel_stars(rng: random.Random, world: TravelWorld) -> Draw:
     hotel = rng.choice(world.hotels)
     city = world.by_code[hotel.city].city
     price = format_price(hotel.nightly_cents)
+    others = [h for h in world.hotels_in(hotel.city) if h != hotel]
+    prices = [format_price(cents) for cents in (*hotel.rooms.values(), *(h.nightly_cents for h in others))]
+    stars = f"{hotel.stars} stars"
     return _draw("hotel_stars", "hotels",
                  f"On Webgym Travel, how many stars does the {hotel.name} in {city} have, and what does its "
                  "standard room cost a night?",
                  [("Hotel found", [(f"The page of the {hotel.name} was opened.",
                                     {"type": "visited", "path": f"/travel/hotel/{hotel.id}"})]),
-                  ("Answer", [(f"The answer gives {hotel.stars} stars.",
-                               {"type": "answer", "texts": [f"{hotel.stars} star"]}),
-                              (f"The answer gives the nightly price {price}.",
-                               {"type": "answer", "texts": [price]})])],
-                 {"hotel_id": hotel.id}, answer=f"{hotel.stars} stars, {price} a night")
+                  ("Answer", [answer_fact(f"The answer gives {stars}.", "rating", stars,
+                                          [f"{h.stars} stars" for h in others]),
+                              answer_fact(f"The answer gives the nightly price {price}.", "price", price,
+                                          prices)])],
+                 {"hotel_id": hotel.id}, answer=f"{stars}, {price} a night")
 
 
 def _earliest(rng: random.Random, world: TravelWorld) -> Draw | None:
     origin, destination, date = _route(rng, world)
-    flight = _only_best(world.flights(origin.code, destination.code, date, sort="departure"),
-                        lambda f: f.departure)
+    day = world.flights(origin.code, destination.code, date, sort="departure")
+    flight = _only_best(day, lambda f: f.departure)
     if flight is None:
         return None
     return _draw("earliest", "flights",
                  f"On Webgym Travel, which airline flies the first flight of the day from {origin.label} to "
                  f"{destination.label} on {_day_text(date)}, and at what time does it depart?",
                  [("Search", [_searched(origin, destination, date)]),
-                  ("Answer", [(f"The answer names {flight.airline}.",
-                               {"type": "answer", "texts": [flight.airline]}),
-                              (f"The answer gives the departure time {flight.departs}.",
-                               {"type": "answer", "texts": [flight.departs]})])],
+                  ("Answer", [answer_fact(f"The answer names {flight.airline}.", "name", flight.airline,
+                                          [f.airline for f in day]),
+                              answer_fact(f"The answer gives the departure time {flight.departs}.", "time",
+                                          flight.departs, [f.departs for f in day])])],
                  {"search": _search(origin, destination, date), "filters": {"sort": "departure"},
                   "flight_id": flight.id}, answer=f"{flight.airline}, departing at {flight.departs}")
 
@@ -235,8 +254,7 @@ def _book_hotel(rng: random.Random, world: TravelWorld) -> Draw:
                  f"On Webgym Travel, book a {ROOMS[room].lower()} at the {hotel.name} for {nights} night"
                  f"{'s' if nights > 1 else ''} from {_day_text(checkin)}, for {person['full_name']} "
                  f"(email {person['email']}).",
-                 [("Booking", [(f"A room at the {hotel.name} was booked.",
-                                {"type": "hotel_booked", "hotel_id": hotel.id}),
+                 [("Booking", [_hotel_booked(hotel),
                                *_hotel_facts(checkin, nights, values,
                                              ("checkin", "nights", "room", "full_name", "email"))])],
                  {"stay": {"checkin": checkin, "nights": nights}, "hotel_id": hotel.id,
@@ -265,8 +283,7 @@ def _trip(rng: random.Random, world: TravelWorld) -> Draw | None:
                               *_booking_facts(person, ("full_name", "passport"))]),
                   ("Hotel", [(f"The hotels of {destination.city} were listed.",
                               {"type": "hotel_searched", "city": destination.code}),
-                             (f"A room at the {hotel.name} was booked.",
-                              {"type": "hotel_booked", "hotel_id": hotel.id}),
+                             _hotel_booked(hotel),
                              *_hotel_facts(checkin, nights, values, ("checkin", "nights", "full_name"))])],
                  {"search": _search(origin, destination, date), "filters": {"sort": "price"},
                   "flight_id": flight.id,
