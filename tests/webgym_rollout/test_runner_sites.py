@@ -12,13 +12,16 @@ import pytest
 import pytest_asyncio
 
 from webgym_core.settings import load_settings
+from webgym_rollout.agent.expert import ExpertPolicy
 from webgym_rollout.judge.calibration import JudgeEvalSettings, judge_eval, make_judges
 from webgym_rollout.judge.judges import JudgeSettings
 from webgym_rollout.judge.truth import TRUTH_FILE, read_truth
 from webgym_rollout.runner import RunSettings, run
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.tasks.websites.generate import site_tasks
+from webgym_rollout.tasks.websites.shortcuts import SHORTCUTS
 from webgym_rollout.tasks.websites.state import session_in
+from webgym_rollout.trajectory.contract import EpisodeStatus
 from webgym_rollout.trajectory.reader import read_episodes
 from webgym_rollout.trajectory.recordings import RecordSettings
 
@@ -40,13 +43,14 @@ async def site_browser(chromium_path, site_server):
         yield url
 
 
-def _settings(tmp_path, site_server, site_browser, policy: str, tasks) -> RunSettings:
-    path = tmp_path / "tasks.jsonl"
+def _settings(tmp_path, site_server, site_browser, policy: str, tasks, out: str = "", **extra) -> RunSettings:
+    path = tmp_path / f"{out or policy}.jsonl"
     path.write_text("".join(json.dumps(task.to_row()) + "\n" for task in tasks))
     return load_settings(RunSettings, None, None, tasks=str(path), servers=(site_browser,),
-                         out=str(tmp_path / policy), env__sites_url=site_server.base_url, policy__kind=policy,
-                         judge__kind="site", truth__truth_url=site_server.truth_url,
-                         truth__truth_token=site_server.truth_token, progress=False, rollout__concurrency=3)
+                         out=str(tmp_path / (out or policy)), env__sites_url=site_server.base_url,
+                         policy__kind=policy, judge__kind="site", truth__truth_url=site_server.truth_url,
+                         truth__truth_token=site_server.truth_token, progress=False, rollout__concurrency=3,
+                         **extra)
 
 
 @pytest.mark.browser
@@ -107,3 +111,30 @@ async def test_a_recorded_checkout_replays_with_the_same_screenshots_and_verdict
 def _session(run_dir) -> str:
     [episode] = read_episodes(run_dir)
     return session_in(step.url for step in episode.steps)
+
+
+@pytest.mark.browser
+async def test_shortcuts_played_in_chromium_earn_nothing_where_the_expert_earns_all(tmp_path, site_server,
+                                                                                  site_browser):
+    by_template = {json.loads(t.source.metadata)["template"]: t for t in site_tasks(9, seed=5)}
+    tried = {"list_everything": ("best_rated", "country_table", "earliest"),
+             "spray_numbers": ("rating", "founder", "hotel_stars"),
+             "do_everything": ("cheapest", "compare_edit", "book_hotel")}  # a task of each site each
+    roomy = {"env__train_horizons": (150, 150, 150)}  # doing everything takes more steps than the task
+    tasks = [by_template[template] for templates in tried.values() for template in templates]
+    expert = await run(_settings(tmp_path, site_server, site_browser, "expert", tasks, **roomy))
+    assert expert.episodes == expert.successes == len(tasks)
+    for name, templates in tried.items():
+        chosen = [by_template[template] for template in templates]
+        policy = ExpertPolicy(chosen, plan=SHORTCUTS[name], model_id=f"shortcut:{name}")
+        settings = _settings(tmp_path, site_server, site_browser, "expert", chosen, out=name, **roomy)
+        report = await run(settings, policy=policy)
+        episodes = read_episodes(tmp_path / name)
+        assert report.episodes == len(chosen) and report.successes == 0, name
+        for episode in episodes:  # played to the end and answered, in a real browser; judged by the truth
+            assert episode.status == EpisodeStatus.OK and episode.answer, (name, episode.status)
+            assert episode.policy_model == f"shortcut:{name}" and episode.judge_model == "site-truth"
+            assert episode.reward == 0.0 and not all(v.passed for v in episode.verdicts)
+    done = read_truth(tmp_path / "do_everything")
+    edits = [facts.reference.edits for _, facts in done.values() if facts.reference and facts.reference.edits]
+    assert edits and len(edits[0]) == 4  # every article compared was edited

@@ -79,3 +79,13 @@ def test_a_task_it_does_not_know_is_answered_at_once():
     task = site_tasks(1, sites=("shop",))[0]
     action = _act(ExpertPolicy([]), _observation(task, 0))
     assert action.name == "answer" and "no plan" in action.text
+
+
+def test_another_planner_is_played_under_its_own_model_id():
+    task = site_tasks(1, sites=("shop",))[0]
+    policy = ExpertPolicy([task], plan=lambda t: [Answer(f"every price of {t.task_id}")],
+                          model_id="shortcut:x")
+    output = asyncio.run(policy.act(_observation(task, 0)))
+    assert output.model == "shortcut:x" and output.parsed.action.text == f"every price of {task.task_id}"
+    nothing = ExpertPolicy([task], plan=lambda t: None)  # a planner with nothing to try answers at once
+    assert "no plan" in _act(nothing, _observation(task, 0)).text

@@ -3,15 +3,19 @@ say over HTTP, passes; an idle session and wrong answers fail."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from urllib.parse import urlencode
 
 import httpx
 
 from webgym_data.schema import Task
 from webgym_rollout.judge.judges import JudgeRequest
-from webgym_rollout.judge.site import SiteJudge, answer_holds
+from webgym_rollout.judge.site import SiteJudge, answer_holds, site_verdicts
 from webgym_rollout.tasks.sites import SiteServer
+from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.shop_tasks import TEMPLATES, shop_tasks
+from webgym_rollout.tasks.websites.shortcuts import SPRAY
 from webgym_rollout.tasks.websites.state import new_session_id, session_in, with_session
 from webgym_rollout.tasks.websites.truth import TruthClient
 
@@ -72,3 +76,38 @@ async def test_answers_and_missing_sessions():
     assert answer_holds("$12.95", "about $12.95.") and not answer_holds("$12.95", "$112.95")
     assert not answer_holds("$12.95", "$12.950") and not answer_holds("", "anything")
     assert session_in(["http://h/a", "http://h/b?x=1&session=abcdefgh"]) == "abcdefgh"
+
+
+def _made_before(task: Task) -> Task:
+    """`task` as rows generated before answer facts had kinds and candidates: ``answer`` texts and
+    ``answer_number`` values (how those rows still sit in task sets)."""
+    metadata = task.source.metadata_dict()
+    old = []
+    for check in metadata["checks"]:
+        if check["type"] == "answer_value" and check["kind"] in ("name", "price"):
+            check = {"type": "answer", "texts": [check["value"]]}
+        elif check["type"] == "answer_value":
+            check = {"type": "answer_number", "value": check["value"].split()[0]}
+        old.append(check)
+    source = dataclasses.replace(task.source, metadata=json.dumps(metadata | {"checks": old}))
+    return dataclasses.replace(task, source=source)
+
+
+def test_a_definite_answer_is_read_like_the_answer_facts_and_old_rows_still_load():
+    task = next(t for t in shop_tasks(len(TEMPLATES)) if t.source.metadata_dict()["template"] == "best_rated")
+    checks = task.source.metadata_dict()["checks"]
+    name, rating, price = (c for c in checks if c["type"] == "answer_value")
+    facts = SessionFacts(session_id="s" * 10, visited=("/shop/search?q=x",))
+    stars, dollars = rating["value"].split()[0], price["value"].removeprefix("$")
+    plain = f"The {name['value'].lower()} is rated {stars}/5 and costs {dollars}."
+    listed = "; ".join([task.definite_answer, *name["candidates"]])
+    spray = " ".join([SPRAY, stars, price["value"]])
+    for row, lists in ((task, False), (_made_before(task), True)):
+        def passed(answer: str) -> bool:
+            return all(v.passed for v in site_verdicts(row, facts, answer))  # noqa: B023
+        assert passed(task.definite_answer) and passed(plain)
+        assert not passed(spray) and not passed(f"{plain} Or {price['candidates'][0]}.")
+        # an old row has no candidates: a list of names beside the right answer still passes it
+        assert passed(listed) == lists
+    assert [c["type"] for c in _made_before(task).source.metadata_dict()["checks"]][-3:] == [
+        "answer", "answer_number", "answer"]

@@ -1,12 +1,12 @@
 """A test helper: play a scripted expert's plan over a site's HTTP routes, as a browser without scripts.
 
-`HttpPlayer` keeps the current page, reads its forms and controls (inputs, selects, buttons, links),
-and turns each `Move` into what a browser does: `Fill` sets a field's value (and, with ``submit``,
-submits its form with the default button, the first submit button, as Enter does), `Choose` picks
-an option of a select by its value or text, `Press` follows a link or submits a button's form with
-the button's ``name=value`` and its ``formaction``, `Goto` loads a path. A target is found by its
-``id``, else its ``name``, as the expert finds it; a move whose target is missing, disabled or
-answered with an error status fails the test.
+`HttpPlayer` keeps the current page (and every page it loaded: `pages`), reads its forms and controls
+(inputs, selects, buttons, links), and turns each `Move` into what a browser does: `Fill` sets a
+field's value (and, with ``submit``, submits its form with the default button, the first submit
+button, as Enter does), `Choose` picks an option of a select by its value or text, `Press` follows a
+link or submits a button's form with the button's ``name=value`` and its ``formaction``, `Goto` loads
+a path. A target is found by its ``id``, else its ``name``, as the expert finds it; a move whose
+target is missing, disabled or answered with an error status fails the test.
 """
 
 from __future__ import annotations
@@ -96,6 +96,8 @@ class HttpPlayer:
         self.client = client
         self.answer = ""
         self.url = self.html = ""
+        self.pages: list[str] = []
+        """Every page loaded, in order (HTML)."""
         self.page: _Page = _Page("")
         self._load(client.get(start_url))
 
@@ -103,6 +105,7 @@ class HttpPlayer:
         if response.status_code != 200:
             raise PlayError(f"{response.request.method} {response.request.url}: HTTP {response.status_code}")
         self.url, self.html, self.page = str(response.url), response.text, _Page(response.text)
+        self.pages.append(response.text)
 
     def find(self, target: str, text: str = "") -> _Control:
         for control in self.page.controls:

@@ -14,8 +14,9 @@ import pytest
 from webgym_data.schema import Task
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.tasks.websites.accounts import accounts
+from webgym_rollout.tasks.websites.answers import read_value, stated
 from webgym_rollout.tasks.websites.catalogue import catalogue
-from webgym_rollout.tasks.websites.goals import check_fact, check_task, task_checks
+from webgym_rollout.tasks.websites.goals import ANSWER_TYPES, check_fact, check_task, task_checks
 from webgym_rollout.tasks.websites.shop_tasks import TEMPLATES, shop_tasks
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
 
@@ -38,8 +39,13 @@ def test_rows_are_deterministic_distinct_schema_rows_across_the_levels():
         assert Task.from_row(task.to_row()) == task  # a valid row of the published schema
         assert task.difficulty == task.num_facts == len(task_checks(task))
         assert task.start_url.startswith("http://127.0.0.1:8400/shop/")
-        informative = any(c["type"] in ("answer", "answer_number") for c in task_checks(task))
-        assert bool(task.definite_answer) == informative
+        answers = [c for c in task_checks(task) if c["type"] in ANSWER_TYPES]
+        assert bool(task.definite_answer) == bool(answers)
+        assert all(c["type"] == "answer_value" and c["candidates"] for c in answers)  # a grader's candidates
+        if _meta(task)["template"] in ("add", "add_quantity", "cheapest"):  # one line, nothing else
+            assert any(c["type"] == "cart_only" for c in task_checks(task))
+        if "checkout" in _meta(task)["params"]:  # one order, of nothing else
+            assert any(c["type"] == "one_order" for c in task_checks(task))
 
 
 def test_every_task_refers_to_products_options_and_accounts_that_exist():
@@ -64,6 +70,13 @@ def test_every_task_refers_to_products_options_and_accounts_that_exist():
                 assert product_id in shop.by_id
 
 
+def _on_page(check: dict, page: str) -> bool:
+    """The page states the value of an answer check (``4.5 / 5`` is the rating 4.5 out of 5)."""
+    if check["kind"] == "name":
+        return check["value"] in page
+    return read_value(check["kind"], check["value"]) in stated(re.sub(r"<[^>]+>", " ", page))
+
+
 def _first_result(page: str) -> str:
     return re.search(r"/shop/product/(P\d{5})", page.split("id='result-count'", 1)[1]).group(1)
 
@@ -79,8 +92,8 @@ def _do_it_right(client: httpx.Client, task: Task) -> tuple[str, str]:
     if "product_id" in params:
         page = html.unescape(client.get(f"/shop/product/{params['product_id']}").text)
         for check in task_checks(task):
-            if check["type"] == "answer":
-                assert all(text in page for text in check["texts"]), task.task_name
+            if check["type"] == "answer_value":  # the page states it, as the answer must
+                assert _on_page(check, page), task.task_name
     if "account" in params:
         client.post("/shop/signin", data=params["account"]).raise_for_status()
     for line in params.get("lines", []):
@@ -131,3 +144,37 @@ def test_checks_fail_on_the_wrong_option_and_quantity(server):
     assert verdicts.get(("cart_option", "size"), True)  # the size was right
     with pytest.raises(ValueError, match="unknown check type"):
         check_fact({"type": "nonsense"}, server.facts(session))
+
+
+def test_one_line_and_one_order_mean_nothing_else(server):
+    shop = catalogue(SHOP_SEED)
+    task = next(t for t in shop_tasks(60, seed=5, shop_seed=SHOP_SEED, base_url=server.base_url)
+                if _meta(t)["template"] == "checkout"
+                and len(shop.by_id[_meta(t)["params"]["lines"][0]["product_id"]].colours) > 1)
+    params = _meta(task)["params"]
+    right = params["lines"][0]
+    colour = next(c for c in shop.by_id[right["product_id"]].colours if c != right["colour"])
+    other = right | {"colour": colour, "quantity": 1}
+    types = [(c["type"], c.get("name", "")) for c in task_checks(task)]
+    assert ("one_order", "") in types and ("order_has", "") not in types
+    with httpx.Client(base_url=server.base_url, trust_env=False, follow_redirects=True) as client:
+        session = new_session_id()
+        client.get(with_session(task.start_url, session))
+        for line in (other, right):  # the right line, and the same product in another colour
+            client.post("/shop/cart/add", data={k: str(v) for k, v in line.items()})
+        both = check_task(task, server.facts(session))  # the cart: two lines of one product
+        assert check_fact({"type": "cart_only", "product_ids": [right["product_id"]]}, server.facts(session))
+        assert not check_fact({"type": "cart_option", "product_id": right["product_id"], "name": "colour",
+                               "value": right["colour"]}, server.facts(session))  # one of them is not blue
+        client.post("/shop/checkout", data=params["checkout"])
+        client.post("/shop/checkout/confirm")
+        verdicts = dict(zip(types, check_task(task, server.facts(session)), strict=True))
+        assert verdicts[("one_order", "")] and not verdicts[("order_option", "colour")]
+        assert not verdicts[("order_quantity", "")] and not all(both)
+        # a second order, of the right line alone: the last order is right, but not the only one
+        client.post("/shop/cart/add", data={k: str(v) for k, v in right.items()})
+        client.post("/shop/checkout", data=params["checkout"])
+        client.post("/shop/checkout/confirm")
+        verdicts = dict(zip(types, check_task(task, server.facts(session)), strict=True))
+        assert not verdicts[("one_order", "")] and verdicts[("order_option", "colour")]
+        assert check_fact({"type": "order_only", "product_ids": [right["product_id"]]}, server.facts(session))

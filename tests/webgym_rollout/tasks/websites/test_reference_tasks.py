@@ -19,7 +19,7 @@ from webgym_rollout.judge.site import SiteJudge
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.tasks.websites.encyclopedia import encyclopedia
 from webgym_rollout.tasks.websites.generate import expert_plan, site_tasks
-from webgym_rollout.tasks.websites.goals import check_task, task_checks
+from webgym_rollout.tasks.websites.goals import ANSWER_TYPES, check_task, task_checks
 from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Move, Press
 from webgym_rollout.tasks.websites.reference_tasks import TEMPLATES, reference_tasks
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
@@ -53,13 +53,20 @@ def test_rows_are_deterministic_distinct_schema_rows_across_the_levels():
         meta = _meta(task)
         assert meta["site"] == "reference" and meta["reference_seed"] == REFERENCE_SEED
         assert task.subdomain == book.by_id[meta["params"]["article_id"]].kind
-        informative = any(c["type"].startswith("answer") for c in task_checks(task))
-        assert bool(task.definite_answer) == informative
+        answers = [c for c in task_checks(task) if c["type"] in ANSWER_TYPES]
+        assert bool(task.definite_answer) == bool(answers)
         for check in task_checks(task):
             for article_id in [check.get("article_id", "Tamzelmark"), *check.get("article_ids", [])]:
                 assert article_id in book.by_id or article_id == "Tamzelmark"
-            if check["type"] == "answer_number":
-                assert isinstance(check["value"], int)
+        for check in answers:  # one value, a number or a name, with the wrong answers a grader knows
+            assert check["type"] == "answer_value" and check["kind"] in ("number", "name")
+            assert check["candidates"]
+            assert check["value"] not in check["candidates"]
+        if meta["template"] in ("compare_edit", "compare_watch", "capital_leader"):
+            named = next(c for c in answers if c["kind"] == "name")  # the others compared
+            assert len(named["candidates"]) == len(meta["params"]["read"]) - 1
+        if meta["template"] == "compare_edit":
+            assert {"type": "one_edit", "article_id": meta["params"]["article_id"]} in task_checks(task)
 
 
 class _Page(HTMLParser):
@@ -176,12 +183,8 @@ def test_the_experts_moves_over_http_meet_every_fact_and_an_idle_session_does_no
             facts = server.facts(session)
             assert check_task(task, facts, answer) == [True] * task.num_facts, task.task_name
             for check in task_checks(task):  # the answer is what the site's pages show
-                if check["type"] == "answer":
-                    shown = check["texts"]
-                    assert any(all(text in page for text in shown) for page in player.seen), task.task_name
-                if check["type"] == "answer_number":
-                    shown = (f"{check['value']:,}", str(check["value"]))  # 1,375 m; a year: 1874
-                    assert any(text in page for page in player.seen for text in shown), task.task_name
+                if check["type"] == "answer_value":
+                    assert any(check["value"] in page for page in player.seen), task.task_name
             urls = (with_session(task.start_url, session),)
             request = JudgeRequest(task_name=task.task_name, answer=answer, urls=urls)
             result = asyncio.run(judge.score(request))
@@ -216,4 +219,11 @@ def test_a_wrong_watchlist_or_edit_fails_its_checks(server):
                     data={"field": wanted["field"], "value": str(other), "summary": wanted["summary"]})
         types = [c["type"] for c in task_checks(edit)]
         verdicts = dict(zip(types, check_task(edit, server.facts(session)), strict=True))
-        assert verdicts["edit_summary"] and not verdicts["edit_field"]
+        assert verdicts["edit_summary"] and not verdicts["edit_field"] and verdicts["one_edit"]
+        # the right edit too, and one of another article compared: each edit holds, but not "one edit"
+        elsewhere = next(a for a in _meta(edit)["params"]["read"] if a != wanted["article_id"])
+        form = {key: wanted[key] for key in ("field", "value", "summary")}
+        for article_id in (wanted["article_id"], elsewhere):
+            client.post(f"/reference/edit/{article_id}", data=form)
+        verdicts = dict(zip(types, check_task(edit, server.facts(session)), strict=True))
+        assert verdicts["edit_field"] and verdicts["edit_summary"] and not verdicts["one_edit"]

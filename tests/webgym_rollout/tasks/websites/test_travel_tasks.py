@@ -13,7 +13,7 @@ from tests.webgym_rollout.tasks.websites.plan_over_http import HttpPlayer
 from webgym_data.schema import Task
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.tasks.websites.generate import expert_plan, site_tasks
-from webgym_rollout.tasks.websites.goals import check_fact, check_task, task_checks
+from webgym_rollout.tasks.websites.goals import ANSWER_TYPES, check_fact, check_task, task_checks
 from webgym_rollout.tasks.websites.plans import Goto, Press
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
 from webgym_rollout.tasks.websites.travel_catalogue import travel_world
@@ -43,8 +43,12 @@ def test_rows_are_deterministic_distinct_schema_rows_across_the_levels():
         assert (task.environment, task.benchmark_name) == ("site:travel", "webgym-travel")
         assert task.domain == _meta(task)["site"] == "travel"
         assert _meta(task)["travel_seed"] == TRAVEL_SEED
-        informative = any(c["type"] == "answer" for c in task_checks(task))
-        assert bool(task.definite_answer) == informative
+        answers = [c for c in task_checks(task) if c["type"] in ANSWER_TYPES]
+        assert bool(task.definite_answer) == bool(answers)
+        assert all(c["type"] == "answer_value" and c["candidates"] for c in answers)
+        types = Counter(c["type"] for c in task_checks(task))  # a booking task: one booking, the right one
+        assert not types["flight_booked"] and not types["hotel_booked"]
+        assert types["one_flight"] <= 1 and types["one_hotel"] <= 1
     assert "site:travel" in {t.environment for t in site_tasks(3)}
 
 
@@ -62,9 +66,9 @@ def test_every_task_is_about_flights_and_hotels_that_exist():
             hotel = world.hotel_by_id[params["hotel_id"]]
             assert hotel.name in task.task_name or world.by_code[hotel.city].city in task.task_name
         for check in task_checks(task):
-            if check["type"] == "flight_booked":
+            if check["type"] == "one_flight":
                 assert check["flight_id"] == params["flight_id"]
-            if check["type"] == "hotel_booked":
+            if check["type"] == "one_hotel":
                 assert check["hotel_id"] == params["hotel_id"]
 
 
@@ -99,8 +103,8 @@ def test_the_answers_are_on_the_pages_the_expert_opens(server):
             player = HttpPlayer(client, with_session(task.start_url, new_session_id()))
             player.play(expert_plan(task))
             for check in task_checks(task):
-                if check["type"] == "answer":
-                    assert all(text in player.html for text in check["texts"]), task.task_name
+                if check["type"] == "answer_value":
+                    assert check["value"] in player.html, task.task_name
 
 
 def test_checks_fail_on_another_flight_and_name(server):
@@ -119,10 +123,17 @@ def test_checks_fail_on_another_flight_and_name(server):
         HttpPlayer(client, with_session(task.start_url, session)).play(plan)
     verdicts = dict(zip([(c["type"], c.get("name", "")) for c in task_checks(task)],
                         check_task(task, server.facts(session)), strict=True))
-    assert verdicts[("flight_searched", "")] and not verdicts[("flight_booked", "")]
+    assert verdicts[("flight_searched", "")] and not verdicts[("one_flight", "")]
     assert verdicts[("flight_booking_field", "cabin")] and verdicts[("flight_booking_field", "full_name")]
     facts = server.facts(session)
     someone = {"type": "flight_booking_field", "name": "full_name", "value": "Someone Else"}
     assert not check_fact(someone, facts)
     assert not check_fact({"type": "hotel_booked", "hotel_id": "HAAA01"}, facts)  # no hotel booked
+    assert not check_fact({"type": "one_hotel", "hotel_id": "HAAA01"}, facts)
+    # Then the right flight as well: the last booking is right, but it is not the only one.
+    with httpx.Client(base_url=server.base_url, trust_env=False, follow_redirects=True) as client:
+        HttpPlayer(client, with_session(task.start_url, session)).play(expert_plan(task))
+    facts = server.facts(session)
+    assert check_fact({"type": "flight_booked", "flight_id": params["flight_id"]}, facts)
+    assert not check_fact({"type": "one_flight", "flight_id": params["flight_id"]}, facts)
     assert not check_fact({"type": "hotel_searched", "city": search["origin"]}, facts)
