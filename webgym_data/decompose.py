@@ -7,13 +7,27 @@ subtask's rubric is that subset, its difficulty their fact count (``Task`` deriv
 ids. At most ``max_subtasks`` subsets are kept per task, chosen deterministically: smaller subsets
 first (they are the easier tasks decomposition is for), then in the parent's group order.
 
-The subtask instruction asks only for its groups. With an `LLMClient` it is rewritten by the LLM
-(purpose ``"decompose"``, cached on disk by the client) and the row says ``instruction_source =
-"llm"``; without one, or when the LLM's reply stays invalid after retries, a deterministic template
-is used (``"template"``). Either stays within `MAX_INSTRUCTION_CHARS`.
+The subtask instruction asks only for its groups, and is written from what the task asks for: the
+parent's instruction and the kept groups' descriptions (their names: "Cart", "Answer"), never from
+their facts. Facts and the definite answer grade the episode; an instruction that stated them would
+pay an agent for echoing it. With an `LLMClient` the instruction is rewritten by the LLM (purpose
+``"decompose"``, cached on disk by the client; its prompt holds the parent's instruction and the
+groups' descriptions only) and the row says ``instruction_source = "llm"``; without one, or when the
+LLM's reply stays invalid after retries, a deterministic template is used (``"template"``). Either
+stays within `MAX_INSTRUCTION_CHARS`.
 
-A subtask's difficulty level is its fact count: the parent's seed label (`seed_difficulty_level`)
-and seed criteria describe the whole task, so a subtask does not carry them.
+Both are checked by `instruction_leak`: an instruction may not contain, in words (case and
+punctuation aside), a fact text of the parent's rubric, the parent's definite answer, or a name or
+number that only the facts or the answer hold (``Ostsolford``, ``1032``), unless the parent's own
+instruction states it (a multiple-choice question names its answer among the candidates; a task
+names its product). A group description that fails the check is replaced by its id, or by its
+position; an LLM reply that fails it is asked again, then falls back to the template (counted in
+`DecomposeReport.llm_fallbacks`).
+
+A subtask carries no definite answer: the part it keeps may not ask for the whole task's answer (the
+site judge checks its facts alone). A subtask's difficulty level is its fact count: the parent's seed
+label (`seed_difficulty_level`) and seed criteria describe the whole task, so a subtask does not
+carry them either.
 
 Exceptions (defined in `webgym_data.errors`)::
 
@@ -25,7 +39,9 @@ Exceptions (defined in `webgym_data.errors`)::
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -43,13 +59,15 @@ __all__ = [
     "candidate_subsets",
     "decompose_task",
     "decompose_tasks",
+    "instruction_leak",
     "rewrite_instruction",
     "template_instruction",
 ]
 
 logger = logging.getLogger(__name__)
 
-PROMPT_VERSION = "decompose-v1"
+PROMPT_VERSION = "decompose-v2"
+"""v2: the prompt names the groups kept and dropped, never their facts; replies are leak-checked."""
 _INSTRUCTION_SCHEMA = {
     "type": "object",
     "properties": {"instruction": {"type": "string"}},
@@ -107,19 +125,104 @@ def _valid_subsets(groups: Sequence[FactGroup], threshold: int) -> Iterator[tupl
 
 
 def template_instruction(parent: Task, groups: Sequence[FactGroup]) -> str:
-    """A deterministic instruction that asks only for `groups` of the parent task, at most
-    `MAX_INSTRUCTION_CHARS` long (a long parent is quoted in part, long facts give way to the groups'
-    descriptions)."""
-    parts = []
-    for group in groups:
-        facts = "; ".join(f.rstrip(".") for f in group.facts)
-        parts.append(f"{group.description.rstrip('.')} ({facts})" if group.description else facts)
-    asked = " and ".join(parts)
-    if len(asked) > MAX_INSTRUCTION_CHARS // 2:
-        asked = " and ".join(g.description.rstrip(".") or "; ".join(g.facts) for g in groups)
-        asked = _shorten(asked, MAX_INSTRUCTION_CHARS // 2)
+    """A deterministic instruction that asks only for `groups` of the parent task, by their
+    descriptions (never their facts), at most `MAX_INSTRUCTION_CHARS` long (a long parent is quoted
+    in part)."""
+    return _template_instruction(parent, groups, _Grading.of(parent))
+
+
+def _template_instruction(parent: Task, groups: Sequence[FactGroup], grading: _Grading) -> str:
+    labels = [_label(parent, group, grading) for group in groups]
+    text = _template(parent, labels)
+    if grading.leak(text):  # descriptions that only give something away together: name positions
+        text = _template(parent, [_position(parent, group) for group in groups])
+    return text
+
+
+def _template(parent: Task, labels: Sequence[str]) -> str:
+    asked = _shorten(" and ".join(labels), MAX_INSTRUCTION_CHARS // 2)
     quoted = _shorten(parent.task_name.rstrip(), MAX_INSTRUCTION_CHARS - len(asked) - 80)
     return f"Part of the task \"{quoted}\": do only the following and report what you find: {asked}."
+
+
+def _label(parent: Task, group: FactGroup, grading: _Grading) -> str:
+    """What `group` is called in an instruction: its description, else its id when the id is a
+    name (``key_nodes``), else its position; the first that gives nothing away."""
+    for name in (group.description.strip().rstrip("."), group.id.replace("_", " ").strip()):
+        if re.search(r"[^\W\d_]", name) and not grading.leak(name):
+            return name
+    return _position(parent, group)
+
+
+def _position(parent: Task, group: FactGroup) -> str:
+    return f"part {parent.evaluator_reference.index(group) + 1} of the task's rubric"
+
+
+_WORD = re.compile(r"[^\W_]+")
+_OPENERS = frozenset(".!?:;([{\"“‘'-")
+"""Characters after which a capitalised word opens a sentence or a quote (not a name by itself)."""
+
+
+def _words(text: str) -> str:
+    """`text` casefolded, its words joined by single spaces and padded with one on each side, so
+    that ``_words(a) in _words(b)`` asks whether `b` holds `a` as whole words."""
+    return f" {' '.join(_WORD.findall(text.casefold()))} "
+
+
+def _names(text: str, *, every_capital: bool = False) -> set[str]:
+    """The words of `text` that name or count something, casefolded: numbers of two characters or
+    more, and capitalised words that do not open a sentence (every one when `every_capital`)."""
+    found = set()
+    for match in _WORD.finditer(text):
+        word = match.group()
+        if not word.isalpha():
+            if len(word) > 1 and any(c.isdigit() for c in word):
+                found.add(word.casefold())
+        elif word[0].isupper():
+            before = text[:match.start()].rstrip()
+            if every_capital or (before and before[-1] not in _OPENERS):
+                found.add(word.casefold())
+    return found
+
+
+@dataclass(frozen=True)
+class _Grading:
+    """What grades a task that its own instruction does not state."""
+
+    phrases: tuple[tuple[str, str], ...]
+    """(normal form, what it is) of each fact text and of the definite answer."""
+    names: frozenset[str]
+    """Names and numbers that only the facts or the definite answer hold."""
+
+    @classmethod
+    def of(cls, task: Task) -> _Grading:
+        own = _words(task.task_name)
+        facts = [fact for group in task.evaluator_reference for fact in group.facts]
+        written = [(fact, f"the fact {fact!r}") for fact in facts]
+        names = set().union(*(_names(fact) for fact in facts))
+        if task.definite_answer.strip():
+            written.append((task.definite_answer, f"the definite answer {task.definite_answer!r}"))
+            names |= _names(task.definite_answer, every_capital=True)
+        normal = [(_words(text), what) for text, what in written]
+        phrases = tuple((words, what) for words, what in normal if words.strip() and words not in own)
+        return cls(phrases, frozenset(n for n in names if f" {n} " not in own))
+
+    def leak(self, text: str) -> str:
+        """What `text` gives away (``""``: nothing)."""
+        said = _words(text)
+        for words, what in self.phrases:
+            if words in said:
+                return what
+        found = sorted(n for n in self.names if f" {n} " in said)
+        return f"{found[0]!r}, which only the rubric or the answer names" if found else ""
+
+
+def instruction_leak(text: str, parent: Task) -> str:
+    """What instruction `text`, written for `parent` or a part of it, gives away of `parent`'s
+    grading that `parent`'s own instruction does not state: one of its fact texts, its definite
+    answer, or a name or number only those hold (``""`` when nothing). Words are compared with case
+    and punctuation ignored."""
+    return _Grading.of(parent).leak(text)
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -148,29 +251,35 @@ def decompose_task(parent: Task, settings: DecomposeSettings = DecomposeSettings
     if parent.parent_task_id:
         return []
     subtasks = []
+    grading = None
     for subset in candidate_subsets(parent.evaluator_reference, settings):
+        grading = grading or _Grading.of(parent)
         groups = [parent.evaluator_reference[i] for i in subset]
-        subtasks.append(_subtask(parent, subset, template_instruction(parent, groups), "template"))
+        subtasks.append(_subtask(parent, subset, _template_instruction(parent, groups, grading), "template"))
     return subtasks
 
 
 async def rewrite_instruction(parent: Task, groups: Sequence[FactGroup], client: LLMClient) -> str:
     """Ask the LLM for an instruction that asks only for `groups` (cached by the client).
 
-    Raises `LLMReplyInvalid` when no valid reply comes back and `LLMUnavailable` when the endpoint
-    is down.
+    The prompt holds the parent's instruction and the names of the groups kept and dropped, never
+    their facts; a reply that `instruction_leak` flags is asked again like any invalid reply. Raises
+    `LLMReplyInvalid` when no valid reply comes back and `LLMUnavailable` when the endpoint is down.
     """
-    rubric = [{"description": g.description, "facts": list(g.facts)} for g in groups]
-    dropped = [g.description for g in parent.evaluator_reference if g not in groups]
+    grading = _Grading.of(parent)
+    kept = [_label(parent, g, grading) for g in groups]
+    dropped = [_label(parent, g, grading) for g in parent.evaluator_reference if g not in groups]
     messages = [
         {"role": "system", "content": (
-            "You rewrite web-task instructions. Given an original task and the part of its rubric "
-            "to keep, write one self-contained instruction, in the same style and language, that "
-            "asks only for the kept part, on the same website. Do not ask for the dropped parts. "
-            'Reply with JSON {"instruction": "..."}.')},
+            "You rewrite web-task instructions. Given an original task and the names of the parts of "
+            "it to keep, write one self-contained instruction, in the same style and language, that "
+            "asks only for the kept parts, on the same website. Do not ask for the dropped parts. "
+            "State no value, name or answer that the original task does not state: the agent is to "
+            'find them. Reply with JSON {"instruction": "..."}.')},
         {"role": "user", "content": (
             f"Website: {parent.website}\nOriginal task: {parent.task_name}\n"
-            f"Rubric groups to keep: {rubric}\nRubric groups to drop: {dropped}")},
+            f"Parts to keep: {json.dumps(kept, ensure_ascii=False)}\n"
+            f"Parts to drop: {json.dumps(dropped, ensure_ascii=False)}")},
     ]
 
     def validate(reply: Any) -> str:
@@ -182,12 +291,15 @@ async def rewrite_instruction(parent: Task, groups: Sequence[FactGroup], client:
             raise ValueError("the rewritten instruction equals the original one")
         if len(text) > MAX_INSTRUCTION_CHARS:
             raise ValueError(f"the instruction is longer than {MAX_INSTRUCTION_CHARS} characters")
+        leak = grading.leak(text)
+        if leak:
+            raise ValueError(f"the instruction gives away {leak}")
         return text
 
     return await client.complete_json(
         purpose="decompose", prompt_version=PROMPT_VERSION, messages=messages,
         schema=_INSTRUCTION_SCHEMA, validate=validate,
-        cache_key=(parent.task_name, parent.website, *(g.id for g in groups)),
+        cache_key=(parent.task_name, parent.website, *(g.id for g in groups), *kept, "|", *dropped),
     )
 
 

@@ -57,7 +57,10 @@ export it (``from webgym_rollout.judge.judges import JudgeTimeout`` works).
      │    └── PushRefused             the folder to push is not a finished dataset (`trajectory.hub`)
      ├── EpisodeOver                  `WebEnv.step` after the episode ended (`env`)
      ├── TruthUnavailable             the local sites' truth listener cannot be reached, refused the
-     │                                token or sent no facts (`tasks.websites.truth`; names the URL)
+     │    │                           token or sent no facts (`tasks.websites.truth`; names the URL;
+     │    │                           the site judge retries, then raises JudgeUnavailable)
+     │    └── TruthTimeout            it did not answer within the client's timeout (the site judge
+     │                                retries, then raises JudgeTimeout)
      └── FleetError                   no such fleet, Ray not reachable, or the fleet did not come up
                                       (`fleet`)
 
@@ -111,6 +114,7 @@ __all__ = [
     "SiteBlocked",
     "TrajectoryError",
     "TruthFileError",
+    "TruthTimeout",
     "TruthUnavailable",
     "Unauthorized",
     "error_for_kind",
@@ -358,6 +362,12 @@ class TruthUnavailable(RolloutError):
     reached, refused the token, or answered something that is not a session's facts."""
 
     kind = "truth_unavailable"
+
+
+class TruthTimeout(TruthUnavailable):
+    """The truth listener did not answer within the client's timeout."""
+
+    kind = "truth_timeout"
 
 
 class FleetError(RolloutError):

@@ -13,7 +13,8 @@
     operations  navigate, screenshot, execute, act, page_info, env_state: lanes, timeouts, errors
     lanes       Lane: one bounded queue + concurrency limit per operation kind
     metrics     the Prometheus text of /metrics
-    guard       where pages may go: the one set of rules (URLs, resolved addresses), the blocklist
+    guard       where pages may go: the one set of rules (URLs, resolved addresses)
+    blocklist   origins refused after failing: counted per site and per session, never an allowlisted port
     callers     who may call the server: the Host and Origin checks (the policy server's too)
     traffic     recording a page's network traffic, and serving a page from a recording
 

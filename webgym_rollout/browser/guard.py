@@ -1,4 +1,4 @@
-"""Where the browsers may go: the egress decision, the URL guard and the per-origin failure blocklist.
+"""Where the browsers may go: the egress decision and the URL guard.
 
 One set of rules decides every destination, at two places:
 
@@ -31,31 +31,26 @@ give ``name:port`` to reach this machine through a name). An entry matches the h
 spells it, never the address a name resolves to: a public name whose DNS answer points at an
 allowlisted local address is refused (DNS rebinding).
 
-`SiteBlocklist` counts failures per origin (scheme, host, port: `origin_of`) and refuses new
-sessions and navigations to an origin that failed ``threshold`` times within ``window_s``, for
-``ttl_s`` seconds or until an operator lifts the entry (`SiteBlocklist.lift`).
+`origin_of` is the key of the failure blocklist (`webgym_rollout.browser.blocklist`), which never
+counts an origin an allowlist entry with a port opens (`UrlGuard.allowlisted_port`).
 
-Exceptions: `NavigationRefused` (names the URL) and `SiteBlocked` (from `webgym_rollout.errors`);
-`AllowlistError` (``RolloutError`` and ``ValueError``: an allowlist entry the guard does not take).
+Exceptions: `NavigationRefused` (names the URL, from `webgym_rollout.errors`); `AllowlistError`
+(``RolloutError`` and ``ValueError``: an allowlist entry the guard does not take).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from webgym_rollout.errors import AllowlistError, NavigationRefused, SiteBlocked
+from webgym_rollout.errors import AllowlistError, NavigationRefused
 
 __all__ = [
     "AllowlistError",
-    "BlockEntry",
     "IPAddress",
-    "SiteBlocklist",
     "UrlGuard",
     "address_reason",
     "ip_literal",
@@ -227,6 +222,21 @@ class UrlGuard:
         """Whether `host` (as the URL or the proxy request spells it) is allowlisted on `port`."""
         return self._match(host, port) is not None
 
+    def allowlisted_port(self, url: str) -> bool:
+        """Whether an allowlist entry with a port opens `url`'s host and port (``127.0.0.1:8400``
+        opens ``http://127.0.0.1:8400/shop/``): a site the operator named, such as the local site
+        server, which answers every session; the failure blocklist never counts it."""
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            return False
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            return False
+        entry = self._match(parts.hostname or "", port or _DEFAULT_PORTS[scheme])
+        return entry is not None and entry.port is not None
+
     def host_reason(self, host: str, port: int | None) -> str | None:
         """Why `host` on `port` is refused before any name is resolved, or None (a public IP
         literal, an allowlisted host, or a name whose address decides: `connect_reason`)."""
@@ -308,91 +318,3 @@ def origin_of(url: str) -> str:
     if port is None or port == _DEFAULT_PORTS.get(scheme):
         return f"{scheme}://{host}"
     return f"{scheme}://{host}:{port}"
-
-
-@dataclass(frozen=True)
-class BlockEntry:
-    origin: str
-    """``scheme://host[:port]`` (`origin_of`)."""
-    reason: str
-    until: float
-    """`time.monotonic()` value at which the entry expires."""
-
-
-class SiteBlocklist:
-    """Per-origin failure counts; an origin with `threshold` failures within `window_s` is refused
-    for `ttl_s` seconds (or until `lift`). Thread-safe; the clock is injectable for tests."""
-
-    def __init__(
-        self,
-        *,
-        threshold: int = 3,
-        window_s: float = 600.0,
-        ttl_s: float = 3600.0,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        if threshold < 1:
-            raise ValueError(f"threshold: must be >= 1, got {threshold}")
-        self.threshold, self.window_s, self.ttl_s = threshold, window_s, ttl_s
-        self._clock = clock
-        self._failures: dict[str, list[float]] = {}
-        self._blocked: dict[str, BlockEntry] = {}
-        self._lock = threading.Lock()
-
-    def record_failure(self, url: str, reason: str) -> bool:
-        """Count one failure of the origin of `url`; True when the origin is now blocked."""
-        origin, now = origin_of(url), self._clock()
-        with self._lock:
-            recent = [t for t in self._failures.get(origin, []) if now - t < self.window_s] + [now]
-            self._failures[origin] = recent
-            if len(recent) >= self.threshold:
-                self._blocked[origin] = BlockEntry(
-                    origin, f"{len(recent)} failures, last: {reason}", now + self.ttl_s
-                )
-                self._failures.pop(origin, None)
-                return True
-            return False
-
-    def record_success(self, url: str) -> None:
-        with self._lock:
-            self._failures.pop(origin_of(url), None)
-
-    def block(self, url: str, reason: str, ttl_s: float | None = None) -> None:
-        """Block the origin of `url` now (e.g. an operator or a client saw a CAPTCHA)."""
-        origin = origin_of(url)
-        with self._lock:
-            self._blocked[origin] = BlockEntry(origin, reason, self._clock() + (ttl_s or self.ttl_s))
-
-    def lift(self, url: str) -> BlockEntry | None:
-        """Unblock the origin of `url` (an origin or any URL of it) and forget its failures;
-        returns the entry lifted, or None when it was not blocked."""
-        origin = origin_of(url)
-        with self._lock:
-            self._failures.pop(origin, None)
-            found = self._blocked.pop(origin, None)
-        return found if found is not None and found.until > self._clock() else None
-
-    def entry(self, url: str) -> BlockEntry | None:
-        origin, now = origin_of(url), self._clock()
-        with self._lock:
-            found = self._blocked.get(origin)
-            if found is not None and found.until <= now:
-                del self._blocked[origin]
-                return None
-            return found
-
-    def check(self, url: str) -> None:
-        """Raise `SiteBlocked` when the origin of `url` is blocked."""
-        found = self.entry(url)
-        if found is not None:
-            left = found.until - self._clock()
-            raise SiteBlocked(
-                f"{found.origin} is blocked for another {left:.0f} s ({found.reason}); refusing {url}"
-            )
-
-    def entries(self) -> list[BlockEntry]:
-        now = self._clock()
-        with self._lock:
-            for origin in [o for o, e in self._blocked.items() if e.until <= now]:
-                del self._blocked[origin]
-            return sorted(self._blocked.values(), key=lambda e: e.origin)

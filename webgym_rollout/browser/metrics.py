@@ -2,17 +2,20 @@
 
 `render_prometheus` writes the series (queue depth, running and finished operations and latency
 quantiles per operation kind; sessions, browsers, open pages and contexts per browser, popups
-closed, restarts, screenshot retries, blocked origins, the egress proxy's requests, refusals and
-CPU seconds, the page requests the URL guard refused, the server's refused callers (a foreign Host
-or Origin: `webgym_rollout.browser.callers`), and errors by kind). The pool gathers the values
-(`BrowserPool.metrics_text`); the lanes are `webgym_rollout.browser.lanes`.
+closed, restarts, screenshot retries, the blocklist: what is blocked and why, failures counted per
+site and per session, blocks made, failures at exempt origins; the egress proxy's requests,
+refusals and CPU seconds, the page requests the URL guard refused, the server's refused callers (a
+foreign Host or Origin: `webgym_rollout.browser.callers`), and errors by kind). The pool gathers
+the values (`BrowserPool.metrics_text`); the lanes are `webgym_rollout.browser.lanes`, the
+blocklist's counters `webgym_rollout.browser.blocklist.BlocklistStats`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
+from webgym_rollout.browser.blocklist import FAILURE_KINDS, BlocklistStats
 from webgym_rollout.browser.egress import EgressStats
 from webgym_rollout.browser.lanes import Lane, percentile
 
@@ -29,7 +32,7 @@ def render_prometheus(
     sessions_created: int,
     sessions_expired: int,
     capture_retries: int,
-    blocked_sites: int,
+    blocklist: BlocklistStats,
     tabs: Mapping[str, tuple[int, int]],
     popups_closed: int,
     egress: EgressStats,
@@ -109,7 +112,7 @@ def render_prometheus(
         "Screenshots Chromium failed to capture on a live page and that were taken again.",
         [("", capture_retries)],
     )
-    metric("blocked_sites", "gauge", "Origins currently on the failure blocklist.", [("", blocked_sites)])
+    _blocklist_series(metric, blocklist)
     metric(
         "egress_requests_total",
         "counter",
@@ -146,3 +149,35 @@ def render_prometheus(
         [(f'{{kind="{kind}"}}', count) for kind, count in sorted(errors.items())],
     )
     return "\n".join(lines) + "\n"
+
+
+
+def _label(value: str) -> str:
+    """`value` as a Prometheus label value (backslash, quote and newline escaped)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _blocklist_series(metric: Callable[[str, str, str, Iterable[tuple[str, float]]], None],
+                      blocklist: BlocklistStats) -> None:
+    """What the blocklist blocks now and why (the kind of the failure; ``/info`` has the whole
+    reason), and what it counted, per scope: ``site`` (start pages) and ``session``."""
+    entries = blocklist.entries
+    metric("blocked_sites", "gauge", "Origins blocked for every session now.", [("", len(entries))])
+    metric("blocked_site_seconds", "gauge",
+           "Seconds left of each origin blocked for every session, by the kind of failure that blocked it.",
+           [(f'{{origin="{_label(e.origin)}",kind="{e.kind}"}}', round(e.until - blocklist.now))
+            for e in entries])
+    metric("session_blocks", "gauge", "Origins blocked for one session only (its own failures) now.",
+           [("", blocklist.session_blocks)])
+    scoped = [(scope, kind) for scope in ("site", "session") for kind in FAILURE_KINDS]
+    metric("blocklist_failures_total", "counter",
+           "Failed page loads counted for the site (a start page) or for one session (a navigation).",
+           [(f'{{scope="{scope}",kind="{kind}"}}', blocklist.failures[scope, kind])
+            for scope, kind in scoped])
+    metric("blocklist_exempt_total", "counter",
+           "Failed page loads at an allowlisted host:port: never counted (the site answers every session).",
+           [(f'{{kind="{kind}"}}', blocklist.exempt[kind]) for kind in FAILURE_KINDS])
+    metric("blocks_total", "counter",
+           "Origins blocked for every session (site) or for one (session), by the kind of failure.",
+           [(f'{{scope="{scope}",kind="{kind}"}}', blocklist.blocks[scope, kind])
+            for scope, kind in [*scoped, ("site", "operator")]])

@@ -20,8 +20,10 @@ concurrency limit: sessions never wait for each other except there), and runs un
 A navigation the egress proxy refused (a name that resolves to a private address) is named as a
 refusal like one the URL guard refused, and the page goes back to where it was: a refused
 navigation leaves the page in place, and every URL returned is the page actually shown (after a
-failed load, Chromium's error page). Navigations feed the `SiteBlocklist` (timeouts, network
-failures, block pages such as captchas), keyed on origin.
+failed load, Chromium's error page). Page loads feed the `SiteBlocklist` (timeouts, network
+failures, block pages such as captchas), keyed on origin: a session's start page counts for the
+site, an agent's navigation for its session alone, and a replayed session's loads not at all (what
+fails there is its recording, not the site); see `webgym_rollout.browser.blocklist`.
 A screenshot that Chromium fails to capture on a live page is taken again after the next frame.
 """
 
@@ -39,8 +41,9 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
+from webgym_rollout.browser.blocklist import SiteBlocklist
 from webgym_rollout.browser.egress import EGRESS_HEADER, EGRESS_REASON_HEADER, EgressProxy
-from webgym_rollout.browser.guard import SiteBlocklist, UrlGuard
+from webgym_rollout.browser.guard import UrlGuard
 from webgym_rollout.browser.lanes import Lane
 from webgym_rollout.browser.pages import keeps_state, state_probe
 from webgym_rollout.browser.processes import ChromiumProcesses
@@ -60,6 +63,7 @@ from webgym_rollout.browser.protocol import (
 )
 from webgym_rollout.browser.session import Session
 from webgym_rollout.browser.settings import PoolSettings
+from webgym_rollout.browser.traffic import TrafficReplayer
 from webgym_rollout.errors import (
     BrowserCrashed,
     BrowserError,
@@ -222,7 +226,7 @@ class Operations:
             return await self.run(session, "navigate", work, self.settings.create_timeout_s, limit)
 
     async def _open_page(self, session: Session, request: CreateSessionRequest, argument: str) -> PageState:
-        state = await self._goto(session, request.start_url)
+        state = await self._goto(session, request.start_url, start=True)
         if state.error:
             raise BrowserError(f"could not load {request.start_url}: {state.error}")
         await session.hooks.start_page(
@@ -236,14 +240,25 @@ class Operations:
 
     async def navigate(self, session: Session, url: str) -> PageState:
         self.guard.check(url)
-        self.blocklist.check(url)
+        self.blocklist.check(url, session.id)
         limit_s = self.settings.navigate_timeout_s
         async with session.lock:
             # Playwright's own timeout (limit_s) fires first; the slack only bounds a stuck call.
             return await self.run(session, "navigate", self._goto(session, url), limit_s + 2,
                                   f"{limit_s:g} s (--navigate-timeout-s)")
 
-    async def _goto(self, session: Session, url: str) -> PageState:
+    def _count(self, session: Session, url: str, failure: tuple[str, str] | None, start: bool) -> None:
+        """Tell the blocklist how loading `url` went: `failure` (kind, reason), or None for a success."""
+        if isinstance(session.navigation.traffic, TrafficReplayer):
+            return  # served from a recording: says nothing about the site
+        if failure is None:
+            self.blocklist.record_success(url, session.id)
+        else:
+            self.blocklist.record_failure(url, failure[1], kind=failure[0], session=session.id, start=start)
+
+    async def _goto(self, session: Session, url: str, *, start: bool = False) -> PageState:
+        """Load `url` in the session's page; `start`: it is the session's start page (its failures
+        count against the site, an agent's navigation's against its session)."""
         navigation = session.navigation
         navigation.refused.clear()
         navigation.document_url = ""
@@ -255,7 +270,7 @@ class Operations:
                 url, timeout=self.settings.navigate_timeout_s * 1000, wait_until="load"
             )
         except PlaywrightTimeout as exc:
-            self.blocklist.record_failure(url, "navigation timeout")
+            self._count(session, url, ("timeout", "navigation timeout"), start)
             raise _LimitReached(self.settings.navigate_timeout_s, "--navigate-timeout-s") from exc
         except PlaywrightError as exc:
             message = str(exc).splitlines()[0].removeprefix("Page.goto: ")
@@ -278,9 +293,10 @@ class Operations:
             if outcome is not None and outcome.kind == "refused":  # a tunnel the proxy refused
                 await self._back_to_previous_page(session, final_url, commits_before)
                 raise _egress_refusal(final_url, url, outcome.reason) from exc
+            kind = "network"
             if outcome is not None and outcome.kind != "forwarded":
-                message = f"{message} (egress proxy: {outcome.reason})"
-            self.blocklist.record_failure(url, message)
+                kind, message = "egress", f"{message} (egress proxy: {outcome.reason})"
+            self._count(session, url, (kind, message), start)
             return PageState(url=page.url, title=await _title(page), error=message)
         if navigation.refused:
             raise navigation.refusal(url)
@@ -290,13 +306,14 @@ class Operations:
             if answered == "refused":
                 await self._back_to_previous_page(session, response.url, commits_before)
                 raise _egress_refusal(response.url, url, reason)
-            self.blocklist.record_failure(url, reason)
+            self._count(session, url, ("egress", reason), start)
             return PageState(url=page.url, title=await _title(page), error=f"egress proxy: {reason}")
         title = navigation.title = await _title(page)
+        failure = None
         if response is not None and response.status in (403, 429) or _looks_blocked(title):
-            self.blocklist.record_failure(url, f"HTTP {response.status if response else '?'}: {title!r}")
-        else:
-            self.blocklist.record_success(url)
+            kind = "block_page" if _looks_blocked(title) else "http_status"
+            failure = (kind, f"HTTP {response.status if response else '?'}: {title!r}")
+        self._count(session, url, failure, start)
         return PageState(url=page.url, title=title)
 
     async def _back_to_previous_page(self, session: Session, refused_url: str, commits_before: int) -> None:

@@ -17,8 +17,10 @@
 `create` opens a session on the least-busy process and loads its start URL (the environment's page
 hooks, e.g. MiniWoB's, prepare the page: `webgym_rollout.browser.pages`); `close_session` ends it and
 keeps its context for reuse. A maintenance task closes sessions idle for ``idle_timeout_s`` and keeps
-the processes healthy. Origins that fail repeatedly land on the `SiteBlocklist`. `health` and
-`metrics_text` report.
+the processes healthy. Origins that fail repeatedly land on the `SiteBlocklist`
+(`webgym_rollout.browser.blocklist`: a start page's failures count for the site, an agent's for its
+session; the allowlist's ``host:port`` entries, e.g. the local site server, are never counted).
+`health` and `metrics_text` report.
 
 The resolver the egress proxy uses to look up names can be given (`BrowserPool(resolver=...)`):
 tests pass a `webgym_rollout.browser.egress.MappingResolver` so that nothing does real DNS.
@@ -37,8 +39,9 @@ from collections.abc import Mapping
 
 from playwright.async_api import Error as PlaywrightError
 
+from webgym_rollout.browser.blocklist import BlockEntry, SiteBlocklist
 from webgym_rollout.browser.egress import EgressProxy, Resolver
-from webgym_rollout.browser.guard import BlockEntry, SiteBlocklist, UrlGuard
+from webgym_rollout.browser.guard import UrlGuard
 from webgym_rollout.browser.lanes import Lane
 from webgym_rollout.browser.metrics import render_prometheus
 from webgym_rollout.browser.navigation import NavigationTracker, guard_context, set_replaying
@@ -89,7 +92,8 @@ class BrowserPool:
         self.egress = EgressProxy(self.guard, resolver)
         """The forwarding proxy every browser connection passes (`webgym_rollout.browser.egress`)."""
         self.blocklist = SiteBlocklist(
-            threshold=self.settings.blocklist_threshold, ttl_s=self.settings.blocklist_ttl_s
+            threshold=self.settings.blocklist_threshold, ttl_s=self.settings.blocklist_ttl_s,
+            exempt=self.guard.allowlisted_port,
         )
         self.lanes = {
             kind: Lane(kind, limit, self.settings.max_queue)
@@ -227,7 +231,7 @@ class BrowserPool:
             sessions_created=self.sessions_created,
             sessions_expired=self.sessions_expired,
             capture_retries=self.capture_retries,
-            blocked_sites=len(self.blocklist.entries()),
+            blocklist=self.blocklist.stats(),
             tabs=self.tab_counts(),
             popups_closed=self.processes.popups_closed,
             egress=self.egress.stats(),
@@ -324,6 +328,7 @@ class BrowserPool:
     async def _end_session(self, session: Session, *, reuse: bool) -> None:
         """Remove a session; keep its context for reuse when it is healthy and storage clears."""
         self._sessions.pop(session.id, None)
+        self.blocklist.forget(session.id)
         process = session.process
         process.active.discard(session.id)
         session.navigation.cancel()

@@ -31,7 +31,10 @@ Before the token, every request passes the caller check (`webgym_rollout.browser
 carries a web page's ``Origin`` (unless in ``--allowed-origins``) or ``Sec-Fetch-Site: cross-site``
 gets 403 ``foreign_origin``. Refusals are counted in ``/metrics`` (``webgym_callers_refused_total``).
 
-``/info`` lists the blocklist's entries (origin, reason, seconds left). ``DELETE
+``/info`` lists the blocklist's entries (origin, reason, kind of failure, seconds left): origins
+blocked for every session after their start pages failed in several sessions; an agent's own
+failures block an origin for its session only, and an allowlisted ``host:port`` (the local site
+server) is never blocked (`webgym_rollout.browser.blocklist`; ``/metrics`` counts both). ``DELETE
 /blocklist/{origin}`` (``/blocklist/http://127.0.0.1:8400``; any URL of the origin will do) lifts
 one, and is the one route that always needs the token: a server started without ``--token``
 answers it 401, since on loopback any local process could otherwise call it. Restart such a
@@ -351,7 +354,8 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
             "blocklist_threshold": s.blocklist_threshold,
             "blocklist_ttl_s": s.blocklist_ttl_s,
             "blocklist": [
-                {"origin": e.origin, "reason": e.reason, "expires_in_s": round(e.until - time.monotonic())}
+                {"origin": e.origin, "reason": e.reason, "kind": e.kind,
+                 "expires_in_s": round(e.until - time.monotonic())}
                 for e in pool.blocklist.entries()
             ],
         }

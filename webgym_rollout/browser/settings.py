@@ -61,10 +61,13 @@ class PoolSettings:
     """Time limit of environments that keep one (MiniWoB pages: their own 10 s is too short for a
     slow policy); none = the environment's own."""
     blocklist_threshold: int = 3
-    """Failures (timeouts, crashes, block pages) of one origin (scheme, host, port) within 10 minutes
-    after which the origin is blocked."""
+    """Failures (timeouts, network errors, block pages) at one origin (scheme, host, port) within 10
+    minutes after which it is blocked: for every session when its start page failed in that many
+    sessions, for one session when its own navigations failed that often. An --allow-hosts
+    host:port is never blocked."""
     blocklist_ttl_s: float = 3600.0
-    """How long an origin stays blocked (``DELETE /blocklist/{origin}`` lifts it sooner)."""
+    """How long an origin stays blocked for every session (``DELETE /blocklist/{origin}`` lifts it
+    sooner); for one session: until it ends, at most this long."""
     extra_args: tuple[str, ...] = ()
     """More Chromium flags (on the command line as ``--extra-args=--some-flag``)."""
     page_modules: tuple[str, ...] = ("webgym_rollout.tasks",)

@@ -11,14 +11,23 @@ elsewhere) and checks each fact; a task with a definite answer also needs the fi
 state it as its answer facts are stated (`answer_holds`: each value and name it holds, and no other
 value of those kinds, no other of the task's candidate names). The reward is 1 only if every
 criterion passes (`site_verdicts`, which ``webgym-rollout judge-eval`` also applies to stored facts).
+
+A truth read that fails (`TruthUnavailable`: the listener did not answer, or not in time) is an
+infrastructure failure of the judge, not a verdict: it is tried again ``truth_retries`` times with
+exponential backoff, then `score` raises `JudgeTimeout` (the last try timed out) or
+`JudgeUnavailable`, and the runner records the episode as ``error:judge_timeout`` /
+``error:judge_unavailable``. The facts are a snapshot (`webgym_rollout.tasks.websites.router`), so a
+request the agent left running does not hold the read up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 
 from webgym_data.schema import Task
+from webgym_rollout.errors import JudgeTimeout, JudgeUnavailable, TruthTimeout, TruthUnavailable
 from webgym_rollout.judge.judges import JudgeRequest, JudgeResult
 from webgym_rollout.tasks.websites.answers import answer_holds
 from webgym_rollout.tasks.websites.facts import SessionFacts
@@ -28,14 +37,21 @@ from webgym_rollout.trajectory.contract import Verdict
 
 __all__ = ["SiteJudge", "answer_holds", "site_verdicts"]
 
+log = logging.getLogger(__name__)
+
 
 class SiteJudge:
-    """Judges the generated tasks of the local sites by their ground truth."""
+    """Judges the generated tasks of the local sites by their ground truth. A failed truth read is
+    tried again `truth_retries` times, `backoff_s` seconds later, then twice that, and so on."""
 
     model_id = "site-truth"
 
-    def __init__(self, facts: Callable[[str], SessionFacts], tasks: Iterable[Task]):
+    def __init__(self, facts: Callable[[str], SessionFacts], tasks: Iterable[Task], *, truth_retries: int = 3,
+                 backoff_s: float = 0.5):
+        if truth_retries < 0:
+            raise ValueError(f"truth_retries: must be >= 0, got {truth_retries}")
         self._facts = facts
+        self.truth_retries, self.backoff_s = truth_retries, backoff_s
         tasks = list(tasks)
         self._by_id = {task.task_id: task for task in tasks}
         self._by_name = {task.task_name: task for task in tasks}
@@ -49,10 +65,27 @@ class SiteJudge:
         if not session:
             return JudgeResult(0.0, (Verdict("session", False, "no visited URL carries ?session="),),
                                self.model_id)
-        facts = await asyncio.to_thread(self._facts, session)
+        facts = await self._read_facts(session)
         verdicts = site_verdicts(task, facts, request.answer, self._by_id.get(task.parent_task_id))
         reward = 1.0 if verdicts and all(v.passed for v in verdicts) else 0.0
         return JudgeResult(reward, tuple(verdicts), self.model_id)
+
+    async def _read_facts(self, session: str) -> SessionFacts:
+        """The facts of `session`, the read tried again on `TruthUnavailable`; after the retries,
+        `JudgeTimeout` (the last try timed out) or `JudgeUnavailable`, naming the session."""
+        for attempt in range(self.truth_retries + 1):
+            try:
+                return await asyncio.to_thread(self._facts, session)
+            except TruthUnavailable as exc:
+                if attempt == self.truth_retries:
+                    error = JudgeTimeout if isinstance(exc, TruthTimeout) else JudgeUnavailable
+                    raise error(f"the truth of session {session} could not be read "
+                                f"(after {attempt + 1} attempts): {exc}") from exc
+                delay = self.backoff_s * 2 ** attempt
+                log.info("the truth of session %s could not be read (%s); retry %d in %.2f s", session, exc,
+                         attempt + 1, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
 
 def site_verdicts(task: Task, facts: SessionFacts, answer: str, parent: Task | None = None) -> list[Verdict]:

@@ -16,7 +16,12 @@
 
 The ground truth of a session (`SiteServer.facts`) is never served on that port, which the
 egress guard allowlists: only in-process, and on the truth listener (`truth_url`, on 127.0.0.1 and
-its own port, with the bearer token `truth_token`; `webgym_rollout.tasks.websites.truth`).
+its own port, with the bearer token `truth_token`; `webgym_rollout.tasks.websites.truth`). It is
+the snapshot of each session's last finished request, so a request in flight never holds it up.
+
+Every request to a stateful site gets an answer: a site that fails answers a 500 page (the router,
+`webgym_rollout.tasks.websites.router`), a malformed ``Content-Length`` a 400; the connection is
+never dropped, so a browser server never reads one episode's bad request as the site being down.
 
 `webgym_rollout.tasks.miniwob.task_url(base, "click-button")` is the page URL of a MiniWoB task.
 """
@@ -46,6 +51,9 @@ __all__ = ["SANDBOX_PAGES", "TRUTH_TOKEN_ENV", "SiteServer", "serve_sites_comman
 
 log = logging.getLogger(__name__)
 
+_READ_TIMEOUT_S = 60.0
+"""How long the server waits for the rest of a request a client started sending."""
+
 SANDBOX_PAGES: dict[str, str] = {
     "form.html": """<!DOCTYPE html>
 <html><head><title>Sandbox form</title>
@@ -74,6 +82,8 @@ SANDBOX_PAGES: dict[str, str] = {
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
+    timeout = _READ_TIMEOUT_S  # a client that stops sending mid-request frees its thread
+
     def __init__(self, *args: object, router: SiteRouter, **kwargs: object):
         self.router = router  # before the base class's __init__, which handles the request
         super().__init__(*args, **kwargs)
@@ -87,21 +97,35 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         super().end_headers()
 
     def _stateful(self, method: str) -> bool:
-        """Answer the request when it is under a stateful site's mount; False when it is not."""
+        """Answer the request when it is under a stateful site's mount; False when it is not. Every
+        request gets an answer: a bad length 400, a failure of ours 500 (the router answers a site's
+        own failures), never a dropped connection."""
         if self.router.site_for(self.path.split("?", 1)[0]) is None:
             return False
-        length = int(self.headers.get("Content-Length") or 0) if method == "POST" else 0
+        declared = (self.headers.get("Content-Length") or "0") if method == "POST" else "0"
+        if not (declared.isascii() and declared.isdigit()):
+            self.send_error(400, f"Content-Length {declared[:40]!r} is not a number of bytes")
+            return True
+        length = int(declared) if len(declared) < 12 else MAX_BODY + 1
         if length > MAX_BODY:
             self.send_error(413, f"a form of at most {MAX_BODY} bytes")
             return True
         body = self.rfile.read(length) if length > 0 else b""
-        response = self.router.serve(method, self.path, self.headers.get("Cookie", ""), body)
+        try:
+            response = self.router.serve(method, self.path, self.headers.get("Cookie", ""), body)
+        except Exception:
+            log.exception("%s %s failed (answered 500)", method, self.path)
+            self.send_error(500, "the site server failed on this request")
+            return True
         self.send_response(response.status)
         for name, value in response.headers:
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(response.body)))
-        http.server.BaseHTTPRequestHandler.end_headers(self)  # no caching header
-        self.wfile.write(response.body)
+        try:
+            http.server.BaseHTTPRequestHandler.end_headers(self)  # no caching header
+            self.wfile.write(response.body)
+        except ConnectionError:  # the client left before the answer (a closed popup, a stopped load)
+            log.debug("%s %s: the client left before the answer", method, self.path)
         return True
 
     def do_POST(self) -> None:
@@ -152,7 +176,8 @@ class SiteServer:
         self._truth = TruthServer(self.router.facts, truth_port, truth_token)
 
     def facts(self, session_id: str) -> SessionFacts:
-        """The ground truth of session `session_id` on the stateful sites (in-process)."""
+        """The ground truth of session `session_id` on the stateful sites (in-process): the snapshot
+        of its last finished request, never waiting for one in flight."""
         return self.router.facts(session_id)
 
     @property

@@ -1,5 +1,5 @@
-"""The egress decision (pure: no DNS, no network): addresses, URLs, resolved names; and the
-per-origin SiteBlocklist with an injected clock."""
+"""The egress decision (pure: no DNS, no network): addresses, URLs, resolved names, the origin
+(the blocklist's key) and the allowlist entries the blocklist never counts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from webgym_rollout.browser.guard import (
     AllowlistError,
-    SiteBlocklist,
     UrlGuard,
     address_reason,
     ip_literal,
@@ -20,7 +19,7 @@ from webgym_rollout.browser.guard import (
     origin_of,
 )
 from webgym_rollout.browser.pool import PoolSettings
-from webgym_rollout.errors import NavigationRefused, RolloutError, SiteBlocked
+from webgym_rollout.errors import NavigationRefused, RolloutError
 
 REFUSED = [
     "file:///etc/passwd",
@@ -195,59 +194,17 @@ def test_origin_of():
     assert origin_of("about:blank") == "about:blank"
 
 
-def test_blocklist_counts_failures_within_window_and_expires():
-    now = [0.0]
-    blocklist = SiteBlocklist(threshold=3, window_s=60, ttl_s=100, clock=lambda: now[0])
-    assert not blocklist.record_failure("https://slow.example/a", "timeout")
-    now[0] = 70.0  # the first failure left the window
-    assert not blocklist.record_failure("https://slow.example/b", "timeout")
-    assert not blocklist.record_failure("https://slow.example:443/c", "timeout")
-    blocklist.check("https://slow.example/")  # two failures in the window: not blocked yet
-    assert blocklist.record_failure("https://slow.example/d", "captcha page")
-    with pytest.raises(SiteBlocked, match="https://slow.example is blocked"):
-        blocklist.check("https://slow.example/other")
-    blocklist.check("https://fast.example/")
-    blocklist.check("http://slow.example/")  # another scheme is another origin
-    blocklist.check("https://www.slow.example/")  # and so is another host
-    assert [e.origin for e in blocklist.entries()] == ["https://slow.example"]
-    now[0] = 70.0 + 101
-    blocklist.check("https://slow.example/")
-    assert blocklist.entries() == []
-
-
-def test_blocklist_success_resets_and_manual_block():
-    now = [0.0]
-    blocklist = SiteBlocklist(threshold=2, clock=lambda: now[0])
-    blocklist.record_failure("https://a.example/", "timeout")
-    blocklist.record_success("https://a.example/")
-    assert not blocklist.record_failure("https://a.example/", "timeout")
-    blocklist.block("https://b.example/", "operator", ttl_s=5)
-    with pytest.raises(SiteBlocked):
-        blocklist.check("https://b.example/x")
-    now[0] = 6
-    blocklist.check("https://b.example/x")
-    with pytest.raises(ValueError, match="^threshold: "):
-        SiteBlocklist(threshold=0)
-
-
-def test_blocking_one_local_origin_leaves_the_other_ports_of_its_host():
-    """Three failures of a page on one port must not block the site server on another port."""
-    blocklist = SiteBlocklist(threshold=3)
-    for _ in range(3):
-        blocklist.record_failure("http://127.0.0.1:5000/redirect-loop", "net::ERR_TOO_MANY_REDIRECTS")
-    with pytest.raises(SiteBlocked, match="http://127.0.0.1:5000 "):
-        blocklist.check("http://127.0.0.1:5000/ok")
-    blocklist.check("http://127.0.0.1:8400/miniwob/click-test.html")
-
-
-def test_lifting_an_entry():
-    blocklist = SiteBlocklist(threshold=1)
-    blocklist.record_failure("http://127.0.0.1:5000/x", "timeout")
-    assert blocklist.lift("http://127.0.0.1:5001") is None  # not that origin
-    lifted = blocklist.lift("http://127.0.0.1:5000/any/path")  # any URL of the origin names it
-    assert lifted is not None and lifted.origin == "http://127.0.0.1:5000" and "timeout" in lifted.reason
-    blocklist.check("http://127.0.0.1:5000/x")
-    assert blocklist.entries() == [] and blocklist.lift("http://127.0.0.1:5000") is None
+def test_the_blocklist_is_never_told_about_an_allowlisted_host_port():
+    """The site server (a host:port entry) answers every session: the blocklist never counts it.
+    A name without a port opens intranet sites, which fail like web sites do: counted."""
+    guard = UrlGuard(["127.0.0.1:8400", "sites.test:8401", "*.corp.example"])
+    assert guard.allowlisted_port("http://127.0.0.1:8400/shop/search?min_price=inf")
+    assert guard.allowlisted_port("http://SITES.test:8401/")
+    assert not guard.allowlisted_port("http://127.0.0.1:8401/")  # another port of the host
+    assert not guard.allowlisted_port("http://sites.test/")  # port 80
+    assert not guard.allowlisted_port("http://wiki.corp.example/")  # opened by name, not host:port
+    assert not guard.allowlisted_port("https://example.com/")
+    assert not guard.allowlisted_port("http://127.0.0.1:99999/") and not guard.allowlisted_port("about:blank")
 
 
 @pytest.mark.parametrize(("host", "loopback"), [

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from webgym_rollout.browser.blocklist import BlockEntry, BlocklistStats
 from webgym_rollout.browser.egress import EgressStats
 from webgym_rollout.browser.lanes import Lane
 from webgym_rollout.browser.metrics import render_prometheus
 
-_SAMPLE = re.compile(r'^webgym_[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+-]+$')
+_LABEL = r'[a-z_]+="(?:[^"\\]|\\.)*"'  # a quote or backslash in a value is escaped
+_SAMPLE = re.compile(rf'^webgym_[a-z_]+(\{{{_LABEL}(,{_LABEL})*\}})? -?[0-9.e+-]+$')
 
 
 def _text() -> str:
@@ -25,7 +27,14 @@ def _text() -> str:
         sessions_created=10,
         sessions_expired=4,
         capture_retries=5,
-        blocked_sites=7,
+        blocklist=BlocklistStats(
+            failures=Counter({("site", "timeout"): 6, ("session", "network"): 4}),
+            exempt=Counter({"network": 3}),
+            blocks=Counter({("site", "timeout"): 2, ("session", "network"): 1}),
+            session_blocks=1,
+            entries=[BlockEntry("https://slow.example", "start pages failed", 1100.0, "timeout"),
+                     BlockEntry('http://we"ird.example', "an operator saw a captcha", 1030.0)],
+            now=1000.0),
         tabs={"4242": (3, 5), "17": (1, 2)},
         popups_closed=9,
         egress=EgressStats(connections=120, refused=4, failed=2, open=6, cpu_s=1.5),
@@ -50,7 +59,17 @@ def test_every_series_is_written():
         "webgym_sessions_created_total 10",
         "webgym_sessions_expired_total 4",
         "webgym_screenshot_retries_total 5",
-        "webgym_blocked_sites 7",
+        "webgym_blocked_sites 2",
+        'webgym_blocked_site_seconds{origin="https://slow.example",kind="timeout"} 100',
+        'webgym_blocked_site_seconds{origin="http://we\\"ird.example",kind="operator"} 30',
+        "webgym_session_blocks 1",
+        'webgym_blocklist_failures_total{scope="site",kind="timeout"} 6',
+        'webgym_blocklist_failures_total{scope="session",kind="network"} 4',
+        'webgym_blocklist_failures_total{scope="session",kind="block_page"} 0',
+        'webgym_blocklist_exempt_total{kind="network"} 3',
+        'webgym_blocks_total{scope="site",kind="timeout"} 2',
+        'webgym_blocks_total{scope="session",kind="network"} 1',
+        'webgym_blocks_total{scope="site",kind="operator"} 0',
         'webgym_errors_total{kind="navigation_refused"} 1',
         'webgym_errors_total{kind="server_busy"} 3',
         'webgym_browser_pages{browser="4242"} 3',

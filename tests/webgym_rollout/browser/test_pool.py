@@ -109,31 +109,68 @@ async def test_a_start_url_that_does_not_load_closes_the_session(chromium_path, 
 
 
 @pytest.mark.browser
-async def test_blocklist_refuses_new_sessions_until_expiry(chromium_path, faults, sites):
+async def test_failed_start_pages_block_the_site_and_an_agents_failures_its_session(chromium_path, sites):
+    """A web site (here a name the egress proxy cannot resolve) is blocked for every session when its
+    start page failed in `threshold` sessions; what one session's navigations do blocks it for that
+    session only; the allowlisted site server on 127.0.0.1 serves on."""
+    form = f"{sites.base_url}/sandbox/form.html"
+    async with BrowserPool(_settings(chromium_path, sites.base_url, blocklist_threshold=2)) as pool:
+        a = (await pool.create(CreateSessionRequest(start_url=form))).session_id
+        b = (await pool.create(CreateSessionRequest(start_url=form))).session_id
+        for _ in range(2):
+            assert "cannot resolve" in (await pool.navigate(a, "http://down.test/x")).error
+        with pytest.raises(SiteBlocked, match=f"down.test is blocked for session {a} .*other sessions"):
+            await pool.navigate(a, "http://down.test/y")
+        assert "cannot resolve" in (await pool.navigate(b, "http://down.test/y")).error  # b: its first
+        assert pool.blocklist.entries() == []
+        metrics = pool.metrics_text()
+        assert 'webgym_blocklist_failures_total{scope="session",kind="egress"} 3' in metrics
+        assert 'webgym_blocks_total{scope="session",kind="egress"} 1' in metrics
+        assert "webgym_session_blocks 1" in metrics and "webgym_blocked_sites 0" in metrics
+        await pool.close_session(a)
+        assert "webgym_session_blocks 0" in pool.metrics_text()  # a session's blocks end with it
+
+        for _ in range(2):  # the toolkit's own start page fails in two sessions: the site is down
+            with pytest.raises(BrowserError, match="could not load http://down.test/"):
+                await pool.create(CreateSessionRequest(start_url="http://down.test/"))
+        with pytest.raises(SiteBlocked, match="down.test is blocked for another .* start page failed in 2"):
+            await pool.create(CreateSessionRequest(start_url="http://down.test/"))
+        with pytest.raises(SiteBlocked, match="http://down.test is blocked"):
+            await pool.navigate(b, "http://down.test/z")
+        metrics = pool.metrics_text()
+        assert "webgym_blocked_sites 1" in metrics
+        assert 'webgym_blocked_site_seconds{origin="http://down.test",kind="egress"} 3600' in metrics
+        assert 'webgym_blocks_total{scope="site",kind="egress"} 1' in metrics
+        assert (await pool.navigate(b, f"{sites.base_url}/sandbox/next.html")).error == ""
+        pool.blocklist._clock = lambda: time.monotonic() + 10_000  # the entry expires
+        assert "cannot resolve" in (await pool.navigate(b, "http://down.test/")).error
+        await pool.close_session(b)
+
+
+@pytest.mark.browser
+async def test_an_allowlisted_host_port_is_never_blocked(chromium_path, faults):
+    """Pages of an allowlisted host:port (a local site server) that hang count for nothing: such a site
+    answers every session, and one session's requests to it say nothing of the others'."""
     async with BrowserPool(
-        _settings(chromium_path, faults, sites.base_url, blocklist_threshold=2, navigate_timeout_s=1.0)
+        _settings(chromium_path, faults, blocklist_threshold=1, navigate_timeout_s=1.0)
     ) as pool:
         sid = (await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))).session_id
         for _ in range(2):
             with pytest.raises(OperationTimeout):
                 await pool.navigate(sid, f"{faults}/never")
-        with pytest.raises(SiteBlocked, match=f"{faults} is blocked"):
-            await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))
-        assert "webgym_blocked_sites 1" in pool.metrics_text()
-        # The origin is blocked, not its host: the site server on another port of 127.0.0.1 serves on.
-        assert faults.split(":")[:2] == sites.base_url.split(":")[:2]
-        other = await pool.create(CreateSessionRequest(start_url=f"{sites.base_url}/sandbox/form.html"))
-        assert other.title == "Sandbox form"
-        assert (await pool.navigate(other.session_id, f"{sites.base_url}/sandbox/next.html")).error == ""
-        await pool.close_session(other.session_id)
-        pool.blocklist._clock = lambda: time.monotonic() + 10_000  # the entry expires
-        again = await pool.create(CreateSessionRequest(start_url=f"{faults}/ok"))
-        assert again.title == "ok"
+        captcha = await pool.create(CreateSessionRequest(start_url=f"{faults}/captcha"))
+        assert captcha.title == "Just a moment..."
+        assert (await pool.navigate(sid, f"{faults}/ok")).title == "ok"
+        metrics = pool.metrics_text()
+        assert 'webgym_blocklist_exempt_total{kind="timeout"} 2' in metrics
+        assert 'webgym_blocklist_exempt_total{kind="block_page"} 1' in metrics
+        assert "webgym_blocked_sites 0" in metrics and "webgym_session_blocks 0" in metrics
 
 
 @pytest.mark.browser
 async def test_a_lifted_origin_opens_again(chromium_path, faults):
     async with BrowserPool(_settings(chromium_path, faults, blocklist_threshold=1)) as pool:
+        pool.blocklist._exempt = lambda url: False  # the fault pages stand for a web site here
         sid = (await pool.create(CreateSessionRequest(start_url=f"{faults}/captcha"))).session_id
         with pytest.raises(SiteBlocked):
             await pool.navigate(sid, f"{faults}/ok")
@@ -145,10 +182,12 @@ async def test_a_lifted_origin_opens_again(chromium_path, faults):
 @pytest.mark.browser
 async def test_block_page_counts_as_a_failure(chromium_path, faults):
     async with BrowserPool(_settings(chromium_path, faults, blocklist_threshold=1)) as pool:
+        pool.blocklist._exempt = lambda url: False  # the fault pages stand for a web site here
         state = await pool.create(CreateSessionRequest(start_url=f"{faults}/captcha"))
         assert state.title == "Just a moment..."
         with pytest.raises(SiteBlocked, match=f"{faults} is blocked"):
             await pool.navigate(state.session_id, f"{faults}/ok")
+        assert f'webgym_blocked_site_seconds{{origin="{faults}",kind="block_page"}}' in pool.metrics_text()
 
 
 @pytest.mark.browser

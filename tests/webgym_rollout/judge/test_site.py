@@ -1,15 +1,19 @@
 """`SiteJudge` against the real shop's ground truth: every generated task, played as its params
-say over HTTP, passes; an idle session and wrong answers fail."""
+say over HTTP, passes; an idle session and wrong answers fail; a truth read that fails is retried,
+then raised as the judge's infrastructure failure."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from urllib.parse import urlencode
 
 import httpx
+import pytest
 
 from webgym_data.schema import Task
+from webgym_rollout.errors import JudgeTimeout, JudgeUnavailable
 from webgym_rollout.judge.judges import JudgeRequest
 from webgym_rollout.judge.site import SiteJudge, answer_holds, site_verdicts
 from webgym_rollout.tasks.sites import SiteServer
@@ -17,7 +21,8 @@ from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.shop_tasks import TEMPLATES, shop_tasks
 from webgym_rollout.tasks.websites.shortcuts import SPRAY
 from webgym_rollout.tasks.websites.state import new_session_id, session_in, with_session
-from webgym_rollout.tasks.websites.truth import TruthClient
+from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
+from webgym_rollout.trajectory.contract import EpisodeStatus
 
 
 def _play(sites: SiteServer, task: Task) -> str:
@@ -111,3 +116,42 @@ def test_a_definite_answer_is_read_like_the_answer_facts_and_old_rows_still_load
         assert passed(listed) == lists
     assert [c["type"] for c in _made_before(task).source.metadata_dict()["checks"]][-3:] == [
         "answer", "answer_number", "answer"]
+
+
+async def test_a_truth_read_that_fails_is_retried_then_raised_as_the_judges_failure():
+    """A truth read that times out is an infrastructure failure of the judge, tried again, then
+    `JudgeTimeout` (the episode's ``error:judge_timeout``), never a bug (``error:internal``)."""
+    (task,) = shop_tasks(1)
+    with SiteServer(shop_seed=0) as sites:
+        session = _play(sites, task)
+        request = JudgeRequest.from_task(task, urls=[with_session(task.start_url, session)],
+                                         answer=f"It costs {task.definite_answer}.")
+        expected = await SiteJudge(sites.facts, [task]).score(request)
+        release, stalls = threading.Event(), [2]
+
+        def slow_facts(session_id: str) -> SessionFacts:
+            if stalls[0] > 0:
+                stalls[0] -= 1
+                release.wait(timeout=60)
+            return sites.facts(session_id)
+
+        listener = TruthServer(slow_facts).start()
+        try:
+            with TruthClient(listener.url, listener.token, timeout_s=0.5) as client:
+                judge = SiteJudge(client.facts, [task], truth_retries=2, backoff_s=0)
+                judged = await judge.score(request)  # two reads time out, the third answers
+                assert (judged.reward, judged.verdicts, stalls) == (expected.reward, expected.verdicts, [0])
+                stalls[0] = 3
+                with pytest.raises(JudgeTimeout, match=rf"truth of session {session} .*\(after 3 attempts\)"
+                                                       r".*no answer within 0.5 s") as timed_out:
+                    await judge.score(request)
+        finally:
+            release.set()
+            listener.stop()
+        gone = TruthClient(listener.url, listener.token)  # nobody listens there any more
+        with gone, pytest.raises(JudgeUnavailable, match=listener.url) as unavailable:
+            await SiteJudge(gone.facts, [task], truth_retries=1, backoff_s=0).score(request)
+    assert EpisodeStatus.for_error(timed_out.value.kind) is EpisodeStatus.JUDGE_TIMEOUT
+    assert EpisodeStatus.for_error(unavailable.value.kind) is EpisodeStatus.JUDGE_UNAVAILABLE
+    with pytest.raises(ValueError, match="^truth_retries: "):
+        SiteJudge(sites.facts, [task], truth_retries=-1)

@@ -1,6 +1,9 @@
-"""The local site server: MiniWoB pages from the miniwob package, sandbox pages, the CLI."""
+"""The local site server: MiniWoB pages from the miniwob package, sandbox pages, the CLI, and an
+answer to every request of a stateful site."""
 
 from __future__ import annotations
+
+import socket
 
 import httpx
 from click.testing import CliRunner
@@ -34,3 +37,24 @@ def test_serve_sites_help_has_example():
     assert "/shop/?session=" in text and "--truth-port 8401" in text and "/facts?session=" in text
     assert "--allow-hosts 127.0.0.1:8400" in text and "never the truth port" in text
     assert "/travel/?session=" in text and "--travel-seed" in text
+
+
+def test_a_stateful_site_answers_every_request_never_dropping_the_connection(monkeypatch):
+    """A site that raises answers 500 (a closed connection is what a browser server counts as the
+    site being down); a malformed length answers 400; the server serves on."""
+    with SiteServer() as sites:
+        def broken(self, request, state, category):
+            raise OverflowError("cannot convert float infinity to integer")
+
+        monkeypatch.setattr(type(sites.shop), "_search", broken)
+        with httpx.Client(base_url=sites.base_url, trust_env=False) as http:
+            page = http.get("/shop/search?min_price=inf")
+            assert page.status_code == 500 and "Something went wrong" in page.text
+            assert page.headers["cache-control"] == "no-store"
+            assert "webgym_session=" in page.headers["set-cookie"]
+            assert http.get("/shop/").status_code == 200
+        head = b"POST /shop/cart/add HTTP/1.1\r\nHost: x\r\nContent-Length: "
+        for length, status in ((b"abc", b"400"), (b"-1", b"400"), (b"1e3", b"400"), (b"9" * 20, b"413")):
+            with socket.create_connection(("127.0.0.1", sites.port), timeout=30) as raw:
+                raw.sendall(head + length + b"\r\n\r\n")
+                assert raw.recv(4096).split(b"\r\n", 1)[0].split()[1] == status, length

@@ -6,19 +6,29 @@ form fields, the session, see `webgym_rollout.tasks.websites.state`) and calls `
 the session's lock held; the site returns a `PageResponse` (a page or a redirect). `Site.facts`
 turns the site's state of a session into its ground-truth record. Pages are plain HTML with inline
 CSS and no scripts the server depends on: light to render and to screenshot, and the same bytes
-for the same state.
+for the same state. A redirect goes only to a path of the same server (`same_site_path`): a target
+read from a request (a sign-in's ``next``) never names another host or adds a header.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 from webgym_rollout.tasks.websites.state import Session
 
-__all__ = ["PageRequest", "PageResponse", "Site", "esc", "layout", "pagination", "website_of"]
+__all__ = ["PageRequest", "PageResponse", "Site", "esc", "layout", "pagination", "same_site_path",
+           "website_of"]
+
+# Never in a redirect target: control characters (a CR/LF would end the Location header and start
+# another), spaces, and backslashes (browsers read "/\host" as "//host", another host).
+_NOT_IN_PATH = re.compile(r"[\x00-\x20\x7f-\x9f\\]")
+# What stays as it is in a Location; anything else (non-ASCII included) is percent-encoded as UTF-8.
+_PATH_SAFE = "/?&=%#:;@+,!$'()*[]"
 
 
 def website_of(site: str) -> str:
@@ -32,6 +42,21 @@ def website_of(site: str) -> str:
 def esc(value: Any) -> str:
     """`value` as text safe inside HTML and attribute values."""
     return html.escape(str(value), quote=True)
+
+
+def same_site_path(target: str) -> str | None:
+    r"""`target` as a path of this server, fit for a ``Location`` header; None when it is not one.
+
+    It must start with one ``/`` (``//host/`` and ``/\host/`` name another host) and hold no
+    control character, space or backslash; non-ASCII characters are percent-encoded (UTF-8), since
+    a header is Latin-1. ``/account`` and ``/wiki/São_Paulo?x=1`` pass; ``//evil.test/``,
+    ``https://evil.test/``, ``account`` and ``/a\r\nSet-Cookie: x`` do not."""
+    if not target.startswith("/") or target.startswith("//") or _NOT_IN_PATH.search(target):
+        return None
+    try:
+        return quote(target, safe=_PATH_SAFE)
+    except UnicodeEncodeError:  # a lone surrogate: no character at all
+        return None
 
 
 @dataclass(frozen=True)
@@ -60,7 +85,8 @@ class PageRequest:
 
 @dataclass(frozen=True)
 class PageResponse:
-    """A page (`body`) or, when `location` is set, a redirect (303 See Other) to it."""
+    """A page (`body`) or, when `location` is set, a redirect (303 See Other) to it: a path of this
+    server (`same_site_path`; the router answers any other target with a 500, a bug of the site)."""
 
     body: str = ""
     status: int = 200

@@ -45,8 +45,8 @@ _EXPIRY = re.compile(r"^(0[1-9]|1[0-2])/\d{2}$")
 
 
 def luhn_valid(digits: str) -> bool:
-    """The Luhn checksum of a string of digits holds."""
-    if not digits.isdigit():
+    """The Luhn checksum of a string of digits (ASCII 0-9) holds."""
+    if not (digits.isascii() and digits.isdigit()):
         return False
     total = 0
     for position, char in enumerate(reversed(digits)):
@@ -79,7 +79,7 @@ def validate_checkout(fields: Mapping[str, str]) -> tuple[dict[str, str], dict[s
     else:
         values["postcode"] = postcode
     digits = re.sub(r"[ -]", "", values["card_number"])
-    if not (digits.isdigit() and 13 <= len(digits) <= 19):
+    if not (digits.isascii() and digits.isdigit() and 13 <= len(digits) <= 19):
         errors["card_number"] = "The card number must have 13 to 19 digits."
     elif not luhn_valid(digits):
         errors["card_number"] = "The card number is not valid (its check digit is wrong)."

@@ -37,6 +37,8 @@ PEOPLE = 600
 COMPANIES = 360
 YEAR_NOW = 2026
 """The encyclopedia's present: no year in it is later."""
+_MAX_DIGITS = 18
+"""The longest number `parse_number` reads (an edit's value; far beyond any real one)."""
 
 KINDS = {"country": "Countries", "city": "Cities", "river": "Rivers", "person": "People",
          "company": "Companies"}
@@ -126,14 +128,16 @@ def display(key: str, value: int | str) -> str:
 
 
 def parse_number(text: str) -> int | None:
-    """A whole number written with or without thousands separators (``12,345``); None otherwise."""
+    """A whole number written with or without thousands separators (``12,345``), of at most
+    `_MAX_DIGITS` digits; None otherwise."""
     text = text.strip()
     groups = text.split(",")
     if not text or not all(g.isdigit() and g.isascii() for g in groups):
         return None
     if len(groups) > 1 and (len(groups[0]) > 3 or any(len(g) != 3 for g in groups[1:])):
         return None
-    return int("".join(groups))
+    digits = "".join(groups)
+    return int(digits) if len(digits) <= _MAX_DIGITS else None
 
 
 def _slug(title: str) -> str:

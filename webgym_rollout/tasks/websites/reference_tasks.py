@@ -182,7 +182,7 @@ def _birth_capital(rng: random.Random, book: Encyclopedia) -> Draw:
                    "and that capital's population. Reply as '<capital>: <population>'.")
     reads = [person.id, country.id, capital.id]
     return Draw("birth_capital", instruction,
-                 [("Articles", [_read(book, i) for i in reads]),
+                 [("Articles of the person, the country and its capital", [_read(book, i) for i in reads]),
                   ("Answer", [_named(capital, cities), population_fact])],
                  {"article_id": capital.id, "read": reads}, answer=f"{capital.title}: {population}")
 
@@ -203,7 +203,8 @@ def _country_table(rng: random.Random, book: Encyclopedia) -> Draw | None:
     instruction = (f"Which is {words} of {country.title} in the Webgym Reference? Give its name, {wanted}. "
                    f"Reply as '<name>, {form}'.")
     return Draw("country_table", instruction,
-                 [("Articles", [_read(book, country.id), _read(book, best.id)]),
+                 [(f"Articles of the country and the {kind}",
+                   [_read(book, country.id), _read(book, best.id)]),
                   ("Answer", [_named(best, table), *(fact for _, fact in said)])],
                  {"article_id": best.id, "read": [country.id, best.id]},
                  answer=", ".join([best.title, *(shown for shown, _ in said)]))
@@ -233,7 +234,7 @@ def _compare_watch(rng: random.Random, book: Encyclopedia) -> Draw | None:
     instruction = (f"In the Webgym Reference, which of {_names(articles)} {words}? Add its article to my "
                    f"watchlist and reply with its name and {_SHORT[key]} as '<name>: <{_SHORT[key]}>'.")
     return Draw("compare_watch", instruction,
-                 [("Articles", [_read(book, a.id) for a in articles]),
+                 [(f"Article of each {kind} compared", [_read(book, a.id) for a in articles]),
                   ("Watchlist", _watch_facts(book, [best.id])), ("Answer", [_named(best, articles), fact])],
                  {"article_id": best.id, "read": [a.id for a in articles], "watch": [best.id]},
                  answer=f"{best.title}: {shown}")
@@ -257,7 +258,8 @@ def _compare_edit(rng: random.Random, book: Encyclopedia) -> Draw | None:
              {"type": "edit_summary", "article_id": first.id, "text": summary}),
             ("No other edit was suggested.", {"type": "one_edit", "article_id": first.id})]
     return Draw("compare_edit", instruction,
-                 [("Articles", [_read(book, a.id) for a in articles]), ("Answer", [_named(first, articles)]),
+                 [(f"Article of each {kind} compared", [_read(book, a.id) for a in articles]),
+                  ("Answer", [_named(first, articles)]),
                   ("Edit", edit)],
                  {"article_id": first.id, "read": [a.id for a in articles],
                   "edit": {"article_id": first.id, "field": edited, "value": shown, "summary": summary}},
@@ -274,7 +276,7 @@ def _capital_leader(rng: random.Random, book: Encyclopedia) -> Draw | None:
                    "Add the articles of its capital and of its leader to my watchlist (and nothing else), "
                    "and reply with the country's name.")
     return Draw("capital_leader", instruction,
-                 [("Articles", [_read(book, c.id) for c in countries]),
+                 [("Article of each country compared", [_read(book, c.id) for c in countries]),
                   ("Watchlist", _watch_facts(book, watch)), ("Answer", [_named(best, countries)])],
                  {"article_id": best.id, "read": [c.id for c in countries], "watch": watch},
                  answer=best.title)

@@ -4,11 +4,13 @@ Pages (paths below ``/shop``; GET unless marked)::
 
     /                      home: categories, top-rated products
     /search                search box, filters (category and brand dropdowns, colour and material
-                           checkboxes, price range, minimum rating), sort select, 12 results a page
+                           checkboxes, price range, minimum rating), sort select, 12 results a page;
+                           a price it cannot read (``abc``, ``inf``) is left out and named as wrong
     /category/<slug>       the search page of one category
     /product/<id>          details; colour and size selects, quantity; POST /cart/add
     /cart                  lines with quantity update and remove (POST /cart/update, /cart/remove)
-    /signin                sign-in form (POST /signin; POST /signout)
+    /signin                sign-in form (POST /signin, then on to ``next``: a path below /shop;
+                           POST /signout)
     /account               the signed-in account and its orders
     /checkout              checkout form; POST validates it server-side and shows each field's
                            error, or opens the confirmation modal; POST /checkout/confirm places
@@ -27,7 +29,15 @@ from typing import Any
 from urllib.parse import urlencode
 
 from webgym_rollout.tasks.websites.accounts import Account, accounts
-from webgym_rollout.tasks.websites.base import PageRequest, PageResponse, Site, esc, layout, pagination
+from webgym_rollout.tasks.websites.base import (
+    PageRequest,
+    PageResponse,
+    Site,
+    esc,
+    layout,
+    pagination,
+    same_site_path,
+)
 from webgym_rollout.tasks.websites.catalogue import (
     CATEGORIES,
     COLOURS,
@@ -42,13 +52,16 @@ from webgym_rollout.tasks.websites.checkout import FIELDS, SHIPPING, validate_ch
 from webgym_rollout.tasks.websites.facts import LineFacts, OrderFacts, ShopFacts
 from webgym_rollout.tasks.websites.state import Session
 
-__all__ = ["MAX_QUANTITY", "PAGE_SIZE", "ShopSite", "ShopState"]
+__all__ = ["MAX_PRICE", "MAX_QUANTITY", "PAGE_SIZE", "ShopSite", "ShopState"]
 
 PAGE_SIZE = 12
 """Search results per page."""
 MAX_QUANTITY = 10
 """The most of one line a cart holds."""
+MAX_PRICE = 1_000_000
+"""The largest price (dollars) a price filter takes."""
 _QUANTITY_ERROR = f"The quantity must be a whole number from 1 to {MAX_QUANTITY}."
+_PRICE_ERROR = "Enter a price in dollars, like 25 or 19.99."
 _RATINGS = {"": "Any rating", "3": "3 stars and up", "4": "4 stars and up", "4.5": "4.5 stars and up"}
 
 
@@ -91,10 +104,13 @@ def _int(value: str, default: int | None = None) -> int | None:
 
 
 def _cents(value: str) -> int | None:
+    """A price typed in dollars (``19.99``, ``$1,200``) in cents; None when it is not a price
+    (``inf``, ``nan``, a negative or absurdly large amount, not a number)."""
     try:
-        return round(float(value.replace("$", "").replace(",", "")) * 100) if value else None
+        dollars = float(value.replace("$", "").replace(",", ""))
     except ValueError:
         return None
+    return round(dollars * 100) if 0 <= dollars <= MAX_PRICE else None  # NaN fails both comparisons
 
 
 def _option(value: str, label: str, selected: bool) -> str:
@@ -200,24 +216,26 @@ class ShopSite(Site):
             request.session.search(self.name, text)
         rating = request.arg("min_rating")
         sort = request.arg("sort") if request.arg("sort") in SORTS else "relevance"
+        typed = {name: request.arg(name) for name in ("min_price", "max_price")}
+        cents = {name: _cents(value) for name, value in typed.items()}
+        errors = {name: _PRICE_ERROR for name, value in typed.items() if value and cents[name] is None}
         query = SearchQuery(text=text, category=category if self.catalogue.category(category) else "",
                             brand=request.arg("brand"), colours=tuple(request.args("colour")),
                             materials=tuple(request.args("material")),
-                            min_price_cents=_cents(request.arg("min_price")),
-                            max_price_cents=_cents(request.arg("max_price")),
+                            min_price_cents=cents["min_price"], max_price_cents=cents["max_price"],
                             min_rating=float(rating) if rating in _RATINGS and rating else None, sort=sort)
         found = self.catalogue.search(query)
         pages = max(1, -(-len(found) // PAGE_SIZE))
         page = min(max(1, _int(request.arg("page"), 1) or 1), pages)
         shown = found[(page - 1) * PAGE_SIZE:page * PAGE_SIZE]
         title = self.catalogue.category(query.category).title if query.category else "Search"
-        body = (f"<h1>{esc(title)}</h1>{self._filters(query, rating)}<div class='results'>"
+        body = (f"<h1>{esc(title)}</h1>{self._filters(query, rating, typed, errors)}<div class='results'>"
                 f"<p id='result-count'>{len(found)} results" + (f" for “{esc(text)}”" if text else "")
                 + f" · page {page} of {pages}</p><div class='grid'>{''.join(self._card(p) for p in shown)}"
                 f"</div>{self._pagination(request, query, page, pages)}</div>")
         return PageResponse(self._page(state, title, body, query=text))
 
-    def _filters(self, query: SearchQuery, rating: str) -> str:
+    def _filters(self, query: SearchQuery, rating: str, typed: dict[str, str], errors: dict[str, str]) -> str:
         def options(items: list[tuple[str, str]], chosen: str) -> str:
             return "".join(_option(v, label, v == chosen) for v, label in items)
 
@@ -228,8 +246,12 @@ class ShopSite(Site):
         category = self.catalogue.category(query.category)
         materials = (list(category.materials) if category
                      else sorted({m for c in CATEGORIES for m in c.materials}))
-        prices = ("" if query.min_price_cents is None else f"{query.min_price_cents / 100:g}",
-                  "" if query.max_price_cents is None else f"{query.max_price_cents / 100:g}")
+        def price(name: str, label: str, cents: int | None) -> str:
+            # A price the filter could not read is shown as typed, with what is wrong with it.
+            value = typed[name] if name in errors else "" if cents is None else f"{cents / 100:g}"
+            error = f"<p class='error' id='error-{name}'>{esc(errors[name])}</p>" if name in errors else ""
+            return f"<label>{label} <input name='{name}' size='6' value='{esc(value)}'></label>{error}"
+
         return (f"<form class='side' id='filters' action='{self.mount}/search' method='get'>"
                 f"<label>Search <input name='q' value='{esc(query.text)}'></label>"
                 f"<label>Category <select name='category' id='filter-category'>"
@@ -240,9 +262,9 @@ class ShopSite(Site):
                 + boxes("colour", list(COLOURS), query.colours)
                 + "</fieldset><fieldset><legend>Material</legend>"
                 + boxes("material", materials, query.materials) + "</fieldset>"
-                f"<label>Min price <input name='min_price' size='6' value='{prices[0]}'></label>"
-                f"<label>Max price <input name='max_price' size='6' value='{prices[1]}'></label>"
-                "<label>Rating <select name='min_rating' id='filter-rating'>"
+                + price("min_price", "Min price", query.min_price_cents)
+                + price("max_price", "Max price", query.max_price_cents)
+                + "<label>Rating <select name='min_rating' id='filter-rating'>"
                 + options(list(_RATINGS.items()), rating)
                 + "</select></label><label>Sort by <select name='sort' id='sort'>"
                 + options(list(SORTS.items()), query.sort)
@@ -446,8 +468,9 @@ class ShopSite(Site):
             return self._signin(state, "Unknown email address or wrong password.", email, next_page)
         state.account = account
         state.sign_ins.append(account.email)
-        safe_next = next_page if next_page.startswith("/") and not next_page.startswith("//") else "/account"
-        return self._redirect(safe_next)
+        # `next` is a path below the shop (``/account``), read from the form: only a path of this
+        # server goes into the redirect (no other host, no header of its own).
+        return self._redirect(next_page if same_site_path(next_page) else "/account")
 
     def _sign_out(self, request: PageRequest, state: ShopState) -> PageResponse:
         state.account = None

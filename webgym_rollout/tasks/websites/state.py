@@ -11,7 +11,9 @@ unguessable, so concurrent episodes never see each other's state.
 
 `SessionStore` holds the sessions (at most `max_sessions`; the least recently used one is dropped
 beyond that). Each `Session` has a lock its site holds while it handles a request, the pages visited
-and searches made (shared by every site), and one state object per site (`Session.site_state`).
+and searches made (shared by every site), one state object per site (`Session.site_state`), and
+`Session.truth`, the snapshot of its facts the router takes as each request ends (what the truth
+reads, without the lock).
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from webgym_rollout.tasks.websites.facts import SessionFacts
 
 __all__ = ["COOKIE", "MAX_VISITED", "Session", "SessionStore", "new_session_id", "session_in",
            "valid_session_id", "with_session"]
@@ -71,6 +76,9 @@ class Session:
         self.lock = threading.Lock()
         self.visited: list[str] = []
         self.searches: list[str] = []
+        self.truth: SessionFacts | None = None
+        """The session's facts as its last finished request left them (set by the router, with the
+        lock held; read without it: a request in flight never holds the truth up)."""
         self._sites: dict[str, Any] = {}
 
     def site_state(self, name: str, factory: Callable[[], Any]) -> Any:

@@ -5,7 +5,9 @@ that port; the facts are therefore never served there. `TruthServer` serves them
 listener, always bound to 127.0.0.1 and never allowlisted, and only to a caller that sends
 ``Authorization: Bearer <token>`` (a request carrying ``Origin``, which a web page's fetch does,
 is refused too). `TruthClient` is its typed client, which a judge uses when the site server runs
-in another process; in-process, call `SiteServer.facts` instead.
+in another process; in-process, call `SiteServer.facts` instead. Either way the facts are the
+snapshot of the session's last finished request (`webgym_rollout.tasks.websites.router`): a request
+of the session still running never holds a read up.
 
     GET /facts?session=<id>   -> SessionFacts as JSON (200), 401 without the token, 400 bad id
     GET /health               -> {"ok": true} (with the token)
@@ -24,12 +26,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from webgym_rollout.errors import TruthUnavailable
+from webgym_rollout.errors import TruthTimeout, TruthUnavailable
 from webgym_rollout.tasks.serving import ServerThread
 from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.state import valid_session_id
 
-__all__ = ["TRUTH_TOKEN_ENV", "TruthClient", "TruthServer", "TruthSettings", "TruthUnavailable"]
+__all__ = ["TRUTH_TOKEN_ENV", "TruthClient", "TruthServer", "TruthSettings", "TruthTimeout",
+           "TruthUnavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +127,12 @@ class TruthServer:
 
 
 class TruthClient:
-    """Reads a session's facts from a truth listener. Raises `TruthUnavailable` naming the URL."""
+    """Reads a session's facts from a truth listener. Raises `TruthUnavailable` naming the URL
+    (`TruthTimeout` when no answer came within `timeout_s`)."""
 
     def __init__(self, url: str, token: str, timeout_s: float = 10.0):
         self.url = url.rstrip("/")
+        self._timeout_s = timeout_s
         self._http = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s,
                                   trust_env=False)
 
@@ -135,6 +140,9 @@ class TruthClient:
         url = f"{self.url}/facts"
         try:
             response = self._http.get(url, params={"session": session_id})
+        except httpx.TimeoutException as exc:
+            raise TruthTimeout(f"{url}: no answer within {self._timeout_s:g} s "
+                               f"({exc.__class__.__name__})") from exc
         except httpx.HTTPError as exc:
             raise TruthUnavailable(f"{url}: {exc.__class__.__name__}: {exc}") from exc
         if response.status_code != 200:

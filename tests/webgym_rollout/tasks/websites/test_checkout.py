@@ -47,3 +47,11 @@ def test_each_bad_field_is_named():
     assert "13 to 19 digits" in errors["card_number"]
     _, errors = validate_checkout({})
     assert set(errors) == set(cases)
+
+
+def test_digits_that_are_not_ascii_are_refused_not_raised():
+    """``str.isdigit`` holds for ² and ٤; ``int("²")`` raised in the Luhn sum (a 500 page)."""
+    for card in ("4111 1111 1111 111²", "٤١١١١١١١١١١١١١١١"):
+        _, errors = validate_checkout(GOOD | {"card_number": card})
+        assert "13 to 19 digits" in errors["card_number"], card
+    assert not luhn_valid("²") and not luhn_valid("١٨")

@@ -195,3 +195,14 @@ def test_answer_numbers_are_checked_whole():
     for kind in ("read_article", "watchlist_has"):
         assert not check_fact({"type": kind, "article_id": "Anything"}, empty)
     assert not check_fact({"type": "watchlist_only", "article_ids": []}, empty)
+
+
+def test_an_edit_value_of_too_many_digits_is_named_not_raised(server):
+    """Python reads no integer of more than 4,300 digits: such a value raised in the handler."""
+    company = server.reference.encyclopedia.of_kind("company")[3]
+    with _client(server) as client:
+        for value in ("9" * 5000, "1" + ",000" * 1500):
+            page = client.post(f"/reference/edit/{company.id}",
+                               data={"field": "employees", "value": value, "summary": "A long enough reason"})
+            assert page.status_code == 200 and "must be a whole number" in page.text
+    assert parse_number("9" * 18) == 10**18 - 1 and parse_number("9" * 19) is None

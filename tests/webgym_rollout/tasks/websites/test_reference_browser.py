@@ -49,3 +49,25 @@ async def test_search_read_watch_and_suggest_an_edit(chromium):
         assert facts.reference.watchlist == (longest.id,)
         (edit,) = facts.reference.edits
         assert (edit.article_id, edit.field, edit.value) == (longest.id, "length_km", "1234")
+
+
+@pytest.mark.browser
+async def test_an_edit_outside_ascii_reaches_the_facts_as_typed(chromium):
+    value, summary = "Złoty polski", "Corrigé d'après la banque centrale: 東京 ½ — naïve café"
+    with SiteServer(reference_seed=0) as sites:
+        country = sites.reference.encyclopedia.of_kind("country")[2]
+        session = new_session_id()
+        context = await chromium.new_context(viewport={"width": 1280, "height": 720})
+        try:
+            page = await context.new_page()
+            await page.goto(with_session(f"{sites.base_url}/reference/edit/{country.id}", session))
+            await page.select_option("#field", "currency")
+            await page.fill("#value", value)
+            await page.fill("#summary", summary)
+            await page.click("#submit-edit")
+            await page.wait_for_url("**/reference/edits")
+        finally:
+            await context.close()
+        (edit,) = sites.facts(session).reference.edits
+        assert (edit.article_id, edit.field) == (country.id, "currency")
+        assert (edit.value, edit.summary) == (value, summary)

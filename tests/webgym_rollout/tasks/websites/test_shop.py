@@ -173,3 +173,33 @@ def test_search_paginates_and_unknown_pages_are_404(shop_server):
         assert client.get("/shop/product/P99999").status_code == 404
         assert client.get("/shop/nothing").status_code == 404
         assert client.get("/shop").url.path == "/shop/"
+
+
+def test_a_price_the_filter_cannot_read_is_named_and_left_out(shop_server):
+    """``inf`` once raised OverflowError in the handler: the connection closed with no reply."""
+    with _client(shop_server) as client:
+        count = re.search(r"(\d+) results", client.get("/shop/search?q=mug").text).group(1)
+        for bad in ("inf", "-inf", "nan", "1e999", "-5", "abc", "9" * 400):
+            for field in ("min_price", "max_price"):
+                page = client.get("/shop/search", params={"q": "mug", field: bad})
+                assert page.status_code == 200, (field, bad)
+                assert f"<p class='error' id='error-{field}'>Enter a price in dollars" in page.text
+                assert f"{count} results" in page.text  # the bad bound is left out, shown as typed
+                assert f"name='{field}' size='6' value='{bad}'" in page.text
+        cheap = client.get("/shop/search", params={"q": "mug", "max_price": "$1,000.00"})
+        assert "id='error-max_price'" not in cheap.text and "value='1000'" in cheap.text
+
+
+def test_sign_in_goes_on_only_to_a_path_of_the_shop(shop_server):
+    account = accounts(0)[0]
+    form = {"email": account.email, "password": account.password}
+    with httpx.Client(base_url=shop_server.base_url, trust_env=False) as client:
+        for next_page, location in [("/cart", "/shop/cart"),
+                                    ("/search?q=été", "/shop/search?q=%C3%A9t%C3%A9"),
+                                    ("/a\r\nSet-Cookie: webgym_session=stolen01", "/shop/account"),
+                                    ("//evil.test/", "/shop/account"), ("/\\evil.test/", "/shop/account"),
+                                    ("https://evil.test/", "/shop/account")]:
+            signin = with_session("/shop/signin", new_session_id())
+            answer = client.post(signin, data=form | {"next": next_page})
+            assert answer.status_code == 303 and answer.headers["location"] == location, next_page
+            assert "stolen01" not in str(answer.headers)

@@ -54,3 +54,29 @@ async def test_search_with_the_widgets_and_book_a_flight(chromium):
         (booking,) = facts.travel.flights
         assert (booking.flight_id, booking.cabin, booking.seat) == (cheapest.id, "business", "aisle")
         assert booking.passport == "AB1234567" and booking.total_cents == cheapest.fares["business"]
+
+
+@pytest.mark.browser
+async def test_a_guest_name_outside_ascii_reaches_the_booking_as_typed(chromium):
+    with SiteServer(travel_seed=0) as sites:
+        hotel = sites.travel.world.hotels[5]
+        session = new_session_id()
+        context = await chromium.new_context(viewport={"width": 1280, "height": 720})
+        try:
+            page = await context.new_page()
+            await page.goto(with_session(f"{sites.base_url}/travel/hotel/{hotel.id}", session))
+            await page.select_option("#checkin", "2027-04-08")
+            await page.select_option("#nights", "2")
+            await page.select_option("#room", "deluxe")
+            await page.fill("#full_name", "山田 太郎")
+            await page.fill("#email", "yamada@example.test")
+            await page.click("#book-room")
+            dialog = page.get_by_role("dialog", name="Confirm your booking")
+            assert "for 山田 太郎." in await dialog.text_content()
+            await dialog.get_by_role("button", name="Confirm booking").click()
+            await page.wait_for_url("**/travel/booking/HTL-0001")
+            assert "Guest: 山田 太郎" in await page.text_content("main")
+        finally:
+            await context.close()
+        (booking,) = sites.facts(session).travel.hotels
+        assert (booking.hotel_id, booking.full_name, booking.nights) == (hotel.id, "山田 太郎", 2)

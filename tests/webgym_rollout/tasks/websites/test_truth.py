@@ -1,15 +1,19 @@
-"""The ground truth is served only on the truth listener, with the token; never on the site's port."""
+"""The ground truth is served only on the truth listener, with the token; never on the site's port.
+A listener that does not answer in time is a `TruthTimeout` naming it."""
 
 from __future__ import annotations
+
+import threading
 
 import httpx
 import pytest
 
 from webgym_rollout.browser.guard import UrlGuard
-from webgym_rollout.errors import TruthUnavailable
+from webgym_rollout.errors import TruthTimeout, TruthUnavailable
 from webgym_rollout.tasks.sites import SiteServer
+from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.state import new_session_id, with_session
-from webgym_rollout.tasks.websites.truth import TruthClient
+from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +76,21 @@ def test_an_unreachable_truth_listener_is_named():
         url = sites.truth_url
     with pytest.raises(TruthUnavailable, match=url), TruthClient(url, "token", timeout_s=5) as client:
         client.facts("abcdefgh")
+
+
+def test_a_listener_that_does_not_answer_in_time_is_a_timeout_naming_it():
+    release = threading.Event()
+
+    def stalled(session_id: str) -> SessionFacts:
+        release.wait(timeout=60)
+        return SessionFacts(session_id=session_id)
+
+    listener = TruthServer(stalled).start()
+    try:
+        with pytest.raises(TruthTimeout, match=rf"{listener.url}/facts: no answer within 0.2 s"), \
+                TruthClient(listener.url, listener.token, timeout_s=0.2) as client:
+            client.facts("abcdefgh")
+    finally:
+        release.set()
+        listener.stop()
+    assert issubclass(TruthTimeout, TruthUnavailable)
