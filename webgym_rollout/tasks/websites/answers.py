@@ -195,6 +195,7 @@ def _phrase(text: str) -> str:
     return " ".join(re.sub(r"[^0-9a-z]+", " ", plain).split())
 
 
+@functools.lru_cache(maxsize=4096)
 def read_value(kind: str, text: str) -> Value:
     """The value of `kind` that `text` states (``4.5 out of 5``: rating 45); ValueError when it states
     none (a name is its words)."""

@@ -17,9 +17,10 @@ play them against the sites and check that the site judge pays them nothing::
 
 `SHORTCUTS` maps each name to its planner, ``(task) -> list[Move] | None`` (None: the shortcut has
 nothing to try on this task: an information-seeking task has nothing to do twice, a task without
-answer facts nothing to list). `webgym_rollout.agent.expert.ExpertPolicy` plays them in a browser
-(``ExpertPolicy(tasks, plan=SHORTCUTS[name], model_id=f"shortcut:{name}")``), never as
-demonstrations.
+answer facts nothing to list); `tried` says whether a shortcut tries anything that a task's own
+checks grade (a subtask keeps only some of its parent's groups). `webgym_rollout.agent.expert.ExpertPolicy`
+plays them in a browser (``ExpertPolicy(tasks, plan=SHORTCUTS[name], model_id=f"shortcut:{name}")``),
+never as demonstrations.
 """
 
 from __future__ import annotations

@@ -147,5 +147,7 @@ def test_the_sites_guide_examples():
     founder = [("name", "Ostsol Vekdor"), ("number", "1850")]
     assert _gives("Ostsol Vekdor, 1850", *founder[1], asked=founder)
     assert not _gives("Ostsol Vekdor (born 1850, died 1920)", *founder[1], asked=founder)
+    restated = "Of Velkford, Ostholm and Brenmark, Velkford"
+    assert not _gives(restated, "name", "Velkford", ["Ostholm", "Brenmark"])
     pages = "1,234,567 12,345 km² 1032 1,375 m 4 12"
     assert not _gives(SPRAY, "number", "1,234,567") and not _gives(pages, "number", "1,234,567")
