@@ -14,7 +14,7 @@ COMMANDS = {
              "Run the online loop (sync or async): roll out, train, publish, evaluate, repeat."),
     "recipes": ("webgym_rl.loop.cli:recipes_command", "List the shipped loop recipes, or print one."),
     "merge": ("webgym_rl.merge:merge_command", "Merge a LoRA adapter checkpoint into its base model."),
-    "serve-policy": ("webgym_rl.policy_server:serve_policy_command",
+    "serve-policy": ("webgym_rl.policy_server.cli:serve_policy_command",
                      "Serve a transformers VLM as an OpenAI-compatible endpoint on CPU."),
     "tiny-model": ("webgym_rl.tiny:tiny_model_command",
                    "Write a tiny random Qwen-VL checkpoint (tests, demo, CPU runs)."),

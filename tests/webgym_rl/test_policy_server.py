@@ -1,4 +1,5 @@
-"""Tests for webgym_rl/policy_server.py: a real server on 127.0.0.1, the real openai client."""
+"""Tests for the webgym_rl/policy_server package through its HTTP API: a real server on 127.0.0.1, the
+real openai client (and the few internals a request cannot reach: codec, weights, generation)."""
 
 from __future__ import annotations
 
@@ -30,13 +31,12 @@ from webgym_rl.policy_server import (
     SharedMemoryUnavailable,
     WeightsPushFailed,
     WeightsRejected,
-    _check_bind,
-    _safetensors_bytes,
-    _write_shared_file,
     create_app,
     push_weights,
     running_policy_server,
 )
+from webgym_rl.policy_server.app import check_bind
+from webgym_rl.policy_server.codec import safetensors_bytes, write_safetensors_file
 
 
 def _data_url(color: tuple[int, int, int], size: tuple[int, int] = (224, 224), fmt: str = "PNG") -> str:
@@ -333,10 +333,10 @@ def test_caller_settings_are_flags_and_name_the_field(tmp_path):
 def test_non_loopback_bind_needs_a_token(host, token, allowed):
     settings = PolicyServerSettings(model="unused", host=host, token=token)
     if allowed:
-        _check_bind(settings)
+        check_bind(settings)
     else:
         with pytest.raises(PolicyServerError, match="--token"):
-            _check_bind(settings)
+            check_bind(settings)
 
 
 def test_cli_help_and_refusals(tmp_path):
@@ -370,7 +370,7 @@ def test_flags_come_from_the_settings_and_the_token_from_the_environment(monkeyp
         seen["settings"] = settings
         raise OSError("stop here")
 
-    monkeypatch.setattr("webgym_rl.policy_server.create_app", fake_create_app)
+    monkeypatch.setattr("webgym_rl.policy_server.cli.create_app", fake_create_app)
     monkeypatch.setenv("WEBGYM_POLICY_TOKEN", "from-env")
     config = tmp_path / "serve.yaml"
     config.write_text("max_new_tokens: 7\ndtype: float32\n")
@@ -443,7 +443,8 @@ def shm_dir(monkeypatch) -> Iterator[Path]:
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm on this machine")
     folder = Path(tempfile.mkdtemp(prefix="webgym-test-", dir="/dev/shm"))
-    monkeypatch.setattr("webgym_rl.policy_server.SHM_DIR", str(folder))
+    for side in ("client", "weights"):
+        monkeypatch.setattr(f"webgym_rl.policy_server.{side}.SHM_DIR", str(folder))
     try:
         yield folder
     finally:
@@ -506,7 +507,7 @@ async def test_pushed_weights_answer_like_a_reload_of_their_checkpoint(tiny_dir,
         pushed = push_weights(base_url, weights, version=3, transport=transport)
         assert (pushed.version, pushed.previous_version, pushed.tensors) == (3, 0, len(weights))
         assert pushed.transport == transport and (pushed.client_write_s is None) == (transport == "http")
-        assert pushed.received_bytes == len(_safetensors_bytes(weights))
+        assert pushed.received_bytes == len(safetensors_bytes(weights))
         assert pushed.checkpoint == str(tiny_dir)
         assert list(shm_dir.iterdir()) == []
         after = await client.chat.completions.create(**kw)
@@ -541,20 +542,22 @@ def test_auto_uses_shared_memory_on_loopback_and_falls_back_to_http(tiny_dir, sh
     """transport="auto": a loopback server gets the file in the real /dev/shm; when the handover
     cannot work (the server sees no file, or the client cannot write one) the same push goes as an
     HTTP body, and no file is left; transport="shm" raises instead."""
-    import webgym_rl.policy_server as ps
+    from webgym_rl.policy_server import client, service
+    from webgym_rl.policy_server import weights as server
 
     weights = load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict()
     settings = PolicyServerSettings(model=str(tiny_dir), port=0, served_model_name="tiny")
     with running_policy_server(settings) as base_url:
         with monkeypatch.context() as real:
-            real.setattr(ps, "SHM_DIR", "/dev/shm")
+            real.setattr(client, "SHM_DIR", "/dev/shm")
+            real.setattr(server, "SHM_DIR", "/dev/shm")
             assert push_weights(base_url, weights).transport == "shm"
 
         def not_here(path: str, limit: int):
             raise SharedMemoryUnavailable(f"shm {path!r} does not exist for the server", param="shm")
 
         with monkeypatch.context() as elsewhere:  # as for a server in another container
-            elsewhere.setattr(ps, "_map_shared_weights", not_here)
+            elsewhere.setattr(service, "map_shared_weights", not_here)
             with pytest.raises(SharedMemoryUnavailable, match="refused the weights: shm '.*' does not exist"):
                 push_weights(base_url, weights, transport="shm")
             assert push_weights(base_url, weights).transport == "http"
@@ -564,7 +567,7 @@ def test_auto_uses_shared_memory_on_loopback_and_falls_back_to_http(tiny_dir, sh
             raise OSError(errno.ENOSPC, "No space left on device")
 
         with monkeypatch.context() as no_room:
-            no_room.setattr(ps, "_write_shared_file", full)
+            no_room.setattr(client, "write_safetensors_file", full)
             with pytest.raises(SharedMemoryUnavailable, match="cannot write the weights to .*No space left"):
                 push_weights(base_url, weights, transport="shm")
             pushed = push_weights(base_url, weights)
@@ -585,7 +588,7 @@ def _bad_bodies(weights: dict) -> list[tuple[str, bytes | dict, str, str | None]
     reshaped = {**weights, last: weights[last].reshape(-1)[:-1].clone()}
     retyped = {**weights, last: weights[last].to(torch.bfloat16)}
     expected = f"expected F32 {list(weights[last].shape)}"
-    good = _safetensors_bytes(weights)
+    good = safetensors_bytes(weights)
     return [
         ("garbage", b"this is not a safetensors file at all", "not a safetensors file", None),
         ("empty", b"", "not a safetensors file", None),
@@ -618,7 +621,7 @@ async def test_bad_weights_are_refused_and_the_old_ones_keep_serving(tiny_dir, s
                         assert f"{root}/weights refused the weights" in str(info.value), case
                         assert words in str(info.value) and info.value.param == key, (case, str(info.value))
                         assert list(shm_dir.iterdir()) == [], (case, transport)
-                    body = _safetensors_bytes(body)
+                    body = safetensors_bytes(body)
                 answer = await http.post(f"{root}/weights", content=body, headers=_OCTETS)
                 if body:  # the same bytes as a shared-memory file, named by a request
                     shm = shm_dir / "webgym-weights-bad.safetensors"
@@ -641,11 +644,11 @@ async def test_bad_weights_are_refused_and_the_old_ones_keep_serving(tiny_dir, s
             health = (await http.get(f"{root}/health")).json()
             assert (health["version"], health["weight_pushes"]) == (0, 0)
             bad_version = await http.post(f"{root}/weights", params={"version": -1},
-                                          content=_safetensors_bytes(weights), headers=_OCTETS)
+                                          content=safetensors_bytes(weights), headers=_OCTETS)
             assert bad_version.status_code == 400 and "version" in bad_version.text
             # A body a web page could send without a CORS preflight (text/plain, no type) is refused.
             for headers in ({"content-type": "text/plain"}, {}):
-                plain = await http.post(f"{root}/weights", content=_safetensors_bytes(weights),
+                plain = await http.post(f"{root}/weights", content=safetensors_bytes(weights),
                                         headers=headers)
                 assert plain.status_code == 400, plain.text
                 assert plain.json()["error"]["param"] == "content-type", plain.text
@@ -665,7 +668,7 @@ async def test_shm_paths_the_server_does_not_read_are_refused(tiny_dir, shm_dir,
     """Only a regular file of the server's user, named SHM_DIR/webgym-weights-<name>.safetensors,
     with one link and no write permission for others, is mapped: everything else gets a 400 naming
     ``shm``, nothing is read or removed, and the old weights keep serving."""
-    good = _safetensors_bytes(load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict())
+    good = safetensors_bytes(load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict())
     outside = tmp_path / "webgym-weights-outside.safetensors"
     outside.write_bytes(good)
     link = shm_dir / "webgym-weights-link.safetensors"
@@ -735,7 +738,7 @@ async def test_weights_need_the_token_when_set(tiny_dir, shm_dir, transport):
         assert list(shm_dir.iterdir()) == []
         # Without the token the server does not even look at the file.
         shm = shm_dir / "webgym-weights-untouched.safetensors"
-        shm.write_bytes(_safetensors_bytes(weights))
+        shm.write_bytes(safetensors_bytes(weights))
         shm.chmod(0o600)
         async with httpx.AsyncClient() as http:
             answer = await http.post(base_url.removesuffix("/v1") + "/weights", json={"shm": str(shm)})
@@ -779,12 +782,12 @@ def test_the_client_writes_safetensors_that_safetensors_reads(shm_dir):
              "mask": torch.tensor([True, False]), "step": torch.tensor(7), "empty": torch.zeros(0, 3),
              "param": torch.nn.Parameter(torch.ones(2, 2))}
     path = shm_dir / "webgym-weights-check.safetensors"
-    assert _write_shared_file(str(path), state) == path.stat().st_size
+    assert write_safetensors_file(str(path), state) == path.stat().st_size
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert path.read_bytes() == _safetensors_bytes(state)
+    assert path.read_bytes() == safetensors_bytes(state)
     with pytest.raises(FileExistsError):  # never written through an existing file or link
-        _write_shared_file(str(path), state)
-    loaded = load(_safetensors_bytes(state))
+        write_safetensors_file(str(path), state)
+    loaded = load(safetensors_bytes(state))
     assert set(loaded) == set(state)
     for key, tensor in state.items():
         assert loaded[key].dtype == tensor.dtype and torch.equal(loaded[key], tensor.detach()), key
@@ -813,11 +816,11 @@ async def test_tied_weights_land_in_the_shared_tensor(tmp_path, shm_dir, transpo
             before = (await http.post("/v1/chat/completions", json=chat)).json()
             if transport == "shm":
                 path = shm_dir / "webgym-weights-tied.safetensors"
-                _write_shared_file(str(path), weights)
+                write_safetensors_file(str(path), weights)
                 answer = await http.post("/weights", json={"shm": str(path)})
                 assert not path.exists()  # taken: the server removed the name
             else:
-                answer = await http.post("/weights", content=_safetensors_bytes(weights), headers=_OCTETS)
+                answer = await http.post("/weights", content=safetensors_bytes(weights), headers=_OCTETS)
             assert answer.status_code == 200 and answer.json()["tensors"] == len(weights), answer.text
             model = service.policy.model
             assert model.lm_head.weight is model.model.language_model.embed_tokens.weight
@@ -863,10 +866,10 @@ async def test_a_push_waits_for_the_generation_running_and_replies_name_their_we
     weights = load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict()
     if transport == "shm":
         path = shm_dir / "webgym-weights-queued.safetensors"
-        _write_shared_file(str(path), weights)
-        request, job = {"json": {"shm": str(path)}}, "_point_weights"
+        write_safetensors_file(str(path), weights)
+        request, job = {"json": {"shm": str(path)}}, "point_weights"
     else:
-        request, job = {"content": _safetensors_bytes(weights), "headers": _OCTETS}, "_copy_weights"
+        request, job = {"content": safetensors_bytes(weights), "headers": _OCTETS}, "copy_weights"
 
     async def until(count: int) -> None:
         for _ in range(2000):
@@ -902,12 +905,12 @@ async def test_a_push_waits_for_the_generation_running_and_replies_name_their_we
 
 
 async def test_a_body_larger_than_the_weights_is_refused_unread(tiny_dir, shm_dir, monkeypatch):
-    monkeypatch.setattr("webgym_rl.policy_server._WEIGHTS_HEADER_ALLOWANCE", 0)
+    monkeypatch.setattr("webgym_rl.policy_server.service.WEIGHTS_HEADER_ALLOWANCE", 0)
     app = create_app(PolicyServerSettings(model=str(tiny_dir), port=0, served_model_name="tiny"))
     weights = load_model(tiny_dir).state_dict()
-    body = _safetensors_bytes(weights)  # header + weights > weights alone
+    body = safetensors_bytes(weights)  # header + weights > weights alone
     path = shm_dir / "webgym-weights-large.safetensors"
-    _write_shared_file(str(path), weights)
+    write_safetensors_file(str(path), weights)
     try:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
@@ -922,25 +925,26 @@ async def test_a_body_larger_than_the_weights_is_refused_unread(tiny_dir, shm_di
 
 def test_views_stand_in_only_for_whole_aligned_cpu_tensors():
     """Where the served tensors overlap partially, or a slot is not aligned to its element size,
-    the server copies from the file instead of pointing at it (`_view_groups` says None)."""
+    the server copies from the file instead of pointing at it (`view_groups` says None)."""
     import torch
 
-    from webgym_rl.policy_server import _TensorSlot, _view_groups
+    from webgym_rl.policy_server.codec import TensorSlot
+    from webgym_rl.policy_server.weights import view_groups
 
     weight = torch.zeros(4, 4)
     tied = {"a": weight, "b": weight, "c": torch.zeros(3)}
-    slots = {key: _TensorSlot("F32", tuple(t.shape), 8 + 64 * i, 8 + 64 * i + t.numel() * 4)
+    slots = {key: TensorSlot("F32", tuple(t.shape), 8 + 64 * i, 8 + 64 * i + t.numel() * 4)
              for i, (key, t) in enumerate(tied.items())}
-    assert _view_groups(tied, slots) == [["a", "b"], ["c"]]
-    assert _view_groups(tied, {**slots, "c": _TensorSlot("F32", (3,), 10, 22)}) is None
-    assert _view_groups({"a": weight, "row": weight[1]}, {"a": slots["a"], "row": slots["c"]}) is None
+    assert view_groups(tied, slots) == [["a", "b"], ["c"]]
+    assert view_groups(tied, {**slots, "c": TensorSlot("F32", (3,), 10, 22)}) is None
+    assert view_groups({"a": weight, "row": weight[1]}, {"a": slots["a"], "row": slots["c"]}) is None
 
 
 def test_a_token_id_past_the_tokenizers_vocabulary_gets_an_empty_entry_not_a_500(tiny_qwen2_vl):
-    from webgym_rl.policy_server import _TokenText
+    from webgym_rl.policy_server.generation import TokenText
 
     tokenizer = load_processor(tiny_qwen2_vl).tokenizer
-    tokens = _TokenText(tokenizer)
+    tokens = TokenText(tokenizer)
     past = len(tokenizer) + 5  # a padded embedding row: the model can sample it, no piece names it
     assert tokens.entry(past, -3.5) == {"token": "", "logprob": -3.5, "bytes": []}
     known = tokenizer.convert_tokens_to_ids("a")

@@ -5,6 +5,7 @@
     run_loop(LoopSettings) -> LoopResult          (webgym_rl.loop.run)
       sync   rollout -> train -> publish -> eval -> push, round after round   (.sync)
       async  rollouts beside training, bounded by staleness                   (.asynchronous)
+             the bound: StalenessManager (capacity for a version, counts)      (.staleness)
       both   the same phases (.phases), the same resident trainer (.resident), typed state (.state),
              services (.services), updaters (.updater), events (.events), recipes (.recipes)
 
@@ -24,6 +25,7 @@ _EXPORTS = {
     "LoopSettings": "webgym_rl.loop.settings",
     "LoopState": "webgym_rl.loop.state",
     "PolicyEndpointSettings": "webgym_rl.loop.services",
+    "StalenessManager": "webgym_rl.loop.staleness",
     "TrainerSettings": "webgym_rl.loop.settings",
     "load_state": "webgym_rl.loop.state",
     "load_recipe": "webgym_rl.loop.recipes",
@@ -33,14 +35,15 @@ _EXPORTS = {
 }
 
 __all__ = ["AsyncSettings", "LoopResult", "LoopServices", "LoopSettings", "LoopState",
-           "PolicyEndpointSettings", "TrainerSettings", "load_recipe", "load_state", "plan", "recipe_path",
-           "run_loop"]
+           "PolicyEndpointSettings", "StalenessManager", "TrainerSettings", "load_recipe", "load_state",
+           "plan", "recipe_path", "run_loop"]
 
 if TYPE_CHECKING:
     from webgym_rl.loop.recipes import load_recipe, plan, recipe_path
     from webgym_rl.loop.run import LoopResult, run_loop
     from webgym_rl.loop.services import LoopServices, PolicyEndpointSettings
     from webgym_rl.loop.settings import AsyncSettings, LoopSettings, TrainerSettings
+    from webgym_rl.loop.staleness import StalenessManager
     from webgym_rl.loop.state import LoopState, load_state
 
 

@@ -10,7 +10,8 @@ runs beside the trainer instead of before it:
   (one shard per ``--commit-every`` episodes). Every episode passes one `_Gate` before it starts:
   at most ``--concurrency`` run at once across all chunks (as many as a sync round has in flight),
   and the episodes begun in total stay within ``(trainer version + max_staleness + 1) x batch +
-  overprovision`` (and within what the run needs), so the rollout slows down instead of producing
+  overprovision`` (and within what the run needs: the capacity of the
+  `webgym_rl.loop.staleness.StalenessManager`), so the rollout slows down instead of producing
   episodes too stale to train on. The endpoint is never stopped: each step records the version
   that produced it (`Step.policy_version`) and its token log-probabilities.
 - the trainer (this thread) takes the first ``batch`` committed episodes as soon as they are there
@@ -26,10 +27,11 @@ runs beside the trainer instead of before it:
 **Staleness** of an episode in round r: r minus the version of its oldest step (the random
 bootstrap and replies naming no version count as 0); a step's version is the one that answered it
 (the endpoint's stamp, `webgym_rl.loop.phases.VersionedPolicy`). Every objective leaves out of the
-batch the episodes staler than ``max_staleness`` (recorded as ``dropped_stale`` and counted in the
-progress line); the ones kept are corrected by the objectives from their stored behaviour
-log-probabilities (reinforce's truncated importance weights, grpo's decoupled PPO). A group of
-reinforce or grpo that loses an attempt keeps the others, with the baseline of those.
+batch the episodes staler than ``max_staleness`` (`StalenessManager.too_stale`; recorded as
+``dropped_stale`` and counted in the progress line); the ones kept are corrected by the objectives
+from their stored behaviour log-probabilities (reinforce's truncated importance weights, grpo's
+decoupled PPO). A group of reinforce or grpo that loses an attempt keeps the others, with the
+baseline of those.
 
 **Resume**: the batch of each round (its episodes and the stream position after it) is recorded
 before it trains. A rerun after a crash (even SIGKILL) resumes the chunks' folders (nothing
@@ -47,7 +49,8 @@ by the version then serving (the same one: the publish after it never happened).
 **Metrics** (``state.metrics``, TensorBoard scalars under ``OUT/logs/async`` and the progress line
 of each version): the staleness histogram of each batch's own samples (mean, max), rollout idle
 time (no episode running), trainer idle time (waiting for a batch), episodes and samples per
-second, success per policy version, the most episodes in flight. The clocks cover this process.
+second, success per policy version, the most episodes in flight, and the staleness manager's
+episodes submitted, accepted and rejected by version. The clocks and those counts cover this process.
 """
 
 from __future__ import annotations
@@ -81,7 +84,6 @@ from webgym_rl.loop.phases import (
     bootstrap_policy,
     checkpoint_due,
     draw_tasks,
-    episode_staleness,
     evaluate,
     evaluation_due,
     finished_evaluation,
@@ -96,6 +98,7 @@ from webgym_rl.loop.phases import (
     train_round,
     write_checkpoint,
 )
+from webgym_rl.loop.staleness import StalenessManager
 from webgym_rl.loop.state import AsyncMetrics, BatchRecord
 from webgym_rl.loop.stream import StreamPosition, TrajectoryStream
 
@@ -108,11 +111,11 @@ log = logging.getLogger(__name__)
 
 
 class _Board:
-    """What the trainer and the rollout thread share: the published version, the stop flag, the
-    first failure of another thread."""
+    """What the trainer and the rollout thread share: the staleness manager (which holds the
+    published version), the stop flag, the first failure of another thread."""
 
-    def __init__(self, version: int):
-        self.version = version
+    def __init__(self, staleness: StalenessManager):
+        self.staleness = staleness
         self.cond = threading.Condition()
         self.stop = False
         self.error: BaseException | None = None
@@ -120,9 +123,14 @@ class _Board:
         self.listeners: list[Callable[[], None]] = []
         """Called (from the publishing thread) when the version changes or the run stops."""
 
+    @property
+    def version(self) -> int:
+        """The version serving now."""
+        return self.staleness.version
+
     def publish(self, version: int) -> None:
         with self.cond:
-            self.version = version
+            self.staleness.publish(version)
             self.cond.notify_all()
         for listener in self.listeners:
             listener()
@@ -147,13 +155,12 @@ class _Board:
 
 class _Gate:
     """Admits the rollout's episodes (`webgym_rollout.runner.EpisodeGate`), in the order they ask:
-    at most `concurrency` running, and the episodes begun in total within `limit(version)`. Lives
-    on the rollout thread's event loop; `wake` may be called from any thread."""
+    at most `concurrency` running, and no more begun than the staleness manager has capacity for
+    (each one admitted is submitted to it). Lives on the rollout thread's event loop; `wake` may be
+    called from any thread."""
 
-    def __init__(self, board: _Board, limit: Callable[[int], int], concurrency: int, begun: int):
-        self.board, self.limit, self.concurrency = board, limit, concurrency
-        self.begun = begun
-        """Episodes begun in total (those committed before this process count as begun)."""
+    def __init__(self, board: _Board, concurrency: int):
+        self.board, self.concurrency = board, concurrency
         self.running = self.most = 0
         self.idle_s = 0.0
         self._idle_since: float | None = time.monotonic()
@@ -175,7 +182,7 @@ class _Gate:
             self._changed.notify_all()
 
     def admissible(self) -> bool:
-        return self.running < self.concurrency and self.begun < self.limit(self.board.version)
+        return self.running < self.concurrency and self.board.staleness.capacity() > 0
 
     async def admit(self) -> None:
         assert self._changed is not None
@@ -183,7 +190,7 @@ class _Gate:
             await self._changed.wait_for(lambda: self.board.stop or self.admissible())
             stopped = self.board.stop
             if not stopped:
-                self.begun += 1
+                self.board.staleness.submit()
                 self.running += 1
                 self.most = max(self.most, self.running)
                 if self._idle_since is not None:
@@ -200,25 +207,36 @@ class _Gate:
             asyncio.ensure_future(self._notify())
 
 
+def _rollouts(loop: Loop) -> Path:
+    """The folder of the rollout's chunks (``OUT/rollouts``)."""
+    return loop.out / "rollouts"
+
+
+def _chunk_folders(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("chunk-*") if p.is_dir())
+
+
+def _committed(root: Path) -> int:
+    """Episodes committed in all chunk folders under `root` (reads shard footers only)."""
+    return TrajectoryStream(lambda: _chunk_folders(root)).available(StreamPosition())
+
+
 class _Rollout:
     """The rollout thread: draws chunks as admission reaches them and plays them concurrently."""
 
-    def __init__(self, loop: Loop, board: _Board, chunk: int, needed: int, size: int):
-        self.loop, self.board, self.chunk, self.needed = loop, board, chunk, needed
-        settings = loop.settings
-        bound, extra = settings.async_loop.max_staleness, settings.async_loop.overprovision
-        self.root = loop.out / "rollouts"
-        self.gate = _Gate(board, lambda v: min((v + bound + 1) * size + extra, needed),
-                          settings.rollout.concurrency, begun=self.committed())
+    def __init__(self, loop: Loop, board: _Board, chunk: int):
+        self.loop, self.board, self.chunk = loop, board, chunk
+        self.root = _rollouts(loop)
+        self.gate = _Gate(board, loop.settings.rollout.concurrency)
         board.listeners.append(self.gate.wake)
         self.thread = threading.Thread(target=self._main, name="webgym-async-rollout", daemon=True)
 
     def folders(self) -> list[Path]:
-        return sorted(p for p in self.root.glob("chunk-*") if p.is_dir())
+        return _chunk_folders(self.root)
 
     def committed(self) -> int:
         """Episodes committed in all chunk folders (reads shard footers only)."""
-        return TrajectoryStream(self.folders).available(StreamPosition())
+        return _committed(self.root)
 
     def _main(self) -> None:
         try:
@@ -235,7 +253,7 @@ class _Rollout:
             self.loop.services.check_policy()  # a dead policy server stops the run, not each episode
             started = self.loop.chunk_dir(k).with_name(f"chunk-{k:04d}-tasks.jsonl").is_file()
             # A chunk begun before a crash resumes at once; a new one when admission reaches it.
-            if started or k * self.chunk < self.gate.limit(self.board.version):
+            if started or k * self.chunk < self.board.staleness.limit():
                 running.add(asyncio.create_task(self._chunk(k)))
                 k += 1
                 continue
@@ -359,18 +377,22 @@ def _group(loop: Loop) -> int:
     return settings.rollout.attempts if grouped else 1
 
 
-def _compose(loop: Loop, episodes: list[Episode], r: int) -> BatchRecord:
+def _compose(loop: Loop, staleness: StalenessManager, episodes: list[Episode], r: int) -> BatchRecord:
     """Write round `r`'s batch (OUT/batches/round-XXXX), tagged with the round, leaving out the
-    episodes staler than the bound (every objective); returns its record."""
+    episodes staler than the bound (every objective; `staleness` counts each as accepted or
+    rejected); returns its record."""
     from webgym_rl.samples import Objective
     from webgym_rollout.trajectory.writer import TrajectoryWriter
 
     settings = loop.settings
-    bound = settings.async_loop.max_staleness
     filtered = Objective(settings.training.objective) is Objective.FILTERED_BC
     kept, dropped = [], []
     for episode in episodes:
-        (dropped if episode_staleness(episode, r) > bound else kept).append(episode)
+        # Its oldest step's version; an episode without steps has none: as new as the trainer.
+        version = min((step_version(step.policy_version) for step in episode.steps), default=r)
+        stale = staleness.too_stale(version, r)
+        (staleness.reject if stale else staleness.accept)(version)
+        (dropped if stale else kept).append(episode)
     folder = loop.batch_dir(r)
     shutil.rmtree(folder, ignore_errors=True)  # a batch never recorded: built again from scratch
     with TrajectoryWriter(folder, max_shard_episodes=max(1, len(kept)), run_info={"batch": r}) as writer:
@@ -404,7 +426,7 @@ def _take_batch(loop: Loop, stream: TrajectoryStream, board: _Board, size: int, 
             board.check()
             board.cond.wait(timeout=loop.settings.async_loop.poll_s)
     episodes, after = taken
-    batch = _compose(loop, episodes, r)
+    batch = _compose(loop, board.staleness, episodes, r)
     batch.waited_s = time.monotonic() - began
     batch.position = state.position = after.to_json()
     state.rounds[r].batch = batch
@@ -414,6 +436,7 @@ def _take_batch(loop: Loop, stream: TrajectoryStream, board: _Board, size: int, 
 
 
 def _metrics(loop: Loop, gate: _Gate, waited: float, began: float) -> AsyncMetrics:
+    """The figures so far: the staleness of every recorded batch, this process's clocks and counts."""
     state = loop.state
     elapsed = max(1e-9, time.monotonic() - began)
     staleness: Counter[int] = Counter()
@@ -433,7 +456,14 @@ def _metrics(loop: Loop, gate: _Gate, waited: float, began: float) -> AsyncMetri
         elapsed_s=elapsed, episodes_per_s=episodes / elapsed, samples_per_s=samples / elapsed,
         success_by_version={v: {"successes": s, "episodes": n, "rate": s / n if n else 0.0}
                             for v, (s, n) in train_points(state).items()},
-        in_flight_max=gate.most)
+        in_flight_max=gate.most, **_by_version(gate.board.staleness))
+
+
+def _by_version(staleness: StalenessManager) -> dict[str, dict[str, int]]:
+    """The manager's counts as `AsyncMetrics` fields (version keys as text, as JSON has them)."""
+    counts = staleness.counts()
+    return {f"episodes_{kind}": {str(v): n for v, n in getattr(counts, kind).items()}
+            for kind in ("submitted", "accepted", "rejected")}
 
 
 class _Scalars:
@@ -460,6 +490,15 @@ class _Scalars:
             self._writer.close()
 
 
+def _staleness_manager(loop: Loop, size: int) -> StalenessManager:
+    """The run's staleness bound: `size` episodes a round, as many as every round's batch needs plus
+    the over-provision in all; the episodes committed before this process count as begun."""
+    settings = loop.settings
+    bound, extra = settings.async_loop.max_staleness, settings.async_loop.overprovision
+    return StalenessManager(bound, size, overprovision=extra, total=settings.iterations * size + extra,
+                            version=loop.state.version.version, submitted=_committed(_rollouts(loop)))
+
+
 def run_async(loop: Loop) -> None:
     """Run (or resume) the asynchronous schedule until ``settings.iterations`` versions are trained."""
     settings, state = loop.settings, loop.state
@@ -470,10 +509,8 @@ def run_async(loop: Loop) -> None:
     if first >= settings.iterations and not evaluations_left:
         return
     with running_trainer(loop):
-        board = _Board(state.version.version)
-        # Episodes the run needs: every batch up to the last round, plus the over-provision.
-        needed = settings.iterations * size + settings.async_loop.overprovision
-        rollout = _Rollout(loop, board, chunk, needed, size)
+        board = _Board(_staleness_manager(loop, size))
+        rollout = _Rollout(loop, board, chunk)
         stream = TrajectoryStream(rollout.folders)
         evaluations = _Evaluations(loop, board)
         scalars = _Scalars(loop.out / "logs" / "async", settings.training.log_with == "tensorboard")
@@ -533,6 +570,6 @@ def run_async(loop: Loop) -> None:
             found = finished_evaluation(loop, version) if evaluation_due(loop, version) else None
             if found is not None:
                 state.round(version - 1).eval = found
-        state.cancelled += max(0, rollout.gate.begun - rollout.committed())
+        state.cancelled += max(0, board.staleness.submitted - rollout.committed())
         state.metrics = _metrics(loop, rollout.gate, waited, began)
         loop.save()

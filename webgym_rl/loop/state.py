@@ -275,6 +275,13 @@ class AsyncMetrics(_Record):
     success_by_version: dict[str, dict[str, float]] = Field(default_factory=dict)
     in_flight_max: int = 0
     """Most episodes running at once."""
+    episodes_submitted: dict[str, int] = Field(default_factory=dict)
+    """Version serving when they began -> episodes begun (this process;
+    `webgym_rl.loop.staleness.StalenessManager`)."""
+    episodes_accepted: dict[str, int] = Field(default_factory=dict)
+    """Episode version -> episodes taken into a batch and trained on (this process)."""
+    episodes_rejected: dict[str, int] = Field(default_factory=dict)
+    """Episode version -> episodes taken but too stale: left out of their batch (this process)."""
 
     def summary(self) -> str:
         histogram = " ".join(f"{k}:{v}" for k, v in self.staleness_histogram.items()) or "-"
@@ -284,7 +291,14 @@ class AsyncMetrics(_Record):
                 f"mean {self.staleness_mean:.2f} max {self.staleness_max} (versions behind:samples "
                 f"{histogram}); rollout idle {self.rollout_idle_s:.1f} s, trainer idle "
                 f"{self.trainer_idle_s:.1f} s; {self.episodes_per_s:.2f} episodes/s, "
-                f"{self.samples_per_s:.2f} samples/s; success by policy version {success}")
+                f"{self.samples_per_s:.2f} samples/s; success by policy version {success}; "
+                f"episodes submitted/accepted/rejected by version {self._episodes_by_version()}")
+
+    def _episodes_by_version(self) -> str:
+        kinds = (self.episodes_submitted, self.episodes_accepted, self.episodes_rejected)
+        versions = sorted({int(v) for counts in kinds for v in counts})
+        return " ".join(f"v{v} " + "/".join(str(counts.get(str(v), 0)) for counts in kinds)
+                        for v in versions) or "-"
 
 
 class ErrorRecord(_Record):

@@ -83,6 +83,16 @@ def test_versions_roll_out_while_training_within_the_staleness_bound(tmp_path, t
         sum(r["batch"]["staleness"].values()) for r in rounds)
     assert metrics["episodes_per_s"] > 0 and metrics["rollout_idle_s"] >= 0 and metrics["trainer_idle_s"] >= 0
     assert 0 <= metrics["staleness_mean"] <= metrics["staleness_max"]
+    # The staleness manager's counts (one process): each batched episode accepted or rejected once,
+    # under its version; episodes begun under versions that served, within the run's total.
+    dropped = sum(len(r["batch"]["dropped_stale"]) for r in rounds)
+    assert sum(metrics["episodes_accepted"].values()) == len(ids) - dropped
+    assert sum(metrics["episodes_rejected"].values()) == dropped
+    assert set(metrics["episodes_accepted"]) <= {"0", "1", "2", "3"}
+    total = 4 * 2 + settings.async_loop.overprovision  # the episodes the run needs
+    assert len(ids) <= sum(metrics["episodes_submitted"].values()) <= total
+    assert set(metrics["episodes_submitted"]) <= {"0", "1", "2", "3"}
+    assert "episodes submitted/accepted/rejected by version v0 " in _summary(metrics)
     # The resident trainer trained four rounds in one life: its step count runs on.
     assert rounds[3]["train"]["trainer_step"] == sum(r["train"]["steps"] for r in rounds)
 
@@ -107,6 +117,46 @@ def test_versions_roll_out_while_training_within_the_staleness_bound(tmp_path, t
     # A rerun with the same settings has nothing left to do.
     again = run_loop(settings)
     assert again.checkpoint == result.checkpoint
+
+
+def _summary(metrics: dict) -> str:
+    from webgym_rl.loop.state import AsyncMetrics
+
+    return AsyncMetrics(**metrics).summary()
+
+
+async def test_the_gate_admits_no_episode_beyond_the_staleness_managers_capacity_or_the_concurrency():
+    import asyncio
+
+    from webgym_rl.loop.asynchronous import _Board, _Gate
+    from webgym_rl.loop.staleness import StalenessManager
+
+    async def settle() -> None:  # let every admission that can go ahead go ahead
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    board = _Board(StalenessManager(0, 2))  # while v0 serves: 2 episodes
+    gate = _Gate(board, concurrency=5)
+    board.listeners.append(gate.wake)
+    gate.open()
+    await gate.admit()
+    await gate.admit()
+    third = asyncio.create_task(gate.admit())
+    await settle()
+    assert not third.done() and board.staleness.submitted == 2
+    board.publish(1)  # from any thread: wakes the gate
+    await asyncio.wait_for(third, timeout=30)
+    assert board.staleness.counts().submitted == {0: 2, 1: 1}
+
+    narrow = _Gate(_Board(StalenessManager(3, 10)), concurrency=1)
+    narrow.open()
+    await narrow.admit()
+    second = asyncio.create_task(narrow.admit())
+    await settle()
+    assert not second.done() and narrow.most == 1
+    narrow.release()
+    await asyncio.wait_for(second, timeout=30)
+    assert (narrow.running, narrow.most, narrow.board.staleness.submitted) == (1, 1, 2)
 
 
 def _committed(out: Path) -> set[str]:
