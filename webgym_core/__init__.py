@@ -3,6 +3,8 @@
 - `webgym_core.settings`: settings dataclasses as CLI flags and YAML keys (one definition per knob);
 - `webgym_core.endpoint`: `Endpoint` (where an OpenAI-compatible model is served, how hard to try)
   and `ChatClient`, the one retry client behind the data LLM, the policy and the judge;
+- `webgym_core.completion`: `ChatReply`, a chat completion's reply read and checked once, and
+  `clean_text` (lone surrogates out: text every file can store);
 - `webgym_core.cli`: the lazy command groups of the ``webgym-*`` commands;
 - `webgym_core.files`: atomic file writes; `webgym_core.cards`: the dataset and model card templates.
 
@@ -10,11 +12,13 @@ The packages depend one way: webgym_core <- webgym_data <- webgym_rollout <- web
 """
 
 from webgym_core.cards import CARDS_DIR, render_card
+from webgym_core.completion import ChatReply, clean_text
 from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors, Usage
 from webgym_core.errors import (
     CoreError,
     EndpointError,
     EndpointRejected,
+    EndpointReplyInvalid,
     EndpointTimeout,
     EndpointUnavailable,
     SettingsError,
@@ -26,15 +30,18 @@ __version__ = "0.2.0"
 __all__ = [
     "CARDS_DIR",
     "ChatClient",
+    "ChatReply",
     "CoreError",
     "Endpoint",
     "EndpointError",
     "EndpointErrors",
     "EndpointRejected",
+    "EndpointReplyInvalid",
     "EndpointTimeout",
     "EndpointUnavailable",
     "SettingsError",
     "Usage",
+    "clean_text",
     "flat",
     "load_settings",
     "render_card",

@@ -7,16 +7,19 @@ the policy and the judge. It wraps `openai.AsyncOpenAI` with
 - typed retries with exponential backoff and jitter for what may pass (connection errors,
   timeouts, HTTP 5xx and 429, a body that is not JSON: a proxy's error page), and none for what
   will not (other 4xx);
-- usage counting (requests, retries, failures, prompt and completion tokens).
+- usage counting (requests, retries, failures, prompt and completion tokens);
+- one reading of the reply: `complete` returns a `webgym_core.completion.ChatReply`, checked once
+  (a body without choices, without a message or with content that is not text raises, not retried).
 
 Failures raise the classes of `EndpointErrors`: by default those of `webgym_core.errors`; the
-policy and the judge pass their own subclasses so that their callers catch ``PolicyError`` or
-``JudgeError``. The `AsyncOpenAI` client and the semaphore are made for the running event loop on
-first use (both belong to the loop that made them), so one `ChatClient` works across
-``asyncio.run`` calls::
+policy, the judge and the data pipeline's LLM pass their own classes so that their callers catch
+``PolicyError``, ``JudgeError`` or ``LLMError``. The `AsyncOpenAI` client and the semaphore are
+made for the running event loop on first use (both belong to the loop that made them), so one
+`ChatClient` works across ``asyncio.run`` calls::
 
     client = ChatClient(Endpoint(base_url="http://127.0.0.1:8000/v1", model="qwen"))
-    completion = await client.complete(messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+    reply = await client.complete(messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+    reply.text, reply.finish_reason, reply.completion_tokens
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from webgym_core.errors import EndpointRejected, EndpointTimeout, EndpointUnavailable
+from webgym_core.completion import ChatReply
+from webgym_core.errors import EndpointRejected, EndpointReplyInvalid, EndpointTimeout, EndpointUnavailable
 
 __all__ = ["ChatClient", "Endpoint", "EndpointErrors", "Usage"]
 
@@ -81,6 +85,8 @@ class EndpointErrors(NamedTuple):
     unavailable: type[Exception] = EndpointUnavailable
     timeout: type[Exception] = EndpointTimeout
     rejected: type[Exception] = EndpointRejected
+    invalid: type[Exception] = EndpointReplyInvalid
+    """HTTP 200 without a usable chat completion (no choices, no message, content not text)."""
 
 
 @dataclass
@@ -92,11 +98,6 @@ class Usage:
     failures: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-
-
-def _count(value: Any) -> int:
-    """A token count as the endpoint reported it; 0 when it is not a count (a broken server)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 class _Transient(Exception):
@@ -134,9 +135,10 @@ class ChatClient:
             self._semaphore = asyncio.Semaphore(self.endpoint.max_concurrency)
             self._loop = loop
 
-    async def complete(self, **request: Any) -> Any:
-        """``chat.completions.create(**request)`` (``model`` defaults to the endpoint's); returns the
-        completion object. Raises the `errors` classes after the retries."""
+    async def complete(self, **request: Any) -> ChatReply:
+        """``chat.completions.create(**request)`` (``model`` defaults to the endpoint's); returns its
+        reply, read by `ChatReply.read`. Raises the `errors` classes: after the retries for what may
+        pass, at once for the rest (``errors.invalid`` for a body that is no usable completion)."""
         import openai
 
         self._bind()
@@ -167,11 +169,14 @@ class ChatClient:
                     except (ValueError, RecursionError) as exc:  # not JSON (a proxy's error page), too deep
                         raise _Transient(self.errors.unavailable, "the reply is not a chat completion "
                                          f"({type(exc).__name__}: {str(exc)[:120]})") from None
-                # Nor are the body's types checked: the caller reads every field as possibly anything.
-                usage = getattr(completion, "usage", None)
-                self.usage.prompt_tokens += _count(getattr(usage, "prompt_tokens", 0))
-                self.usage.completion_tokens += _count(getattr(usage, "completion_tokens", 0))
-                return completion
+                # Nor are the body's types checked: `ChatReply.read` does, once for every caller.
+                try:
+                    reply = ChatReply.read(completion, url=self.base_url)
+                except EndpointReplyInvalid as exc:
+                    self._count(exc.prompt_tokens, exc.completion_tokens)
+                    raise self.errors.invalid(str(exc)) from None
+                self._count(reply.prompt_tokens, reply.completion_tokens)
+                return reply
             except _Transient as exc:
                 if attempt >= self.endpoint.max_retries:
                     self.usage.failures += 1
@@ -182,6 +187,10 @@ class ChatClient:
                 attempt += 1
                 self.usage.retries += 1
                 await asyncio.sleep(delay)
+
+    def _count(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.usage.prompt_tokens += prompt_tokens
+        self.usage.completion_tokens += completion_tokens
 
     async def close(self) -> None:
         """Close the HTTP client (a later `complete` makes a new one)."""

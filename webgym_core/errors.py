@@ -12,7 +12,9 @@ Every public exception class of `webgym_core` is defined here (checked by
      │    ├── EndpointUnavailable subclasses, e.g. PolicyUnavailable, so their trees stay theirs):
      │    │                       unreachable, or 5xx/429 through every retry
      │    ├── EndpointTimeout     no answer within the timeout, through every retry
-     │    └── EndpointRejected    the endpoint refused the request (4xx other than 429)
+     │    ├── EndpointRejected    the endpoint refused the request (4xx other than 429)
+     │    └── EndpointReplyInvalid  HTTP 200 with no usable chat completion: no choices, no
+     │                            message, content that is not text (`webgym_core.completion`)
      └── FailpointError           a failpoint set to ``raise`` fired, or ``WEBGYM_FAILPOINTS`` is
                                   malformed (`webgym_core.failpoints`)
 
@@ -22,8 +24,8 @@ Exempt: ``webgym_core.endpoint._Transient``, a private signal inside `ChatClient
 
 from __future__ import annotations
 
-__all__ = ["CoreError", "EndpointError", "EndpointRejected", "EndpointTimeout", "EndpointUnavailable",
-           "FailpointError", "SettingsError"]
+__all__ = ["CoreError", "EndpointError", "EndpointRejected", "EndpointReplyInvalid", "EndpointTimeout",
+           "EndpointUnavailable", "FailpointError", "SettingsError"]
 
 
 class CoreError(Exception):
@@ -48,6 +50,16 @@ class EndpointTimeout(EndpointError):
 
 class EndpointRejected(EndpointError):
     """The endpoint refused the request (HTTP 4xx other than 429); retrying would not help."""
+
+
+class EndpointReplyInvalid(EndpointError):
+    """The endpoint answered (HTTP 200) with a body that is no usable chat completion; not retried.
+
+    ``prompt_tokens`` and ``completion_tokens`` are the counts the body reported all the same."""
+
+    def __init__(self, message: str, *, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        super().__init__(message)
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
 
 
 class FailpointError(CoreError):

@@ -50,6 +50,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from webgym_core.completion import ChatReply
 from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors
 from webgym_core.files import write_atomic
 from webgym_core.settings import flat
@@ -87,11 +88,12 @@ T = TypeVar("T")
 _INVALID_REPLY_ERRORS = (ValueError, TypeError, KeyError, IndexError)
 
 
-_ERRORS = EndpointErrors(unavailable=LLMUnavailable, timeout=LLMTimeout, rejected=LLMRequestRejected)
-
-
 class _InvalidReply(Exception):
     """Internal: one reply could not be used (asked again)."""
+
+
+_ERRORS = EndpointErrors(unavailable=LLMUnavailable, timeout=LLMTimeout, rejected=LLMRequestRejected,
+                         invalid=_InvalidReply)
 
 
 def default_cache_dir() -> Path:
@@ -223,8 +225,9 @@ class LLMClient:
             if attempt:
                 self._reply_retries += 1
             # Transport failures are retried inside and raised as LLMUnavailable / LLMRequestRejected.
-            reply = await self.chat.complete(**request)
             try:
+                # A body without a text message raises _InvalidReply (the client's ``invalid`` class).
+                reply = await self.chat.complete(**request)
                 parsed, value = self._parse(reply, validate)
             except _InvalidReply as exc:
                 logger.debug("%s attempt %d/%d: invalid reply: %s", purpose, attempt + 1, attempts, exc)
@@ -250,18 +253,12 @@ class LLMClient:
 
     # -- internals ----------------------------------------------------------------------------
     @staticmethod
-    def _parse(reply, validate: Callable[[Any], T]) -> tuple[Any, T]:
-        # The openai client does not check the body's types: every field may be anything.
-        choices = getattr(reply, "choices", None)
-        if not isinstance(choices, list) or not choices:
-            raise _InvalidReply("the reply has no choices")
-        choice = choices[0]
-        if getattr(choice, "finish_reason", None) == "length":
+    def _parse(reply: ChatReply, validate: Callable[[Any], T]) -> tuple[Any, T]:
+        if reply.finish_reason == "length":
             raise _InvalidReply("the reply was cut off (finish_reason=length)")
-        content = getattr(getattr(choice, "message", None), "content", None)
-        if not isinstance(content, str) or not content.strip():
+        if not (reply.text or "").strip():
             raise _InvalidReply("the reply is empty")
-        parsed = _parse_json(content)
+        parsed = _parse_json(reply.text)
         try:
             # What is cached and what the pipeline writes must be storable (no lone surrogate).
             json.dumps(parsed, ensure_ascii=False).encode("utf-8")

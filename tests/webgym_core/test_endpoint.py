@@ -6,6 +6,8 @@ import asyncio
 
 import pytest
 
+from tests.webgym_core.test_completion import FULL
+from webgym_core.completion import ToolCall
 from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors
 from webgym_core.errors import EndpointRejected, EndpointTimeout, EndpointUnavailable
 
@@ -13,6 +15,10 @@ MESSAGES = [{"role": "user", "content": "hello"}]
 
 
 class MyUnavailable(Exception):
+    pass
+
+
+class MyReplyInvalid(Exception):
     pass
 
 
@@ -37,7 +43,7 @@ async def test_transient_failures_are_retried_and_counted(scripted_openai):
     client = ChatClient(Endpoint(base_url=server.base_url, model="m", backoff_s=0.01))
     completion = await client.complete(messages=MESSAGES)
     await client.close()
-    assert completion.choices[0].message.content == "hi"
+    assert completion.text == "hi"
     assert (client.usage.requests, client.usage.retries, client.usage.failures) == (3, 2, 0)
     assert (client.usage.prompt_tokens, client.usage.completion_tokens) == (7, 2)
     assert server.requests[0]["model"] == "m"  # the endpoint's model unless the request names one
@@ -72,6 +78,30 @@ async def test_concurrency_is_bounded_and_the_client_survives_event_loops(script
     assert server.max_in_flight <= 2 and len(server.requests) == 5
 
     def in_another_loop() -> str:
-        return asyncio.run(client.complete(messages=MESSAGES)).choices[0].message.content
+        return asyncio.run(client.complete(messages=MESSAGES)).text or ""
 
     assert await asyncio.to_thread(in_another_loop) == "ok"
+
+
+async def test_the_client_returns_the_reply_with_the_token_ids_extension(scripted_openai):
+    server = scripted_openai([{"body": FULL}])  # the token ids extension comes through openai's parse
+    client = ChatClient(Endpoint(base_url=server.base_url, model="m"))
+    reply = await client.complete(messages=MESSAGES)
+    await client.close()
+    assert reply.url == server.base_url
+    assert (reply.token_ids, reply.prompt_token_ids, reply.logprobs) == ((11, 12, 13), (1, 2, 3, 4),
+                                                                          (-0.5, 0.0, -2.25))
+    assert reply.tool_calls == (ToolCall(name="computer_use", arguments="{}"),)
+
+
+async def test_an_invalid_body_raises_the_callers_class_at_once_and_its_tokens_count(scripted_openai):
+    body = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1}}
+    server = scripted_openai([{"body": body}])
+    client = ChatClient(Endpoint(base_url=server.base_url, model="m", max_retries=3),
+                        errors=EndpointErrors(invalid=MyReplyInvalid))
+    with pytest.raises(MyReplyInvalid, match="without choices") as caught:
+        await client.complete(messages=MESSAGES)
+    await client.close()
+    assert server.base_url in str(caught.value)
+    assert len(server.requests) == 1  # not retried: the server answered, with nothing usable
+    assert (client.usage.prompt_tokens, client.usage.completion_tokens, client.usage.failures) == (9, 1, 0)

@@ -287,8 +287,9 @@ def test_any_reply_text_is_json_or_an_invalid_reply(text):
     ('{"answer": ' + deeply_nested(100_000) + "}", "nested too deeply"),
     ('{"answer": 1' + "0" * 5000 + "}", "not usable JSON"),
     ('{"answer": 3, "note": "\\ud800"}', "not valid Unicode"),  # would be cached, then unwritable
-    ({"body": {"choices": "x"}}, "no choices"), ({"body": {"choices": [7]}}, "empty"),
-    ({"body": {"choices": [{"message": {"content": ["a"]}}]}}, "empty"), ({"body": [1]}, "no choices"),
+    ({"body": {"choices": "x"}}, "without choices"), ({"body": {"choices": [7]}}, "without a message"),
+    ({"body": {"choices": [{"message": {"content": ["a"]}}]}}, "list, not text"),
+    ({"body": [1]}, "without choices"), ({"body": {"choices": [{"message": {"content": None}}]}}, "empty"),
 ])
 async def test_hostile_replies_are_invalid_replies_never_crashes(scripted_openai, tmp_path, bad, reason):
     server = scripted_openai([bad])

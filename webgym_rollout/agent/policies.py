@@ -60,6 +60,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from webgym_core.completion import ChatReply, clean_text
 from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors, Usage
 from webgym_core.settings import flat
 from webgym_rollout.agent.actions import GRID_SIZE, AgentAction, pixels_to_grid
@@ -246,7 +247,8 @@ class OpenAIPolicy:
         self.agent = agent or AgentSettings()
         self.model_id = endpoint.model
         self._client = ChatClient(endpoint, errors=EndpointErrors(
-            unavailable=PolicyUnavailable, timeout=PolicyTimeout, rejected=PolicyRejected))
+            unavailable=PolicyUnavailable, timeout=PolicyTimeout, rejected=PolicyRejected,
+            invalid=PolicyUnavailable))
 
     @property
     def usage(self) -> Usage:
@@ -280,110 +282,48 @@ class OpenAIPolicy:
         if extra or sampling.extra_body:
             request["extra_body"] = {**extra, **sampling.extra_body}
         started = time.perf_counter()
-        completion = await self._client.complete(**request)
+        reply = await self._client.complete(**request)
         latency = time.perf_counter() - started
-        # The client does not check the body's types: every field is read as possibly anything.
-        choices = getattr(completion, "choices", None)
-        if not isinstance(choices, list) or not choices:
-            raise PolicyUnavailable(f"{self.endpoint.base_url} returned a completion without choices")
-        choice = choices[0]
-        message = getattr(choice, "message", None)
-        if message is None:
-            raise PolicyUnavailable(f"{self.endpoint.base_url} returned a choice without a message")
-        content = getattr(message, "content", None)
-        if content is not None and not isinstance(content, str):
-            raise PolicyUnavailable(f"{self.endpoint.base_url} returned a message whose content is "
-                                    f"{type(content).__name__}, not text")
-        text = _reply_text(message)
-        usage = getattr(completion, "usage", None)
-        finish_reason = getattr(choice, "finish_reason", None)
-        prompt_ids = _token_ids(getattr(completion, "prompt_token_ids", None))
+        text = _reply_text(reply)
         return PolicyOutput(
             response=text,
             parsed=parse_response(text, self.agent.variant),
             messages=messages,
             model=self.model_id,
-            prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),
-            completion_tokens=_count(getattr(usage, "completion_tokens", 0)),
-            finish_reason=_valid_text(finish_reason) if isinstance(finish_reason, str) else "",
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            finish_reason=reply.finish_reason,
             latency_s=latency,
             # The weights' version when the server names it (the CPU policy server: ``v<N>``), else the
             # model it answered as (a vLLM LoRA adapter per version: ``name-v<N>``).
-            policy_version=_valid_text(next(
-                (name for name in (getattr(completion, "system_fingerprint", None),
-                                   getattr(completion, "model", None)) if isinstance(name, str) and name),
-                self.model_id)),
-            logprobs=_token_logprobs(choice),
-            token_ids=_token_ids(getattr(choice, "token_ids", None)),
-            prompt_token_hash=prompt_token_digest(prompt_ids) if prompt_ids else "",
+            policy_version=reply.system_fingerprint or reply.served_model or self.model_id,
+            logprobs=reply.logprobs,
+            token_ids=reply.token_ids,
+            prompt_token_hash=prompt_token_digest(reply.prompt_token_ids) if reply.prompt_token_ids else "",
             sampling=Sampling(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k),
         )
 
 
-def _count(value: Any) -> int:
-    """A token count as the endpoint reported it; 0 when it is not a count (a broken server)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _valid_text(text: str) -> str:
-    """`text` with each lone surrogate replaced by U+FFFD: JSON's ``"\\ud800"`` decodes to one, and
-    no trajectory file can store it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return text
-
-
-def _reply_text(message: Any) -> str:
+def _reply_text(reply: ChatReply) -> str:
     """The reply as text. A server running a tool-call parser (vLLM ``--enable-auto-tool-choice``)
     moves the call out of the text into ``tool_calls``; it is put back as a ``<tool_call>`` block so
     that the stored response is the full training target and parses the same way. Whatever the
     server put there (arguments that are not JSON, a name that is not a string) is kept as it came:
     the parser reports it as the agent's mistake."""
-    content = getattr(message, "content", None)
-    text = content if isinstance(content, str) else ""
-    calls = getattr(message, "tool_calls", None)
-    for call in calls if isinstance(calls, list) else ():
-        function = getattr(call, "function", None)
-        if function is None:
-            continue
-        arguments = getattr(function, "arguments", None)
+    text = reply.text or ""
+    for call in reply.tool_calls:
+        arguments = call.arguments
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments or "{}")
             except (ValueError, RecursionError):
                 pass  # kept verbatim: the parser reports it as invalid
         try:
-            call_json = json.dumps({"name": getattr(function, "name", None), "arguments": arguments},
-                                   ensure_ascii=False)
+            call_json = json.dumps({"name": call.name, "arguments": arguments}, ensure_ascii=False)
         except (TypeError, ValueError, RecursionError):
             call_json = "(a tool call that is not JSON)"  # the parser reports it as invalid
         text += f"\n<tool_call>\n{call_json}\n</tool_call>"
-    return _valid_text(text)
-
-
-def _token_logprobs(choice: Any) -> tuple[float, ...]:
-    """The reply tokens' log-probabilities from an OpenAI ``choice.logprobs``; empty when absent or
-    when any of them is not a number (a partial list would no longer line up with the tokens)."""
-    content = getattr(getattr(choice, "logprobs", None), "content", None)
-    if not isinstance(content, list):
-        return ()
-    values = [getattr(token, "logprob", None) for token in content]
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return ()
-    try:
-        return tuple(float(v) for v in values)
-    except OverflowError:  # an integer beyond any float
-        return ()
-
-
-def _token_ids(value: Any) -> tuple[int, ...]:
-    """Token ids as the endpoint returned them; empty when absent or when any is not an id."""
-    if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 for v in value):
-        return ()
-    return tuple(value)
+    return clean_text(text)
 
 
 # Elements worth clicking; others (plain text, layout boxes) are skipped when any of these exist.

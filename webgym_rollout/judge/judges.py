@@ -405,7 +405,8 @@ class RubricJudge:
         self.settings = settings
         self.model_id = settings.endpoint.model
         self._client = ChatClient(settings.endpoint, errors=EndpointErrors(
-            unavailable=JudgeUnavailable, timeout=JudgeTimeout, rejected=JudgeRejected))
+            unavailable=JudgeUnavailable, timeout=JudgeTimeout, rejected=JudgeRejected,
+            invalid=JudgeReplyInvalid))
 
     async def __aenter__(self) -> RubricJudge:
         return self
@@ -469,37 +470,17 @@ class RubricJudge:
         if self.settings.extra_body:
             body["extra_body"] = dict(self.settings.extra_body)
         for attempt in range(self.settings.reply_retries + 1):
-            completion = await self._client.complete(**body)
-            usage = getattr(completion, "usage", None)
-            tokens[0] += _count(getattr(usage, "prompt_tokens", 0))
-            tokens[1] += _count(getattr(usage, "completion_tokens", 0))
             try:
-                return parse_verdict(*_reply(completion))
+                # A body without a text message raises JudgeReplyInvalid from the client (its
+                # ``invalid`` class): asked again like any other invalid reply.
+                reply = await self._client.complete(**body)
+                tokens[0] += reply.prompt_tokens
+                tokens[1] += reply.completion_tokens
+                return parse_verdict(reply.text, reply.finish_reason)
             except JudgeReplyInvalid:
                 if attempt >= self.settings.reply_retries:
                     raise
         raise AssertionError("unreachable")
-
-
-def _count(value: Any) -> int:
-    """A token count as the endpoint reported it; 0 when it is not a count (a broken server)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _reply(completion: Any) -> tuple[Any, str]:
-    """(text, finish_reason) of a completion's first choice, whatever the endpoint sent (the client
-    does not check the body's types); raises `JudgeReplyInvalid` when it holds no message."""
-    choices = getattr(completion, "choices", None)
-    if not isinstance(choices, list) or not choices:
-        raise JudgeReplyInvalid("the judge reply has no choices")
-    message = getattr(choices[0], "message", None)
-    if message is None:
-        raise JudgeReplyInvalid("the judge reply's choice has no message")
-    content, finish_reason = getattr(message, "content", None), getattr(choices[0], "finish_reason", None)
-    if isinstance(content, str):
-        # A lone surrogate (JSON's "\ud800") in the reason would make the episode unwritable.
-        content = content.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return content, finish_reason if isinstance(finish_reason, str) else "stop"
 
 
 def _clip(url: str) -> str:

@@ -69,6 +69,7 @@ from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any
 
+from webgym_core.completion import clean_text
 from webgym_data.schema import Task
 from webgym_rollout.errors import ShardSchemaError, TrajectoryError
 
@@ -513,7 +514,7 @@ def _plain(value: Any) -> Any:
     (a lone surrogate: a page title or a reply can hold one) gets U+FFFD in its place: it is data
     the agent saw, and the shard it goes to could not be written with it."""
     if isinstance(value, str):
-        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
+        return clean_text(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {item.name: _plain(getattr(value, item.name)) for item in fields(value)}
     if isinstance(value, Enum):
@@ -521,9 +522,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
-
-
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def _from_plain(cls: type, row: Mapping[str, Any], skip: Sequence[str] = (),

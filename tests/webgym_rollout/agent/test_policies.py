@@ -215,18 +215,21 @@ async def test_random_policy_without_elements_scrolls_or_types():
 def test_a_call_returned_as_native_tool_calls_is_put_back_into_the_text():
     from openai.types.chat import ChatCompletionMessage
 
+    from webgym_core.completion import ChatReply
     from webgym_rollout.agent.policies import _reply_text
     from webgym_rollout.agent.protocol import parse_response
 
-    message = ChatCompletionMessage.model_validate({
+    def reply(message: dict) -> ChatReply:
+        return ChatReply.read({"choices": [{"message": ChatCompletionMessage.model_validate(message)}]},
+                              url="http://127.0.0.1:1/v1")
+
+    text = _reply_text(reply({
         "role": "assistant", "content": "Memory: m\nAction: go back",
         "tool_calls": [{"id": "c1", "type": "function",
-                        "function": {"name": "computer_use", "arguments": '{"action": "go_back"}'}}]})
-    text = _reply_text(message)
+                        "function": {"name": "computer_use", "arguments": '{"action": "go_back"}'}}]}))
     assert text.startswith("Memory: m")
     assert parse_response(text).action == AgentAction("go_back")
-    plain = ChatCompletionMessage.model_validate({"role": "assistant", "content": GOOD_REPLY})
-    assert _reply_text(plain) == GOOD_REPLY
+    assert _reply_text(reply({"role": "assistant", "content": GOOD_REPLY})) == GOOD_REPLY
 
 
 async def test_pixel_random_policy_clicks_anywhere_with_well_formed_replies():
