@@ -8,6 +8,7 @@ What a user runs, each as a child process of the real CLI::
     webgym-rollout serve-sites --truth-port ...   the sites, the truth listener (bearer token)
     webgym-rollout serve --allow-hosts HOST:PORT  Chromium behind the egress guard (the site port only)
     webgym-rollout run --policy expert|random --judge site --truth-url ...   both splits of the build
+    webgym-rollout run --policy expert --policy-shortcut NAME ...            each shortcut, both splits
     webgym-rollout judge-eval RUN --judges stored,programmatic,rubric        against the truth
 
 then prints the success of the scripted expert and of the DOM-aware random policy per split, level
@@ -18,8 +19,13 @@ LLM judge (the rubric judge through a real OpenAI-protocol server on 127.0.0.1 w
 from a text-only heuristic: it reads the visited URLs and titles and the answer, never the
 screenshots, and is right only some of the time).
 
+The shortcuts (issue 37: `webgym_rollout.tasks.websites.shortcuts`: list_everything, spray_numbers,
+do_everything) play every task too: their success per site under the site judge (must be 0), and
+each judge's pass rate on their episodes, with the judges ``judge-eval`` flags for passing one
+the truth fails (its JSON and HTML reports are under OUT/judge-eval).
+
 Acceptance (issue 29): the expert succeeds on >= 95 % of the built tasks; the random policy on few
-of the medium and hard ones.
+of the medium and hard ones. Issue 37: every shortcut earns 0 under the site judge.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/local_sites.py                  # 100 tasks per site
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/local_sites.py --per-site 9 --out /tmp/sites
@@ -46,6 +52,9 @@ from tests.scripted_openai import ScriptedOpenAI
 
 BIN = Path(sys.executable).parent
 TARGET_EXPERT = 0.95
+SHORTCUT_NAMES = ("list_everything", "spray_numbers", "do_everything")
+ROOMY = ("150", "150", "150")
+"""The shortcuts' step budgets (easy, medium, hard): a shortcut is refused by the judge, not cut short."""
 
 
 def _cli(*args: str, env: dict | None = None) -> None:
@@ -138,11 +147,15 @@ def main() -> None:
              f"127.0.0.1:{site_port}"], env=env, stdout=subprocess.DEVNULL))
         _wait(f"http://127.0.0.1:{browser_port}/health", timeout_s=120)
         runs: dict[tuple[str, str], Path] = {}
-        for policy in ("expert", "random"):
+        for policy in ("expert", "random", *SHORTCUT_NAMES):
+            kind = [policy]
+            if policy in SHORTCUT_NAMES:  # doing everything takes more steps than the task: room for it
+                kind = ["expert", "--policy-shortcut", policy, "--train-horizons", *ROOMY, "--test-horizons",
+                        *ROOMY]
             for split in built:
                 runs[(policy, split)] = out / "runs" / f"{policy}-{split}"
                 _cli("webgym-rollout", "run", "--tasks", str(out / "tasks"), "--split", split, "--servers",
-                     f"http://127.0.0.1:{browser_port}", "--sites-url", sites_url, "--policy", policy,
+                     f"http://127.0.0.1:{browser_port}", "--sites-url", sites_url, "--policy", *kind,
                      "--judge", "site", "--truth-url", truth_url, "--concurrency", str(args.concurrency),
                      "--no-progress", "--out", str(runs[(policy, split)]), env=env)
         counts: dict[str, Counter] = defaultdict(Counter)
@@ -164,18 +177,30 @@ def main() -> None:
         expert_rate = counts["expert"][("all", "ok")] / max(1, counts["expert"][("all", "n")])
         print(f"expert success {100 * expert_rate:.1f} % (target >= {100 * TARGET_EXPERT:.0f} %: "
               f"{'met' if expert_rate >= TARGET_EXPERT else 'MISSED'})")
+        _shortcut_table(runs, out / "tasks")
 
         # Judges against the truth, pooled over both policies' episodes of both splits.
         from webgym_rollout.judge.metrics import JudgeMetrics
 
         pooled: dict[str, Counter] = defaultdict(Counter)
+        passes: dict[str, Counter] = defaultdict(Counter)  # judge -> (policy, n | passed | true)
+        flags: dict[str, list[str]] = defaultdict(list)  # judge -> shortcut episodes it passes, truth 0
         with ScriptedOpenAI(text_judge) as llm:
             for (policy, split), run in runs.items():
                 report = out / "judge-eval" / f"{policy}-{split}.json"
                 _cli("webgym-rollout", "judge-eval", str(run), "--truth", "--judges",
                      "stored,programmatic,rubric", "--judge-base-url", llm.base_url, "--judge-model",
-                     "text-judge", "--no-progress", "--out", str(report), env=env)
+                     "text-judge", "--no-progress", "--out", str(report), "--html",
+                     str(report.with_suffix(".html")), env=env)
                 data = json.loads(report.read_text())
+                for judge, by_policy in data["by_policy"].items():
+                    for figures in by_policy.values():
+                        passes[judge][(policy, "n")] += figures["n"]
+                        passes[judge][(policy, "passed")] += figures["tp"] + figures["fp"]
+                        passes[judge][(policy, "true")] += figures["tp"] + figures["fn"]
+                    flags[judge] += data["shortcut_passes"][judge]
+                if policy in SHORTCUT_NAMES:
+                    continue  # the judges' table below pools the expert's and random's episodes, as before
                 for judge, levels in data["metrics"].items():
                     for level, figures in levels.items():
                         for field in ("tp", "fp", "tn", "fn"):
@@ -187,10 +212,55 @@ def main() -> None:
             m = JudgeMetrics(tp=c["tp"], fp=c["fp"], tn=c["tn"], fn=c["fn"])
             print(f"{judge:<14} {level:<8} {m.n:>5} {_pct(m.agreement):>7} {_pct(m.precision):>7} "
                   f"{_pct(m.recall):>7} {_num(m.kappa):>7}")
+        policies = ("expert", "random", *SHORTCUT_NAMES)
+        print("\neach judge's passes per policy (passed/episodes, both splits; truth successes in brackets)")
+        print(f"{'judge':<14} " + " ".join(f"{name:>22}" for name in policies) + "  flagged")
+        for judge, c in passes.items():
+            cells = [f"{c[(p, 'passed')]}/{c[(p, 'n')]} ({c[(p, 'true')]})" for p in policies]
+            flag = f"FLAGGED: {len(flags[judge])} shortcut episodes the truth fails" if flags[judge] else "no"
+            print(f"{judge:<14} " + " ".join(f"{cell:>22}" for cell in cells) + f"  {flag}")
+            if flags[judge]:
+                print(f"{'':<14} e.g. {', '.join(flags[judge][:8])}")
     finally:
         for process in reversed(servers):
             stop(process)
     print(f"\nwall {time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.1f}")
+
+
+def _shortcut_table(runs: dict[tuple[str, str], Path], built: Path) -> None:
+    """Each shortcut's success under the site judge per site, on the episodes where it tried something
+    the task's own checks grade (must be 0: `shortcuts.tried`), and on the others (a subtask that
+    grades only the parent's work the shortcut did too, or a planner with nothing to try)."""
+    from webgym_data.loading import load_tasks
+    from webgym_rollout.tasks.websites.goals import task_checks
+    from webgym_rollout.tasks.websites.shortcuts import SHORTCUTS, tried
+
+    tasks = {task.task_id: task for task in load_tasks(built, split=None)}  # with their truth (metadata)
+    counts: dict[str, Counter] = defaultdict(Counter)
+    paid: list[str] = []
+    for (policy, _split), run in runs.items():
+        if policy not in SHORTCUT_NAMES:
+            continue
+        for episode in _episodes(run):
+            task = tasks[episode.task.task_id]
+            parent = tasks.get(task.parent_task_id) if task.parent_task_id else None
+            graded = SHORTCUTS[policy](task) is not None and tried(policy, task_checks(task, parent))
+            for key in ("all", f"site {task.environment.partition(':')[2]}"):
+                counts[policy][(key, "tried n" if graded else "other n")] += 1
+                counts[policy][(key, "tried ok" if graded else "other ok")] += episode.success
+            if graded and episode.success:
+                paid.append(f"{policy}:{task.task_id}")
+    keys = ["all", *sorted({k for c in counts.values() for k, _ in c if k.startswith("site ")})]
+    print("\nshortcuts under the site judge: successes / episodes where it tried something graded "
+          "(target 0); [successes / the other episodes]")
+    print(f"{'':<18} " + " ".join(f"{name:>26}" for name in SHORTCUT_NAMES))
+    for key in keys:
+        cells = [f"{c[(key, 'tried ok')]}/{c[(key, 'tried n')]} "
+                 f"[{c[(key, 'other ok')]}/{c[(key, 'other n')]}]"
+                 for c in (counts[n] for n in SHORTCUT_NAMES)]
+        print(f"{key:<18} " + " ".join(f"{cell:>26}" for cell in cells))
+    print(f"shortcut successes where tried: {len(paid)} (target 0: {'met' if not paid else 'MISSED'})"
+          + (": " + ", ".join(paid) if paid else ""))
 
 
 def _order(level: str) -> int:

@@ -66,7 +66,7 @@ from webgym_core.settings import flat, load_settings, settings_options
 from webgym_data.loading import load_tasks
 from webgym_data.sampler import SamplerSettings, TaskSampler
 from webgym_data.schema import Task, TaskValidationError
-from webgym_rollout.agent.policies import PolicySettings, make_policy
+from webgym_rollout.agent.policies import SHORTCUT_MODEL_PREFIX, PolicySettings, make_policy
 from webgym_rollout.env import EnvSettings, WebEnv
 from webgym_rollout.errors import (
     BrowserError,
@@ -731,9 +731,14 @@ async def _run(settings: RunSettings, policy: Any, judge: Any, gate: EpisodeGate
         except ValueError as exc:
             raise SettingsError(f"{settings.tasks}: {exc}") from None
     if policy is None and settings.policy.kind == "expert":
-        from webgym_rollout.agent.expert import ExpertPolicy
+        from webgym_rollout.agent.expert import EXPERT_MODEL_ID, ExpertPolicy
+        from webgym_rollout.tasks.websites.generate import expert_plan
+        from webgym_rollout.tasks.websites.shortcuts import SHORTCUTS
 
-        policy = ExpertPolicy(sampler.tasks, agent=settings.policy.agent)
+        name = settings.policy.shortcut  # validated by PolicySettings
+        policy = ExpertPolicy(sampler.tasks, agent=settings.policy.agent,
+                              plan=SHORTCUTS[name] if name else expert_plan,
+                              model_id=SHORTCUT_MODEL_PREFIX + name if name else EXPERT_MODEL_ID)
     policy = policy if policy is not None else make_policy(settings.policy)
     observes_elements = bool(getattr(policy, "observes_elements", False))
     env_settings = dataclasses.replace(settings.env, elements=observes_elements)

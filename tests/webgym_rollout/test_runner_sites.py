@@ -12,14 +12,12 @@ import pytest
 import pytest_asyncio
 
 from webgym_core.settings import load_settings
-from webgym_rollout.agent.expert import ExpertPolicy
 from webgym_rollout.judge.calibration import JudgeEvalSettings, judge_eval, make_judges
 from webgym_rollout.judge.judges import JudgeSettings
 from webgym_rollout.judge.truth import TRUTH_FILE, read_truth
 from webgym_rollout.runner import RunSettings, run
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.tasks.websites.generate import site_tasks
-from webgym_rollout.tasks.websites.shortcuts import SHORTCUTS
 from webgym_rollout.tasks.websites.state import session_in
 from webgym_rollout.trajectory.contract import EpisodeStatus
 from webgym_rollout.trajectory.reader import read_episodes
@@ -126,9 +124,10 @@ async def test_shortcuts_played_in_chromium_earn_nothing_where_the_expert_earns_
     assert expert.episodes == expert.successes == len(tasks)
     for name, templates in tried.items():
         chosen = [by_template[template] for template in templates]
-        policy = ExpertPolicy(chosen, plan=SHORTCUTS[name], model_id=f"shortcut:{name}")
-        settings = _settings(tmp_path, site_server, site_browser, "expert", chosen, out=name, **roomy)
-        report = await run(settings, policy=policy)
+        # as `webgym-rollout run --policy expert --policy-shortcut NAME` plays it
+        settings = _settings(tmp_path, site_server, site_browser, "expert", chosen, out=name,
+                             policy__shortcut=name, **roomy)
+        report = await run(settings)
         episodes = read_episodes(tmp_path / name)
         assert report.episodes == len(chosen) and report.successes == 0, name
         for episode in episodes:  # played to the end and answered, in a real browser; judged by the truth

@@ -88,6 +88,7 @@ __all__ = [
     "PolicyUnavailable",
     "RandomPolicy",
     "RandomPolicySettings",
+    "SHORTCUT_MODEL_PREFIX",
     "SamplingSettings",
     "element_field",
     "make_policy",
@@ -95,6 +96,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+SHORTCUT_MODEL_PREFIX = "shortcut:"
+"""The ``policy_model`` of a shortcut's episodes starts with it (``shortcut:spray_numbers``): adversarial
+episodes that no judge should pass (``judge-eval`` flags a judge that passes one the truth fails)."""
 
 
 @dataclass(frozen=True)
@@ -214,12 +219,25 @@ class PolicySettings:
     (clicks uniformly random points of the 0-1000 grid; the floor of learning), openai (any
     OpenAI-compatible chat endpoint: vLLM, the CPU policy server, an API) or expert (the scripted
     expert of the local sites' generated tasks: a demonstration source that reads their truth)."""
+    shortcut: str = ""
+    """With --policy expert: play this shortcut of the local sites' tasks instead of the task's plan
+    (list_everything, spray_numbers, do_everything: webgym_rollout.tasks.websites.shortcuts); its
+    episodes' policy is shortcut:NAME, adversarial episodes for testing judges, never demonstrations."""
     endpoint: Endpoint = flat(Endpoint)
     sampling: SamplingSettings = flat(SamplingSettings)
     agent: AgentSettings = flat(AgentSettings)
     random: RandomPolicySettings = flat(RandomPolicySettings)
 
     def __post_init__(self) -> None:
+        if self.shortcut:
+            from webgym_rollout.tasks.websites.shortcuts import SHORTCUTS
+
+            if self.kind != "expert":
+                raise ValueError(f"shortcut: a shortcut is played by the scripted expert (--policy expert "
+                                 f"--policy-shortcut {self.shortcut}), not by the {self.kind} policy")
+            if self.shortcut not in SHORTCUTS:
+                raise ValueError(f"shortcut: unknown shortcut {self.shortcut!r}; expected one of "
+                                 f"{', '.join(SHORTCUTS)}")
         if self.kind == "openai" and not self.endpoint.configured:
             raise ValueError("base_url: the openai policy needs the endpoint's base_url and model "
                              "(--policy-base-url, --policy-model)")

@@ -22,7 +22,15 @@ Each judge's pass is compared with the label of the same episode (`JudgeMetrics`
 agreement, precision, recall, F1, specificity, Cohen's kappa, the success-rate gap), per difficulty
 level (easy, medium, hard, unknown), per benchmark and over all. A table goes to the terminal (or
 GitHub markdown with ``--markdown``) and everything, with each episode's verdicts, to the JSON file
-``--out``.
+``--out`` (and the tables as a page, ``--html``).
+
+Per policy. Each judge's pass rate is also given per policy of the episodes (their ``policy_model``:
+a dataset may pool several runs). The episodes of a shortcut (``shortcut:NAME``, played by
+``webgym-rollout run --policy expert --policy-shortcut NAME``: an answer listing every candidate, a
+spray of numbers, every candidate acted on) try to earn the reward without doing the task; a judge
+that passes one of them that the labels fail is **flagged** (`JudgeEvalReport.shortcut_passes`): an
+RL policy trained on its rewards would learn the shortcut. The flag is in the printed summary, the
+markdown, the page and the JSON (``flagged``, ``shortcut_passes``).
 
 Judge errors. A judge that cannot decide an episode (a reply without a valid verdict, a run judge
 that failed: ``error:judge_*`` for ``stored``) has an error on it, counted and listed. By default
@@ -51,6 +59,7 @@ import click
 from webgym_core.errors import SettingsError
 from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
 from webgym_data.schema import TASK_DIFFICULTY_LEVELS, Task
+from webgym_rollout.agent.policies import SHORTCUT_MODEL_PREFIX
 from webgym_rollout.errors import LabelError, RolloutError, TruthFileError
 from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, ProgrammaticJudge, make_judge
 from webgym_rollout.judge.labels import (
@@ -120,6 +129,9 @@ class JudgeEvalSettings:
     checks); default: the --tasks its manifest records."""
     out: Path | None = None
     """Write the JSON report here: every figure, the counts and each episode's label and verdicts."""
+    html: Path | None = None
+    """Write the tables (per group and per policy, with any judge flagged for passing a shortcut) as an
+    HTML page here."""
     markdown: bool = False
     """Print the table as GitHub markdown instead of a terminal table."""
     concurrency: int = 8
@@ -228,6 +240,13 @@ class JudgedEpisode:
     """Each judge's error on the episode ("kind: message"), by judge name."""
     verdicts: dict[str, dict[str, bool]] = field(default_factory=dict)
     """Each judge's verdict per criterion, by judge name (none for stored)."""
+    policy: str = ""
+    """The policy that played the episode (its ``policy_model``; ``shortcut:NAME`` for a shortcut)."""
+
+    @property
+    def shortcut(self) -> bool:
+        """Played by a shortcut: an episode that tries to earn the reward without doing the task."""
+        return self.policy.startswith(SHORTCUT_MODEL_PREFIX)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -279,6 +298,42 @@ class JudgeEvalReport:
                                               if judge in e.judged and e.benchmark == name)
                 for name in names}
 
+    def policies(self) -> list[str]:
+        """The policies of the measured episodes, sorted ("(none)" for an episode that names none)."""
+        return sorted({e.policy or "(none)" for e in self.episodes})
+
+    def by_policy(self, judge: str) -> dict[str, JudgeMetrics]:
+        """`judge`'s figures per policy of the episodes: its pass rate is ``judge_success_rate``."""
+        return {name: JudgeMetrics.from_pairs((e.label, e.judged[judge]) for e in self.episodes
+                                              if judge in e.judged and (e.policy or "(none)") == name)
+                for name in self.policies()}
+
+    def shortcut_passes(self, judge: str) -> list[JudgedEpisode]:
+        """The episodes of a shortcut policy that `judge` passes and the labels fail: any flags the judge."""
+        return [e for e in self.episodes if e.shortcut and not e.label and e.judged.get(judge)]
+
+    def flagged(self) -> list[str]:
+        """The judges that pass an episode of a shortcut policy that the labels fail."""
+        return [name for name in self.judges if self.shortcut_passes(name)]
+
+    def policy_lines(self) -> list[str]:
+        """Each judge's pass rate per policy, one line per judge, and a line per flagged judge; none
+        when every episode is of one policy that is not a shortcut."""
+        policies = self.policies()
+        if len(policies) < 2 and not any(e.shortcut for e in self.episodes):
+            return []
+        lines = []
+        for name in self.judges:
+            cells = [f"{policy} {m.tp + m.fp}/{m.n} ({_percent(m.judge_success_rate)} %; labels "
+                     f"{m.tp + m.fn})" for policy, m in self.by_policy(name).items()]
+            lines.append(f"{name} passes per policy: " + ", ".join(cells))
+        for name in self.flagged():
+            passes = self.shortcut_passes(name)
+            shown = ", ".join(f"{e.episode_id} ({e.policy}, task {e.task_id})" for e in passes[:5])
+            lines.append(f"FLAGGED {name}: passes {len(passes)} shortcut episode(s) the labels fail: {shown}"
+                         + (", ..." if len(passes) > 5 else ""))
+        return lines
+
     def errors(self, judge: str) -> int:
         """Episodes on which `judge` could not decide (or raised, with --exclude-errors)."""
         return sum(1 for e in self.episodes if judge in e.errors)
@@ -300,7 +355,12 @@ class JudgeEvalReport:
             "by_benchmark": {name: {bench: m.to_dict() for bench, m in self.by_benchmark(name).items()}
                              for name in self.judges},
             "errors": {name: self.errors(name) for name in self.judges},
-            "episodes": [e.to_dict() for e in self.episodes],
+            "by_policy": {name: {policy: m.to_dict() for policy, m in self.by_policy(name).items()}
+                          for name in self.judges},
+            "shortcut_passes": {name: [e.episode_id for e in self.shortcut_passes(name)]
+                                for name in self.judges},
+            "flagged": self.flagged(),
+            "episodes": [{**e.to_dict(), "shortcut": e.shortcut} for e in self.episodes],
         }
 
     def _rows(self) -> list[tuple[str, str, list[str]]]:
@@ -353,7 +413,46 @@ class JudgeEvalReport:
                  "|" + "|".join(":---" if n in ("judge", "group") else "---:" for n in _COLUMNS) + "|"]
         for judge, group, cells in self._rows():
             lines.append("| " + " | ".join([judge, f"**{group}**" if group == ALL else group, *cells]) + " |")
-        return "\n".join([*lines, "", _CAPTION, "", self.summary()]) + "\n"
+        policies = [f"- {'**' + line + '**' if line.startswith('FLAGGED') else line}"
+                    for line in self.policy_lines()]
+        tail = ["", *policies] if policies else []
+        return "\n".join([*lines, "", _CAPTION, "", self.summary(), *tail]) + "\n"
+
+    def html(self) -> str:
+        """A page of the table, each judge's pass rate per policy, and a banner per flagged judge."""
+        from html import escape
+
+        head = "".join(f"<th>{escape(name)}</th>" for name in _COLUMNS)
+        body = "".join(
+            f"<tr{' class=all' if group == ALL else ''}>"
+            + "".join(f"<td>{escape(cell)}</td>" for cell in (judge, group, *cells)) + "</tr>"
+            for judge, group, cells in self._rows())
+        policies = self.policies()
+        policy_rows = "".join(
+            f"<tr{' class=flag' if any(e.policy == policy for e in passes) else ''}>"
+            f"<td>{escape(name)}</td><td>{escape(policy)}</td><td>{m.n}</td><td>{m.tp + m.fp}</td>"
+            f"<td>{_percent(m.judge_success_rate)}</td><td>{m.tp + m.fn}</td></tr>"
+            for name in self.judges for passes in [self.shortcut_passes(name)]
+            for policy, m in self.by_policy(name).items())
+        flags = "".join(
+            f"<p class=banner>FLAGGED: judge <b>{escape(name)}</b> ({escape(self.judges[name])}) passes "
+            f"{len(self.shortcut_passes(name))} episode(s) of a shortcut policy that the labels fail: "
+            + escape(", ".join(f"{e.episode_id} ({e.policy}, task {e.task_id})"
+                               for e in self.shortcut_passes(name)[:20])) + "</p>"
+            for name in self.flagged())
+        style = ("body{font:14px sans-serif;margin:1.5em}table{border-collapse:collapse;margin:1em 0}"
+                 "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+                 "td:nth-child(-n+2){text-align:left}"
+                 "tr.all{font-weight:bold}tr.flag{background:#fdd}"
+                 ".banner{background:#c00;color:#fff;padding:.6em;font-weight:bold}")
+        return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>judge-eval</title>"
+                f"<style>{style}</style></head><body><h1>judges against {escape(self.labels)}</h1>"
+                f"<p>{escape(self.trajectories)}</p>{flags}<table><tr>{head}</tr>{body}</table>"
+                f"<p>{escape(_CAPTION)}</p><p>{escape(self.summary())}</p>"
+                f"<h2>pass rate per policy ({len(policies)})</h2><table><tr><th>judge</th><th>policy</th>"
+                f"<th>n</th><th>passed</th><th>pass %</th><th>label successes</th></tr>{policy_rows}</table>"
+                "<p>A shortcut policy (shortcut:NAME) tries to earn the reward without doing the task; a "
+                "judge that passes one of its episodes that the labels fail is flagged.</p></body></html>\n")
 
     def summary(self) -> str:
         """One line: what was measured and what was left out."""
@@ -503,7 +602,7 @@ async def _judge_all(trajectories: TrajectorySet, source: HumanLabels | TruthLab
             episode_id=episode.episode_id, task_id=episode.task.task_id,
             benchmark=episode.task.benchmark_name or "(none)",
             level=label.level or episode.task.difficulty_level,
-            label=label.success, source=label.source, failed_facts=label.failed,
+            label=label.success, source=label.source, failed_facts=label.failed, policy=episode.policy_model,
             judged={name: passed for name, passed, _, _ in keep},
             errors={name: error for name, _, error, _ in scored if error},
             verdicts={name: verdicts for name, _, _, verdicts in scored if verdicts})
@@ -634,6 +733,9 @@ def judge_eval_command(trajectories: str, config: str | None, **flags: Any) -> N
         # a pipe or a file gets the whole table; a terminal its own width
         Console(width=None if sys.stdout.isatty() else 200).print(report.table())
         click.echo(report.summary())
+        for line in report.policy_lines():
+            flag = line.startswith("FLAGGED")
+            click.secho(line, fg="red" if flag else None, bold=flag)
     for name in report.judges:
         if report.errors(name):
             how = "left out of its figures" if settings.exclude_errors else "counted as its failures"
@@ -646,3 +748,7 @@ def judge_eval_command(trajectories: str, config: str | None, **flags: Any) -> N
         settings.out.write_text(json.dumps({**report.to_dict(), "settings": recorded}, indent=2) + "\n",
                                 encoding="utf-8")
         click.echo(f"-> {settings.out}")
+    if settings.html is not None:
+        settings.html.parent.mkdir(parents=True, exist_ok=True)
+        settings.html.write_text(report.html(), encoding="utf-8")
+        click.echo(f"-> {settings.html}")

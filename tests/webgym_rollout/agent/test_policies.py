@@ -92,6 +92,17 @@ def test_policy_settings_build_the_policy_they_describe():
     assert isinstance(policy, OpenAIPolicy) and policy.model_id == "m" and policy.sampling.temperature == 0.0
 
 
+def test_a_shortcut_is_named_with_the_expert_and_must_be_known():
+    assert PolicySettings(kind="expert", shortcut="spray_numbers").shortcut == "spray_numbers"
+    known = "list_everything, spray_numbers, do_everything"
+    with pytest.raises(ValueError, match=rf"^shortcut: unknown shortcut 'spray'; expected one of {known}$"):
+        PolicySettings(kind="expert", shortcut="spray")
+    with pytest.raises(ValueError, match=r"^shortcut: a shortcut is played by the scripted expert \(--policy "
+                                         r"expert --policy-shortcut do_everything\), not by the random "
+                                         r"policy$"):
+        PolicySettings(kind="random", shortcut="do_everything")
+
+
 async def test_transient_server_errors_are_retried(scripted_openai):
     server = scripted_openai([{"status": 500}, {"status": 503}, GOOD_REPLY])
     async with OpenAIPolicy(endpoint(server, max_retries=3)) as policy:

@@ -336,3 +336,70 @@ def test_label_values(value, expected):
 def test_values_that_are_not_labels(value):
     with pytest.raises(ValueError):
         parse_label(value)
+
+
+# ------------------------------------------------------------------------- shortcut policies
+
+def pooled_run(tmp_path: Path, shortcut_tasks: set[int]) -> Path:
+    """The ten episodes as two policies' runs pooled: the tasks `shortcut_tasks` played by a shortcut
+    (``shortcut:spray_numbers``), the others by the scripted expert."""
+    out = tmp_path / "pooled"
+    with TrajectoryWriter(out, max_shard_episodes=4) as writer:
+        for n in range(10):
+            policy = "shortcut:spray_numbers" if n in shortcut_tasks else "scripted-expert"
+            writer.add(dataclasses.replace(episode_of(n), policy_model=policy))
+    return out
+
+
+def run_command(run: Path, tmp_path: Path, server) -> tuple[str, dict, str]:
+    """judge-eval of `run` with the stored rewards and the scripted rubric judge: (output, JSON, HTML)."""
+    out, page = tmp_path / "eval.json", tmp_path / "eval.html"
+    result = CliRunner().invoke(judge_eval_command, [
+        str(run), "--labels", str(labels_by_episode(tmp_path)["labels"]), "--judges", "stored,rubric",
+        "--judge-base-url", server.base_url, "--judge-model", "judge-model", "--out", str(out),
+        "--html", str(page), "--no-progress"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output, json.loads(out.read_text()), page.read_text()
+
+
+def test_a_judge_that_passes_a_shortcut_the_labels_fail_is_flagged(tmp_path, scripted_openai):
+    # t5 (label 0) and t6 (label 0) are sprays: the rubric judge passes t5, the stored reward neither.
+    server = scripted_openai(scripted_judge)
+    output, written, page = run_command(pooled_run(tmp_path, {5, 6}), tmp_path, server)
+    assert written["flagged"] == ["rubric"]
+    assert written["shortcut_passes"] == {"stored": [], "rubric": ["t5-a0"]}
+    spray, expert = written["by_policy"]["rubric"]["shortcut:spray_numbers"], \
+        written["by_policy"]["rubric"]["scripted-expert"]
+    assert (spray["n"], spray["judge_success_rate"], spray["label_success_rate"]) == (2, 0.5, 0.0)
+    assert (expert["n"], expert["tp"], expert["fp"], expert["fn"]) == (6, 3, 0, 2)  # t0-t4, t7
+    assert written["by_policy"]["stored"]["shortcut:spray_numbers"]["judge_success_rate"] == 0.0
+    assert {e["episode_id"]: (e["policy"], e["shortcut"]) for e in written["episodes"]}["t5-a0"] == (
+        "shortcut:spray_numbers", True)
+    assert "rubric passes per policy: scripted-expert 3/6 (50.0 %; labels 5), " \
+           "shortcut:spray_numbers 1/2 (50.0 %; labels 0)" in output
+    assert re.search(r"^FLAGGED rubric: passes 1 shortcut episode\(s\) the labels fail: t5-a0 "
+                     r"\(shortcut:spray_numbers, task t5\)$", output, re.M), output
+    assert "FLAGGED stored" not in output
+    assert "FLAGGED: judge <b>rubric</b> (judge-model) passes 1 episode(s)" in page
+    assert "<tr class=flag><td>rubric</td><td>shortcut:spray_numbers</td><td>2</td><td>1</td>" in page
+    assert "<tr><td>stored</td><td>shortcut:spray_numbers</td><td>2</td><td>0</td>" in page
+
+
+def test_a_judge_that_fails_every_shortcut_the_labels_fail_is_not_flagged(tmp_path, scripted_openai):
+    # The rubric judge fails t6 and t7 (label 0); it passes t0 (label 1), a shortcut the labels pass
+    # (the ground truth's own business, not the judge's fault).
+    server = scripted_openai(scripted_judge)
+    output, written, page = run_command(pooled_run(tmp_path, {0, 6, 7}), tmp_path, server)
+    assert written["flagged"] == [] and written["shortcut_passes"] == {"stored": [], "rubric": []}
+    spray = written["by_policy"]["rubric"]["shortcut:spray_numbers"]
+    assert (spray["n"], spray["tp"], spray["fp"], spray["tn"]) == (3, 1, 0, 2)
+    assert "rubric passes per policy: scripted-expert 3/5 (60.0 %; labels 4), " \
+           "shortcut:spray_numbers 1/3 (33.3 %; labels 1)" in output
+    assert "FLAGGED" not in output and "FLAGGED" not in page and "class=flag" not in page
+
+
+def test_one_policy_without_shortcuts_adds_no_policy_lines(trajectories, tmp_path, scripted_openai):
+    report = asyncio.run(judge_eval(settings_for(trajectories, tmp_path, scripted_openai(scripted_judge),
+                                                 **labels_by_episode(tmp_path))))
+    assert report.policies() == ["(none)"] and report.policy_lines() == [] and report.flagged() == []
+    assert "pass rate per policy (1)" in report.html()
