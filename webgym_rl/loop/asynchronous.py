@@ -88,6 +88,7 @@ from webgym_rl.loop.phases import (
     evaluation_due,
     finished_evaluation,
     history_of,
+    oldest_version,
     publish,
     run_settings,
     running_trainer,
@@ -388,8 +389,8 @@ def _compose(loop: Loop, staleness: StalenessManager, episodes: list[Episode], r
     filtered = Objective(settings.training.objective) is Objective.FILTERED_BC
     kept, dropped = [], []
     for episode in episodes:
-        # Its oldest step's version; an episode without steps has none: as new as the trainer.
-        version = min((step_version(step.policy_version) for step in episode.steps), default=r)
+        oldest = oldest_version(episode)
+        version = r if oldest is None else oldest  # an episode without steps: as new as the trainer
         stale = staleness.too_stale(version, r)
         (staleness.reject if stale else staleness.accept)(version)
         (dropped if stale else kept).append(episode)

@@ -72,9 +72,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Loop", "VersionedPolicy", "bootstrap_policy", "check_tasks", "checkpoint_due", "draw_tasks",
            "episode_staleness", "evaluate", "evaluation_due", "final_version", "finished_evaluation",
-           "history_of", "play", "publish", "publish_path", "push", "rollout_record", "run_settings",
-           "running_trainer", "save_version", "start_endpoint", "start_trainer", "step_version",
-           "successes_by_version", "supersede", "train_points", "train_round", "window",
+           "history_of", "oldest_version", "play", "publish", "publish_path", "push", "rollout_record",
+           "run_settings", "running_trainer", "save_version", "start_endpoint", "start_trainer",
+           "step_version", "successes_by_version", "supersede", "train_points", "train_round", "window",
            "write_checkpoint"]
 
 log = logging.getLogger(__name__)
@@ -268,10 +268,15 @@ def step_version(policy_version: str) -> int:
     return 0 if found is None else found
 
 
+def oldest_version(episode: Episode) -> int | None:
+    """The version of the episode's oldest step (`step_version`); None for an episode without steps."""
+    return min((step_version(step.policy_version) for step in episode.steps), default=None)
+
+
 def episode_staleness(episode: Episode, trainer_version: int) -> int:
     """Versions between the trainer and the episode's oldest step (0 for an episode without steps)."""
-    versions = [step_version(step.policy_version) for step in episode.steps]
-    return max(0, trainer_version - min(versions)) if versions else 0
+    oldest = oldest_version(episode)
+    return max(0, trainer_version - oldest) if oldest is not None else 0
 
 
 class VersionedPolicy:
