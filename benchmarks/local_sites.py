@@ -48,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import free_port, stop
-from tests.scripted_openai import ScriptedOpenAI
+from tests.support.scripted_openai import ScriptedOpenAI
 
 BIN = Path(sys.executable).parent
 TARGET_EXPERT = 0.95

@@ -128,16 +128,16 @@ async def chromium(chromium_path: str):
 @pytest.fixture
 def scripted_openai():
     """``scripted_openai(replies, **kw) -> ScriptedOpenAI``: a real OpenAI-protocol server on
-    127.0.0.1 answering from a script (see tests/scripted_openai.py); stopped after the test."""
-    from tests.scripted_openai import ScriptedOpenAI
+    127.0.0.1 answering from a script (see tests/support/scripted_openai.py); stopped after the test."""
+    from tests.support.scripted_openai import ScriptedOpenAI
 
     with contextlib.ExitStack() as stack:
         yield lambda replies=(), **kwargs: stack.enter_context(ScriptedOpenAI(replies, **kwargs))
 
 
 # Session-scoped tiny Qwen-VL checkpoints (built once per session, read-only).
-from tests.local_hub import local_hub  # noqa: E402,F401  (olah, offline Hub on 127.0.0.1)
-from tests.models import tiny_qwen2_vl, tiny_qwen3_vl  # noqa: E402,F401
+from tests.support.local_hub import local_hub  # noqa: E402,F401  (olah, offline Hub on 127.0.0.1)
+from tests.support.models import tiny_qwen2_vl, tiny_qwen3_vl  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.untrusted_input import JSON_VALUES, ODD_TEXT
+from tests.support.untrusted_input import JSON_VALUES, ODD_TEXT
 from webgym_core.completion import ChatReply, ToolCall, clean_text
 from webgym_core.errors import EndpointError, EndpointReplyInvalid
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.error_trees import check_defined_in_errors, check_drawn_tree
+from tests.support.error_trees import check_defined_in_errors, check_drawn_tree
 from webgym_core import errors, failpoints
 
 EXEMPT = {

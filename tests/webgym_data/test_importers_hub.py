@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.local_hub import LocalHub, run_local_hub
+from tests.support.local_hub import LocalHub, run_local_hub
 from webgym_data.importers import import_seed
 
 # Mind2Web-Live-shaped rows: key nodes whose `content` objects have different keys, as in the seed.

@@ -1,4 +1,5 @@
-"""webgym_data.llm against a real OpenAI-protocol HTTP server on 127.0.0.1 (tests/scripted_openai.py)."""
+"""webgym_data.llm against a real OpenAI-protocol HTTP server on 127.0.0.1 (tests/support/
+scripted_openai.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import hypothesis
 import pytest
 
 from tests.conftest import free_port
-from tests.untrusted_input import ODD_TEXT, deeply_nested, json_text
+from tests.support.untrusted_input import ODD_TEXT, deeply_nested, json_text
 from tests.webgym_data.helpers import llm_settings
 from webgym_core.endpoint import ChatClient
 from webgym_data.llm import (

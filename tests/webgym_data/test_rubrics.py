@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import free_port
-from tests.untrusted_input import JSON_VALUES, ODD_TEXT
+from tests.support.untrusted_input import JSON_VALUES, ODD_TEXT
 from tests.webgym_data.helpers import llm_settings
 from webgym_data.importers.miniwob import miniwob_task
 from webgym_data.llm import EventLoopError, LLMClient, LLMUnavailable

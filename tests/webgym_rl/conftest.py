@@ -1,4 +1,4 @@
-"""Fixtures of the webgym_rl tests: the known-answer bandit's starting point (`tests.bandit`)."""
+"""Fixtures of the webgym_rl tests: the known-answer bandit's starting point (`tests.support.bandit`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bandit import Arena, Bandit, SeededPolicy, arena, demonstrations, success, tasks_file
+from tests.support.bandit import Arena, Bandit, SeededPolicy, arena, demonstrations, success, tasks_file
 
 
 @dataclass(frozen=True)

@@ -60,12 +60,12 @@ def check_finished_async_run(out: Path, iterations: int) -> dict:
 
 
 def bandit_loop_settings(tmp_path: Path, start, sites_url: str, *, tasks: int, **changes) -> LoopSettings:
-    """`LoopSettings` of a loop on the known-answer bandit (`tests.bandit`, served at `sites_url`):
+    """`LoopSettings` of a loop on the known-answer bandit (`tests.support.bandit`, served at `sites_url`):
     `start` (the ``bandit_start`` fixture) plays from round 0 (its replies carry token ids and
     log-probabilities, which the policy-gradient objectives need; it hits the box about a fifth of
     the time, so groups of attempts seldom all get the same reward), one step per episode, `tasks`
     bandit tasks."""
-    from tests.bandit import VIEWPORT, tasks_file
+    from tests.support.bandit import VIEWPORT, tasks_file
 
     values = dict(tasks=str(tasks_file(tmp_path / "bandit.jsonl", tasks)), model=str(start.checkpoint),
                   out=str(tmp_path / "loop"), iterations=2, bootstrap_policy="model", sites_url=sites_url,

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from tests.error_trees import check_defined_in_errors, check_drawn_tree
+from tests.support.error_trees import check_defined_in_errors, check_drawn_tree
 from webgym_rl import errors
 from webgym_rollout.errors import PolicyError, RolloutError
 

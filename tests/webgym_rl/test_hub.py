@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from huggingface_hub import HfApi
 
 from tests.conftest import REPO_ROOT
-from tests.local_hub import run_local_hub
+from tests.support.local_hub import run_local_hub
 from tests.webgym_rl.synthetic import standard_iteration, tiny_checkpoint
 from webgym_rl.hub import push_command
 from webgym_rl.train import TrainingSettings, TrainSettings, train

@@ -216,7 +216,7 @@ async def _learn(start, chromium_path: str, plan: Plan, out: Path, *, shuffle: b
     trainer trains on the trajectories and pushes its weights to the server), each round's rewards
     shuffled among its episodes when `shuffle`; returns the hit rate of each round and the final
     one on the fixed evaluation set."""
-    from tests.bandit import COMPACT, arena, shuffled_rewards, success, tasks_file
+    from tests.support.bandit import COMPACT, arena, shuffled_rewards, success, tasks_file
     from tests.webgym_rl.conftest import SERVED, evaluate, policy_server
     from webgym_core.endpoint import Endpoint
     from webgym_rl.errors import NoTrainingDataError

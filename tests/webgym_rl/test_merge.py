@@ -9,7 +9,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from tests.models import tiny_model_dir
+from tests.support.models import tiny_model_dir
 from tests.webgym_rl.test_modeling import _image, _inputs
 from webgym_rl.cli import main as rl_main
 from webgym_rl.modeling import load_model, load_processor

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.models import tiny_model_dir
+from tests.support.models import tiny_model_dir
 from webgym_rl.modeling import (
     CHAT_TEMPLATE,
     CheckpointError,

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from tests.models import tiny_model_dir
+from tests.support.models import tiny_model_dir
 from webgym_rl.cli import main as rl_main
 from webgym_rl.modeling import load_model, load_processor
 from webgym_rl.policy_server import (

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from PIL import Image
 from schemathesis import GenerationMode
 
-from tests.models import tiny_model_dir
-from tests.openapi_fuzz import fuzz_operations, http_session
+from tests.support.models import tiny_model_dir
+from tests.support.openapi_fuzz import fuzz_operations, http_session
 from webgym_rl.policy_server import PolicyServerSettings, running_policy_server
 
 _EXAMPLES = 20

@@ -185,7 +185,7 @@ def test_only_the_shards_of_the_manifest_are_read_and_hidden_temporaries_never(t
 def test_a_schema_1_1_folder_gives_the_same_samples_as_today(tmp_path):
     import pyarrow.parquet as pq
 
-    from tests.schema_1_1 import write_1_1
+    from tests.support.schema_1_1 import write_1_1
 
     episodes = [episode(task_id="a", attempt=0, reward=1.0, num_steps=3, same_as_next=[False, True, False]),
                 episode(task_id="a", attempt=1, reward=0.0, num_steps=2)]

@@ -221,7 +221,7 @@ def test_bad_input_stops_with_one_clear_message_before_training(case, tmp_path_f
 
 def test_a_schema_1_1_dataset_still_trains(tmp_path_factory, tmp_path):
     """Trajectories written before schema 1.2 (no policy versions, log-probs or outcomes) train."""
-    from tests.schema_1_1 import write_1_1
+    from tests.support.schema_1_1 import write_1_1
 
     model = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
     episodes = [episode(task_id=f"task{t}", attempt=a, reward=float(a == 0))

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.error_trees import check_defined_in_errors, check_drawn_tree
+from tests.support.error_trees import check_defined_in_errors, check_drawn_tree
 from webgym_rollout import errors
 from webgym_rollout.errors import (
     TRANSIENT_ERRORS,

@@ -1,7 +1,7 @@
 """The loop trains with grpo (`webgym_rl.loop` with `webgym_rl.objectives.grpo`): several attempts per
 task form the groups; the record counts them and the dropped ones. The asynchronous schedule takes
 whole groups into a batch (`webgym_rl.loop.stream`), never half of one. The loops play the
-known-answer bandit (`tests.bandit`) from a policy that clicks at random: a policy with a model (the
+known-answer bandit (`tests.support.bandit`) from a policy that clicks at random: a policy with a model (the
 policy-gradient objectives need its log-probabilities) whose attempts at a task get mixed rewards."""
 
 from __future__ import annotations

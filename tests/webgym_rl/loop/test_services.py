@@ -31,7 +31,7 @@ def _root(base_url: str) -> str:
 
 
 def test_external_endpoint_is_switched_through_the_reload_url(tmp_path, tiny_qwen2_vl):
-    from tests.models import tiny_model_dir
+    from tests.support.models import tiny_model_dir
     from webgym_rl.loop.services import LoopServices
     from webgym_rl.policy_server import PolicyServerSettings, running_policy_server
 
@@ -59,7 +59,7 @@ def test_policy_command_is_restarted_for_each_checkpoint_and_stopped(tmp_path, t
 
     import psutil
 
-    from tests.models import tiny_model_dir
+    from tests.support.models import tiny_model_dir
     from webgym_rl.loop.services import LoopServices
 
     other = tiny_model_dir("qwen2_vl", seed=1)

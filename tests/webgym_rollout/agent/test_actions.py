@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.untrusted_input import JSON_VALUES, ODD_TEXT, deeply_nested, json_text
+from tests.support.untrusted_input import JSON_VALUES, ODD_TEXT, deeply_nested, json_text
 from webgym_rollout.agent.actions import (
     ACTIONS,
     GRID_SIZE,

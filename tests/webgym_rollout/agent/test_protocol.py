@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from tests.untrusted_input import JSON_VALUES, ODD_TEXT, json_text
+from tests.support.untrusted_input import JSON_VALUES, ODD_TEXT, json_text
 from webgym_rollout.agent.actions import ACTIONS, AgentAction, example_action, tool_schema
 from webgym_rollout.agent.protocol import (
     VARIANTS,

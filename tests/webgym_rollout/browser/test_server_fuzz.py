@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from tests.openapi_fuzz import fuzz_operations, http_session
+from tests.support.openapi_fuzz import fuzz_operations, http_session
 from webgym_rollout.browser.pool import PoolSettings
 from webgym_rollout.browser.protocol import ErrorBody
 from webgym_rollout.browser.server import ServerSettings, running_server

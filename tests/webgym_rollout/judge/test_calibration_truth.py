@@ -15,7 +15,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from tests.scripted_openai import ScriptedOpenAI
+from tests.support.scripted_openai import ScriptedOpenAI
 from webgym_core.endpoint import Endpoint
 from webgym_data.loading import write_tasks
 from webgym_data.schema import Task

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.untrusted_input import JSON_VALUES, ODD_TEXT
+from tests.support.untrusted_input import JSON_VALUES, ODD_TEXT
 from tests.webgym_rollout.agent.test_protocol import png
 from webgym_core.endpoint import Endpoint
 from webgym_data.schema import FactGroup, Task

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.schema_1_1 import write_1_1
+from tests.support.schema_1_1 import write_1_1
 from tests.webgym_rollout.agent.test_protocol import png
 from webgym_data.schema import Task, task_features
 from webgym_rollout.errors import BrowserError, JudgeError, PolicyError
