@@ -383,16 +383,61 @@ def _learning_curve(summary: dict[str, Any], rounds: list[Any], path: Path,
 
 def run_demo(settings: DemoSettings) -> DemoResult:
     """Run every stage; returns the measured summary (also written to OUT/summary.json)."""
+    _offline()
+    out = Path(settings.out)
+    stages = _Stages(settings.progress)
+    _prepare_out(out)
+    tasks = _build_tasks(settings, out, stages)  # 1
+    # 2. The recipe (the shipped CPU MiniWoB++ recipe, sized for the demo) and the servers.
+    stages.stage(2, "Starting the site server and the browser server; building a tiny Qwen3-VL")
+    from webgym_rl.loop import LoopServices, run_loop
+
+    loop_settings, tiny = _loop_settings(settings, tasks, out)
+    on_event = _event_printer(stages, tasks.counts)
+    with LoopServices(loop_settings, on_event=on_event) as services:
+        baselines = _baselines(settings, loop_settings, services, tasks, out / "baselines", stages)  # 3
+        sites = _site_stage(settings, loop_settings, services, tasks, out / "sites", stages)  # 4
+        # 5-8. One round of the loop: rollout (DOM-aware random) -> train -> publish -> evaluate.
+        result = run_loop(loop_settings, services=services, on_event=on_event)
+    # 9. Reports, learning curve and summary.
+    stages.stage(9, "Writing the HTML reports, the learning curve and the summary")
+    summary = _summary(settings, tasks, tiny, baselines, sites, result)
+    summary["folders"] = _reports(summary, tasks, baselines, sites, result, out)
+    summary["seconds"] = time.perf_counter() - stages.started
+    summary["notes"] = _notes(summary)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
+    if settings.progress:
+        _print_summary(stages, summary, out)
+    return DemoResult(out=out, summary=summary)
+
+
+def _offline() -> None:
+    """No call to the Hub, no telemetry, no tokenizer threads: the demo runs offline."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    preset = settings.preset
-    out = Path(settings.out)
-    stages = _Stages(settings.progress)
-    _prepare_out(out)
 
-    # 1. Tasks, through the real build path (offline).
+
+@dataclass
+class _Tasks:
+    """What stage 1 built: the task dataset, and the task files the later stages run."""
+
+    counts: dict[str, int]
+    folder: Path
+    """The built task dataset."""
+    train: Path
+    """The MiniWoB++ rows of both splits: the loop trains on them."""
+    heldout: Path
+    """The held-out MiniWoB++ seeds (never trained on)."""
+    sites: list[Any]
+    """The site tasks as built (both splits; their subtasks are left to `webgym-rollout run`)."""
+    site_file: Path
+
+
+def _build_tasks(settings: DemoSettings, out: Path, stages: _Stages) -> _Tasks:
+    """Stage 1: the tasks, through the real build path (offline)."""
+    preset = settings.preset
     stages.stage(1, f"Building the task dataset: {SAMPLE_TASKS.name} + {preset.site_tasks} tasks of each "
                     f"local site + {len(preset.miniwob_tasks)} MiniWoB++ tasks x {preset.train_seeds} "
                     "training seeds")
@@ -436,10 +481,32 @@ def run_demo(settings: DemoSettings) -> DemoResult:
                 f"{task_counts['miniwob_heldout']} held-out MiniWoB++ episodes -> {heldout_tasks}")
     if not task_counts["miniwob_train"]:
         raise DemoError(f"the build put no MiniWoB task in {tasks_dir}; nothing to roll out")
+    return _Tasks(counts=task_counts, folder=tasks_dir, train=train_tasks, heldout=heldout_tasks,
+                  sites=built_sites, site_file=site_file)
 
-    # 2. The recipe (the shipped CPU MiniWoB++ recipe, sized for the demo) and the servers.
-    stages.stage(2, "Starting the site server and the browser server; building a tiny Qwen3-VL")
-    from webgym_rl.loop import LoopServices, load_recipe, run_loop
+
+def _loop_settings(settings: DemoSettings, tasks: _Tasks, out: Path) -> tuple[Any, Any]:
+    """The shipped CPU MiniWoB++ recipe sized for the demo, around a tiny Qwen3-VL built here;
+    returns (the loop's settings, the tiny model's)."""
+    from webgym_rl.loop import load_recipe
+    from webgym_rl.tiny import TinyModelSettings, build_tiny_model
+
+    preset = settings.preset
+    tiny = TinyModelSettings(family="qwen3_vl", seed=settings.seed)
+    model_dir = build_tiny_model(out / "models" / "tiny-qwen3vl", settings=tiny)
+    loop_settings = load_recipe(
+        RECIPE, tasks=str(tasks.train), model=str(model_dir), out=str(out / "loop"), iterations=1,
+        eval_tasks=str(tasks.heldout), seed=settings.seed, progress=settings.progress,
+        concurrency=settings.concurrency, pool={"contexts_per_browser": max(1, settings.concurrency)},
+        miniwob_horizon=preset.horizon, learning_rate=settings.learning_rate, max_steps=preset.max_steps,
+        per_device_batch_size=preset.batch_size,
+        policy={"model": "tiny-qwen3vl", "max_new_tokens": preset.max_new_tokens,
+                "max_tokens": preset.max_new_tokens})
+    return loop_settings, tiny
+
+
+def _event_printer(stages: _Stages, task_counts: dict[str, int]) -> Any:
+    """The loop's events as the demo's stage lines (stages 5-8) and notes."""
     from webgym_rl.loop.events import (
         EvalStarted,
         PhaseDone,
@@ -447,21 +514,6 @@ def run_demo(settings: DemoSettings) -> DemoResult:
         PolicyServing,
         ServiceStarted,
     )
-    from webgym_rl.loop.phases import run_settings
-    from webgym_rl.tiny import TinyModelSettings, build_tiny_model
-    from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
-
-    tiny = TinyModelSettings(family="qwen3_vl", seed=settings.seed)
-    model_dir = build_tiny_model(out / "models" / "tiny-qwen3vl", settings=tiny)
-    loop_settings = load_recipe(
-        RECIPE, tasks=str(train_tasks), model=str(model_dir), out=str(out / "loop"), iterations=1,
-        eval_tasks=str(heldout_tasks), seed=settings.seed, progress=settings.progress,
-        concurrency=settings.concurrency, pool={"contexts_per_browser": max(1, settings.concurrency)},
-        miniwob_horizon=preset.horizon, learning_rate=settings.learning_rate, max_steps=preset.max_steps,
-        per_device_batch_size=preset.batch_size,
-        policy={"model": "tiny-qwen3vl", "max_new_tokens": preset.max_new_tokens,
-                "max_tokens": preset.max_new_tokens})
-    agent = loop_settings.policy.agent
 
     def on_event(event: Any) -> None:
         if isinstance(event, ServiceStarted):
@@ -484,46 +536,63 @@ def run_demo(settings: DemoSettings) -> DemoResult:
         elif isinstance(event, PhaseDone) and event.phase in ("rollout", "train"):
             stages.note(f"{event.record.summary()}")
 
-    baselines = out / "baselines"
-    with LoopServices(loop_settings, on_event=on_event) as services:
-        # 3. Both baselines on the held-out seeds.
-        stages.stage(3, f"Baselines on the {task_counts['miniwob_heldout']} held-out episodes: pixel-random "
-                        "and DOM-aware random")
-        measured: dict[str, dict[str, Any]] = {}
-        for key, kind in (("pixel_random", "pixel_random"), ("dom_random", "random")):
-            policy = PolicySettings(kind=kind, agent=agent, random=RandomPolicySettings(seed=settings.seed))
-            run = run_settings(loop_settings, services, tasks=heldout_tasks, split="test", index=0,
-                               out=baselines / key.replace("_", "-"), horizon_table="test")
-            measured[key] = _heldout_rollout(dataclasses.replace(run, policy=policy))
-            stages.note(f"{key.replace('_', '-')}: {measured[key]['successes']}/{measured[key]['episodes']} "
-                        "successes")
-        # 4. The local sites' tasks: DOM-aware random and the scripted expert, judged by the truth.
-        stages.stage(4, f"Site tasks: the DOM-aware random policy and the scripted expert on "
-                        f"{len(built_sites)} tasks of the local sites, judged against their ground truth; "
-                        "the expert's episodes recorded, then replayed")
-        sites = _site_rollouts(loop_settings, services, site_file, out / "sites", agent, settings.seed)
-        for key in ("random", "expert"):
-            stages.note(f"{key}: {sites[key]['successes']}/{sites[key]['episodes']} successes")
-        replay = sites["replay"]
-        stages.note(f"replay of the expert's recording: {replay['matched']}/{replay['episodes']} episodes "
-                    "with the same screenshots and verdict")
-        # 5-8. One round of the loop: rollout (DOM-aware random) -> train -> publish -> evaluate.
-        result = run_loop(loop_settings, services=services, on_event=on_event)
+    return on_event
+
+
+def _baselines(settings: DemoSettings, loop_settings: Any, services: Any, tasks: _Tasks, baselines: Path,
+               stages: _Stages) -> dict[str, dict[str, Any]]:
+    """Stage 3: both baselines (pixel-random, DOM-aware random) on the held-out seeds."""
+    from webgym_rl.loop.phases import run_settings
+    from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
+
+    stages.stage(3, f"Baselines on the {tasks.counts['miniwob_heldout']} held-out episodes: pixel-random "
+                    "and DOM-aware random")
+    measured: dict[str, dict[str, Any]] = {}
+    for key, kind in (("pixel_random", "pixel_random"), ("dom_random", "random")):
+        policy = PolicySettings(kind=kind, agent=loop_settings.policy.agent,
+                                random=RandomPolicySettings(seed=settings.seed))
+        run = run_settings(loop_settings, services, tasks=tasks.heldout, split="test", index=0,
+                           out=baselines / key.replace("_", "-"), horizon_table="test")
+        measured[key] = _heldout_rollout(dataclasses.replace(run, policy=policy))
+        stages.note(f"{key.replace('_', '-')}: {measured[key]['successes']}/{measured[key]['episodes']} "
+                    "successes")
+    return measured
+
+
+def _site_stage(settings: DemoSettings, loop_settings: Any, services: Any, tasks: _Tasks, out: Path,
+                stages: _Stages) -> dict[str, Any]:
+    """Stage 4: the local sites' tasks with DOM-aware random and the scripted expert, judged by the
+    truth; the expert's episodes recorded, then replayed."""
+    stages.stage(4, f"Site tasks: the DOM-aware random policy and the scripted expert on "
+                    f"{len(tasks.sites)} tasks of the local sites, judged against their ground truth; "
+                    "the expert's episodes recorded, then replayed")
+    sites = _site_rollouts(loop_settings, services, tasks.site_file, out, loop_settings.policy.agent,
+                           settings.seed)
+    for key in ("random", "expert"):
+        stages.note(f"{key}: {sites[key]['successes']}/{sites[key]['episodes']} successes")
+    replay = sites["replay"]
+    stages.note(f"replay of the expert's recording: {replay['matched']}/{replay['episodes']} episodes "
+                "with the same screenshots and verdict")
+    return sites
+
+
+def _round_figures(result: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(rollout, train, eval) of the loop's one round, as dicts; train names the checkpoint."""
     record = result.rounds[0]
     rollout, train, evaluation = (r.model_dump() for r in (record.rollout, record.train, record.eval))
     train["checkpoint"] = result.checkpoint
+    return rollout, train, evaluation
 
-    # 8. Reports, learning curve and summary.
-    stages.stage(9, "Writing the HTML reports, the learning curve and the summary")
-    from webgym_rollout.report.charts import run_colours
-    from webgym_rollout.report.html import build_report, write_report
-    from webgym_rollout.report.viewer import render_report
 
-    report_dir = out / "report"
+def _summary(settings: DemoSettings, tasks: _Tasks, tiny: Any, measured: dict[str, dict[str, Any]],
+             sites: dict[str, Any], result: Any) -> dict[str, Any]:
+    """What was measured: tasks, held-out seeds, model, every rollout's figures, training."""
+    preset = settings.preset
+    rollout, train, evaluation = _round_figures(result)
     counts = train.get("counts") or {}
     summary: dict[str, Any] = {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
-        "tasks": task_counts,
+        "tasks": tasks.counts,
         "heldout": {"tasks": list(preset.miniwob_tasks),
                     "seeds": [HELDOUT_SEED_BASE + s for s in range(preset.heldout_seeds)]},
         "model": asdict(tiny),
@@ -531,8 +600,8 @@ def run_demo(settings: DemoSettings) -> DemoResult:
             ("pixel_random", measured["pixel_random"]), ("dom_random", measured["dom_random"]),
             ("trained", evaluation), ("bootstrap", rollout), ("site_random", sites["random"]),
             ("site_expert", sites["expert"]))},
-        "sites": {"tasks": len(built_sites), "replay": sites["replay"], "levels": sites["levels"],
-                  "names": sorted({t.environment.partition(":")[2] for t in built_sites})},
+        "sites": {"tasks": len(tasks.sites), "replay": sites["replay"], "levels": sites["levels"],
+                  "names": sorted({t.environment.partition(":")[2] for t in tasks.sites})},
         "training": ({"skipped": train["skipped"]} if train.get("skipped") else {
             "steps": train["steps"], "first_loss": train["first_loss"], "last_loss": train["last_loss"],
             "trajectories_kept": counts.get("trajectories_kept"), "steps_kept": counts.get("steps_kept"),
@@ -541,13 +610,25 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     summary["internal_errors"] = sum(run["internal_errors"] for run in summary["rollouts"].values())
     if summary["internal_errors"]:
         log.warning("%s", _bug_note(summary))
+    return summary
+
+
+def _reports(summary: dict[str, Any], tasks: _Tasks, measured: dict[str, dict[str, Any]],
+             sites: dict[str, Any], result: Any, out: Path) -> dict[str, Path]:
+    """Write the HTML reports and the learning curve; returns every output folder and file by name."""
+    from webgym_rollout.report.charts import run_colours
+    from webgym_rollout.report.html import build_report, write_report
+    from webgym_rollout.report.viewer import render_report
+
+    rollout, train, evaluation = _round_figures(result)
+    report_dir = out / "report"
     comparison = build_report(
         [measured["pixel_random"]["out"], measured["dom_random"]["out"], evaluation["out"]],
         labels=["pixel-random", "DOM-aware random", "trained tiny policy"])
     colours = run_colours(run.label for run in comparison.runs)  # one colour per run, PNG and page
     curve, points = _learning_curve(summary, result.rounds, report_dir / "learning_curve.png", colours)
-    summary["folders"] = {
-        "task dataset": tasks_dir, "held-out tasks": heldout_tasks,
+    return {
+        "task dataset": tasks.folder, "held-out tasks": tasks.heldout,
         "trajectories (bootstrap)": Path(rollout["out"]), "checkpoint (trained)": Path(train["checkpoint"]),
         "trajectories (pixel-random)": Path(measured["pixel_random"]["out"]),
         "trajectories (DOM-aware random)": Path(measured["dom_random"]["out"]),
@@ -562,19 +643,18 @@ def run_demo(settings: DemoSettings) -> DemoResult:
         **{f"report (site tasks, {key})": render_report(sites[key]["out"], report_dir / f"sites-{key}.html")
            for key in ("expert", "random")},
         "learning curve": curve, "loop state": out / "loop" / "loop_state.json"}
-    summary["seconds"] = time.perf_counter() - stages.started
-    summary["notes"] = _notes(summary)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
-    if settings.progress:
-        stages.console.print(_summary_table(summary))
-        stages.console.print("Outputs:")
-        for name, path in summary["folders"].items():
-            stages.console.print(f"  {name + ':':<30} {path}", soft_wrap=True)
-        for note in summary["notes"]:
-            stages.console.print(f"- {note}", style="bold red" if note.startswith("WARNING") else None,
-                                 markup=False)
-        stages.console.print(f"Done in {summary['seconds']:.0f} s. Summary: {out / 'summary.json'}")
-    return DemoResult(out=out, summary=summary)
+
+
+def _print_summary(stages: _Stages, summary: dict[str, Any], out: Path) -> None:
+    """The summary table, the outputs and the notes, on the terminal."""
+    stages.console.print(_summary_table(summary))
+    stages.console.print("Outputs:")
+    for name, path in summary["folders"].items():
+        stages.console.print(f"  {name + ':':<30} {path}", soft_wrap=True)
+    for note in summary["notes"]:
+        stages.console.print(f"- {note}", style="bold red" if note.startswith("WARNING") else None,
+                             markup=False)
+    stages.console.print(f"Done in {summary['seconds']:.0f} s. Summary: {out / 'summary.json'}")
 
 
 @click.command("demo", context_settings={"help_option_names": ["-h", "--help"]})

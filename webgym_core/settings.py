@@ -171,18 +171,39 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
 
     if kind is Any:
         return value
-    if origin is typing.Literal:
+    if origin is typing.Literal or (isinstance(kind, type) and issubclass(kind, enum.Enum)):
+        return _coerce_choice(value, kind, where)
+    if kind in _SCALARS:
+        return _coerce_scalar(value, kind, fail)
+    if origin in (list, tuple):
+        return _coerce_sequence(value, kind, where, fail)
+    if origin is dict:
+        return _coerce_mapping(value, kind, where, fail)
+    if isinstance(kind, type) and isinstance(value, kind):
+        return value
+    raise fail()
+
+
+def _coerce_choice(value: Any, kind: Any, where: str) -> Any:
+    """`value` as one of a Literal's choices or an Enum's members."""
+    if typing.get_origin(kind) is typing.Literal:
         allowed = typing.get_args(kind)
         # By type too: YAML's ``true`` equals 1 and ``1.0`` equals 1, yet neither is the choice ``1``.
         if not any(type(value) is type(choice) and value == choice for choice in allowed):
             raise SettingsError(f"{where}: {value!r} is not one of {', '.join(repr(a) for a in allowed)}")
         return value
-    if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        try:
-            return kind(value.value if isinstance(value, enum.Enum) else value)
-        except ValueError:
-            choices = ", ".join(repr(m.value) for m in kind)
-            raise SettingsError(f"{where}: {value!r} is not one of {choices}") from None
+    try:
+        return kind(value.value if isinstance(value, enum.Enum) else value)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in kind)
+        raise SettingsError(f"{where}: {value!r} is not one of {choices}") from None
+
+
+_SCALARS = (bool, int, float, str, Path)
+
+
+def _coerce_scalar(value: Any, kind: type, fail: Callable[[], SettingsError]) -> Any:
+    """`value` as a bool, int, float, str or Path: no bool passes for a number, no NaN for a float."""
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -205,40 +226,44 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             return str(value)
         raise fail()
-    if kind is Path:
-        if isinstance(value, str | Path):
-            return Path(value)
-        raise fail()
-    if origin in (list, tuple):
-        items = [value] if isinstance(value, str | int | float | Path) else value
-        if not isinstance(items, list | tuple):
-            raise fail()
-        args = typing.get_args(kind)
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(items) != len(args):
-                raise SettingsError(f"{where}: expected {len(args)} values, got {len(items)}: "
-                                    f"{list(items)!r}")
-            return tuple(_coerce(v, a, f"{where}[{i}]")
-                         for i, (v, a) in enumerate(zip(items, args, strict=True)))
-        inner = args[0] if args else Any
-        converted = [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(items)]
-        return tuple(converted) if origin is tuple else converted
-    if origin is dict:
-        _, inner = typing.get_args(kind) or (str, Any)
-        if isinstance(value, list | tuple):  # from flags: KEY=VALUE strings
-            pairs = {}
-            for text in value:
-                name, sep, raw = str(text).partition("=")
-                if not sep or not name:
-                    raise SettingsError(f"{where}: expected KEY=VALUE, got {text!r}")
-                pairs[name] = _parse_scalar(raw, inner, f"{where}[{name}]")
-            return pairs
-        if not isinstance(value, Mapping):
-            raise fail()
-        return {str(k): _coerce(v, inner, f"{where}[{k}]") for k, v in value.items()}
-    if isinstance(kind, type) and isinstance(value, kind):
-        return value
+    if isinstance(value, str | Path):
+        return Path(value)
     raise fail()
+
+
+def _coerce_sequence(value: Any, kind: Any, where: str, fail: Callable[[], SettingsError]) -> Any:
+    """`value` (one item, or a list) as a list or tuple of `kind`'s items; a fixed-length tuple
+    needs exactly its number."""
+    origin = typing.get_origin(kind)
+    items = [value] if isinstance(value, str | int | float | Path) else value
+    if not isinstance(items, list | tuple):
+        raise fail()
+    args = typing.get_args(kind)
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        if len(items) != len(args):
+            raise SettingsError(f"{where}: expected {len(args)} values, got {len(items)}: "
+                                f"{list(items)!r}")
+        return tuple(_coerce(v, a, f"{where}[{i}]")
+                     for i, (v, a) in enumerate(zip(items, args, strict=True)))
+    inner = args[0] if args else Any
+    converted = [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(items)]
+    return tuple(converted) if origin is tuple else converted
+
+
+def _coerce_mapping(value: Any, kind: Any, where: str, fail: Callable[[], SettingsError]) -> dict:
+    """`value` (a mapping, or KEY=VALUE strings from flags) as a dict of `kind`'s values."""
+    _, inner = typing.get_args(kind) or (str, Any)
+    if isinstance(value, list | tuple):  # from flags: KEY=VALUE strings
+        pairs = {}
+        for text in value:
+            name, sep, raw = str(text).partition("=")
+            if not sep or not name:
+                raise SettingsError(f"{where}: expected KEY=VALUE, got {text!r}")
+            pairs[name] = _parse_scalar(raw, inner, f"{where}[{name}]")
+        return pairs
+    if not isinstance(value, Mapping):
+        raise fail()
+    return {str(k): _coerce(v, inner, f"{where}[{k}]") for k, v in value.items()}
 
 
 def _parse_scalar(text: str, kind: Any, where: str) -> Any:

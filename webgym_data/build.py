@@ -432,9 +432,6 @@ def _settings_record(settings: BuildSettings) -> dict[str, Any]:
 
 def build(settings: BuildSettings) -> BuildReport:
     """Run the whole pipeline and write `settings.out` atomically."""
-    from webgym_data.importers import discover_seeds, import_seed, seed_search
-    from webgym_data.taxonomy import assign_taxonomy
-
     out = Path(settings.out)  # type: ignore[arg-type]  # checked by BuildSettings
     client = _llm_client(settings)
     existing_train: list[Task] = []
@@ -442,6 +439,46 @@ def build(settings: BuildSettings) -> BuildReport:
     previous: dict[str, Any] | None = None
     if settings.extend is not None:
         existing_train, existing_test, previous = read_task_set(settings.extend)
+    sources = _sources(settings)
+
+    counts: dict[str, Any] = {}
+    with _Steps(settings.progress) as steps:
+        tasks, inputs = _import(sources, settings, steps)
+        tasks, counts["normalise"] = _normalise(tasks, [*existing_train, *existing_test])
+        with steps.step("dedupe"):
+            report = dedupe(tasks, settings.dedupe, existing=[*existing_train, *existing_test])
+        tasks = report.tasks
+        counts["dedupe"] = {"exact": report.exact, "near": report.near, "kept": len(tasks)}
+        tasks, counts["rubrics"] = _rubrics(tasks, client, settings, steps)
+        # The taxonomy, for the seed tasks, runs before decomposition (the issue lists it after)
+        # because a subtask is classified as its parent: copying the parent's pair is the same
+        # result without a second pass over every subtask.
+        tasks = _taxonomy(tasks, client, settings, steps)
+        counts["taxonomy"] = dict(Counter(t.domain or "(none)" for t in tasks))
+        subtasks, counts["decompose"] = _decompose(tasks, client, settings, steps)
+        with steps.step("split"):
+            fixed = site_assignment(existing_train, existing_test) if previous is not None else None
+            # When extending, the test target counts what test already holds; new tasks on sites
+            # already in test go there and count too.
+            target = max(0, settings.split.test_size - len(existing_test))
+            split = split_tasks([*tasks, *subtasks], replace(settings.split, test_size=target), fixed=fixed)
+        train = [*existing_train, *split.train]
+        test = [*existing_test, *split.test]
+        if not train and not test:
+            raise BuildError("the seeds gave no tasks to write (see the import and dedupe counts with -v)")
+        try:
+            with _staging(out) as tmp:
+                manifest = _write(tmp, settings, steps, train, test,
+                                  inputs=inputs, counts=counts, previous=previous)
+        except OSError as exc:
+            raise BuildError(f"cannot write {out}: {exc}") from None
+    return BuildReport(out=out, manifest=manifest, train=train, test=test)
+
+
+def _sources(settings: BuildSettings) -> list[tuple[str, str]]:
+    """The (importer, path) pairs to import: the seed sets found in `settings.seeds`, then
+    `settings.importers`."""
+    from webgym_data.importers import discover_seeds, seed_search
 
     sources: list[tuple[str, str]] = []
     if settings.seeds is not None:
@@ -455,116 +492,104 @@ def build(settings: BuildSettings) -> BuildReport:
     if not sources:
         raise BuildError("no seed sets to import: give --seeds DIR with known seed files, "
                          "or --importer NAME=PATH")
+    return sources
 
-    counts: dict[str, Any] = {}
+
+def _import(sources: list[tuple[str, str]], settings: BuildSettings,
+            steps: _Steps) -> tuple[list[Task], list[dict[str, Any]]]:
+    """Import every source; returns the tasks and the manifest's record of each input (its files
+    and their hashes, relative to the seed folder when inside it)."""
+    from webgym_data.importers import import_seed
+
+    tasks: list[Task] = []
     inputs: list[dict[str, Any]] = []
-    with _Steps(settings.progress) as steps:
-        # -- import
-        tasks: list[Task] = []
-        with steps.step("import", total=len(sources)) as advance:
-            for name, source in sources:
-                result = import_seed(name, source)
-                files = {}
-                for path in result.files:
-                    path = Path(path)
-                    shown = str(path)
-                    if settings.seeds is not None and path.is_relative_to(Path(settings.seeds)):
-                        shown = str(path.relative_to(Path(settings.seeds)))
-                    files[shown] = "sha256:" + sha256_file(path) if path.is_file() else ""
-                inputs.append({"importer": name, "source": str(source), "files": files,
-                               "tasks": len(result.tasks), "skipped": len(result.skipped),
-                               "unresolved_websites": result.unresolved_websites})
-                tasks.extend(result.tasks)
-                advance(1)
+    with steps.step("import", total=len(sources)) as advance:
+        for name, source in sources:
+            result = import_seed(name, source)
+            files = {}
+            for path in result.files:
+                path = Path(path)
+                shown = str(path)
+                if settings.seeds is not None and path.is_relative_to(Path(settings.seeds)):
+                    shown = str(path.relative_to(Path(settings.seeds)))
+                files[shown] = "sha256:" + sha256_file(path) if path.is_file() else ""
+            inputs.append({"importer": name, "source": str(source), "files": files,
+                           "tasks": len(result.tasks), "skipped": len(result.skipped),
+                           "unresolved_websites": result.unresolved_websites})
+            tasks.extend(result.tasks)
+            advance(1)
+    return tasks, inputs
 
-        # -- normalise: one row per task id (the first wins); earlier builds' ids are kept as they are
-        known = {t.task_id for t in (*existing_train, *existing_test)}
-        seen: set[str] = set()
-        unique: list[Task] = []
-        already = 0
-        for task in tasks:
-            if task.task_id in known:
-                already += 1
-            elif task.task_id not in seen:
-                seen.add(task.task_id)
-                unique.append(task)
-        counts["normalise"] = {"imported": len(tasks), "duplicate_ids": len(tasks) - len(unique) - already,
-                               "already_in_extended": already}
 
-        # -- dedupe
-        with steps.step("dedupe"):
-            report = dedupe(unique, settings.dedupe, existing=[*existing_train, *existing_test])
-        tasks = report.tasks
-        counts["dedupe"] = {"exact": report.exact, "near": report.near, "kept": len(tasks)}
+def _normalise(tasks: list[Task], existing: list[Task]) -> tuple[list[Task], dict[str, int]]:
+    """One row per task id (the first wins); earlier builds' ids are kept as they are. Returns the
+    tasks kept and the counts."""
+    known = {t.task_id for t in existing}
+    seen: set[str] = set()
+    unique: list[Task] = []
+    already = 0
+    for task in tasks:
+        if task.task_id in known:
+            already += 1
+        elif task.task_id not in seen:
+            seen.add(task.task_id)
+            unique.append(task)
+    return unique, {"imported": len(tasks), "duplicate_ids": len(tasks) - len(unique) - already,
+                    "already_in_extended": already}
 
-        # -- rubrics: by an LLM for the tasks the mode picks (webgym_data.rubrics); offline the
-        # seed rubrics stay as imported
-        from webgym_data.rubrics import generate_rubrics, wants_rubric
 
-        counts["rubrics"] = {"llm": client is not None, "mode": settings.rubrics, "generated": 0,
-                             "replaced": 0, "kept_seed": 0, "failed": 0}
-        asked = any(wants_rubric(t, settings.rubrics) for t in tasks)
-        if client is None and asked:
-            logger.warning("--rubrics %s: no LLM endpoint, so the seed rubrics are kept as imported "
-                           "(give --llm-base-url and --llm-model for LLM rubrics)", settings.rubrics)
-        if client is not None and asked:
-            with steps.paused():
-                rubric_report = generate_rubrics(tasks, client, mode=settings.rubrics,
-                                                 progress=settings.progress)
-            tasks = rubric_report.tasks
-            counts["rubrics"].update(generated=rubric_report.generated, replaced=rubric_report.replaced,
-                                     kept_seed=len(rubric_report.kept_seed), failed=len(rubric_report.failed),
-                                     usage=asdict(rubric_report.usage))
-        counts["rubrics"].update(missing=sum(t.needs_rubric for t in tasks),
-                                 seed=sum(t.rubric_source == "seed" for t in tasks))
+def _rubrics(tasks: list[Task], client: Any, settings: BuildSettings,
+             steps: _Steps) -> tuple[list[Task], dict[str, Any]]:
+    """Rubrics by an LLM for the tasks the mode picks (webgym_data.rubrics); offline the seed
+    rubrics stay as imported. Returns the tasks and the counts."""
+    from webgym_data.rubrics import generate_rubrics, wants_rubric
 
-        # -- taxonomy, for the seed tasks. It runs before decomposition (the issue lists it after)
-        # because a subtask is classified as its parent: copying the parent's pair is the same
-        # result without a second pass over every subtask.
-        if client is None:
-            with steps.step("taxonomy", total=len(tasks)):
-                tasks = list(assign_taxonomy(tasks))
-        else:
-            with steps.paused():
-                tasks = list(assign_taxonomy(tasks, client, progress=settings.progress))
-        counts["taxonomy"] = dict(Counter(t.domain or "(none)" for t in tasks))
+    counts: dict[str, Any] = {"llm": client is not None, "mode": settings.rubrics, "generated": 0,
+                              "replaced": 0, "kept_seed": 0, "failed": 0}
+    asked = any(wants_rubric(t, settings.rubrics) for t in tasks)
+    if client is None and asked:
+        logger.warning("--rubrics %s: no LLM endpoint, so the seed rubrics are kept as imported "
+                       "(give --llm-base-url and --llm-model for LLM rubrics)", settings.rubrics)
+    if client is not None and asked:
+        with steps.paused():
+            rubric_report = generate_rubrics(tasks, client, mode=settings.rubrics,
+                                             progress=settings.progress)
+        tasks = rubric_report.tasks
+        counts.update(generated=rubric_report.generated, replaced=rubric_report.replaced,
+                      kept_seed=len(rubric_report.kept_seed), failed=len(rubric_report.failed),
+                      usage=asdict(rubric_report.usage))
+    counts.update(missing=sum(t.needs_rubric for t in tasks),
+                  seed=sum(t.rubric_source == "seed" for t in tasks))
+    return tasks, counts
 
-        # -- decompose
-        if client is None:
-            with steps.step("decompose", total=len(tasks)) as advance:
-                decomposed = decompose_tasks(tasks, settings.decompose, progress=advance)
-        else:
-            with steps.paused():
-                decomposed = decompose_tasks(tasks, settings.decompose, client,
-                                             llm_progress=settings.progress)
-        counts["decompose"] = {
-            "parents": decomposed.parents, "subtasks": len(decomposed.subtasks),
-            "llm_fallbacks": len(decomposed.llm_fallbacks),
-            "instruction_sources": dict(Counter(t.instruction_source for t in decomposed.subtasks)),
-        }
 
-        subtasks = decomposed.subtasks
+def _taxonomy(tasks: list[Task], client: Any, settings: BuildSettings, steps: _Steps) -> list[Task]:
+    """The seed tasks with their domain and subdomain: by rules offline, by the LLM otherwise."""
+    from webgym_data.taxonomy import assign_taxonomy
 
-        # -- split
-        with steps.step("split"):
-            fixed = site_assignment(existing_train, existing_test) if previous is not None else None
-            # When extending, the test target counts what test already holds; new tasks on sites
-            # already in test go there and count too.
-            target = max(0, settings.split.test_size - len(existing_test))
-            split = split_tasks([*tasks, *subtasks], replace(settings.split, test_size=target), fixed=fixed)
-        train = [*existing_train, *split.train]
-        test = [*existing_test, *split.test]
-        if not train and not test:
-            raise BuildError("the seeds gave no tasks to write (see the import and dedupe counts with -v)")
+    if client is None:
+        with steps.step("taxonomy", total=len(tasks)):
+            return list(assign_taxonomy(tasks))
+    with steps.paused():
+        return list(assign_taxonomy(tasks, client, progress=settings.progress))
 
-        # -- write
-        try:
-            with _staging(out) as tmp:
-                manifest = _write(tmp, settings, steps, train, test,
-                                  inputs=inputs, counts=counts, previous=previous)
-        except OSError as exc:
-            raise BuildError(f"cannot write {out}: {exc}") from None
-    return BuildReport(out=out, manifest=manifest, train=train, test=test)
+
+def _decompose(tasks: list[Task], client: Any, settings: BuildSettings,
+               steps: _Steps) -> tuple[list[Task], dict[str, Any]]:
+    """The tasks' subtasks and the counts (instructions by template offline, by the LLM otherwise)."""
+    if client is None:
+        with steps.step("decompose", total=len(tasks)) as advance:
+            decomposed = decompose_tasks(tasks, settings.decompose, progress=advance)
+    else:
+        with steps.paused():
+            decomposed = decompose_tasks(tasks, settings.decompose, client,
+                                         llm_progress=settings.progress)
+    counts = {
+        "parents": decomposed.parents, "subtasks": len(decomposed.subtasks),
+        "llm_fallbacks": len(decomposed.llm_fallbacks),
+        "instruction_sources": dict(Counter(t.instruction_source for t in decomposed.subtasks)),
+    }
+    return decomposed.subtasks, counts
 
 
 def _write(tmp: Path, settings: BuildSettings, steps: _Steps, train: list[Task], test: list[Task], *,

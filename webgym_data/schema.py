@@ -35,11 +35,13 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from webgym_data.errors import RubricError, TaskValidationError, WebgymDataError
+from webgym_data.features import feature_of
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -159,7 +161,7 @@ class TaskSource:
 
     importer: str = ""
     file: str = ""
-    row: int = -1
+    row: int = field(default=-1, metadata={"dtype": "int64"})
     metadata: str = "{}"
 
     def metadata_dict(self) -> dict[str, Any]:
@@ -185,7 +187,7 @@ class Task:
     parent_task_id: str = ""
     instruction_source: str = "seed"
     environment: str = "web"
-    env_seed: int = 0
+    env_seed: int = field(default=0, metadata={"dtype": "int64"})
     source: TaskSource = field(default_factory=TaskSource)
     seed_criteria: tuple[str, ...] = ()
     """The seed's own success criteria as text, one per item (InSTA-v3 criteria, Mind2Web-Live key
@@ -269,42 +271,12 @@ class Task:
         if not isinstance(row, Mapping):
             raise TaskValidationError(f"expected an object, got {type(row).__name__}",
                                       file=file, row=row_index)
-        for name in ("task_name", "website"):
-            value = row.get(name)
-            if not isinstance(value, str) or not value.strip():
-                found = "missing" if name not in row else f"got {_shown(value)}"
-                raise fail(name, f"is required and must be a non-empty string ({found})")
-        task_name = " ".join(row["task_name"].split())
-        if len(task_name) > MAX_INSTRUCTION_CHARS:
-            raise fail("task_name", instruction_too_long(task_name))
-        strings = {}
-        for name in ("task_id", "benchmark_name", "start_url", "domain", "subdomain",
-                     "definite_answer", "parent_task_id", "instruction_source", "environment",
-                     "rubric_source", "seed_difficulty_level"):
-            try:
-                strings[name] = _text(row.get(name)).strip()
-            except ValueError as exc:
-                raise fail(name, str(exc)) from None
+        task_name, strings = _row_texts(row, fail)
         try:
             groups = normalise_evaluator_reference(row.get("evaluator_reference"))
         except ValueError as exc:
             raise fail("evaluator_reference", str(exc)) from None
-        difficulty = row.get("difficulty") or 0
-        try:
-            difficulty = _integer(difficulty, 0, MAX_DIFFICULTY)
-        except ValueError as exc:
-            hint = (f"; a seed's label goes in seed_difficulty_level ({'/'.join(DIFFICULTY_LEVELS)})"
-                    if seed_difficulty_label(difficulty) else "")
-            raise fail("difficulty", f"must be a non-negative integer (a fact count): {exc}" + hint) from None
-        if strings["rubric_source"] not in RUBRIC_SOURCES:
-            raise fail("rubric_source", f"must be one of {', '.join(map(repr, RUBRIC_SOURCES))}, "
-                                        f"got {strings['rubric_source']!r}")
-        label = strings["seed_difficulty_level"]
-        if label and not seed_difficulty_label(label):
-            raise fail("seed_difficulty_level", f"must be one of {', '.join(DIFFICULTY_LEVELS)} or empty, "
-                                                f"got {label!r}")
-        if "seed_difficulty_level" not in row:
-            label = _stored_label(row.get("difficulty_level"), groups, difficulty)
+        difficulty, label = _row_difficulty(row, strings, groups, fail)
         try:
             criteria = _strings(row.get("seed_criteria"))
         except ValueError as exc:
@@ -313,25 +285,6 @@ class Task:
         if (isinstance(env_seed, bool) or not isinstance(env_seed, int)
                 or not _INT64[0] <= env_seed <= _INT64[1]):
             raise fail("env_seed", f"must be a 64-bit integer, got {_shown(env_seed)}")
-        source = row.get("source") or {}
-        if isinstance(source, TaskSource):
-            source = asdict(source)
-        if not isinstance(source, Mapping):
-            raise fail("source", f"must be an object (importer, file, row, metadata), got {_shown(source)}")
-        provenance = {}
-        for name in ("importer", "file"):
-            value = source.get(name)
-            if value is not None and not isinstance(value, str):
-                raise fail(f"source.{name}", f"must be a string, got {_shown(value)}")
-            provenance[name] = value or ""
-        try:
-            source_row = -1 if source.get("row") is None else _integer(source["row"], -1, _INT64[1])
-        except ValueError as exc:
-            raise fail("source.row", f"must be a row number (an integer >= -1): {exc}") from None
-        try:
-            metadata = _metadata_text(source.get("metadata"))
-        except ValueError as exc:
-            raise fail("source.metadata", str(exc)) from None
         website = normalise_website(row["website"])
         benchmark = strings["benchmark_name"]
         # The id hashes text; text UTF-8 cannot encode is refused below, naming its field.
@@ -352,8 +305,7 @@ class Task:
             instruction_source=strings["instruction_source"] or "seed",
             environment=strings["environment"] or "web",
             env_seed=env_seed,
-            source=TaskSource(importer=provenance["importer"], file=provenance["file"], row=source_row,
-                              metadata=metadata),
+            source=_row_source(row, fail),
             seed_criteria=criteria,
             rubric_source=strings["rubric_source"],
             seed_difficulty_level=seed_difficulty_label(label),
@@ -362,6 +314,80 @@ class Task:
         if fault is not None:
             raise fail(*fault)
         return task
+
+
+_Fail = Callable[[str, str], TaskValidationError]
+"""Makes the error for a field of the row being read: (field, message) -> TaskValidationError."""
+
+
+def _row_texts(row: Mapping[str, Any], fail: _Fail) -> tuple[str, dict[str, str]]:
+    """The row's instruction (whitespace collapsed) and its other text fields, stripped; the
+    instruction and the website are required."""
+    for name in ("task_name", "website"):
+        value = row.get(name)
+        if not isinstance(value, str) or not value.strip():
+            found = "missing" if name not in row else f"got {_shown(value)}"
+            raise fail(name, f"is required and must be a non-empty string ({found})")
+    task_name = " ".join(row["task_name"].split())
+    if len(task_name) > MAX_INSTRUCTION_CHARS:
+        raise fail("task_name", instruction_too_long(task_name))
+    strings = {}
+    for name in ("task_id", "benchmark_name", "start_url", "domain", "subdomain",
+                 "definite_answer", "parent_task_id", "instruction_source", "environment",
+                 "rubric_source", "seed_difficulty_level"):
+        try:
+            strings[name] = _text(row.get(name)).strip()
+        except ValueError as exc:
+            raise fail(name, str(exc)) from None
+    return task_name, strings
+
+
+def _row_difficulty(row: Mapping[str, Any], strings: dict[str, str], groups: tuple[FactGroup, ...],
+                    fail: _Fail) -> tuple[int, str]:
+    """The row's difficulty (a fact count) and the seed's label (see `Task.from_row`); checks the
+    rubric's source on the way (in the order the fields were always checked)."""
+    difficulty = row.get("difficulty") or 0
+    try:
+        difficulty = _integer(difficulty, 0, MAX_DIFFICULTY)
+    except ValueError as exc:
+        hint = (f"; a seed's label goes in seed_difficulty_level ({'/'.join(DIFFICULTY_LEVELS)})"
+                if seed_difficulty_label(difficulty) else "")
+        raise fail("difficulty", f"must be a non-negative integer (a fact count): {exc}" + hint) from None
+    if strings["rubric_source"] not in RUBRIC_SOURCES:
+        raise fail("rubric_source", f"must be one of {', '.join(map(repr, RUBRIC_SOURCES))}, "
+                                    f"got {strings['rubric_source']!r}")
+    label = strings["seed_difficulty_level"]
+    if label and not seed_difficulty_label(label):
+        raise fail("seed_difficulty_level", f"must be one of {', '.join(DIFFICULTY_LEVELS)} or empty, "
+                                            f"got {label!r}")
+    if "seed_difficulty_level" not in row:
+        label = _stored_label(row.get("difficulty_level"), groups, difficulty)
+    return difficulty, label
+
+
+def _row_source(row: Mapping[str, Any], fail: _Fail) -> TaskSource:
+    """The row's provenance (importer, file, row, metadata), each part checked."""
+    source = row.get("source") or {}
+    if isinstance(source, TaskSource):
+        source = asdict(source)
+    if not isinstance(source, Mapping):
+        raise fail("source", f"must be an object (importer, file, row, metadata), got {_shown(source)}")
+    provenance = {}
+    for name in ("importer", "file"):
+        value = source.get(name)
+        if value is not None and not isinstance(value, str):
+            raise fail(f"source.{name}", f"must be a string, got {_shown(value)}")
+        provenance[name] = value or ""
+    try:
+        source_row = -1 if source.get("row") is None else _integer(source["row"], -1, _INT64[1])
+    except ValueError as exc:
+        raise fail("source.row", f"must be a row number (an integer >= -1): {exc}") from None
+    try:
+        metadata = _metadata_text(source.get("metadata"))
+    except ValueError as exc:
+        raise fail("source.metadata", str(exc)) from None
+    return TaskSource(importer=provenance["importer"], file=provenance["file"], row=source_row,
+                      metadata=metadata)
 
 
 def instruction_too_long(text: str) -> str:
@@ -572,38 +598,33 @@ def normalise_evaluator_reference(value: Any) -> tuple[FactGroup, ...]:
     return tuple(groups)
 
 
-def task_features():
-    """The `datasets.Features` of a task row (import kept local: `datasets` is an extra)."""
-    from datasets import Features, List, Value
+_ROW_COLUMNS = (
+    "task_id", "task_name", "website", "start_url", "benchmark_name", "domain", "subdomain", "difficulty",
+    "difficulty_level", "evaluator_reference", "definite_answer", "parent_task_id", "fact_group_ids",
+    "instruction_source", "environment", "env_seed", "source", "seed_criteria", "rubric_source",
+    "seed_difficulty_level",
+)
+"""The columns of a stored task row in their order in the dataset (its Arrow schema, which built
+datasets keep): every field of `Task`, and the two properties `Task.to_row` adds."""
+_DERIVED_COLUMNS = ("difficulty_level", "fact_group_ids")
 
-    return Features({
-        "task_id": Value("string"),
-        "task_name": Value("string"),
-        "website": Value("string"),
-        "start_url": Value("string"),
-        "benchmark_name": Value("string"),
-        "domain": Value("string"),
-        "subdomain": Value("string"),
-        "difficulty": Value("int32"),
-        "difficulty_level": Value("string"),
-        "evaluator_reference": List({
-            "id": Value("string"),
-            "description": Value("string"),
-            "facts": List(Value("string")),
-        }),
-        "definite_answer": Value("string"),
-        "parent_task_id": Value("string"),
-        "fact_group_ids": List(Value("string")),
-        "instruction_source": Value("string"),
-        "environment": Value("string"),
-        "env_seed": Value("int64"),
-        "source": {
-            "importer": Value("string"),
-            "file": Value("string"),
-            "row": Value("int64"),
-            "metadata": Value("string"),
-        },
-        "seed_criteria": List(Value("string")),
-        "rubric_source": Value("string"),
-        "seed_difficulty_level": Value("string"),
-    })
+
+def task_features():
+    """The `datasets.Features` of a task row, derived from `Task`: each field's feature from its
+    type (`webgym_data.features.feature_of`), each derived column's from its property's, in the
+    order of `_ROW_COLUMNS`."""
+    from datasets import Features
+
+    expected = {item.name for item in fields(Task)} | set(_DERIVED_COLUMNS)
+    if set(_ROW_COLUMNS) != expected:  # a field added to Task and not to the row's columns, or gone
+        raise TypeError(f"_ROW_COLUMNS differs from Task's fields and {list(_DERIVED_COLUMNS)} in "
+                        f"{sorted(set(_ROW_COLUMNS) ^ expected)}")
+    hints = typing.get_type_hints(Task)
+    metadata = {item.name: item.metadata for item in fields(Task)}
+    columns = {}
+    for name in _ROW_COLUMNS:
+        if name in _DERIVED_COLUMNS:
+            columns[name] = feature_of(typing.get_type_hints(getattr(Task, name).fget)["return"])
+        else:
+            columns[name] = feature_of(hints[name], metadata[name])
+    return Features(columns)

@@ -544,6 +544,31 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
         raise NoTrainingDataError(f"none of the {counts.trajectories_read} trajectories in {names} can be "
                                   f"trained on ({dict(skipped)}): the set is reward-free")
 
+    episodes = _last_iterations(episodes, objective, selection, newest, counts, skipped)
+    if objective is Objective.FILTERED_BC:
+        episodes = _imitated(episodes, selection, counts, skipped, names)
+    samples = _Samples()
+    for episode, advantage in _advantages(objective, episodes, selection, counts, skipped, names):
+        samples.add(episode, advantage, objective, selection, counts)
+    counts.steps_kept = len(samples.refs)
+    counts.samples_by_iteration = {str(it): n for it, n in sorted(Counter(samples.provenance).items())}
+    counts.skipped = dict(skipped)
+    if not samples.refs:
+        without = (f", {counts.steps_without_logprobs} without behaviour log-probabilities (a policy without "
+                   "a model played them: the policy-gradient objectives cannot weigh them)"
+                   if counts.steps_without_logprobs else "")
+        raise NoTrainingDataError(f"{objective.value}: the kept trajectories in {names} have no trainable "
+                                  f"steps ({counts.same_as_next_dropped} same_as_next steps dropped"
+                                  f"{without})")
+    log.info("%s", counts.summary())
+    return StepSamples(sources, samples.refs, samples.advantages, samples.weights, counts, samples.provenance,
+                       samples.flags)
+
+
+def _last_iterations(episodes: list[_Candidate], objective: Objective, selection: SampleSelection,
+                     newest: int | None, counts: SampleCounts, skipped: Counter[str]) -> list[_Candidate]:
+    """The episodes of the last-K window, counted back from `newest` (or the newest present); sets
+    each kept iteration's recency weight in `counts`."""
     last_k = selection.last_k_iterations
     iterations = sorted({episode.iteration for episode in episodes})
     if newest is None:
@@ -559,23 +584,40 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
     older = [e for e in episodes if e.iteration not in age]
     if older:
         skipped[f"episodes older than the last {last_k} iterations"] += len(older)
-    episodes = [e for e in episodes if e.iteration in age]
+    return [e for e in episodes if e.iteration in age]
 
-    if objective is Objective.FILTERED_BC:
-        threshold = selection.success_threshold
-        failed = [e for e in episodes if not selection.imitates(e.reward)]
-        if failed:
-            skipped[f"episodes with reward < {threshold:g}"] += len(failed)
-        episodes = [e for e in episodes if selection.imitates(e.reward)]
-        if not episodes:
-            raise NoTrainingDataError(f"filtered_bc: no trajectory in {names} has reward >= "
-                                      f"{threshold:g} (of {counts.trajectories_read} read): "
-                                      "nothing to imitate")
-    policy_gradient = objective is not Objective.FILTERED_BC
-    refs, advantages, weights, provenance, flags = [], [], [], [], []
-    for episode, advantage in _advantages(objective, episodes, selection, counts, skipped, names):
+
+def _imitated(episodes: list[_Candidate], selection: SampleSelection, counts: SampleCounts,
+              skipped: Counter[str], names: str) -> list[_Candidate]:
+    """filtered_bc's episodes: those whose reward reaches the success threshold."""
+    threshold = selection.success_threshold
+    failed = [e for e in episodes if not selection.imitates(e.reward)]
+    if failed:
+        skipped[f"episodes with reward < {threshold:g}"] += len(failed)
+    episodes = [e for e in episodes if selection.imitates(e.reward)]
+    if not episodes:
+        raise NoTrainingDataError(f"filtered_bc: no trajectory in {names} has reward >= "
+                                  f"{threshold:g} (of {counts.trajectories_read} read): "
+                                  "nothing to imitate")
+    return episodes
+
+
+@dataclass
+class _Samples:
+    """The kept steps as `StepSamples` holds them: parallel lists, one entry per step."""
+
+    refs: list[_StepRef] = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    provenance: list[int] = field(default_factory=list)
+    flags: list[Any] = field(default_factory=list)
+
+    def add(self, episode: _Candidate, advantage: float, objective: Objective, selection: SampleSelection,
+            counts: SampleCounts) -> None:
+        """Keep the trainable steps of `episode`, counting those dropped and those to retokenise."""
         counts.trajectories_kept += 1
         weight = counts.iteration_weights[str(episode.iteration)]
+        policy_gradient = objective is not Objective.FILTERED_BC
         for j, step in enumerate(episode.steps):
             if step.same_as_next and not selection.keeps_no_op(objective, advantage):
                 counts.same_as_next_dropped += 1
@@ -587,20 +629,8 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
                 counts.retokenised += 1
                 if len(counts.retokenised_named) < _NAMED:
                     counts.retokenised_named.append(f"episode {episode.episode_id} step {j}")
-            refs.append(_StepRef(episode.source, episode.row, j))
-            advantages.append(advantage)
-            weights.append(weight)
-            provenance.append(episode.iteration)
-            flags.append(step)
-    counts.steps_kept = len(refs)
-    counts.samples_by_iteration = {str(it): n for it, n in sorted(Counter(provenance).items())}
-    counts.skipped = dict(skipped)
-    if not refs:
-        without = (f", {counts.steps_without_logprobs} without behaviour log-probabilities (a policy without "
-                   "a model played them: the policy-gradient objectives cannot weigh them)"
-                   if counts.steps_without_logprobs else "")
-        raise NoTrainingDataError(f"{objective.value}: the kept trajectories in {names} have no trainable "
-                                  f"steps ({counts.same_as_next_dropped} same_as_next steps dropped"
-                                  f"{without})")
-    log.info("%s", counts.summary())
-    return StepSamples(sources, refs, advantages, weights, counts, provenance, flags)
+            self.refs.append(_StepRef(episode.source, episode.row, j))
+            self.advantages.append(advantage)
+            self.weights.append(weight)
+            self.provenance.append(episode.iteration)
+            self.flags.append(step)

@@ -35,8 +35,9 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -48,9 +49,10 @@ from webgym_rl.errors import ResumeError, TrainingError, TrainSettingsError, Web
 from webgym_rl.pixels import ImageSettings
 from webgym_rl.samples import Objective, SampleSelection
 
-__all__ = ["EpochOrder", "FitResult", "GRPOSettings", "ResumeError", "TrainResult", "TrainSettings",
-           "TrainSettingsError", "Trainer", "TrainingError", "TrainingSettings", "complete_checkpoints",
-           "describe_on_policy", "make_accelerator", "steps_for", "train", "train_command"]
+__all__ = ["EpochOrder", "FitPosition", "FitResult", "GRPOSettings", "ResumeError", "TrainResult",
+           "TrainSettings", "TrainSettingsError", "Trainer", "TrainingError", "TrainingSettings",
+           "complete_checkpoints", "describe_on_policy", "make_accelerator", "steps_for", "train",
+           "train_command"]
 
 log = logging.getLogger(__name__)
 
@@ -378,6 +380,78 @@ def steps_for(samples: int, training: TrainingSettings, num_processes: int = 1) 
 
 
 @dataclass
+class FitPosition:
+    """Where `Trainer.fit` stands in the data order (a checkpoint records it, so a resumed run
+    skips what it has seen)."""
+
+    epoch: int = 0
+    """The epoch of the data order."""
+    batches_in_epoch: int = 0
+    """The micro-batches of the epoch whose passes are all done."""
+    ppo_epoch: int = 0
+    """The passes done over the next batch."""
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> FitPosition:
+        """The position a checkpoint's trainer state records (``ppo_epoch`` is 0 in older ones)."""
+        return cls(epoch=state["epoch"], batches_in_epoch=state["batches_in_epoch"],
+                   ppo_epoch=state.get("ppo_epoch", 0))
+
+    def passed(self, micro_batches: int, passes: int) -> bool:
+        """Count one pass over the next batch (of `micro_batches`); True when that was its last of
+        `passes`, and the position has moved past the batch."""
+        self.ppo_epoch += 1
+        if self.ppo_epoch < passes:
+            return False
+        self.batches_in_epoch += micro_batches
+        self.ppo_epoch = 0
+        return True
+
+
+_POSITION_KEYS = ("epoch", "batches_in_epoch", "ppo_epoch")
+
+
+def _one_step_per(accelerator: Any, micro_batches: int) -> None:
+    """Make Accelerate's `accumulate` step the optimizer once per pass over a batch of
+    `micro_batches` (the last batch of an epoch may be shorter than ``gradient_accumulation_steps``):
+    the two public settings it decides by, set before each pass."""
+    accelerator.gradient_accumulation_steps = micro_batches
+    accelerator.step = 0  # accumulate() syncs at the group's last micro-batch
+
+
+class _PendingLogs:
+    """Per-step figures, kept as tensors until a log step (no device sync, ``.item()``, per step)."""
+
+    def __init__(self, accelerator: Any, log_history: list[dict[str, float]], progress: Any):
+        self.accelerator, self.log_history, self.progress = accelerator, log_history, progress
+        self.pending: list[tuple[int, int, Any, float, Any, dict[str, Any]]] = []
+
+    def add(self, step: int, epoch: int, loss: Any, lr: float, grad_norm: Any,
+            metrics: dict[str, Any]) -> None:
+        self.pending.append((step, epoch, loss, lr, grad_norm, metrics))
+
+    def flush(self) -> None:
+        """Log what is pending (history, trackers, progress bar)."""
+        pending = self.pending
+        if not pending:
+            return
+        entries = [{"step": step, "loss": float(loss_t), "lr": lr,
+                    "grad_norm": float(norm_t) if norm_t is not None else float("nan")}
+                   for step, _epoch, loss_t, lr, norm_t, _extra in pending]
+        self.log_history.extend(entries)
+        means = {f"train/{k}": float(sum(e[5][k] for e in pending)) / len(pending)
+                 for k in pending[-1][5]}
+        self.accelerator.log({"train/loss": sum(e["loss"] for e in entries) / len(entries),
+                              "train/lr": entries[-1]["lr"],
+                              "train/grad_norm": sum(e["grad_norm"] for e in entries) / len(entries),
+                              "train/epoch": pending[-1][1], **means}, step=entries[-1]["step"])
+        if self.progress is not None:
+            self.progress.update(len(entries))
+            self.progress.set_postfix(loss=f"{entries[-1]['loss']:.4f}")
+        pending.clear()
+
+
+@dataclass
 class FitResult:
     """What one `Trainer.fit` call did."""
 
@@ -548,7 +622,7 @@ class Trainer:
             collate_fn=self.collator)
         return self.accelerator.prepare_data_loader(loader)
 
-    def fit(self, loader: Any, order: Any, *, until: int, position: dict[str, int] | None = None,
+    def fit(self, loader: Any, order: Any, *, until: int, position: FitPosition | None = None,
             save_every: int = 0, on_save: Callable[[], None] | None = None, progress: Any = None
             ) -> FitResult:
         """Train on `loader` (over sampler `order`) until the trainer has made `until` optimizer steps
@@ -560,127 +634,128 @@ class Trainer:
         The proximal log-probabilities (for the objectives that need them) are those of the batch's
         first pass, before its first update; the reference model's are computed per batch.
 
-        `position` (``epoch``; ``batches_in_epoch``, the micro-batches of the epoch whose passes are
-        all done; ``ppo_epoch``, the passes done over the next batch; updated in place) is where in the
-        data order to start: a resumed run skips what it has seen. `on_save()` is called every
-        `save_every` optimizer steps before the last, with the log history up to date."""
-        from webgym_rl.collate import NOT_MODEL_INPUTS
-        from webgym_rl.objectives import ObjectiveBatch
-
-        t, accelerator = self.training, self.accelerator
-        position = position if position is not None else {}
-        for key in ("epoch", "batches_in_epoch", "ppo_epoch"):
-            position.setdefault(key, 0)
-        if position["ppo_epoch"] == 0:
+        `position` (a `FitPosition`, updated in place) is where in the data order to start: a
+        resumed run skips what it has seen. `on_save()` is called every `save_every` optimizer steps
+        before the last, with the log history up to date."""
+        if isinstance(position, dict):  # before 0.3.0 the position was a dict, updated in place
+            warnings.warn("Trainer.fit(position=dict) is deprecated: pass a FitPosition", DeprecationWarning,
+                          stacklevel=2)
+            given, position = position, FitPosition(**{k: position.get(k, 0) for k in _POSITION_KEYS})
+            try:
+                return self.fit(loader, order, until=until, position=position, save_every=save_every,
+                                on_save=on_save, progress=progress)
+            finally:
+                given.update(asdict(position))
+        position = position if position is not None else FitPosition()
+        if position.ppo_epoch == 0:
             self._proximal = None
         elif self._proximal is None:
-            raise ResumeError(f"the position is {position['ppo_epoch']} passes into a batch, but the "
+            raise ResumeError(f"the position is {position.ppo_epoch} passes into a batch, but the "
                               "checkpoint holds no proximal log-probabilities for it")
         first_step, samples_seen = self.step, 0
-        # Per-step figures stay tensors until a log step: no device sync (.item()) on every step.
-        pending: list[tuple[int, int, Any, float, Any, dict[str, Any]]] = []
-
-        def flush() -> None:
-            if not pending:
-                return
-            entries = [{"step": step, "loss": float(loss_t), "lr": lr,
-                        "grad_norm": float(norm_t) if norm_t is not None else float("nan")}
-                       for step, _epoch, loss_t, lr, norm_t, _extra in pending]
-            self.log_history.extend(entries)
-            means = {f"train/{k}": float(sum(e[5][k] for e in pending)) / len(pending)
-                     for k in pending[-1][5]}
-            accelerator.log({"train/loss": sum(e["loss"] for e in entries) / len(entries),
-                             "train/lr": entries[-1]["lr"],
-                             "train/grad_norm": sum(e["grad_norm"] for e in entries) / len(entries),
-                             "train/epoch": pending[-1][1], **means}, step=entries[-1]["step"])
-            if progress is not None:
-                progress.update(len(entries))
-                progress.set_postfix(loss=f"{entries[-1]['loss']:.4f}")
-            pending.clear()
-
-        def passes(group: list[dict[str, Any]]) -> None:
-            """The remaining passes over one batch (`group`: its micro-batches)."""
-            nonlocal samples_seen
-            n = len(group)
-            accelerator.gradient_accumulation_steps = n  # one optimizer step per pass over the group
-            reference = [self._reference_logprobs(micro) for micro in group] if self.needs_reference \
-                else [None] * n
-            step_tokens, step_samples = self._step_normalisers(group)
-            proximal = self._proximal if position["ppo_epoch"] else [None] * n
-            if len(proximal) != n:
-                raise ResumeError(f"the checkpoint holds proximal log-probabilities of {len(proximal)} "
-                                  f"micro-batches, the batch it stopped in has {n}")
-            while self.step < until:
-                accelerator.step = 0  # accumulate() syncs at the group's last micro-batch
-                window_loss, window_metrics, grad_norm = 0.0, {}, None
-                for j, micro in enumerate(group):
-                    labels = micro["labels"]
-                    inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
-                    with accelerator.accumulate(self.model):
-                        logits = self.policy_logits(self.model, inputs)
-                        if self.needs_proximal and proximal[j] is None:
-                            proximal[j] = self._logprobs(logits, labels, micro["temperatures"])
-                        batch = ObjectiveBatch(
-                            logits=logits, labels=labels, advantages=micro["advantages"],
-                            behaviour_logprobs=micro["behaviour_logprobs"][:, 1:],
-                            proximal_logprobs=proximal[j], reference_logprobs=reference[j],
-                            temperatures=micro["temperatures"], step_tokens=step_tokens,
-                            step_samples=step_samples)
-                        loss, metrics = self.loss(batch, t)
-                        accelerator.backward(loss)
-                        if accelerator.sync_gradients and t.max_grad_norm > 0:
-                            grad_norm = accelerator.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
-                        self.optimizer.step()
-                        self.scheduler.step()
-                        self.optimizer.zero_grad()
-                    samples_seen += labels.shape[0]
-                    window_loss += loss.detach().float()
-                    for key, value in metrics.items():
-                        window_metrics[key] = window_metrics.get(key, 0.0) + value
-                if not accelerator.sync_gradients:  # accelerate's accounting is ours to keep right
-                    raise TrainingError(f"BUG: the optimizer did not step after a batch of {n} micro-batches")
-                self.step += 1
-                position["ppo_epoch"] += 1
-                done = position["ppo_epoch"] == self.passes
-                if done:
-                    position["batches_in_epoch"] += n
-                    position["ppo_epoch"], self._proximal = 0, None
-                else:
-                    self._proximal = proximal
-                mean_loss = accelerator.reduce(window_loss / n, reduction="mean")
-                pending.append((self.step, position["epoch"], mean_loss, self.scheduler.get_last_lr()[0],
-                                grad_norm, {k: v / n for k, v in window_metrics.items()}))
-                if self.step % t.log_every == 0:
-                    flush()
-                if save_every and on_save is not None and self.step % save_every == 0 and self.step < until:
-                    flush()
-                    on_save()
-                if done:
-                    return
-
-        accumulation = t.gradient_accumulation_steps
+        pending = _PendingLogs(self.accelerator, self.log_history, progress)
         started, started_cpu = time.perf_counter(), time.process_time()
-        while self.step < until:
-            if position["batches_in_epoch"] >= len(loader):
-                position["epoch"], position["batches_in_epoch"] = position["epoch"] + 1, 0
-            order.epoch = position["epoch"]
-            epoch_loader = (accelerator.skip_first_batches(loader, position["batches_in_epoch"])
-                            if position["batches_in_epoch"] else loader)
-            group: list[dict[str, Any]] = []
-            for micro in epoch_loader:
-                group.append(dict(micro))
-                if len(group) < min(accumulation, len(loader) - position["batches_in_epoch"]):
-                    continue
-                passes(group)
-                group = []
-                if self.step >= until:
-                    break
-        flush()
+        for group in self._batches(loader, order, position, until):
+            samples_seen += self._passes(group, position, until, pending, save_every, on_save)
+        pending.flush()
         made = self.step - first_step
         return FitResult(steps=made, log_history=self.log_history[len(self.log_history) - made:],
                          samples_seen=samples_seen,
                          loop_seconds=time.perf_counter() - started,
                          loop_cpu_seconds=time.process_time() - started_cpu)
+
+    def _batches(self, loader: Any, order: Any, position: FitPosition,
+                 until: int) -> Iterator[list[dict[str, Any]]]:
+        """The batches (each the micro-batches of one optimizer step) from `position` on, epoch after
+        epoch, until the trainer has made `until` steps; moves `position` to the next epoch."""
+        accumulation = self.training.gradient_accumulation_steps
+        while self.step < until:
+            if position.batches_in_epoch >= len(loader):
+                position.epoch, position.batches_in_epoch = position.epoch + 1, 0
+            order.epoch = position.epoch
+            epoch_loader = (self.accelerator.skip_first_batches(loader, position.batches_in_epoch)
+                            if position.batches_in_epoch else loader)
+            group: list[dict[str, Any]] = []
+            for micro in epoch_loader:
+                group.append(dict(micro))
+                if len(group) < min(accumulation, len(loader) - position.batches_in_epoch):
+                    continue
+                yield group
+                group = []
+                if self.step >= until:
+                    return
+
+    def _passes(self, group: list[dict[str, Any]], position: FitPosition, until: int, pending: _PendingLogs,
+                save_every: int, on_save: Callable[[], None] | None) -> int:
+        """The remaining passes over one batch (`group`: its micro-batches), one optimizer step each;
+        returns the samples trained on."""
+        n, samples_seen = len(group), 0
+        reference = [self._reference_logprobs(micro) for micro in group] if self.needs_reference \
+            else [None] * n
+        normalisers = self._step_normalisers(group)
+        proximal = self._proximal if position.ppo_epoch else [None] * n
+        if len(proximal) != n:
+            raise ResumeError(f"the checkpoint holds proximal log-probabilities of {len(proximal)} "
+                              f"micro-batches, the batch it stopped in has {n}")
+        while self.step < until:
+            window_loss, window_metrics, grad_norm, seen = self._one_pass(group, proximal, reference,
+                                                                          normalisers)
+            samples_seen += seen
+            self.step += 1
+            done = position.passed(n, self.passes)
+            self._proximal = None if done else proximal
+            mean_loss = self.accelerator.reduce(window_loss / n, reduction="mean")
+            pending.add(self.step, position.epoch, mean_loss, self.scheduler.get_last_lr()[0], grad_norm,
+                        {k: v / n for k, v in window_metrics.items()})
+            if self.step % self.training.log_every == 0:
+                pending.flush()
+            if save_every and on_save is not None and self.step % save_every == 0 and self.step < until:
+                pending.flush()
+                on_save()
+            if done:
+                break
+        return samples_seen
+
+    def _one_pass(self, group: list[dict[str, Any]], proximal: list[Any], reference: list[Any],
+                  normalisers: tuple[float, float]) -> tuple[Any, dict[str, Any], Any, int]:
+        """One pass over a batch: the objective on each micro-batch, gradients accumulated, one
+        optimizer step at the last. Fills `proximal` on the first pass. Returns (summed loss, summed
+        metrics, the gradient norm, samples)."""
+        from webgym_rl.collate import NOT_MODEL_INPUTS
+        from webgym_rl.objectives import ObjectiveBatch
+
+        t, accelerator = self.training, self.accelerator
+        _one_step_per(accelerator, len(group))
+        step_tokens, step_samples = normalisers
+        window_loss, window_metrics, grad_norm, seen = 0.0, {}, None, 0
+        for j, micro in enumerate(group):
+            labels = micro["labels"]
+            inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
+            with accelerator.accumulate(self.model):
+                logits = self.policy_logits(self.model, inputs)
+                if self.needs_proximal and proximal[j] is None:
+                    proximal[j] = self._logprobs(logits, labels, micro["temperatures"])
+                batch = ObjectiveBatch(
+                    logits=logits, labels=labels, advantages=micro["advantages"],
+                    behaviour_logprobs=micro["behaviour_logprobs"][:, 1:],
+                    proximal_logprobs=proximal[j], reference_logprobs=reference[j],
+                    temperatures=micro["temperatures"], step_tokens=step_tokens,
+                    step_samples=step_samples)
+                loss, metrics = self.loss(batch, t)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and t.max_grad_norm > 0:
+                    grad_norm = accelerator.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad()
+            seen += labels.shape[0]
+            window_loss += loss.detach().float()
+            for key, value in metrics.items():
+                window_metrics[key] = window_metrics.get(key, 0.0) + value
+        if not accelerator.sync_gradients:  # accelerate's accounting is ours to keep right
+            raise TrainingError(f"BUG: the optimizer did not step after a batch of {len(group)} "
+                                "micro-batches")
+        return window_loss, window_metrics, grad_norm, seen
 
     def policy_logits(self, model: Any, inputs: dict[str, Any]) -> Any:
         """`model`'s logits of `inputs` as the policy's: the vision placeholder tokens, which the
@@ -872,18 +947,16 @@ def train(settings: TrainSettings) -> TrainResult:
         "on_policy": on_policy, "num_processes": trainer.num_processes,
         "settings": settings_to_dict(settings),
     }
-    position = {"epoch": 0, "batches_in_epoch": 0, "ppo_epoch": 0}
+    position = FitPosition()
     if resume_from is not None:
-        saved = trainer.load(resume_from)
-        position = {"epoch": saved["epoch"], "batches_in_epoch": saved["batches_in_epoch"],
-                    "ppo_epoch": saved.get("ppo_epoch", 0)}
+        position = FitPosition.from_state(trainer.load(resume_from))
         state["resumed_from"] = str(resume_from)
         if trainer.is_main_process:
             log.info("resuming from %s at step %d (epoch %d, batch %d)", resume_from, trainer.step,
-                     position["epoch"], position["batches_in_epoch"])
+                     position.epoch, position.batches_in_epoch)
 
     def snapshot() -> dict[str, Any]:
-        return {**state, **position, "step": trainer.step, "log_history": trainer.log_history}
+        return {**state, **asdict(position), "step": trainer.step, "log_history": trainer.log_history}
 
     def checkpoint() -> None:
         trainer.save(out / f"{CHECKPOINT_PREFIX}{trainer.step:06d}", snapshot())

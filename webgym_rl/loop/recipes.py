@@ -120,16 +120,26 @@ def _levels(tasks) -> str:
 
 def plan(settings: LoopSettings) -> Plan:
     """The dry run of `settings` (see the module docstring); raises what a real run would refuse."""
-    from webgym_data.loading import load_tasks
-    from webgym_data.sampler import TaskSampler
     from webgym_rl.loop.run import check_recipe
-    from webgym_rl.loop.state import STATE_FILE, load_state
-    from webgym_rl.samples import Objective
-    from webgym_rollout.tasks.kind import task_kind
 
     check_recipe(settings)
     result = Plan()
-    # Tasks: per split and difficulty, and what the samplers draw.
+    first = _plan_tasks(settings, result)
+    _plan_judge(settings, result)
+    _plan_endpoints(settings, result)
+    _plan_horizons(settings, result)
+    _plan_schedule(settings, result, len(first))
+    _plan_training(settings, result)
+    _plan_resume(settings, result)
+    return result
+
+
+def _plan_tasks(settings: LoopSettings, result: Plan) -> list:
+    """Tasks: per split and difficulty, and what the samplers draw; returns the first batch."""
+    from webgym_data.loading import load_tasks
+    from webgym_data.sampler import TaskSampler
+    from webgym_rollout.tasks.kind import task_kind
+
     for split in ("train", "test"):
         with contextlib.suppress(Exception):  # a task file has no splits: read once, below
             if not Path(settings.tasks).is_dir():
@@ -157,7 +167,11 @@ def plan(settings: LoopSettings) -> Plan:
     if settings.bootstrap_policy == "random" and kinds.get("web"):
         result.warnings.append("bootstrap_policy random never answers: web tasks judged by a rubric give its "
                                "rollouts no success, so the first round trains on the MiniWoB tasks only")
-    # Judge.
+    return first
+
+
+def _plan_judge(settings: LoopSettings, result: Plan) -> None:
+    """The judge, and whether its endpoint answers."""
     judge = settings.judge
     if judge.kind == "rubric":
         result.add("judge", f"rubric, {judge.endpoint.model} at {judge.endpoint.base_url}: "
@@ -165,7 +179,10 @@ def plan(settings: LoopSettings) -> Plan:
                             f"{judge.max_screenshots} screenshots per question")
     else:
         result.add("judge", "programmatic: the environment's own reward (MiniWoB pages)")
-    # Endpoints.
+
+
+def _plan_endpoints(settings: LoopSettings, result: Plan) -> None:
+    """The policy endpoint, how new versions reach it, and the browsers."""
     policy = settings.policy
     if policy.endpoint.base_url:
         how = f"restarted with --policy-command {policy.command!r}" if policy.command else \
@@ -195,24 +212,37 @@ def plan(settings: LoopSettings) -> Plan:
             result.warnings.append(f"{settings.rollout.concurrency} episodes in flight (--concurrency) on "
                                    f"{slots} browser contexts: episodes wait for a context; give --servers, "
                                    "or more --pool-browsers / --pool-contexts-per-browser")
-    # Horizons and the agent.
+
+
+def _plan_horizons(settings: LoopSettings, result: Plan) -> None:
+    """Horizons and the agent."""
+    policy = settings.policy
     env = settings.env
     agent = policy.agent
     result.add("horizons", f"train {'/'.join(map(str, env.train_horizons))}, test "
                            f"{'/'.join(map(str, env.test_horizons))} steps (easy/medium/hard); MiniWoB "
                            f"{env.miniwob_horizon}; prompt {agent.variant} with {agent.full_rounds} image "
                            f"rounds; viewport {env.viewport}")
-    # Schedule and training.
-    t, selection = settings.training, settings.training.samples
+
+
+def _plan_schedule(settings: LoopSettings, result: Plan, first_batch: int) -> None:
+    """Sync or async, and how many episodes each version rolls out."""
     if settings.schedule == "sync":
         result.add("schedule", f"sync: {settings.iterations} rounds, each rolls out its batch with "
                                f"{settings.rollout.concurrency} episodes in flight, then trains")
     else:
         a = settings.async_loop
-        batch = a.batch_episodes or len(first) * settings.rollout.attempts
+        batch = a.batch_episodes or first_batch * settings.rollout.attempts
         result.add("schedule", f"async: {settings.iterations} versions, {batch} episodes each, max staleness "
                                f"{a.max_staleness}, {a.overprovision} over-provisioned, "
                                f"{settings.rollout.concurrency} episodes in flight")
+
+
+def _plan_training(settings: LoopSettings, result: Plan) -> None:
+    """The objective, the samples it keeps, and where the trainer runs."""
+    from webgym_rl.samples import Objective
+
+    t, selection = settings.training, settings.training.samples
     ages = range(selection.last_k_iterations or 1)
     weights = ", ".join(f"{(age + 1) ** -selection.recency_power:.2f}" for age in ages)
     steps = f"{t.max_steps} optimizer steps" if t.max_steps else \
@@ -232,7 +262,12 @@ def plan(settings: LoopSettings) -> Plan:
                                                 else "this process")
     result.add("training", f"resident trainer in {where}; full checkpoint every "
                            f"{settings.trainer.checkpoint_every} versions and at the end")
-    # Resume.
+
+
+def _plan_resume(settings: LoopSettings, result: Plan) -> None:
+    """A new loop folder, or what resuming it would restore and train again."""
+    from webgym_rl.loop.state import STATE_FILE, load_state
+
     state_file = settings.out_dir / STATE_FILE
     if not state_file.exists():
         result.add("resume", f"{settings.out}: new loop folder")
@@ -246,4 +281,3 @@ def plan(settings: LoopSettings) -> Plan:
         if later:
             line += f" and train rounds {later} again"
         result.add("resume", line + f"; next round {done + 1} of {settings.iterations}")
-    return result

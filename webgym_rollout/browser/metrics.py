@@ -1,4 +1,5 @@
-"""The browser server's ``/metrics``: its counters and lanes in the Prometheus text format.
+"""The browser server's ``/metrics``: its counters and lanes in the Prometheus text format, written
+by ``prometheus_client``.
 
 `render_prometheus` writes the series (queue depth, running and finished operations and latency
 quantiles per operation kind; sessions, browsers, open pages and contexts per browser, popups
@@ -7,19 +8,106 @@ site and per session, blocks made, failures at exempt origins; the egress proxy'
 refusals and CPU seconds, the page requests the URL guard refused, the server's refused callers (a
 foreign Host or Origin: `webgym_rollout.browser.callers`), and errors by kind). The pool gathers
 the values (`BrowserPool.metrics_text`); the lanes are `webgym_rollout.browser.lanes`, the
-blocklist's counters `webgym_rollout.browser.blocklist.BlocklistStats`.
+blocklist's counters `webgym_rollout.browser.blocklist.BlocklistStats`. Each call collects one
+snapshot into a registry of its own, so two servers in one process never share a series.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from webgym_rollout.browser.blocklist import FAILURE_KINDS, BlocklistStats
 from webgym_rollout.browser.egress import EgressStats
 from webgym_rollout.browser.lanes import Lane, percentile
 
 __all__ = ["render_prometheus"]
+
+_PREFIX = "webgym_"
+
+
+def _family(name: str, help_text: str, samples: Iterable[tuple[Sequence[str], float]],
+            labels: Sequence[str] = ()) -> Metric:
+    """One metric family: a counter when its name ends in ``_total``, a gauge otherwise."""
+    kind = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily
+    family = kind(_PREFIX + name, help_text, labels=list(labels))
+    for values, value in samples:
+        family.add_metric(list(values), value)
+    return family
+
+
+@dataclass(eq=False)
+class _Snapshot:
+    """The server's values at one moment, as a ``prometheus_client`` collector."""
+
+    lanes: list[Lane]
+    active_sessions: int
+    browsers: int
+    browser_restarts: int
+    errors: Counter
+    sessions_created: int
+    sessions_expired: int
+    capture_retries: int
+    blocklist: BlocklistStats
+    tabs: Mapping[str, tuple[int, int]]
+    popups_closed: int
+    egress: EgressStats
+    guard_refused: int = 0
+    refused_callers: Mapping[str, int] = field(default_factory=dict)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from _lane_series(self.lanes)
+        yield from self._browser_series()
+        yield from _blocklist_series(self.blocklist)
+        yield from self._traffic_series()
+
+    def _browser_series(self) -> Iterator[Metric]:
+        """Sessions, browsers and their pages, restarts and screenshot retries."""
+        tabs = sorted(self.tabs.items())
+        yield _family("active_sessions", "Open browser sessions.", [((), self.active_sessions)])
+        yield _family("browsers", "Running browser processes.", [((), self.browsers)])
+        yield _family("browser_pages",
+                      "Open pages (tabs) per browser process: one per session; popups are closed at once.",
+                      [((pid,), pages) for pid, (pages, _contexts) in tabs], ["browser"])
+        yield _family("browser_contexts",
+                      "Browser contexts per browser process: one per session, plus cleared spare ones.",
+                      [((pid,), contexts) for pid, (_pages, contexts) in tabs], ["browser"])
+        yield _family("popups_closed_total",
+                      "Pages a session's context opened (popups, new tabs) and the server closed at once.",
+                      [((), self.popups_closed)])
+        yield _family("browser_restarts_total", "Browsers replaced after a crash, recycling or memory bound.",
+                      [((), self.browser_restarts)])
+        yield _family("sessions_created_total", "Sessions created.", [((), self.sessions_created)])
+        yield _family("sessions_expired_total", "Sessions closed after being idle.",
+                      [((), self.sessions_expired)])
+        yield _family("screenshot_retries_total",
+                      "Screenshots Chromium failed to capture on a live page and that were taken again.",
+                      [((), self.capture_retries)])
+
+    def _traffic_series(self) -> Iterator[Metric]:
+        """The egress proxy, the URL guard, refused callers and errors returned."""
+        egress = self.egress
+        yield _family("egress_requests_total", "Browser requests through the egress proxy, by outcome.",
+                      [(("forwarded",), egress.connections), (("refused",), egress.refused),
+                       (("failed",), egress.failed)], ["outcome"])
+        yield _family("egress_open_connections", "Browser connections to the egress proxy open now.",
+                      [((), egress.open)])
+        yield _family("egress_cpu_seconds_total", "CPU seconds of the egress proxy's thread.",
+                      [((), egress.cpu_s)])
+        yield _family("guard_refused_total",
+                      "Requests of pages the URL guard refused before they left the browser (the egress "
+                      "proxy counts what it refuses in egress_requests_total).", [((), self.guard_refused)])
+        refused = {"misdirected": 0, "foreign_origin": 0, **self.refused_callers}
+        yield _family("callers_refused_total",
+                      "Requests to this server refused for their Host (misdirected) or Origin "
+                      "(foreign_origin).",
+                      [((kind,), count) for kind, count in sorted(refused.items())], ["kind"])
+        yield _family("errors_total", "Errors returned, by kind.",
+                      [((kind,), count) for kind, count in sorted(self.errors.items())], ["kind"])
 
 
 def render_prometheus(
@@ -41,143 +129,53 @@ def render_prometheus(
 ) -> str:
     """The server's metrics in the Prometheus text format; `tabs` maps a browser's process id to
     its (open pages, contexts)."""
-    lanes = list(lanes)
-    lines: list[str] = []
-
-    def metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[str, float]]) -> None:
-        lines.append(f"# HELP webgym_{name} {help_text}")
-        lines.append(f"# TYPE webgym_{name} {kind}")
-        for labels, value in samples:
-            lines.append(f"webgym_{name}{labels} {value:g}")
-
-    metric(
-        "queue_depth",
-        "gauge",
-        "Operations waiting for a slot, by kind.",
-        [(f'{{op="{lane.name}"}}', lane.waiting) for lane in lanes],
-    )
-    metric(
-        "ops_running",
-        "gauge",
-        "Operations running, by kind.",
-        [(f'{{op="{lane.name}"}}', lane.running) for lane in lanes],
-    )
-    metric(
-        "ops_total",
-        "counter",
-        "Operations finished, by kind.",
-        [(f'{{op="{lane.name}"}}', lane.completed) for lane in lanes],
-    )
-    metric(
-        "op_latency_seconds",
-        "gauge",
-        "Operation latency quantiles over the recent window.",
-        [
-            (f'{{op="{lane.name}",quantile="{q}"}}', percentile(lane.latencies, q))
-            for lane in lanes
-            for q in (0.5, 0.95)
-        ],
-    )
-    metric("active_sessions", "gauge", "Open browser sessions.", [("", active_sessions)])
-    metric("browsers", "gauge", "Running browser processes.", [("", browsers)])
-    metric(
-        "browser_pages",
-        "gauge",
-        "Open pages (tabs) per browser process: one per session; popups are closed at once.",
-        [(f'{{browser="{pid}"}}', pages) for pid, (pages, _contexts) in sorted(tabs.items())],
-    )
-    metric(
-        "browser_contexts",
-        "gauge",
-        "Browser contexts per browser process: one per session, plus cleared spare ones.",
-        [(f'{{browser="{pid}"}}', contexts) for pid, (_pages, contexts) in sorted(tabs.items())],
-    )
-    metric(
-        "popups_closed_total",
-        "counter",
-        "Pages a session's context opened (popups, new tabs) and the server closed at once.",
-        [("", popups_closed)],
-    )
-    metric(
-        "browser_restarts_total",
-        "counter",
-        "Browsers replaced after a crash, recycling or memory bound.",
-        [("", browser_restarts)],
-    )
-    metric("sessions_created_total", "counter", "Sessions created.", [("", sessions_created)])
-    metric("sessions_expired_total", "counter", "Sessions closed after being idle.", [("", sessions_expired)])
-    metric(
-        "screenshot_retries_total",
-        "counter",
-        "Screenshots Chromium failed to capture on a live page and that were taken again.",
-        [("", capture_retries)],
-    )
-    _blocklist_series(metric, blocklist)
-    metric(
-        "egress_requests_total",
-        "counter",
-        "Browser requests through the egress proxy, by outcome.",
-        [('{outcome="forwarded"}', egress.connections), ('{outcome="refused"}', egress.refused),
-         ('{outcome="failed"}', egress.failed)],
-    )
-    metric("egress_open_connections", "gauge", "Browser connections to the egress proxy open now.",
-           [("", egress.open)])
-    metric(
-        "egress_cpu_seconds_total",
-        "counter",
-        "CPU seconds of the egress proxy's thread.",
-        [("", egress.cpu_s)],
-    )
-    metric(
-        "guard_refused_total",
-        "counter",
-        "Requests of pages the URL guard refused before they left the browser (the egress proxy counts "
-        "what it refuses in egress_requests_total).",
-        [("", guard_refused)],
-    )
-    refused = {"misdirected": 0, "foreign_origin": 0, **(refused_callers or {})}
-    metric(
-        "callers_refused_total",
-        "counter",
-        "Requests to this server refused for their Host (misdirected) or Origin (foreign_origin).",
-        [(f'{{kind="{kind}"}}', count) for kind, count in sorted(refused.items())],
-    )
-    metric(
-        "errors_total",
-        "counter",
-        "Errors returned, by kind.",
-        [(f'{{kind="{kind}"}}', count) for kind, count in sorted(errors.items())],
-    )
-    return "\n".join(lines) + "\n"
+    snapshot = _Snapshot(
+        lanes=list(lanes), active_sessions=active_sessions, browsers=browsers,
+        browser_restarts=browser_restarts, errors=errors, sessions_created=sessions_created,
+        sessions_expired=sessions_expired, capture_retries=capture_retries, blocklist=blocklist, tabs=tabs,
+        popups_closed=popups_closed, egress=egress, guard_refused=guard_refused,
+        refused_callers=dict(refused_callers or {}))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(snapshot)
+    return generate_latest(registry).decode("utf-8")
 
 
+def _lane_series(lanes: list[Lane]) -> Iterator[Metric]:
+    """Per operation kind: waiting, running, finished, and latency quantiles over the recent window."""
+    yield _family("queue_depth", "Operations waiting for a slot, by kind.",
+                  [((lane.name,), lane.waiting) for lane in lanes], ["op"])
+    yield _family("ops_running", "Operations running, by kind.",
+                  [((lane.name,), lane.running) for lane in lanes], ["op"])
+    yield _family("ops_total", "Operations finished, by kind.",
+                  [((lane.name,), lane.completed) for lane in lanes], ["op"])
+    yield _family("op_latency_seconds", "Operation latency quantiles over the recent window.",
+                  [((lane.name, str(q)), percentile(lane.latencies, q))
+                   for lane in lanes for q in (0.5, 0.95)],
+                  ["op", "quantile"])
 
-def _label(value: str) -> str:
-    """`value` as a Prometheus label value (backslash, quote and newline escaped)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
-
-def _blocklist_series(metric: Callable[[str, str, str, Iterable[tuple[str, float]]], None],
-                      blocklist: BlocklistStats) -> None:
+def _blocklist_series(blocklist: BlocklistStats) -> Iterator[Metric]:
     """What the blocklist blocks now and why (the kind of the failure; ``/info`` has the whole
     reason), and what it counted, per scope: ``site`` (start pages) and ``session``."""
     entries = blocklist.entries
-    metric("blocked_sites", "gauge", "Origins blocked for every session now.", [("", len(entries))])
-    metric("blocked_site_seconds", "gauge",
-           "Seconds left of each origin blocked for every session, by the kind of failure that blocked it.",
-           [(f'{{origin="{_label(e.origin)}",kind="{e.kind}"}}', round(e.until - blocklist.now))
-            for e in entries])
-    metric("session_blocks", "gauge", "Origins blocked for one session only (its own failures) now.",
-           [("", blocklist.session_blocks)])
+    yield _family("blocked_sites", "Origins blocked for every session now.", [((), len(entries))])
+    yield _family("blocked_site_seconds",
+                  "Seconds left of each origin blocked for every session, by the kind of failure "
+                  "that blocked it.",
+                  [((e.origin, e.kind), round(e.until - blocklist.now)) for e in entries], ["origin", "kind"])
+    yield _family("session_blocks", "Origins blocked for one session only (its own failures) now.",
+                  [((), blocklist.session_blocks)])
     scoped = [(scope, kind) for scope in ("site", "session") for kind in FAILURE_KINDS]
-    metric("blocklist_failures_total", "counter",
-           "Failed page loads counted for the site (a start page) or for one session (a navigation).",
-           [(f'{{scope="{scope}",kind="{kind}"}}', blocklist.failures[scope, kind])
-            for scope, kind in scoped])
-    metric("blocklist_exempt_total", "counter",
-           "Failed page loads at an allowlisted host:port: never counted (the site answers every session).",
-           [(f'{{kind="{kind}"}}', blocklist.exempt[kind]) for kind in FAILURE_KINDS])
-    metric("blocks_total", "counter",
-           "Origins blocked for every session (site) or for one (session), by the kind of failure.",
-           [(f'{{scope="{scope}",kind="{kind}"}}', blocklist.blocks[scope, kind])
-            for scope, kind in [*scoped, ("site", "operator")]])
+    yield _family("blocklist_failures_total",
+                  "Failed page loads counted for the site (a start page) or for one session (a navigation).",
+                  [((scope, kind), blocklist.failures[scope, kind]) for scope, kind in scoped],
+                  ["scope", "kind"])
+    yield _family("blocklist_exempt_total",
+                  "Failed page loads at an allowlisted host:port: never counted (the site answers "
+                  "every session).",
+                  [((kind,), blocklist.exempt[kind]) for kind in FAILURE_KINDS], ["kind"])
+    yield _family("blocks_total",
+                  "Origins blocked for every session (site) or for one (session), by the kind of failure.",
+                  [((scope, kind), blocklist.blocks[scope, kind])
+                   for scope, kind in [*scoped, ("site", "operator")]],
+                  ["scope", "kind"])

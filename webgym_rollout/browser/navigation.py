@@ -154,98 +154,103 @@ class NavigationTracker:
     async def install(self, context: BrowserContext) -> None:
         """Open the page's DevTools session, follow its navigations and intercept its requests."""
         cdp = self.cdp = await context.new_cdp_session(self.page)
-
-        async def answer(event: dict, reason: str | None) -> None:
-            request_id = event["requestId"]
-            try:
-                if reason is None:
-                    await cdp.send(*self._pass(event))
-                elif event.get("resourceType") == "Document":
-                    # A 204 answer cancels a navigation and leaves the current page in place
-                    # (a failed request would replace it with an error page).
-                    await cdp.send(
-                        "Fetch.fulfillRequest",
-                        {"requestId": request_id, "responseCode": 204, "responseHeaders": []},
-                    )
-                else:
-                    await cdp.send(
-                        "Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"}
-                    )
-            except PlaywrightError:
-                pass  # the page went away while the request was paused
-
-        def on_paused(event: dict) -> None:
-            # Decided synchronously, as the event arrives, so that an operation waiting on this
-            # page sees the refusal in order with the page's other events.
-            url = event["request"]["url"]
-            reason = None if url.startswith(("data:", "blob:")) else self.guard.reason(url)
-            if event.get("resourceType") == "Document":
-                if reason is None:
-                    parts = urlsplit(url)
-                    self.origins.add(f"{parts.scheme}://{parts.netloc}")
-                    if event.get("frameId") == self.main_frame_id:
-                        self.document_url = url
-                else:
-                    self.refused.append((url, reason))
-                    self.committed.set()  # wake a waiting settle: this navigation ends here
-            if reason is not None:
-                self.refusals += 1
-                if self._on_refused is not None:
-                    self._on_refused()
-                log.info("session %s: refused %s (%s)", self.session_id, url, reason)
-            task = asyncio.ensure_future(answer(event, reason))
-            self._answers.add(task)
-            task.add_done_callback(self._answers.discard)
-
-        def on_navigated(frame: Any) -> None:
-            if frame == self.page.main_frame:
-                self.commits += 1
-                self.title = None
-                self.committed.set()
-
-        def on_requested(event: dict) -> None:
-            # Sent by the renderer while it handles the input event, so it arrives before the
-            # input call returns: after a click we know at once whether it started a navigation.
-            if event.get("frameId") == self.main_frame_id:
-                self.document_requests += 1
-
         self.main_frame_id = (await cdp.send("Page.getFrameTree"))["frameTree"]["frame"]["id"]
-        self.page.on("framenavigated", on_navigated)
-
-        def on_started(event: dict) -> None:
-            if event.get("frameId") == self.main_frame_id:
-                self.loading = True
-
-        def on_stopped(event: dict) -> None:
-            # Only a stop that follows a start seen since the action began counts: a late stop
-            # of the previous page load must not end the wait for a new navigation.
-            if event.get("frameId") == self.main_frame_id and self.loading:
-                self.loading = False
-                self.stops += 1
-                self.committed.set()
-
-        def on_window_open(_event: dict) -> None:
-            # Sent while the renderer opens the window, before the new page is announced: an
-            # action that opened one waits for it to be closed and reported (`Tabs.wait_seen`).
-            self.window_opens += 1
-
-        cdp.on("Page.windowOpen", on_window_open)
-        cdp.on("Page.frameRequestedNavigation", on_requested)
-        cdp.on("Page.frameStartedLoading", on_started)
-        cdp.on("Page.frameStoppedLoading", on_stopped)
+        self.page.on("framenavigated", self._on_navigated)
+        cdp.on("Page.windowOpen", self._on_window_open)
+        cdp.on("Page.frameRequestedNavigation", self._on_requested)
+        cdp.on("Page.frameStartedLoading", self._on_started)
+        cdp.on("Page.frameStoppedLoading", self._on_stopped)
         await cdp.send("Page.enable")
-        cdp.on("Fetch.requestPaused", on_paused)
+        cdp.on("Fetch.requestPaused", self._on_paused)
         if self.traffic is not None:
-            # A recorded page must fetch everything it shows (the HTTP cache, shared by the
-            # context's sessions, would hide responses from the recording); a replayed one must
-            # be answered from its recording, not from what an earlier session cached.
-            if isinstance(self.traffic, TrafficRecorder):
-                self.traffic.attach(cdp)
-            # Chromium keeps the bodies the recorder reads until then (the defaults are smaller).
-            await cdp.send("Network.enable", _NETWORK_BUFFERS if isinstance(self.traffic, TrafficRecorder)
-                           else {"maxTotalBufferSize": 0, "maxResourceBufferSize": 0})
-            await cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+            await self._follow_traffic(cdp)
         await cdp.send("Fetch.enable", {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]})
+
+    async def _follow_traffic(self, cdp: CDPSession) -> None:
+        """Record the page's traffic, or prepare to answer it from a recording."""
+        # A recorded page must fetch everything it shows (the HTTP cache, shared by the
+        # context's sessions, would hide responses from the recording); a replayed one must
+        # be answered from its recording, not from what an earlier session cached.
+        recording = isinstance(self.traffic, TrafficRecorder)
+        if recording:
+            self.traffic.attach(cdp)
+        # Chromium keeps the bodies the recorder reads until then (the defaults are smaller).
+        await cdp.send("Network.enable", _NETWORK_BUFFERS if recording
+                       else {"maxTotalBufferSize": 0, "maxResourceBufferSize": 0})
+        await cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+
+    async def _answer(self, event: dict, reason: str | None) -> None:
+        """Let a paused request through, or refuse it (`reason`)."""
+        cdp = self.cdp
+        request_id = event["requestId"]
+        try:
+            if reason is None:
+                await cdp.send(*self._pass(event))
+            elif event.get("resourceType") == "Document":
+                # A 204 answer cancels a navigation and leaves the current page in place
+                # (a failed request would replace it with an error page).
+                await cdp.send(
+                    "Fetch.fulfillRequest",
+                    {"requestId": request_id, "responseCode": 204, "responseHeaders": []},
+                )
+            else:
+                await cdp.send(
+                    "Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"}
+                )
+        except PlaywrightError:
+            pass  # the page went away while the request was paused
+
+    def _on_paused(self, event: dict) -> None:
+        # Decided synchronously, as the event arrives, so that an operation waiting on this
+        # page sees the refusal in order with the page's other events.
+        url = event["request"]["url"]
+        reason = None if url.startswith(("data:", "blob:")) else self.guard.reason(url)
+        if event.get("resourceType") == "Document":
+            if reason is None:
+                parts = urlsplit(url)
+                self.origins.add(f"{parts.scheme}://{parts.netloc}")
+                if event.get("frameId") == self.main_frame_id:
+                    self.document_url = url
+            else:
+                self.refused.append((url, reason))
+                self.committed.set()  # wake a waiting settle: this navigation ends here
+        if reason is not None:
+            self.refusals += 1
+            if self._on_refused is not None:
+                self._on_refused()
+            log.info("session %s: refused %s (%s)", self.session_id, url, reason)
+        task = asyncio.ensure_future(self._answer(event, reason))
+        self._answers.add(task)
+        task.add_done_callback(self._answers.discard)
+
+    def _on_navigated(self, frame: Any) -> None:
+        if frame == self.page.main_frame:
+            self.commits += 1
+            self.title = None
+            self.committed.set()
+
+    def _on_requested(self, event: dict) -> None:
+        # Sent by the renderer while it handles the input event, so it arrives before the
+        # input call returns: after a click we know at once whether it started a navigation.
+        if event.get("frameId") == self.main_frame_id:
+            self.document_requests += 1
+
+    def _on_started(self, event: dict) -> None:
+        if event.get("frameId") == self.main_frame_id:
+            self.loading = True
+
+    def _on_stopped(self, event: dict) -> None:
+        # Only a stop that follows a start seen since the action began counts: a late stop
+        # of the previous page load must not end the wait for a new navigation.
+        if event.get("frameId") == self.main_frame_id and self.loading:
+            self.loading = False
+            self.stops += 1
+            self.committed.set()
+
+    def _on_window_open(self, _event: dict) -> None:
+        # Sent while the renderer opens the window, before the new page is announced: an
+        # action that opened one waits for it to be closed and reported (`Tabs.wait_seen`).
+        self.window_opens += 1
 
     def _pass(self, event: dict) -> tuple[str, dict]:
         """The CDP command that lets an allowed request through: on to the network, or, in a

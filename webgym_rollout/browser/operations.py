@@ -464,6 +464,30 @@ class Operations:
         requests_before, commits_before = navigation.begin_action()
         egress_seq = self.egress.last_seq
         opens_before, seen_before = navigation.window_opens, session.tabs.seen
+        error = await self._perform(session, action, commits_before)
+        probed: tuple[bool, Any] = (False, None)
+        if action.kind in ("click", "key", "type"):
+            probed = await navigation.settle(requests_before, commits_before,
+                                             self.settings.action_timeout_s * 0.8, probe)
+        if navigation.window_opens > opens_before:  # the action opened a page: report it now
+            await session.tabs.wait_seen(seen_before + navigation.window_opens - opens_before,
+                                         self.settings.action_timeout_s * 0.5)
+        if not error:
+            error = await self._refused_navigation(session, egress_seq, commits_before)
+        # Reading the title costs a round trip to the renderer, so it is re-read only after the
+        # page navigated (a commit or a history-API change); a title a script changes in place
+        # shows up at the next navigation or page_info.
+        if navigation.commits != commits_before or navigation.title is None:
+            navigation.title = await _title(page)
+        if navigation.commits != commits_before or navigation.refused:
+            probed = (False, None)  # the page moved on after the probe: its state is read again
+        result = ExecuteResult(ok=not error, error=error, url=page.url, title=navigation.title,
+                               popups=session.tabs.take_popups())
+        return result, probed
+
+    async def _perform(self, session: Session, action: BrowserAction, commits_before: int) -> str:
+        """Send the action's input to the page; returns the agent's error ("" when none)."""
+        page = session.page
         error = ""
         try:
             if action.kind == "click":
@@ -475,35 +499,9 @@ class Operations:
             elif action.kind == "key":
                 await page.keyboard.press(action.key or "")
             elif action.kind == "scroll":
-                width, height = session.viewport
-                x = action.x if action.x is not None else width / 2
-                y = action.y if action.y is not None else height / 2
-                await page.mouse.move(x, y)
-                amount = action.amount or 300
-                await page.mouse.wheel(0, amount if action.direction == "down" else -amount)
-                await page.evaluate(_NEXT_FRAME)
+                await self._scroll(session, action)
             elif action.kind == "go_back":
-                history = await navigation.cdp.send("Page.getNavigationHistory")
-                index, entries = history["currentIndex"], history["entries"]
-                # Entry 0 of a new tab is the blank page it was opened with: not a page to go back to.
-                if index <= 0 or (index == 1 and entries[0]["url"] == "about:blank"):
-                    error = "there is no previous page"
-                else:
-                    try:
-                        await page.go_back(timeout=self.settings.navigate_timeout_s * 1000)
-                    except PlaywrightTimeout as exc:
-                        raise _LimitReached(self.settings.navigate_timeout_s, "--navigate-timeout-s") from exc
-                    except PlaywrightError as exc:
-                        if session.dead:
-                            raise
-                        # The previous page does not load now (its site is down, its name does not
-                        # resolve): the agent's step failed, as a navigation to it would have; the
-                        # session is fine. Chromium commits its error page a moment later: wait for
-                        # it, so the URL returned is the page shown and no later operation races it.
-                        message = str(exc).splitlines()[0]
-                        if "net::ERR_ABORTED" not in message:
-                            await navigation.wait_for_commit(commits_before, _ERROR_PAGE_COMMIT_S)
-                        error = f"going back failed: {message}"
+                error = await self._go_back(session, commits_before)
             elif action.kind == "select":
                 error = await page.evaluate(_SELECT_SCRIPT, [action.x, action.y, action.value])
         except PlaywrightTimeout:
@@ -516,33 +514,61 @@ class Operations:
                 error = message  # an agent mistake, e.g. a key name Chromium does not know
             else:
                 raise
-        probed: tuple[bool, Any] = (False, None)
-        if action.kind in ("click", "key", "type"):
-            probed = await navigation.settle(requests_before, commits_before,
-                                             self.settings.action_timeout_s * 0.8, probe)
-        if navigation.window_opens > opens_before:  # the action opened a page: report it now
-            await session.tabs.wait_seen(seen_before + navigation.window_opens - opens_before,
-                                         self.settings.action_timeout_s * 0.5)
-        if navigation.refused and not error:
+        return error
+
+    @staticmethod
+    async def _scroll(session: Session, action: BrowserAction) -> None:
+        """Wheel at the action's point (the viewport's middle by default), then wait a frame."""
+        page = session.page
+        width, height = session.viewport
+        x = action.x if action.x is not None else width / 2
+        y = action.y if action.y is not None else height / 2
+        await page.mouse.move(x, y)
+        amount = action.amount or 300
+        await page.mouse.wheel(0, amount if action.direction == "down" else -amount)
+        await page.evaluate(_NEXT_FRAME)
+
+    async def _go_back(self, session: Session, commits_before: int) -> str:
+        """Go back a page; returns the agent's error when there is none to go back to or it fails to load."""
+        navigation = session.navigation
+        history = await navigation.cdp.send("Page.getNavigationHistory")
+        index, entries = history["currentIndex"], history["entries"]
+        # Entry 0 of a new tab is the blank page it was opened with: not a page to go back to.
+        if index <= 0 or (index == 1 and entries[0]["url"] == "about:blank"):
+            return "there is no previous page"
+        try:
+            await session.page.go_back(timeout=self.settings.navigate_timeout_s * 1000)
+        except PlaywrightTimeout as exc:
+            raise _LimitReached(self.settings.navigate_timeout_s, "--navigate-timeout-s") from exc
+        except PlaywrightError as exc:
+            if session.dead:
+                raise
+            # The previous page does not load now (its site is down, its name does not
+            # resolve): the agent's step failed, as a navigation to it would have; the
+            # session is fine. Chromium commits its error page a moment later: wait for
+            # it, so the URL returned is the page shown and no later operation races it.
+            message = str(exc).splitlines()[0]
+            if "net::ERR_ABORTED" not in message:
+                await navigation.wait_for_commit(commits_before, _ERROR_PAGE_COMMIT_S)
+            return f"going back failed: {message}"
+        return ""
+
+    async def _refused_navigation(self, session: Session, egress_seq: int, commits_before: int) -> str:
+        """The error when the action's navigation was refused (by the URL guard or the egress
+        proxy), after going back to the page it left; "" when none was."""
+        navigation = session.navigation
+        if navigation.refused:
             refused_url, why = navigation.refused[-1]
-            error = f"navigation to {refused_url} was refused: {why}"
             await self._back_to_previous_page(session, refused_url, commits_before)
-        elif navigation.document_url and not error:
+            return f"navigation to {refused_url} was refused: {why}"
+        if navigation.document_url:
             # The URL guard let the navigation through; the egress proxy may have refused it.
             outcome = self.egress.outcome(navigation.document_url, after=egress_seq)
             if outcome is not None and outcome.kind == "refused":
-                error = f"navigation to {navigation.document_url} was refused: {outcome.reason}"
-                await self._back_to_previous_page(session, navigation.document_url, commits_before)
-        # Reading the title costs a round trip to the renderer, so it is re-read only after the
-        # page navigated (a commit or a history-API change); a title a script changes in place
-        # shows up at the next navigation or page_info.
-        if navigation.commits != commits_before or navigation.title is None:
-            navigation.title = await _title(page)
-        if navigation.commits != commits_before or navigation.refused:
-            probed = (False, None)  # the page moved on after the probe: its state is read again
-        result = ExecuteResult(ok=not error, error=error, url=page.url, title=navigation.title,
-                               popups=session.tabs.take_popups())
-        return result, probed
+                url = navigation.document_url
+                await self._back_to_previous_page(session, url, commits_before)
+                return f"navigation to {url} was refused: {outcome.reason}"
+        return ""
 
     # ------------------------------------------------------------------ reading the page
 

@@ -216,6 +216,25 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
     pool = BrowserPool(settings.pool, resolver=resolver)
     if settings.port:
         pool.egress.protect_port(settings.port)
+    version = _version()
+    app = FastAPI(title="webgym browser server", version=version, lifespan=_lifespan(pool, settings))
+    app.state.pool = pool
+    app.state.settings = settings
+    callers = app.state.callers = settings.caller_check()
+
+    if settings.token:
+        app.add_middleware(_RequireToken, token=settings.token, pool=pool)
+    # Added last, so it runs first: a foreign Host or Origin is refused before the token is looked at.
+    app.add_middleware(CallerCheckMiddleware, check=callers, respond=_refused)
+    _add_error_handlers(app, pool)
+    _add_session_routes(app, pool)
+    _add_body_routes(app, pool)
+    _add_operator_routes(app, pool, settings, callers, version)
+    return app
+
+
+def _lifespan(pool: BrowserPool, settings: ServerSettings):
+    """The app's lifespan: start the pool, and close every browser on shutdown."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -230,16 +249,11 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
         finally:
             await pool.close()
 
-    version = _version()
-    app = FastAPI(title="webgym browser server", version=version, lifespan=lifespan)
-    app.state.pool = pool
-    app.state.settings = settings
-    callers = app.state.callers = settings.caller_check()
+    return lifespan
 
-    if settings.token:
-        app.add_middleware(_RequireToken, token=settings.token, pool=pool)
-    # Added last, so it runs first: a foreign Host or Origin is refused before the token is looked at.
-    app.add_middleware(CallerCheckMiddleware, check=callers, respond=_refused)
+
+def _add_error_handlers(app: FastAPI, pool: BrowserPool) -> None:
+    """Every error answers an `ErrorBody`, counted in the pool's errors by kind."""
 
     @app.exception_handler(BrowserError)
     async def browser_error(request: Request, exc: BrowserError) -> JSONResponse:
@@ -260,6 +274,10 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
         details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         body = ErrorBody(error="invalid_request", message=f"{request.url.path}: {details}")
         return JSONResponse(body.model_dump(), status_code=422)
+
+
+def _add_session_routes(app: FastAPI, pool: BrowserPool) -> None:
+    """The routes of a session: create, navigate, observe, act, close."""
 
     @app.post("/sessions", response_model=SessionCreated)
     async def create_session(body: CreateSessionRequest) -> SessionCreated:
@@ -312,6 +330,10 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
         await pool.close_session(session_id)
         return Response(status_code=204)
 
+
+def _add_body_routes(app: FastAPI, pool: BrowserPool) -> None:
+    """Record and replay: a session's recording, and the response bodies replays are served from."""
+
     @app.get("/sessions/{session_id}/recording", response_model=RecordingIndex)
     async def recording(session_id: str) -> Response:
         return _json(await pool.recording(session_id))
@@ -330,35 +352,18 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
         pool.bodies.put(sha256, await request.body())
         return Response(status_code=204)
 
+
+def _add_operator_routes(app: FastAPI, pool: BrowserPool, settings: ServerSettings, callers: CallerCheck,
+                         version: str) -> None:
+    """What an operator reads and does: health, info, metrics, lifting a blocklist entry."""
+
     @app.get("/health", response_model=ServerHealth)
     async def health() -> ServerHealth:
         return pool.health()
 
     @app.get("/info")
     async def info() -> dict:
-        s = settings.pool
-        return {
-            "version": version,
-            "browsers": s.browsers,
-            "contexts_per_browser": s.contexts_per_browser,
-            "max_sessions": s.max_sessions,
-            "allow_hosts": list(s.allow_hosts),
-            "server_names": list(settings.server_names),
-            "allowed_origins": list(settings.allowed_origins),
-            "idle_timeout_s": s.idle_timeout_s,
-            "navigate_timeout_s": s.navigate_timeout_s,
-            "action_timeout_s": s.action_timeout_s,
-            "concurrency": s.lane_limits,
-            "max_queue": s.max_queue,
-            "environments": environment_names(),
-            "blocklist_threshold": s.blocklist_threshold,
-            "blocklist_ttl_s": s.blocklist_ttl_s,
-            "blocklist": [
-                {"origin": e.origin, "reason": e.reason, "kind": e.kind,
-                 "expires_in_s": round(e.until - time.monotonic())}
-                for e in pool.blocklist.entries()
-            ],
-        }
+        return _info(pool, settings, version)
 
     @app.delete("/blocklist/{origin:path}", response_model=BlocklistLifted)
     async def lift_block(origin: str, request: Request) -> BlocklistLifted:
@@ -380,7 +385,32 @@ def create_app(settings: ServerSettings, *, resolver: Resolver | None = None) ->
         return PlainTextResponse(pool.metrics_text(refused_callers=callers.refused),
                                  media_type="text/plain; version=0.0.4")
 
-    return app
+
+def _info(pool: BrowserPool, settings: ServerSettings, version: str) -> dict:
+    """``/info``: the server's settings and the blocklist's entries now."""
+    s = settings.pool
+    return {
+        "version": version,
+        "browsers": s.browsers,
+        "contexts_per_browser": s.contexts_per_browser,
+        "max_sessions": s.max_sessions,
+        "allow_hosts": list(s.allow_hosts),
+        "server_names": list(settings.server_names),
+        "allowed_origins": list(settings.allowed_origins),
+        "idle_timeout_s": s.idle_timeout_s,
+        "navigate_timeout_s": s.navigate_timeout_s,
+        "action_timeout_s": s.action_timeout_s,
+        "concurrency": s.lane_limits,
+        "max_queue": s.max_queue,
+        "environments": environment_names(),
+        "blocklist_threshold": s.blocklist_threshold,
+        "blocklist_ttl_s": s.blocklist_ttl_s,
+        "blocklist": [
+            {"origin": e.origin, "reason": e.reason, "kind": e.kind,
+             "expires_in_s": round(e.until - time.monotonic())}
+            for e in pool.blocklist.entries()
+        ],
+    }
 
 
 @contextlib.asynccontextmanager

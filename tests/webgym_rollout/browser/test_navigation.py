@@ -17,6 +17,7 @@ from urllib.parse import quote
 import pytest
 import pytest_asyncio
 
+from tests.support.prometheus import sample
 from tests.webgym_rollout.fault_pages import ESCAPE_ROUTES, FaultPages, UdpListener, until
 from webgym_rollout.browser.egress import MappingResolver
 from webgym_rollout.browser.pool import BrowserPool, PoolSettings
@@ -225,11 +226,11 @@ async def test_popups_are_closed_and_no_page_outlives_its_session(pool, faults_s
     result = await pool.execute(sid, BrowserAction.wait_for(0))
     assert result.popups == [f"{faults}/ping-popup?"] * 2  # a form GET with no fields
     assert (await pool.execute(sid, BrowserAction.wait_for(0))).popups == []  # reported once
-    assert f'webgym_browser_pages{{browser="{browser}"}} {baseline[0] + 1}' in pool.metrics_text()
+    assert sample(pool.metrics_text(), "webgym_browser_pages", browser=browser) == baseline[0] + 1
 
     await pool.close_session(sid)
     assert pool.tab_counts()[browser][0] == baseline[0]
-    assert f'webgym_browser_pages{{browser="{browser}"}} {baseline[0]}' in pool.metrics_text()
+    assert sample(pool.metrics_text(), "webgym_browser_pages", browser=browser) == baseline[0]
     # Let time pass, measured in requests of another page: 20 ticks, 50 ms apart. (A ping sent
     # before the close may still be on its way: the count starts at the first tick.)
     clock = (await pool.create(CreateSessionRequest(start_url=f"{faults}/clock"))).session_id

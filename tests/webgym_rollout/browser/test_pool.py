@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.support.prometheus import sample
 from webgym_rollout.browser.pool import OP_KINDS, BrowserPool, PoolSettings
 from webgym_rollout.browser.protocol import CreateSessionRequest, PageInfoRequest, ScreenshotRequest
 from webgym_rollout.errors import (
@@ -89,12 +90,13 @@ async def test_sessions_fill_their_slots_and_free_them(chromium_path, sites):
         c = await pool.create(CreateSessionRequest(start_url=form))  # the freed slot is taken again
         assert pool.active_sessions == 2 and pool.sessions_created == 3
         metrics = pool.metrics_text()
-        assert "webgym_sessions_created_total 3" in metrics and "webgym_active_sessions 2" in metrics
+        assert sample(metrics, "webgym_sessions_created_total") == 3
+        assert sample(metrics, "webgym_active_sessions") == 2
         pid = pool.browser_pids()[0]
         # Two sessions: two pages, and two contexts (the closed session's context was reused).
         assert pool.tab_counts() == {str(pid): (2, 2)}
-        assert f'webgym_browser_pages{{browser="{pid}"}} 2' in metrics
-        assert f'webgym_browser_contexts{{browser="{pid}"}} 2' in metrics
+        assert sample(metrics, "webgym_browser_pages", browser=str(pid)) == 2
+        assert sample(metrics, "webgym_browser_contexts", browser=str(pid)) == 2
         for sid in (b.session_id, c.session_id):
             await pool.close_session(sid)
 
@@ -124,11 +126,11 @@ async def test_failed_start_pages_block_the_site_and_an_agents_failures_its_sess
         assert "cannot resolve" in (await pool.navigate(b, "http://down.test/y")).error  # b: its first
         assert pool.blocklist.entries() == []
         metrics = pool.metrics_text()
-        assert 'webgym_blocklist_failures_total{scope="session",kind="egress"} 3' in metrics
-        assert 'webgym_blocks_total{scope="session",kind="egress"} 1' in metrics
-        assert "webgym_session_blocks 1" in metrics and "webgym_blocked_sites 0" in metrics
+        assert sample(metrics, "webgym_blocklist_failures_total", scope="session", kind="egress") == 3
+        assert sample(metrics, "webgym_blocks_total", scope="session", kind="egress") == 1
+        assert sample(metrics, "webgym_session_blocks") == 1 and sample(metrics, "webgym_blocked_sites") == 0
         await pool.close_session(a)
-        assert "webgym_session_blocks 0" in pool.metrics_text()  # a session's blocks end with it
+        assert sample(pool.metrics_text(), "webgym_session_blocks") == 0  # a session's blocks end with it
 
         for _ in range(2):  # the toolkit's own start page fails in two sessions: the site is down
             with pytest.raises(BrowserError, match="could not load http://down.test/"):
@@ -138,9 +140,10 @@ async def test_failed_start_pages_block_the_site_and_an_agents_failures_its_sess
         with pytest.raises(SiteBlocked, match="http://down.test is blocked"):
             await pool.navigate(b, "http://down.test/z")
         metrics = pool.metrics_text()
-        assert "webgym_blocked_sites 1" in metrics
-        assert 'webgym_blocked_site_seconds{origin="http://down.test",kind="egress"} 3600' in metrics
-        assert 'webgym_blocks_total{scope="site",kind="egress"} 1' in metrics
+        assert sample(metrics, "webgym_blocked_sites") == 1
+        seconds = sample(metrics, "webgym_blocked_site_seconds", origin="http://down.test", kind="egress")
+        assert seconds == 3600
+        assert sample(metrics, "webgym_blocks_total", scope="site", kind="egress") == 1
         assert (await pool.navigate(b, f"{sites.base_url}/sandbox/next.html")).error == ""
         pool.blocklist._clock = lambda: time.monotonic() + 10_000  # the entry expires
         assert "cannot resolve" in (await pool.navigate(b, "http://down.test/")).error
@@ -162,9 +165,9 @@ async def test_an_allowlisted_host_port_is_never_blocked(chromium_path, faults):
         assert captcha.title == "Just a moment..."
         assert (await pool.navigate(sid, f"{faults}/ok")).title == "ok"
         metrics = pool.metrics_text()
-        assert 'webgym_blocklist_exempt_total{kind="timeout"} 2' in metrics
-        assert 'webgym_blocklist_exempt_total{kind="block_page"} 1' in metrics
-        assert "webgym_blocked_sites 0" in metrics and "webgym_session_blocks 0" in metrics
+        assert sample(metrics, "webgym_blocklist_exempt_total", kind="timeout") == 2
+        assert sample(metrics, "webgym_blocklist_exempt_total", kind="block_page") == 1
+        assert sample(metrics, "webgym_blocked_sites") == 0 and sample(metrics, "webgym_session_blocks") == 0
 
 
 @pytest.mark.browser
@@ -187,7 +190,7 @@ async def test_block_page_counts_as_a_failure(chromium_path, faults):
         assert state.title == "Just a moment..."
         with pytest.raises(SiteBlocked, match=f"{faults} is blocked"):
             await pool.navigate(state.session_id, f"{faults}/ok")
-        assert f'webgym_blocked_site_seconds{{origin="{faults}",kind="block_page"}}' in pool.metrics_text()
+        assert sample(pool.metrics_text(), "webgym_blocked_site_seconds", origin=faults, kind="block_page")
 
 
 @pytest.mark.browser
