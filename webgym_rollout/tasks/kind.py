@@ -14,6 +14,7 @@ Client side, per task (`WebEnv`)::
     await kind.validate(session)         -> TaskOutcome, or None when the kind has no verdict
     kind.outcome(env_state)              -> the same verdict from the state a step's `act` read
     kind.replaying(recorded_urls)        -> the episode replays a recording made with these URLs
+    kind.truth_session()                 -> the site session whose ground truth can be read, or ""
     kind.horizon(settings, split)        -> the step budget
     kind.check(settings)                 -> raise ValueError if the settings cannot run this kind
 
@@ -105,6 +106,12 @@ class TaskKind:
     def replaying(self, recorded_urls: Sequence[str]) -> None:
         """The episode is served from a recording whose requests were made to `recorded_urls`
         (a kind whose start URL is drawn per episode takes the recorded one back)."""
+
+    def truth_session(self) -> str:
+        """The local site session whose ground truth the toolkit can read once the episode ends
+        (`webgym_rollout.judge.truth`), or "" when the kind keeps none: what the runner asks,
+        without knowing which kinds have one."""
+        return self.session_id
 
     def horizon(self, settings: EnvSettings, split: str) -> int:
         """The step budget: the horizon table of `split`, indexed by the task's difficulty level. A
