@@ -199,3 +199,47 @@ def test_an_instruction_over_the_limit_is_refused_with_the_limit_named():
                       file="t.jsonl", row_index=0)
     assert caught.value.to_dict() == {"file": "t.jsonl", "row": 0, "line": None, "field": "task_name",
                                       "reason": caught.value.reason}
+
+
+# The task row's Features as they were written out by hand before they were derived from `Task`
+# (webgym_data.features): a built dataset's schema must not change by a byte.
+_EXPLICIT_TASK_FEATURES = {
+    "task_id": "string", "task_name": "string", "website": "string", "start_url": "string",
+    "benchmark_name": "string", "domain": "string", "subdomain": "string", "difficulty": "int32",
+    "difficulty_level": "string",
+    "evaluator_reference": [{"id": "string", "description": "string", "facts": ["string"]}],
+    "definite_answer": "string", "parent_task_id": "string", "fact_group_ids": ["string"],
+    "instruction_source": "string", "environment": "string", "env_seed": "int64",
+    "source": {"importer": "string", "file": "string", "row": "int64", "metadata": "string"},
+    "seed_criteria": ["string"], "rubric_source": "string", "seed_difficulty_level": "string",
+}
+
+
+def _explicit(spec):
+    from datasets import List, Value
+
+    if isinstance(spec, str):
+        return Value(spec)
+    if isinstance(spec, list):
+        return List(_explicit(spec[0]))
+    return {name: _explicit(inner) for name, inner in spec.items()}
+
+
+def test_task_features_derived_from_the_dataclass_are_todays_schema_byte_for_byte():
+    from datasets import Features
+
+    explicit = Features({name: _explicit(spec) for name, spec in _EXPLICIT_TASK_FEATURES.items()})
+    derived = task_features()
+    assert list(derived.items()) == list(explicit.items())  # the same columns, types and order
+    assert derived.arrow_schema.serialize().to_pybytes() == explicit.arrow_schema.serialize().to_pybytes()
+    task = Task.from_row({"task_name": "Find a hat", "website": "shop.example", "env_seed": 2**40,
+                          "source": {"importer": "generic", "row": 2**33}})
+    assert Dataset.from_list([task.to_row()], features=derived)[0]["env_seed"] == 2**40
+
+
+def test_a_task_field_without_a_column_is_refused(monkeypatch):
+    from webgym_data import schema
+
+    monkeypatch.setattr(schema, "_ROW_COLUMNS", schema._ROW_COLUMNS[:-1])  # seed_difficulty_level lost
+    with pytest.raises(TypeError, match="seed_difficulty_level"):
+        task_features()

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from webgym_core.completion import clean_text
+from webgym_data.features import feature_of
 from webgym_data.schema import Task
 from webgym_rollout.errors import ShardSchemaError, TrajectoryError
 
@@ -618,30 +619,6 @@ def _image_bytes(value: Any, name: str = "screenshot") -> bytes:
                     f"got {type(value).__name__}")
 
 
-def _feature(kind: Any, metadata: Mapping[str, Any]) -> Any:
-    from datasets import Image, List, Value
-
-    if metadata.get("feature") == "image":
-        return Image()
-    if metadata.get("dtype"):
-        return Value(metadata["dtype"])
-    origin = typing.get_origin(kind)
-    args = [a for a in typing.get_args(kind) if a is not type(None)]
-    if origin in (typing.Union, types.UnionType) and len(args) == 1:
-        return _feature(args[0], metadata)
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return Value("string")
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        hints = typing.get_type_hints(kind)
-        return {item.name: _feature(hints[item.name], item.metadata) for item in fields(kind)}
-    if origin in (list, tuple):
-        return List(_feature(args[0], {}))
-    simple = {bool: "bool", int: "int32", float: "float32", str: "string"}
-    if kind in simple:
-        return Value(simple[kind])
-    raise TypeError(f"no dataset feature for type {kind!r}")
-
-
 def trajectory_features():
     """The `datasets.Features` of an episode row, derived from `Episode` and `Step`."""
     from datasets import Features, Value
@@ -656,9 +633,9 @@ def trajectory_features():
             columns.update({name: tasks[name] for name in TASK_COLUMNS})
         elif item.name == "steps":
             columns["num_steps"] = Value("int32")
-            columns["steps"] = _feature(list[Step], {})
+            columns["steps"] = feature_of(list[Step])
         else:
-            columns[item.name] = _feature(hints[item.name], item.metadata)
+            columns[item.name] = feature_of(hints[item.name], item.metadata)
     return Features(columns)
 
 
