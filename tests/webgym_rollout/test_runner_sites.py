@@ -17,11 +17,11 @@ from webgym_rollout.judge.judges import JudgeSettings
 from webgym_rollout.judge.truth import TRUTH_FILE, read_truth
 from webgym_rollout.runner import RunSettings, run
 from webgym_rollout.tasks.sites import SiteServer
-from webgym_rollout.tasks.websites.generate import site_tasks
-from webgym_rollout.tasks.websites.state import session_in
 from webgym_rollout.trajectory.contract import EpisodeStatus
 from webgym_rollout.trajectory.reader import read_episodes
 from webgym_rollout.trajectory.recordings import RecordSettings
+from webgym_sites.generate import site_tasks
+from webgym_sites.state import session_in
 
 
 @pytest.fixture(scope="module")
