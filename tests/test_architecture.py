@@ -11,8 +11,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-PACKAGES = ("webgym", "webgym_core", "webgym_data", "webgym_sites", "webgym_rollout", "webgym_rl")
-"""Every package of the toolkit, each a root package of the import contracts."""
+PACKAGES = ("webgym_core", "webgym_data", "webgym_sites", "webgym_rollout", "webgym_rl", "webgym")
+"""Every package of the toolkit, from the bottom layer up, each a root package of the import contracts."""
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:

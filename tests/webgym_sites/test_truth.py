@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from webgym_rollout.browser.guard import UrlGuard
-from webgym_rollout.errors import TruthTimeout, TruthUnavailable
 from webgym_rollout.tasks.sites import SiteServer
+from webgym_sites.errors import TruthTimeout, TruthUnavailable
 from webgym_sites.facts import SessionFacts
 from webgym_sites.state import new_session_id, with_session
 from webgym_sites.truth import TruthClient, TruthServer
