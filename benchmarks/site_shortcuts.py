@@ -38,9 +38,14 @@ JUDGE = r"""
 import json, sys
 from webgym_data.decompose import decompose_task
 from webgym_rollout.judge.site import site_verdicts
-from webgym_sites.facts import SessionFacts
-from webgym_sites.generate import site_tasks
-from webgym_sites.goals import task_checks
+try:
+    from webgym_sites.facts import SessionFacts
+    from webgym_sites.generate import site_tasks
+    from webgym_sites.goals import task_checks
+except ImportError:  # a revision before issue 38, whose sites were webgym_rollout.tasks.websites
+    from webgym_rollout.tasks.websites.facts import SessionFacts
+    from webgym_rollout.tasks.websites.generate import site_tasks
+    from webgym_rollout.tasks.websites.goals import task_checks
 
 ANSWERS = ("answer", "answer_number", "answer_value")
 job = json.load(sys.stdin)
