@@ -27,10 +27,11 @@ import logging
 from collections.abc import Callable, Iterable
 
 from webgym_data.schema import Task
-from webgym_rollout.errors import JudgeTimeout, JudgeUnavailable, TruthTimeout, TruthUnavailable
+from webgym_rollout.errors import JudgeTimeout, JudgeUnavailable
 from webgym_rollout.judge.judges import JudgeRequest, JudgeResult
 from webgym_rollout.trajectory.contract import Verdict
 from webgym_sites.answers import answer_holds
+from webgym_sites.errors import TruthTimeout, TruthUnavailable
 from webgym_sites.facts import SessionFacts
 from webgym_sites.goals import answer_names, check_task, task_checks
 from webgym_sites.state import session_in

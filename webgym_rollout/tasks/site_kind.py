@@ -1,14 +1,13 @@
 """The local sites as a task kind: ``environment="site:shop"``, one fresh site session per episode.
 
-A generated site task (`webgym_sites.shop_tasks` and its siblings) names its site
-in its environment. `SiteTask` opens its start URL on the site server of `EnvSettings.sites_url`
-(the rows name where ``serve-sites`` listens by default; the run's URL replaces their host and port),
-with ``?session=<id>`` for a fresh, unguessable
-id drawn per episode (`SiteTask.session_id`): the site keeps that session's cart, bookings and
-pages apart from every other episode, and the toolkit later asks for its ground truth by that id
-(`SiteServer.facts`, `TruthClient.facts`). The pages keep no reward of their own: the judge
-decides after the episode (`webgym_rollout.judge.site.SiteJudge` against the ground truth, or a
-rubric judge from the screenshots).
+A generated site task (`webgym_sites.shop_tasks` and its siblings) names its site in its
+environment. `SiteTask` opens its start URL on the site server of `EnvSettings.sites_url` (the rows
+name where ``serve-sites`` listens by default; the run's URL replaces their host and port), with
+``?session=<id>`` for a fresh, unguessable id drawn per episode (`SiteTask.session_id`): the site
+keeps that session's cart, bookings and pages apart from every other episode, and the toolkit later
+asks for its ground truth by that id (`SiteServer.facts`, `TruthClient.facts`). The pages keep no
+reward of their own: the judge decides after the episode (`webgym_rollout.judge.site.SiteJudge`
+against the ground truth, or a rubric judge from the screenshots).
 
 A replay (``run --replay``) serves the pages from a recording, so the episode takes the recorded
 session's id back (`SiteTask.replaying`): its requests match the recorded ones, and never reach
