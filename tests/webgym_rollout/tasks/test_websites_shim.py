@@ -14,8 +14,11 @@ import pytest
 import webgym_sites
 from webgym_rollout.tasks import site_kind
 
-SHIM = Path(importlib.import_module("webgym_rollout.tasks.websites").__file__).parent
-OLD_MODULES = sorted(path.stem for path in SHIM.glob("*.py") if path.stem != "__init__")
+OLD_MODULES = ["accounts", "answers", "base", "catalogue", "checkout", "drawing", "encyclopedia", "facts",
+               "generate", "goals", "kind", "plans", "reference", "reference_tasks", "router", "shop",
+               "shop_tasks", "shortcuts", "state", "travel", "travel_catalogue", "travel_forms",
+               "travel_tasks", "truth"]
+"""The modules of ``webgym_rollout.tasks.websites`` before issue 38."""
 
 
 def _fresh(monkeypatch: pytest.MonkeyPatch, old: str) -> None:
@@ -23,11 +26,18 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, old: str) -> None:
     monkeypatch.delitem(sys.modules, old, raising=False)
 
 
-def test_every_module_the_package_had_is_still_there():
+def test_the_old_package_holds_no_module_of_its_own():
+    # Every site module but the two new ones (errors, and serving, which was tasks.serving) was one of
+    # the old package, whose folder keeps only the __init__ that forwards them.
     moved = {path.stem for path in Path(webgym_sites.__file__).parent.glob("*.py")}
-    # Every site module but the two new ones (errors, and serving, which was tasks.serving) has its
-    # old path, and so has the site kind.
     assert set(OLD_MODULES) == (moved - {"__init__", "errors", "serving"}) | {"kind"}
+    old = Path(importlib.import_module("webgym_rollout.tasks.websites").__file__).parent
+    assert [path.name for path in old.glob("*.py")] == ["__init__.py"]
+
+
+def test_a_name_the_old_package_never_had_is_not_found():
+    with pytest.raises(ModuleNotFoundError, match="webgym_rollout.tasks.websites.errors"):
+        importlib.import_module("webgym_rollout.tasks.websites.errors")
 
 
 @pytest.mark.parametrize("module", OLD_MODULES)

@@ -12,11 +12,19 @@ from __future__ import annotations
 from typing import Any
 
 import webgym_sites
-from webgym_rollout.tasks._moved import moved_warning
+from webgym_rollout.tasks._moved import Forwarder, moved_warning
 
 _EXPORTED = ("EditFacts", "FlightBookingFacts", "HotelBookingFacts", "LineFacts", "OrderFacts",
              "ReferenceFacts", "ReferenceSite", "SessionFacts", "ShopFacts", "ShopSite", "TravelFacts",
              "TravelSite", "TruthClient", "TruthServer", "new_session_id", "with_session")
+
+_MODULES = ("accounts", "answers", "base", "catalogue", "checkout", "drawing", "encyclopedia", "facts",
+            "generate", "goals", "plans", "reference", "reference_tasks", "router", "shop", "shop_tasks",
+            "shortcuts", "state", "travel", "travel_catalogue", "travel_forms", "travel_tasks", "truth")
+"""The modules this package had, each now ``webgym_sites.<module>``."""
+
+Forwarder.install(__name__, {"kind": "webgym_rollout.tasks.site_kind",
+                             **{module: f"webgym_sites.{module}" for module in _MODULES}})
 
 
 def __getattr__(name: str) -> Any:
