@@ -47,6 +47,9 @@ def test_the_contracts_name_every_package():
     assert layers == list(reversed(PACKAGES))  # webgym on top, webgym_core at the bottom
     on_disk = {p.parent.name for p in REPO_ROOT.glob("webgym*/__init__.py")}
     assert on_disk == set(PACKAGES)
+    from webgym_core.cli import PACKAGES as toolkit  # a command of these that fails to load is a bug
+
+    assert toolkit == set(PACKAGES)
 
 
 def test_the_sites_importing_the_rollout_package_fails_the_check(tmp_path):
