@@ -12,9 +12,10 @@ from webgym_rollout.errors import RolloutError
 from webgym_rollout.judge.judges import Judge, JudgeRequest, JudgeResult, record_failure, record_result
 from webgym_rollout.runner.episode import LiveEpisode, RunStats
 from webgym_rollout.runner.settings import RunSettings
-from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus
 from webgym_rollout.trajectory.writer import EpisodeUnstorable, TrajectoryWriter
+from webgym_sites.errors import TruthUnavailable
+from webgym_sites.facts import SessionFacts
 
 __all__ = ["EpisodeFinisher"]
 
@@ -105,7 +106,7 @@ class EpisodeFinisher:
         assert self.truth is not None
         try:
             facts = await asyncio.to_thread(self.truth, session_id)
-        except RolloutError as exc:  # TruthUnavailable
+        except (RolloutError, TruthUnavailable) as exc:
             log.warning("episode %s: its ground truth could not be read: %s", episode.episode_id, exc)
             return
         await asyncio.to_thread(append_truth, self.out, episode.episode_id, episode.task.task_id, facts)

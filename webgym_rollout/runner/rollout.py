@@ -24,8 +24,8 @@ from webgym_rollout.runner.report import RunReport
 from webgym_rollout.runner.schedules import EpisodeGate, run_async, run_lockstep
 from webgym_rollout.runner.settings import RunSettings
 from webgym_rollout.tasks.kind import task_kind
-from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.trajectory.recordings import RecordingStore, ReplayLibrary
+from webgym_sites.facts import SessionFacts
 
 __all__ = ["run"]
 
@@ -181,8 +181,8 @@ def _make_policy(settings: RunSettings, tasks: Sequence[Task]) -> Policy:
     """The policy `settings` name; the scripted expert (or one of its shortcuts) plays `tasks`."""
     if settings.policy.kind == "expert":
         from webgym_rollout.agent.expert import EXPERT_MODEL_ID, ExpertPolicy
-        from webgym_rollout.tasks.websites.generate import expert_plan
-        from webgym_rollout.tasks.websites.shortcuts import SHORTCUTS
+        from webgym_sites.generate import expert_plan
+        from webgym_sites.shortcuts import SHORTCUTS
 
         name = settings.policy.shortcut  # validated by PolicySettings
         return ExpertPolicy(tasks, agent=settings.policy.agent,

@@ -13,8 +13,8 @@ from webgym_rollout.agent.policies import PolicySettings
 from webgym_rollout.env import EnvSettings
 from webgym_rollout.fleet import FleetSettings
 from webgym_rollout.judge.judges import JudgeSettings
-from webgym_rollout.tasks.websites.truth import TruthSettings
 from webgym_rollout.trajectory.recordings import RecordSettings
+from webgym_sites.truth import TruthSettings
 
 __all__ = ["RolloutSettings", "RunSettings"]
 
