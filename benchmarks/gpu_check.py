@@ -990,10 +990,11 @@ def run_shape(key: str, *, tiny: bool, device: str, root: Path, source: Path, ar
         counts = _phase(report, "build", lambda: build_checkpoint(
             work / "model", shape, source, device=device, dtype=args.model_dtype))
         report.build_s = time.perf_counter() - started
+        if counts is not None:
+            report.params = asdict(counts)
         save("build")
         if counts is None:
             return report
-        report.params = asdict(counts)
         _log(f"{shape.name}: {counts.total / 1e9:.3f}B weights ({report.build_s:.1f} s); writing the dataset")
         data = _phase(report, "dataset", lambda: write_dataset(work / "data", episodes=args.episodes,
                                                                kept_steps=args.kept_steps))
