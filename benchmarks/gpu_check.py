@@ -46,18 +46,23 @@ script cannot rot. On the CPU the memory figure is the process's peak resident m
 Model FLOPs utilisation (MFU): model FLOPs of the timed steps / their wall time / ``--peak-flops``
 (default 989e12, the dense bf16 peak of an H100 SXM or an H200). Model FLOPs count the work the
 model needs, not what gradient checkpointing recomputes (that would be hardware FLOPs utilisation).
-With N the language model's weights without the token embedding (``lm_head`` counted, also when
-tied), T a sample's tokens (image tokens included), L the layers, d = heads x head dim, and for the
-vision tower N_v its block weights, N_m its mergers' weights, P a sample's patches (4 per image
+With N the language model's weights without the token embedding and the output projection, N_h
+the output projection's (``lm_head``, counted also when tied), T a sample's tokens (image tokens
+included), T_o the positions the output projection runs on (the trainer computes logits at the
+labelled positions alone, `webgym_rl.objectives.logit_positions`: about 177 of 8.7k at 8B; every
+position of the padded batch for a model that cannot), L the layers, d = heads x head dim, and for
+the vision tower N_v its block weights, N_m its mergers' weights, P a sample's patches (4 per image
 token), P_i one image's patches, L_v, d_v its layers and width; per sample, as in PaLM (Chowdhery
 et al. 2022, appendix B: attention counted over the whole sequence, no causal halving)::
 
-    full fine-tune:  6 N T + 12 L d T^2  +  6 N_v P + 6 N_m P/4 + 12 L_v d_v sum_i P_i^2
-    LoRA:            4 N T + 12 L d T^2 + 6 N_lora T  +  2 N_v P + 2 N_m P/4 + 4 L_v d_v sum_i P_i^2
+    full fine-tune:  6 N T + 6 N_h T_o + 12 L d T^2  +  6 N_v P + 6 N_m P/4 + 12 L_v d_v sum_i P_i^2
+    LoRA:            4 N T + 4 N_h T_o + 12 L d T^2 + 6 N_lora T  +  2 N_v P + 2 N_m P/4
+                     + 4 L_v d_v sum_i P_i^2
 
-``mfu`` counts attention over the whole sequence, as PaLM does; at 8.7k tokens that is about 16 % more
-than the causal count, ``mfu_causal`` (the attention terms' ``T^2`` replaced by ``T (T + 1) / 2``:
-only the keys at or before each query), which is reported beside it. The timed loop is the
+``mfu`` counts attention over the whole sequence, as PaLM does. The causal count, ``mfu_causal`` (the
+language model's attention term's ``T^2`` replaced by ``T (T + 1) / 2``: only the keys at or before
+each query), is reported beside it; at 8.7k tokens at 8B it is about a sixth lower (attention is
+about a third of the whole-sequence count there, and the causal count halves it). The timed loop is the
 trainer's own, so it includes preparing the samples on the CPU (the collator: prompt rendering,
 image processing, tokenising) between the GPU's steps; ``collate_s`` says how much of it that was.
 
@@ -498,13 +503,16 @@ class ParamCounts:
 
     total: int
     lm: int
-    """Language-model weights applied to every token: decoder layers, final norm and lm_head."""
+    """Language-model weights applied to every token: decoder layers and final norm."""
     embedding: int
     """The token embedding (a lookup, not counted in FLOPs)."""
     vision_blocks: int
     """Vision tower weights applied to every patch (patch embedding, blocks)."""
     vision_mergers: int
     """Vision mergers (the final one and the deepstack ones), applied to every 2x2 patch group."""
+    head: int = 0
+    """The output projection (lm_head, also when tied to the embedding), applied at the positions
+    whose logits are computed."""
 
 
 def count_params(model: Any) -> ParamCounts:
@@ -520,9 +528,10 @@ def count_params(model: Any) -> ParamCounts:
             embedding += n
         elif "lm_head" not in name:
             lm += n
-    lm += model.get_output_embeddings().weight.numel()  # lm_head's matmul runs also when tied
+    head = model.get_output_embeddings().weight.numel()  # lm_head's matmul runs also when tied
     total = sum(p.numel() for p in model.parameters())
-    return ParamCounts(total=total, lm=lm, embedding=embedding, vision_blocks=blocks, vision_mergers=mergers)
+    return ParamCounts(total=total, lm=lm, embedding=embedding, vision_blocks=blocks, vision_mergers=mergers,
+                       head=head)
 
 
 def build_checkpoint(out: Path, shape: Shape, source: Path, *, device: str, dtype: str,
@@ -677,15 +686,19 @@ class _Counted:
     images: int
     seconds: float = 0.0
     """Wall time the collator took for the batch (CPU work inside the timed loop)."""
+    logit_rows: int | None = None
+    """Rows the output projection runs on (samples x positions); None: `tokens`."""
 
 
 class CountingCollator:
     """Wraps the trainer's collator and records each batch's tokens and patches, so FLOPs are
     counted from exactly what the model was fed."""
 
-    def __init__(self, inner: Any, merge_size: int):
+    def __init__(self, inner: Any, merge_size: int, logit_positions: Any = None):
         self.inner = inner
         self.merge_size = merge_size
+        self.logit_positions = logit_positions
+        """The trainer's `logit_positions` (labels -> the positions it computes logits at, or None)."""
         self.batches: list[_Counted] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -698,16 +711,19 @@ class CountingCollator:
         lengths = [int(n) for n in batch["attention_mask"].sum(dim=1).tolist()]
         grids = batch.get("image_grid_thw")
         per_image = [int(t * h * w) for t, h, w in grids.tolist()] if grids is not None else []
+        labels = batch["labels"]
+        positions = self.logit_positions(labels) if self.logit_positions is not None else None
+        rows = labels.shape[0] * (len(positions) if positions is not None else labels.shape[1])
         self.batches.append(_Counted(samples=len(samples), tokens=sum(lengths),
                                      tokens_sq=sum(n * n for n in lengths), patches=sum(per_image),
                                      patches_sq=sum(p * p for p in per_image), images=len(per_image),
-                                     seconds=seconds))
+                                     seconds=seconds, logit_rows=rows))
         return batch
 
     def take(self, samples_seen: int) -> _Counted:
         """Totals of the first batches recorded since the last `take` that hold `samples_seen` samples
         (the loader may collate one batch ahead that is never trained on)."""
-        total = _Counted(0, 0, 0, 0, 0, 0, 0.0)
+        total = _Counted(0, 0, 0, 0, 0, 0, 0.0, 0)
         for counted in self.batches:
             if total.samples >= samples_seen:
                 break
@@ -730,10 +746,12 @@ def model_flops(shape: Shape, counts: ParamCounts, fed: _Counted, *, lora: bool,
     pairs = (fed.tokens_sq + fed.tokens) / 2 if causal else fed.tokens_sq
     attention = 12 * shape.num_layers * d_attn * pairs
     vision_attention = 12 * shape.vision_depth * d_vis * fed.patches_sq
+    rows = fed.tokens if fed.logit_rows is None else fed.logit_rows
     if not lora:
-        return (6 * counts.lm * fed.tokens + attention + 6 * counts.vision_blocks * fed.patches
-                + 6 * counts.vision_mergers * merged + vision_attention)
-    return (4 * counts.lm * fed.tokens + attention + 6 * lora_params * fed.tokens
+        return (6 * counts.lm * fed.tokens + 6 * counts.head * rows + attention
+                + 6 * counts.vision_blocks * fed.patches + 6 * counts.vision_mergers * merged
+                + vision_attention)
+    return (4 * counts.lm * fed.tokens + 4 * counts.head * rows + attention + 6 * lora_params * fed.tokens
             + 2 * counts.vision_blocks * fed.patches + 2 * counts.vision_mergers * merged
             + vision_attention / 3)
 
@@ -746,6 +764,8 @@ class TrainFigures:
     tokens: int
     patches: int
     images: int
+    logit_rows: int
+    """Rows the output projection ran on in the timed steps (the labelled positions: see `tokens`)."""
     loop_s: float
     warmup_s: float
     samples_per_s: float
@@ -789,7 +809,8 @@ def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: Pa
         model_ref = weakref.ref(net)
         trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
         attn = str(getattr(net.config, "_attn_implementation", "?"))
-        counting = trainer.collator = CountingCollator(trainer.collator, shape.merge_size)
+        counting = trainer.collator = CountingCollator(trainer.collator, shape.merge_size,
+                                                       trainer.logit_positions)
         trainer.check(samples[0])
         counting.batches = []
         order = EpochOrder(samples.weights, seed)
@@ -822,7 +843,8 @@ def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: Pa
         raise CheckFailed(f"{shape.name}: a training loss is not finite: {losses}")
     return TrainFigures(
         mode="lora" if lora else "full", steps=timed.steps, samples=fed.samples, tokens=fed.tokens,
-        patches=fed.patches, images=fed.images, loop_s=timed.loop_seconds, warmup_s=warm.loop_seconds,
+        patches=fed.patches, images=fed.images, logit_rows=fed.logit_rows, loop_s=timed.loop_seconds,
+        warmup_s=warm.loop_seconds,
         samples_per_s=fed.samples / timed.loop_seconds, tokens_per_s=fed.tokens / timed.loop_seconds,
         model_flops=flops, tflops_per_s=flops / timed.loop_seconds / 1e12,
         mfu=flops / timed.loop_seconds / peak_flops,
@@ -1033,7 +1055,8 @@ def run_shape(key: str, *, tiny: bool, device: str, root: Path, source: Path, ar
 def _train_line(t: TrainFigures) -> str:
     each = max(t.samples, 1)
     return (f"train {t.mode}: {t.steps} steps, {t.samples} samples ({t.images / each:.0f} images, "
-            f"{t.tokens / each:.0f} tokens each) in {t.loop_s:.2f} s (warm-up {t.warmup_s:.2f} s): "
+            f"{t.tokens / each:.0f} tokens each, logits at {t.logit_rows / each:.0f}) in {t.loop_s:.2f} s "
+            f"(warm-up {t.warmup_s:.2f} s): "
             f"{t.samples_per_s:.3f} samples/s, {t.tokens_per_s:.0f} tokens/s, {t.tflops_per_s:.1f} TFLOP/s, "
             f"MFU {t.mfu:.3f} (attention over the whole sequence; causal count {t.mfu_causal:.3f}; the "
             f"timed loop includes preparing the samples on the CPU: {t.collate_s:.2f} s of it), "
