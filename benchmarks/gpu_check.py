@@ -804,6 +804,7 @@ def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: Pa
     samples = build_samples(sources, training.objective, training.samples)
     trainer = Trainer(model=str(model_dir), model_revision=None, training=training, out=out, seed=seed,
                       total_steps=1 + steps)
+    counting = None
     try:
         net = trainer.accelerator.unwrap_model(trainer.model)
         model_ref = weakref.ref(net)
@@ -835,6 +836,8 @@ def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: Pa
     finally:
         trainer.end()
         trainer.accelerator.free_memory()
+        if counting is not None:  # the loader and the collator outlive this block: cut their way back
+            counting.logit_positions = None
         del trainer
         net = None
         _free(device)
