@@ -359,7 +359,8 @@ def environment(device: str) -> dict[str, Any]:
     found["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        found["gpu"] = f"{props.name}, {props.total_memory / 2**30:.1f} GiB"
+        free, total = torch.cuda.mem_get_info()
+        found["gpu"] = f"{props.name}, {total / 2**30:.1f} GiB ({free / 2**30:.1f} free)"
         found["driver"] = _driver_version()
     return found
 

@@ -49,7 +49,7 @@ if [ -d "$WHEELS" ]; then
         exit 3
     fi
     export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-    say "installed: $(ls "$SITE" | grep -c '\.dist-info$') packages in $SITE"
+    say "installed: ${#wheels[@]} wheels in $SITE, first on PYTHONPATH"
 else
     say "no $WHEELS folder: running on the image's packages"
 fi
