@@ -91,9 +91,9 @@ huggingface-hub 1.33 and accelerate 1.15 as there). Should it fail on the GPU fo
 httpcore2, truststore, kernels, tomlkit, click, peft 0.21.2 and accelerate 1.16.0 (18 MiB more).
 Then, from the repository root there (the call carrying ``.whl``), ``benchmarks/gpu_run.sh`` installs
 the wheels into ``/tmp/site`` and stops (exit 3, before the check) when pip fails or a wheel's
-package is not where pip was told to put it, then runs this script with ``--require-cuda --json
-$OUT/gpu_check.json`` (and any arguments it is given), its whole log also going to
-``$OUT/gpu_check.log``::
+package is not where pip was told to put it, then runs this script with ``--json
+$OUT/gpu_check.json`` and the arguments it is given (none: ``--require-cuda``), its whole log also
+going to ``$OUT/gpu_check.log``::
 
     bash benchmarks/gpu_run.sh
 
