@@ -794,7 +794,7 @@ def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: Pa
                 lora_targets: Sequence[str], seed: int = 0) -> TrainFigures:
     """One warm-up step and `steps` timed optimizer steps of the toolkit's trainer on `data`."""
     from webgym_rl.samples import build_samples, load_trajectories
-    from webgym_rl.train import EpochOrder, Trainer, TrainingSettings
+    from webgym_rl.train import EpochOrder, FitPosition, Trainer, TrainingSettings
 
     _reset_peak(device)
     training = TrainingSettings(objective="filtered_bc", lora=lora, lora_target_modules=list(lora_targets),
@@ -817,7 +817,7 @@ def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: Pa
         counting.batches = []
         order = EpochOrder(samples.weights, seed)
         loader = trainer.loader(samples, order)
-        position: dict[str, int] = {}
+        position = FitPosition()
         warm = trainer.fit(loader, order, until=1, position=position)
         counting.take(warm.samples_seen)
         timed = trainer.fit(loader, order, until=1 + steps, position=position)
