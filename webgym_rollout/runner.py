@@ -67,7 +67,7 @@ from webgym_data.loading import load_tasks
 from webgym_data.sampler import SamplerSettings, TaskSampler
 from webgym_data.schema import Task, TaskValidationError
 from webgym_rollout.agent.policies import SHORTCUT_MODEL_PREFIX, PolicySettings, make_policy
-from webgym_rollout.env import EnvSettings, WebEnv
+from webgym_rollout.env import WebEnv
 from webgym_rollout.errors import (
     BrowserError,
     InvalidRequest,
@@ -80,6 +80,7 @@ from webgym_rollout.errors import (
 )
 from webgym_rollout.fleet import FleetSettings
 from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, make_judge, record_failure, record_result
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import task_kind
 from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.truth import TruthSettings

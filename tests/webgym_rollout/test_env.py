@@ -18,8 +18,9 @@ from webgym_rollout.agent.policies import PolicyOutput
 from webgym_rollout.agent.protocol import format_response, parse_response
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.protocol import BrowserAction
-from webgym_rollout.env import EnvSettings, EpisodeOver, WebEnv
+from webgym_rollout.env import EpisodeOver, WebEnv
 from webgym_rollout.errors import SessionNotFound
+from webgym_rollout.settings import EnvSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.browser
@@ -49,7 +50,7 @@ def reply(action: AgentAction | str, **sections) -> PolicyOutput:
 
 
 async def test_a_miniwob_episode_is_rewarded_by_its_page(client, sites_url):
-    env = WebEnv(client, EnvSettings(sites_url=sites_url, elements=True, miniwob_horizon=5))
+    env = WebEnv(client, EnvSettings(sites_url=sites_url, elements=True, horizons={"miniwob": 5}))
     observation = await env.reset(miniwob("click-test", 1))
     assert observation.instruction.startswith("Click") and observation.step == 0
     assert observation.viewport == (160, 210)  # the MiniWoB task area, clipped
@@ -90,7 +91,7 @@ async def test_mistakes_are_data_and_the_horizon_truncates(client, sites_url):
 
 
 async def test_a_step_is_one_act_call_and_a_lost_session_raises(client, sites_url):
-    env = WebEnv(client, EnvSettings(sites_url=sites_url, elements=True, miniwob_horizon=5))
+    env = WebEnv(client, EnvSettings(sites_url=sites_url, elements=True, horizons={"miniwob": 5}))
     observation = await env.reset(miniwob("click-button", 2))
     session, sent = env.session, []
     act = session.act

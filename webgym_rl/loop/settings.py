@@ -26,11 +26,11 @@ from webgym_rl.errors import LoopSettingsError
 from webgym_rl.loop.services import PolicyEndpointSettings
 from webgym_rl.train import TrainingSettings
 from webgym_rollout.browser.pool import PoolSettings
-from webgym_rollout.env import EnvSettings
 from webgym_rollout.fleet import FleetSettings
 from webgym_rollout.judge.judges import JudgeSettings
 from webgym_rollout.report.html import ReportSettings
 from webgym_rollout.runner import RolloutSettings
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import kind_names
 
 __all__ = ["AsyncSettings", "Bootstrap", "LoopSettings", "Publish", "Schedule", "Split", "TrainerSettings"]

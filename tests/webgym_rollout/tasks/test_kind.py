@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from webgym_data.schema import Task
-from webgym_rollout.env import EnvSettings
 from webgym_rollout.errors import InvalidRequest
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import WebTask, kind_class, kind_names, task_kind
 from webgym_rollout.tasks.miniwob import MiniWobTask
 from webgym_rollout.tasks.websites.kind import SiteTask

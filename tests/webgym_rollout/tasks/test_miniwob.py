@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from webgym_data.schema import Task
-from webgym_rollout.env import EnvSettings
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import task_kind
 from webgym_rollout.tasks.miniwob import MiniWobPage, MiniWobTask, task_url
 from webgym_rollout.tasks.sites import SiteServer

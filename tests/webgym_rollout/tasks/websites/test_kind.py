@@ -6,7 +6,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from webgym_rollout.env import EnvSettings
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import task_kind
 from webgym_rollout.tasks.websites.generate import site_tasks
 from webgym_rollout.tasks.websites.kind import SiteTask, on_server
