@@ -38,12 +38,16 @@ def lazy_exports(package: str, exports: Mapping[str, str]
     return __getattr__, __dir__
 
 
-def moved_names(module: str, moves: Mapping[str, str]) -> Callable[[str], Any]:
+def moved_names(module: str, moves: Mapping[str, str],
+                fallback: Callable[[str], Any] | None = None) -> Callable[[str], Any]:
     """The module-level ``__getattr__`` of `module` for names that moved away: ``{"OldName":
-    "new.module:NewName"}``. Asking for an old name warns (DeprecationWarning, naming the new place)
-    and returns the object from its new place; kept for one release, then the entry goes."""
+    "new.module:NewName"}`` (``"new.module"`` alone: the same name). Asking for an old name warns
+    (DeprecationWarning, naming the new place) and returns the object from its new place; kept for
+    one release, then the entry goes. Other names go to `fallback` (a package's `lazy_exports`)."""
     def __getattr__(name: str) -> Any:
         if name not in moves:
+            if fallback is not None:
+                return fallback(name)
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         target, _, new_name = moves[name].partition(":")
         new_name = new_name or name

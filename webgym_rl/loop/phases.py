@@ -401,7 +401,7 @@ def train_round(loop: Loop, r: int) -> TrainRecord:
 
 
 def publish_path(loop: Loop) -> str:
-    """memory or folder: how new weights reach this loop's endpoint (`TrainerSettings.publish`)."""
+    """memory or folder: how new weights reach this loop's endpoint (`ResidentTrainerSettings.publish`)."""
     assert loop.updater is not None
     wanted = loop.settings.trainer.publish
     if wanted == "auto":

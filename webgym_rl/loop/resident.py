@@ -15,7 +15,7 @@ endpoint without the model being read back from disk.
 - ``checkpoint(r, folder)``: a full checkpoint (weights, optimizer, schedule, RNG), which a
   rerun restores (`TrainerSetup.resume_from`).
 
-It runs where `TrainerSettings` says (`open_trainer`): in this process (`InProcess`), or in a child
+It runs where `ResidentTrainerSettings` says (`open_trainer`): in this process (`InProcess`), or in a child
 process (`TrainerProcess`: ``python -m webgym_rl.loop.resident CONTROL``), or under a launcher
 (``accelerate launch ... -m webgym_rl.loop.resident CONTROL``: every rank runs the same commands
 and stays up across versions; rank 0 answers). The child reads its `TrainerSetup` from
@@ -43,7 +43,7 @@ from webgym_core.failpoints import failpoint
 from webgym_core.files import write_json_atomic
 from webgym_core.settings import settings_from_dict, settings_to_dict
 from webgym_rl.errors import LoopError, NoTrainingDataError
-from webgym_rl.train import TrainingSettings
+from webgym_rl.settings import OptimizationSettings
 
 __all__ = ["COMMANDS", "InProcess", "ResidentTrainer", "TrainerClient", "TrainerProcess", "TrainerSetup",
            "open_trainer"]
@@ -68,7 +68,7 @@ class TrainerSetup:
     """Optimizer steps of the whole run, when known (sizes a decaying schedule)."""
     resume_from: str | None = None
     """A full checkpoint (`ResidentTrainer.checkpoint`) to restore after building the model."""
-    training: TrainingSettings = field(default_factory=TrainingSettings)
+    training: OptimizationSettings = field(default_factory=OptimizationSettings)
 
 
 class ResidentTrainer:

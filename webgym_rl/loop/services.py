@@ -8,9 +8,9 @@ on Ctrl-C and on errors):
   whose pages may reach the site server's ``host:port`` and no other local port (not this browser
   server's API, nor the policy server);
 - sites: the site server MiniWoB pages come from (``sites_url``), or one the loop runs on 127.0.0.1;
-- the policy endpoint (`PolicyEndpointSettings`), started once by `start_policy` and switched to
-  each new version by the `webgym_rl.loop.updater.PolicyUpdater` that `updater()` makes
-  (``--policy-updater``), while episodes may keep running:
+- the policy endpoint (`webgym_rl.loop.settings.PolicyEndpointSettings`), started once by
+  `start_policy` and switched to each new version by the `webgym_rl.loop.updater.PolicyUpdater`
+  that `updater()` makes (``--policy-updater``), while episodes may keep running:
 
   - default (no ``base_url``): the CPU policy server (`webgym_rl.policy_server`) runs as a child
     process (generation does not compete with the loop for this process's GIL), with the trainer's
@@ -41,7 +41,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -49,89 +48,23 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
-from webgym_core.endpoint import Endpoint
-from webgym_core.settings import flat
+from webgym_core.lazy import moved_names
 from webgym_rl.errors import LoopError, LoopSettingsError, PolicyEndpointError
 from webgym_rl.loop.events import OnEvent, ServiceStarted
-from webgym_rollout.agent.policies import SamplingSettings
-from webgym_rollout.agent.protocol import AgentSettings
 
 if TYPE_CHECKING:
     from webgym_rl.loop.settings import LoopSettings
     from webgym_rl.loop.updater import PolicyUpdater
     from webgym_rollout.browser.pool import PoolSettings
 
-__all__ = ["LoopServices", "PolicyEndpointSettings", "die_with_parent", "free_port"]
+__all__ = ["LoopServices", "die_with_parent", "free_port"]
+
+# Moved in 0.3.0 to the loop's settings module; the old import path goes in the next release.
+__getattr__ = moved_names(__name__, {"PolicyEndpointSettings": "webgym_rl.loop.settings"})
 
 log = logging.getLogger(__name__)
-
-_SERVED_NAME = "webgym-policy"
-UpdaterKind = Literal["auto", "cpu", "vllm_lora", "vllm_weights", "restart"]
-
-
-@dataclass(frozen=True)
-class PolicyEndpointSettings:
-    """The policy endpoint the loop's rollouts call, and how it is switched to each new checkpoint
-    (the ``--policy-*`` flags of ``webgym-rl loop``)."""
-
-    endpoint: Endpoint = flat(lambda: Endpoint(model=_SERVED_NAME))
-    """Where the policy is served: ``base_url`` ('' = the CPU policy server the loop runs) and
-    ``model``, the name it is served under (vLLM: --served-model-name)."""
-    sampling: SamplingSettings = flat(SamplingSettings)
-    """Sampling of the train rollouts (the evaluation uses ``LoopSettings.eval_temperature``)."""
-    agent: AgentSettings = flat(AgentSettings)
-    command: str = ""
-    """Command that serves a checkpoint, restarted for each new one; placeholders {checkpoint},
-    {port}, {name}. E.g. 'vllm serve {checkpoint} --port {port} --served-model-name {name}'."""
-    reload_url: str | None = None
-    """With --policy-base-url: URL the loop POSTs {"model": CHECKPOINT} to for each new checkpoint."""
-    start_timeout_s: float = 900.0
-    """How long a started --policy-command may take until /v1/models answers (also the reload's bound)."""
-    max_new_tokens: int = 256
-    """CPU policy server: most tokens generated per reply."""
-    updater: UpdaterKind = "auto"
-    """How the loop switches the endpoint to each new version: auto (the CPU policy server, or
-    restart for --policy-command), cpu (POST /weights or /reload), vllm_lora (with --lora: each
-    version's LoRA adapter loaded into a vLLM serving --model), vllm_weights (vLLM's pause / update
-    weights / resume), restart (restart --policy-command)."""
-
-    def __post_init__(self) -> None:
-        base_url = self.endpoint.base_url
-        vllm_updater = self.updater in ("vllm_lora", "vllm_weights")
-        if base_url and not (self.command or self.reload_url or vllm_updater):
-            raise LoopSettingsError(
-                "base_url: needs a way to switch the endpoint to each new checkpoint: --policy-command "
-                "(the loop restarts it), --policy-reload-url (the loop POSTs to it), or --policy-updater "
-                "vllm_lora / vllm_weights")
-        if self.reload_url and not base_url:
-            raise LoopSettingsError("reload_url: goes with --policy-base-url (the endpoint it reloads)")
-        if self.command and not any("{checkpoint}" in arg for arg in self.argv):
-            raise LoopSettingsError("command: must contain {checkpoint} (where the checkpoint folder goes), "
-                                    f"got {self.command!r}")
-        if not self.start_timeout_s > 0:
-            raise LoopSettingsError(f"start_timeout_s: must be > 0, got {self.start_timeout_s}")
-        if self.max_new_tokens < 1:
-            raise LoopSettingsError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
-        if self.updater not in get_args(UpdaterKind):
-            raise LoopSettingsError(f"updater: {self.updater!r} is unknown; choose auto, cpu, vllm_lora, "
-                                    "vllm_weights or restart")
-        if self.updater in ("vllm_lora", "vllm_weights") and not base_url:
-            raise LoopSettingsError(f"updater: {self.updater} needs --policy-base-url (the vLLM server)")
-        if self.updater == "restart" and not self.command:
-            raise LoopSettingsError("updater: restart needs --policy-command (what to restart)")
-
-    @property
-    def served_name(self) -> str:
-        """The model name the policy is served under."""
-        return self.endpoint.model or _SERVED_NAME
-
-    @property
-    def argv(self) -> list[str]:
-        """`command` split into arguments (placeholders not yet replaced)."""
-        return shlex.split(self.command)
-
 
 def die_with_parent() -> None:
     """In a child, before exec: get SIGTERM when the parent dies (Linux), so a SIGKILLed loop leaves
