@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -171,6 +172,20 @@ def test_a_task_that_cannot_run_here_is_refused_before_a_session_opens():
     env = WebEnv(NoClient(), EnvSettings())  # no site server given
     with pytest.raises(ValueError, match="sites_url.*MiniWoB"):
         asyncio.run(env.reset(miniwob("click-test", 0)))
+
+
+def test_a_step_budget_for_a_kind_that_does_not_exist_is_refused():
+    no_client: Any = object()  # the settings are checked before any session opens
+    with pytest.raises(ValueError, match="horizons: no task kind is named 'minwob'; the kinds are miniwob, "):
+        WebEnv(no_client, EnvSettings(horizons={"minwob": 2}))
+    assert WebEnv(no_client, EnvSettings(horizons={"miniwob": 2})).settings.horizons == {"miniwob": 2}
+
+
+def test_the_old_import_path_of_env_settings_warns_and_still_works():
+    moved = r"webgym_rollout\.env\.EnvSettings moved to webgym_rollout\.settings\.EnvSettings"
+    with pytest.warns(DeprecationWarning, match=moved):
+        from webgym_rollout.env import EnvSettings as Old
+    assert Old is EnvSettings
 
 
 def _readme_example() -> str:
