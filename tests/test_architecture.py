@@ -1,12 +1,14 @@
 """The architecture's rules, checked by import-linter (contracts in pyproject.toml): the packages
 depend one way, webgym_core <- webgym_data <- webgym_rollout <- webgym_rl <- webgym, the browser
-server knows nothing of agents, and webgym_rl has no import circle. No module of webgym_rl imports
+server knows nothing of agents, and no two modules of the tree import each other, however long the
+circle (type-checking imports counted, as import-linter counts them). No module of webgym_rl imports
 another module's private names. Each package re-exports its core API from its __init__."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +25,76 @@ def test_the_import_contracts_hold():
     done = _lint(REPO_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 broken" in done.stdout
+
+
+PACKAGES = tuple(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+                 ["tool"]["importlinter"]["root_packages"])
+
+
+def import_cycles(graph) -> list[list[str]]:
+    """Every import circle of a grimp graph: one list of modules per strongly connected group of two
+    or more, each in the order of one circle through all of them when there is one (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return groups
+
+
+def _describe(graph, group: list[str]) -> str:
+    lines = [" <-> ".join(group)]
+    for importer in group:
+        for imported in sorted(graph.find_modules_directly_imported_by(importer) & set(group)):
+            for detail in graph.get_import_details(importer=importer, imported=imported):
+                lines.append(f"    {importer} -> {imported} (l.{detail['line_number']}: "
+                             f"{detail['line_contents']})")
+    return "\n".join(lines)
+
+
+def test_no_two_modules_of_the_tree_import_each_other():
+    import grimp
+
+    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=False, cache_dir=None)
+    assert len(graph.modules) > 100  # the whole tree was read
+    cycles = import_cycles(graph)
+    assert not cycles, "import circles:\n" + "\n".join(_describe(graph, group) for group in cycles)
+
+
+def test_the_circle_finder_finds_long_and_short_circles():
+    import grimp
+
+    graph = grimp.ImportGraph()
+    for importer, imported in (("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"),  # a three-module circle
+                               ("p.c", "p.d"), ("p.e", "p.f"), ("p.f", "p.e"), ("p.g", "p.a")):
+        graph.add_import(importer=importer, imported=imported, line_number=1, line_contents="import x")
+    assert import_cycles(graph) == [["p.a", "p.b", "p.c"], ["p.e", "p.f"]]
+    graph.remove_import(importer="p.f", imported="p.e")
+    graph.remove_import(importer="p.c", imported="p.a")
+    assert import_cycles(graph) == []
+
+
+def test_type_checking_imports_are_counted():
+    text = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert "exclude_type_checking_imports = true" not in text
 
 
 def test_a_contract_violation_fails_the_check(tmp_path):
