@@ -254,7 +254,7 @@ class Trainer:
 
         from webgym_rl.collate import Collator
         from webgym_rl.modeling import load_model, load_processor, placeholder_token_ids
-        from webgym_rl.objectives import NEEDS_PROXIMAL, OBJECTIVES
+        from webgym_rl.objectives import NEEDS_PROXIMAL, OBJECTIVES  # optional: torch (objectives imports it)
 
         t = self.training = training
         self.out = Path(out)
@@ -348,7 +348,7 @@ class Trainer:
         import torch
 
         from webgym_rl.collate import NOT_MODEL_INPUTS
-        from webgym_rl.objectives import response_logprobs
+        from webgym_rl.objectives import response_logprobs  # optional: torch (objectives imports it)
 
         chosen: dict[str, list[int]] = {}
         for index, (version, exact) in enumerate(zip(samples.policy_versions, samples.exact, strict=True)):
@@ -403,7 +403,7 @@ class Trainer:
         data order to start: a resumed run skips what it has seen. `on_save()` is called every
         `save_every` optimizer steps before the last, with the log history up to date."""
         from webgym_rl.collate import NOT_MODEL_INPUTS
-        from webgym_rl.objectives import ObjectiveBatch
+        from webgym_rl.objectives import ObjectiveBatch  # optional: torch (objectives imports it)
 
         t, accelerator = self.training, self.accelerator
         position = position if position is not None else {}
@@ -536,7 +536,7 @@ class Trainer:
         """The response tokens' log-probabilities under `logits`, detached (`response_logprobs`)."""
         import torch
 
-        from webgym_rl.objectives import response_logprobs
+        from webgym_rl.objectives import response_logprobs  # optional: torch (objectives imports it)
 
         with torch.no_grad():
             return response_logprobs(logits.detach(), labels, temperatures)[0]

@@ -49,6 +49,7 @@ from webgym_core.lazy import moved_names
 from webgym_data.schema import Task
 from webgym_rollout import settings as rollout_settings
 from webgym_rollout.agent.actions import AgentAction
+from webgym_rollout.agent.policies import PolicyOutput
 from webgym_rollout.agent.protocol import Observation, ParsedResponse, Round
 from webgym_rollout.browser.client import BrowserClient, BrowserSession
 from webgym_rollout.browser.protocol import (
@@ -329,8 +330,6 @@ async def _nothing() -> None:
 
 
 def _as_policy_output(action: Any) -> Any:
-    from webgym_rollout.agent.policies import PolicyOutput
-
     if isinstance(action, PolicyOutput):
         return action
     if isinstance(action, AgentAction):

@@ -38,21 +38,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import logging
 import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
 
 from webgym_core.lazy import moved_names
 from webgym_rl.errors import LoopError, LoopSettingsError, PolicyEndpointError
 from webgym_rl.loop.events import OnEvent, ServiceStarted
+from webgym_rl.loop.updater import CpuPolicyUpdater, RestartUpdater, VllmLoraUpdater, VllmWeightUpdater
+from webgym_rollout.tasks.sites import SiteServer
 
 if TYPE_CHECKING:
     from webgym_rl.loop.settings import LoopSettings
@@ -69,8 +76,6 @@ log = logging.getLogger(__name__)
 def die_with_parent() -> None:
     """In a child, before exec: get SIGTERM when the parent dies (Linux), so a SIGKILLed loop leaves
     no policy server or trainer behind."""
-    import ctypes
-
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
@@ -83,8 +88,6 @@ def free_port() -> int:
 
 def _host_port(url: str) -> str:
     """The ``host:port`` allowlist entry of `url` (``http://127.0.0.1:8400`` -> ``127.0.0.1:8400``)."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
@@ -119,6 +122,7 @@ class _BrowserServerThread:
             self._ready.set()
 
     async def _serve(self) -> None:
+        # lazy: imports fastapi, playwright, psutil ...
         from webgym_rollout.browser.server import ServerSettings, running_server
 
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
@@ -207,8 +211,6 @@ class LoopServices:
     def sites_url(self) -> str:
         """The site server's URL (started here on first use unless `sites_url` is set)."""
         if self._sites_url is None:
-            from webgym_rollout.tasks.sites import SiteServer
-
             began = time.perf_counter()
             sites = self._stack.enter_context(SiteServer(host="127.0.0.1", port=0))
             self._sites_url, self._site_server = sites.base_url, sites
@@ -250,8 +252,6 @@ class LoopServices:
         """Start (or reach) the policy endpoint serving `checkpoint` as `version`; returns its base
         URL. Without --policy-base-url / --policy-command the CPU policy server runs as a child
         process (`webgym-rl serve-policy`), switched in place by `updater()`."""
-        import sys
-
         policy = self.settings.policy
         if self._base_url is not None:
             return self._base_url
@@ -284,13 +284,6 @@ class LoopServices:
 
     def updater(self) -> PolicyUpdater:
         """The `PolicyUpdater` of the endpoint `start_policy` started (``--policy-updater``)."""
-        from webgym_rl.loop.updater import (
-            CpuPolicyUpdater,
-            RestartUpdater,
-            VllmLoraUpdater,
-            VllmWeightUpdater,
-        )
-
         policy = self.settings.policy
         base_url = self.base_url
         kind = policy.updater
@@ -307,8 +300,6 @@ class LoopServices:
                                 reload_url=str(policy.reload_url) if policy.reload_url else None)
 
     def _post_reload(self, url: str, checkpoint: str, version: int | None = None) -> None:
-        import httpx
-
         body: dict[str, Any] = {"model": checkpoint} if version is None else {"model": checkpoint,
                                                                                 "version": version}
         try:
@@ -320,8 +311,6 @@ class LoopServices:
                                       f"HTTP {reply.status_code}: {reply.text[:300]}")
 
     def _start_process(self, checkpoint: str, argv_template: list[str] | None = None) -> None:
-        import httpx
-
         policy = self.settings.policy
         if policy.endpoint.base_url and argv_template is None:
             base_url = policy.endpoint.base_url.rstrip("/")

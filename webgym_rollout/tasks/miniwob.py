@@ -49,7 +49,7 @@ _STATE = """() => ({
 def html_dir() -> Path:
     """The ``html`` folder shipped in the ``miniwob`` package (raises ImportError naming the fix)."""
     try:
-        import miniwob
+        import miniwob  # optional: miniwob
     except ImportError as exc:
         raise ImportError("the 'miniwob' package is missing: pip install 'webgym[rollout]'") from exc
     folder = Path(miniwob.__file__).resolve().parent / "html"
