@@ -1,17 +1,19 @@
 """The architecture's rules, checked by import-linter (contracts in pyproject.toml): the packages
-depend one way, webgym_core <- webgym_data <- webgym_rollout <- webgym_rl <- webgym, the browser
-server knows nothing of agents, and no two modules of the tree import each other, however long the
-circle (type-checking imports counted, as import-linter counts them). No module of webgym_rl imports
+depend one way, webgym_core <- webgym_data <- webgym_sites <- webgym_rollout <- webgym_rl <- webgym,
+the browser server knows nothing of agents, and no two modules of the tree import each other, however
+long the circle (type-checking imports counted, as import-linter counts them). No module of webgym_rl imports
 another module's private names. Each package re-exports its core API from its __init__."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+PACKAGES = ("webgym_core", "webgym_data", "webgym_sites", "webgym_rollout", "webgym_rl", "webgym")
+"""Every package of the toolkit, from the bottom layer up, each a root package of the import contracts."""
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
@@ -25,10 +27,6 @@ def test_the_import_contracts_hold():
     done = _lint(REPO_ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 broken" in done.stdout
-
-
-PACKAGES = tuple(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-                 ["tool"]["importlinter"]["root_packages"])
 
 
 def import_cycles(graph) -> list[list[str]]:
@@ -106,10 +104,34 @@ def test_a_contract_violation_fails_the_check(tmp_path):
     assert "webgym_rollout.upward -> webgym_rl.train" in done.stdout
 
 
+def test_the_contracts_name_every_package():
+    import tomllib
+
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert set(config["tool"]["importlinter"]["root_packages"]) == set(PACKAGES)
+    contracts = config["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in contracts if c["type"] == "layers" and "containers" not in c)
+    assert layers == list(reversed(PACKAGES))  # webgym on top, webgym_core at the bottom
+    on_disk = {p.parent.name for p in REPO_ROOT.glob("webgym*/__init__.py")}
+    assert on_disk == set(PACKAGES)
+    from webgym_core.cli import PACKAGES as toolkit  # a command of these that fails to load is a bug
+
+    assert toolkit == set(PACKAGES)
+
+
+def test_the_sites_importing_the_rollout_package_fails_the_check(tmp_path):
+    # webgym_sites sits below webgym_rollout: the sites may not import the task kinds or the judge.
+    _copy(tmp_path)
+    (tmp_path / "webgym_sites" / "upward.py").write_text("import webgym_rollout.tasks.kind\n")
+    done = _lint(tmp_path)
+    assert done.returncode != 0
+    assert "webgym_sites.upward -> webgym_rollout.tasks.kind" in done.stdout
+
+
 def _copy(tmp_path: Path) -> None:
     import shutil
 
-    for package in ("webgym", "webgym_core", "webgym_data", "webgym_rollout", "webgym_rl"):
+    for package in PACKAGES:
         shutil.copytree(REPO_ROOT / package, tmp_path / package, symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")

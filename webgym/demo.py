@@ -400,7 +400,7 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     from webgym_data.importers import miniwob
     from webgym_data.loading import load_tasks, write_tasks
     from webgym_data.split import SplitSettings
-    from webgym_rollout.tasks.websites.generate import site_tasks
+    from webgym_sites.generate import site_tasks
 
     spec = miniwob.write_miniwob_spec(out / "inputs" / "miniwob_tasks.jsonl", preset.miniwob_tasks,
                                       range(preset.train_seeds))

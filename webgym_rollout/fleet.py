@@ -48,8 +48,9 @@ import click
 from webgym_core.settings import load_settings, settings_options
 from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.browser.pool import PoolSettings
-from webgym_rollout.errors import FleetError, TruthUnavailable
-from webgym_rollout.tasks.websites.facts import SessionFacts
+from webgym_rollout.errors import FleetError
+from webgym_sites.errors import TruthUnavailable
+from webgym_sites.facts import SessionFacts
 
 __all__ = ["Endpoint", "FleetEndpoints", "FleetError", "FleetSettings", "FleetUpSettings", "LocalCluster",
            "fleet_down", "fleet_endpoints", "fleet_group", "fleet_up", "ray_environment"]

@@ -4,7 +4,8 @@
 it); `protocol` the observation a policy sees at each step and how its reply is read (prompt
 variants, history, memory); `policies` the policies themselves (``await policy.act(observation)``:
 the DOM-aware and pixel random policies, the OpenAI-protocol client of a served model). May import
-`webgym_core` and `webgym_rollout.errors` only: a policy sees observations, never a browser.
+`webgym_core`, `webgym_data`, `webgym_sites` (the expert's plans) and `webgym_rollout.errors` only:
+a policy sees observations, never a browser.
 
 The names of `protocol` are re-exported here, so imports written for the former module
 `webgym_rollout.agent` keep working.

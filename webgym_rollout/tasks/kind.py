@@ -73,7 +73,7 @@ class TaskKind:
         """What follows ``<kind>:`` in the task's ``environment`` (``click-button``)."""
         self.session_id = ""
         """The local site session this episode plays, whose ground truth the toolkit can read
-        (`webgym_rollout.tasks.websites.kind`); "" for kinds without one."""
+        (`webgym_rollout.tasks.site_kind`); "" for kinds without one."""
 
     # ---------------------------------------------------------------- client side (WebEnv)
 

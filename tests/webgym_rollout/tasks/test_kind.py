@@ -9,7 +9,7 @@ from webgym_rollout.errors import InvalidRequest
 from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import WebTask, kind_class, kind_names, task_kind
 from webgym_rollout.tasks.miniwob import MiniWobTask
-from webgym_rollout.tasks.websites.kind import SiteTask
+from webgym_rollout.tasks.site_kind import SiteTask
 
 
 def test_environment_strings_pick_the_kind():
