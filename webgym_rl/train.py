@@ -30,6 +30,7 @@ Exceptions (`webgym_rl.errors`)::
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
@@ -272,6 +273,9 @@ class Trainer:
         set_seed(seed)
         net = load_model(base, revision=revision, dtype=getattr(torch, t.model_dtype))
         net.train()
+        self._logits_at_labels = "logits_to_keep" in inspect.signature(net.forward).parameters
+        """The model computes logits at given positions (``logits_to_keep``): the trainer asks for
+        those whose next token is labelled alone (`webgym_rl.objectives.logit_positions`)."""
         if t.gradient_checkpointing:
             net.config.use_cache = False
             if hasattr(net, "activation_checkpointing_enable"):  # transformers >= 5.2x
@@ -363,9 +367,10 @@ class Trainer:
             for index in indices:
                 micro = {k: v.to(self.accelerator.device) for k, v in self.collator([samples[index]]).items()}
                 inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
+                positions = self.logit_positions(micro["labels"])
                 with torch.no_grad(), self.accelerator.autocast():
-                    logits = self.policy_logits(self.model, inputs)
-                logp, mask = response_logprobs(logits, micro["labels"], micro["temperatures"])
+                    logits = self.policy_logits(self.model, inputs, positions)
+                logp, mask = response_logprobs(logits, micro["labels"], micro["temperatures"], positions)
                 behaviour = micro["behaviour_logprobs"][:, 1:].to(logp.dtype)
                 known = mask & ~torch.isnan(behaviour)
                 diff = (logp - torch.nan_to_num(behaviour)).abs()[known]
@@ -454,16 +459,17 @@ class Trainer:
                 for j, micro in enumerate(group):
                     labels = micro["labels"]
                     inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
+                    positions = self.logit_positions(labels)
                     with accelerator.accumulate(self.model):
-                        logits = self.policy_logits(self.model, inputs)
+                        logits = self.policy_logits(self.model, inputs, positions)
                         if self.needs_proximal and proximal[j] is None:
-                            proximal[j] = self._logprobs(logits, labels, micro["temperatures"])
+                            proximal[j] = self._logprobs(logits, labels, micro["temperatures"], positions)
                         batch = ObjectiveBatch(
                             logits=logits, labels=labels, advantages=micro["advantages"],
                             behaviour_logprobs=micro["behaviour_logprobs"][:, 1:],
                             proximal_logprobs=proximal[j], reference_logprobs=reference[j],
                             temperatures=micro["temperatures"], step_tokens=step_tokens,
-                            step_samples=step_samples)
+                            step_samples=step_samples, positions=positions)
                         loss, metrics = self.loss(batch, t)
                         accelerator.backward(loss)
                         if accelerator.sync_gradients and t.max_grad_norm > 0:
@@ -520,10 +526,19 @@ class Trainer:
                          loop_seconds=time.perf_counter() - started,
                          loop_cpu_seconds=time.process_time() - started_cpu)
 
-    def policy_logits(self, model: Any, inputs: dict[str, Any]) -> Any:
+    def logit_positions(self, labels: Any) -> Any:
+        """The positions whose logits the objectives read (`webgym_rl.objectives.logit_positions`),
+        or None (every position) when the model cannot compute logits at chosen positions."""
+        from webgym_rl.objectives import logit_positions
+
+        return logit_positions(labels) if self._logits_at_labels else None
+
+    def policy_logits(self, model: Any, inputs: dict[str, Any], positions: Any = None) -> Any:
         """`model`'s logits of `inputs` as the policy's: the vision placeholder tokens, which the
-        policy server never samples (`webgym_rl.modeling.VISION_PLACEHOLDERS`), at -inf."""
-        logits = model(**inputs).logits
+        policy server never samples (`webgym_rl.modeling.VISION_PLACEHOLDERS`), at -inf. At
+        `positions` alone (``(B, K, V)``, see `logit_positions`) when given, else everywhere."""
+        logits = (model(**inputs).logits if positions is None
+                  else model(**inputs, logits_to_keep=positions).logits)
         if not len(self._placeholders):
             return logits
         # In place: a copy would double the largest tensor of a step (batch x length x vocabulary).
@@ -532,14 +547,14 @@ class Trainer:
         return logits.index_fill_(-1, self._placeholders.to(logits.device), float("-inf"))
 
     @staticmethod
-    def _logprobs(logits: Any, labels: Any, temperatures: Any = None) -> Any:
+    def _logprobs(logits: Any, labels: Any, temperatures: Any = None, positions: Any = None) -> Any:
         """The response tokens' log-probabilities under `logits`, detached (`response_logprobs`)."""
         import torch
 
         from webgym_rl.objectives import response_logprobs  # optional: torch (objectives imports it)
 
         with torch.no_grad():
-            return response_logprobs(logits.detach(), labels, temperatures)[0]
+            return response_logprobs(logits.detach(), labels, temperatures, positions)[0]
 
     def _step_normalisers(self, group: list[dict[str, Any]]) -> tuple[float, float]:
         """(response tokens, samples) of the optimizer step whose micro-batches are `group`, summed
@@ -562,13 +577,14 @@ class Trainer:
 
         inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
         model = self.accelerator.unwrap_model(self.model)
+        positions = self.logit_positions(micro["labels"])
         with torch.no_grad(), self.accelerator.autocast():
             if self._reference is not None:
-                logits = self.policy_logits(self._reference, inputs)
+                logits = self.policy_logits(self._reference, inputs, positions)
             else:  # a LoRA run from a fresh adapter: the model without its adapter is the start
                 with model.disable_adapter():
-                    logits = self.policy_logits(model, inputs)
-        return self._logprobs(logits, micro["labels"], micro["temperatures"])
+                    logits = self.policy_logits(model, inputs, positions)
+        return self._logprobs(logits, micro["labels"], micro["temperatures"], positions)
 
     def save(self, folder: Path, state: dict[str, Any]) -> Path:
         """A full checkpoint in `folder`: ``training_state/`` (optimizer, schedule, RNG, model),

@@ -257,9 +257,9 @@ def test_ppo_epochs_pass_over_each_batch_with_proximal_logprobs_computed_once(tm
 
     logprobs = Trainer._logprobs
 
-    def count(logits, labels, temperatures=None):
+    def count(logits, labels, temperatures=None, positions=None):
         proximal_made.append(1)
-        return logprobs(logits, labels, temperatures)
+        return logprobs(logits, labels, temperatures, positions)
 
     monkeypatch.setitem(OBJECTIVES, Objective.GRPO, spy)
     monkeypatch.setattr(Trainer, "_logprobs", staticmethod(count))

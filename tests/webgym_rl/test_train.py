@@ -16,10 +16,10 @@ from webgym_core.settings import load_settings, settings_from_dict
 from webgym_rl.collate import NOT_MODEL_INPUTS, Collator
 from webgym_rl.errors import TrainSettingsError
 from webgym_rl.modeling import load_model, load_processor
-from webgym_rl.objectives import ObjectiveBatch, filtered_bc
+from webgym_rl.objectives import ObjectiveBatch, filtered_bc, response_logprobs
 from webgym_rl.samples import build_samples, load_trajectories
 from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
-from webgym_rl.train import ResumeError, train, train_command
+from webgym_rl.train import EpochOrder, ResumeError, Trainer, train, train_command
 
 
 def _settings(model, data, out, **kw):
@@ -332,3 +332,44 @@ def test_the_trainer_scores_fresh_samples_as_the_policy_that_sampled_them(family
     assert check["v0"]["samples"] == 3 and check["v0"]["tokens"] == tokens
     assert check["v0"]["max_abs"] < 1e-3 and check["v0"]["mean_abs"] < 1e-4, check
     assert check["v9"]["max_abs"] > 0.05, check  # scored at temperature 0.5, sampled at 1
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_the_trainer_computes_logits_at_the_labelled_positions_alone_with_the_full_results(
+        tmp_path_factory, tmp_path, family):
+    model = tiny_checkpoint(tmp_path_factory, family)
+    samples = build_samples(load_trajectories([standard_iteration(tmp_path / "it", tasks=1)],
+                                              cache_dir=tmp_path / "c"), "filtered_bc")
+    training = OptimizationSettings(log_with="none", per_device_batch_size=2, max_steps=1, learning_rate=1e-3)
+    trainer = Trainer(model=str(model), model_revision=None, training=training, out=tmp_path / "out", seed=0,
+                      total_steps=None)
+    batch = trainer.collator([samples[i] for i in range(len(samples))])
+    labels, temperatures = batch["labels"], batch["temperatures"]
+    inputs = {k: v for k, v in batch.items() if k not in NOT_MODEL_INPUTS}
+    positions = trainer.logit_positions(labels)
+    assert positions is not None and 0 < len(positions) < labels.shape[1] / 2
+    rows = []  # the rows the output projection is applied to, call by call
+    head = trainer.accelerator.unwrap_model(trainer.model).get_output_embeddings()
+    hook = head.register_forward_hook(lambda module, args, output: rows.append(args[0].shape[1]))
+    results = []
+    for kept in (None, positions):
+        trainer.model.zero_grad()
+        logits = trainer.policy_logits(trainer.model, inputs, kept)
+        loss, _ = filtered_bc(ObjectiveBatch(logits, labels, torch.ones(len(labels)), positions=kept),
+                              training)
+        loss.backward()
+        logp = response_logprobs(logits.detach(), labels, temperatures, kept)[0]
+        results.append((loss.detach(), logp, [p.grad.clone() for p in trainer.model.parameters()
+                                              if p.grad is not None]))
+    (full_loss, full_logp, full_grads), (loss, logp, grads) = results
+    assert rows == [labels.shape[1], len(positions)]
+    assert torch.allclose(loss, full_loss, atol=1e-6, rtol=0)
+    assert torch.allclose(logp, full_logp, atol=1e-6, rtol=0)
+    assert len(grads) == len(full_grads) > 0
+    assert all(torch.allclose(g, f, atol=1e-6, rtol=1e-5) for g, f in zip(grads, full_grads, strict=True))
+    # The trainer's own step takes the same path.
+    rows.clear()
+    order = EpochOrder(samples.weights, 0)
+    trainer.fit(trainer.loader(samples, order), order, until=1)
+    hook.remove()
+    assert rows and max(rows) < labels.shape[1] / 2
