@@ -1,7 +1,7 @@
 """`EnvSettings`: how an episode is played in the browser (the viewport, the local sites, the step
-budgets), read by the environment (`webgym_rollout.env`) and by the task kinds
-(`webgym_rollout.tasks.kind`), which sit below it: this module imports nothing of webgym_rollout, so
-both import it and neither imports the other.
+budgets), read by the environment (`webgym_rollout.env`) and by the task kinds it plays
+(`webgym_rollout.tasks`). This module imports nothing of webgym_rollout: both import it, and the
+kinds need not import the environment for its settings.
 
 Step budgets: each task kind declares its own (`TaskKind.default_horizon`; MiniWoB: 6), or takes
 one by the task's difficulty from the split's table (``train_horizons`` / ``test_horizons``: web
