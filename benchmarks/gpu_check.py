@@ -794,13 +794,15 @@ def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: Pa
                 lora_targets: Sequence[str], seed: int = 0) -> TrainFigures:
     """One warm-up step and `steps` timed optimizer steps of the toolkit's trainer on `data`."""
     from webgym_rl.samples import build_samples, load_trajectories
-    from webgym_rl.train import EpochOrder, FitPosition, Trainer, TrainingSettings
+    from webgym_rl.settings import OptimizationSettings
+    from webgym_rl.train import EpochOrder, FitPosition, Trainer
 
     _reset_peak(device)
-    training = TrainingSettings(objective="filtered_bc", lora=lora, lora_target_modules=list(lora_targets),
-                                learning_rate=1e-5, lr_scheduler="constant", per_device_batch_size=batch_size,
-                                max_steps=1 + steps, model_dtype=dtype, gradient_checkpointing=True,
-                                log_every=1 + steps)
+    training = OptimizationSettings(objective="filtered_bc", lora=lora,
+                                    lora_target_modules=list(lora_targets), learning_rate=1e-5,
+                                    lr_scheduler="constant", per_device_batch_size=batch_size,
+                                    max_steps=1 + steps, model_dtype=dtype, gradient_checkpointing=True,
+                                    log_every=1 + steps)
     sources = load_trajectories([str(data)], cache_dir=str(out.parent / "datasets-cache"))
     samples = build_samples(sources, training.objective, training.samples)
     trainer = Trainer(model=str(model_dir), model_revision=None, training=training, out=out, seed=seed,

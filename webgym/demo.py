@@ -498,7 +498,8 @@ def _loop_settings(settings: DemoSettings, tasks: _Tasks, out: Path) -> tuple[An
         RECIPE, tasks=str(tasks.train), model=str(model_dir), out=str(out / "loop"), iterations=1,
         eval_tasks=str(tasks.heldout), seed=settings.seed, progress=settings.progress,
         concurrency=settings.concurrency, pool={"contexts_per_browser": max(1, settings.concurrency)},
-        miniwob_horizon=preset.horizon, learning_rate=settings.learning_rate, max_steps=preset.max_steps,
+        horizons={"miniwob": preset.horizon}, learning_rate=settings.learning_rate,
+        max_steps=preset.max_steps,
         per_device_batch_size=preset.batch_size,
         policy={"model": "tiny-qwen3vl", "max_new_tokens": preset.max_new_tokens,
                 "max_tokens": preset.max_new_tokens})

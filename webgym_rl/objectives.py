@@ -1,5 +1,5 @@
 """Training objectives, one function each, all with one signature:
-``objective(batch: ObjectiveBatch, settings: TrainingSettings) -> (loss, metrics)``.
+``objective(batch: ObjectiveBatch, settings: OptimizationSettings) -> (loss, metrics)``.
 
 `ObjectiveBatch` is what a batch carries: the trained model's logits, the collator's labels
 (``-100`` everywhere but the response tokens; ``logits[:, t]`` predicts ``labels[:, t + 1]``), one
@@ -90,14 +90,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from webgym_rl.samples import Objective
-
-if TYPE_CHECKING:
-    from webgym_rl.train import TrainingSettings
+from webgym_rl.settings import OptimizationSettings
 
 __all__ = ["NEEDS_PROXIMAL", "OBJECTIVES", "ObjectiveBatch", "filtered_bc", "grpo", "importance_weights",
            "kl_k3", "logit_positions", "reinforce", "response_logprobs"]
@@ -174,7 +171,7 @@ def response_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperatures: 
     return logp.new_zeros(mask.shape).index_copy(1, positions, logp), mask
 
 
-def filtered_bc(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
+def filtered_bc(batch: ObjectiveBatch, settings: OptimizationSettings) -> tuple[torch.Tensor, Metrics]:
     """Mean negative log-likelihood of the response tokens (advantages are ignored)."""
     logp, mask = response_logprobs(batch.logits, batch.labels, positions=batch.positions)
     tokens = mask.sum()
@@ -195,7 +192,7 @@ def importance_weights(per_sample: torch.Tensor, behaviour: torch.Tensor | None,
     return torch.where(known, ratio, ones)
 
 
-def reinforce(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
+def reinforce(batch: ObjectiveBatch, settings: OptimizationSettings) -> tuple[torch.Tensor, Metrics]:
     """``-mean_b(w_b * advantage_b * mean_t log p(response_b,t))``, `w` the truncated importance
     weights (`importance_weights` of the per-sample mean behaviour log-probability; 1 without)."""
     logp, mask = response_logprobs(batch.logits, batch.labels, batch.temperatures, batch.positions)
@@ -218,7 +215,7 @@ def kl_k3(logp: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1
 
 
-def grpo(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
+def grpo(batch: ObjectiveBatch, settings: OptimizationSettings) -> tuple[torch.Tensor, Metrics]:
     """The clipped, decoupled, optionally KL-penalised surrogate of the module docstring."""
     g = settings.grpo
     logp, mask = response_logprobs(batch.logits, batch.labels, batch.temperatures, batch.positions)
@@ -264,5 +261,5 @@ NEEDS_PROXIMAL = frozenset({Objective.GRPO})
 (in its first pass) and makes ``--ppo-epochs`` passes over it."""
 
 # Each objective's loss is the function named after it: a new `Objective` without one fails here.
-OBJECTIVES: dict[Objective, Callable[[ObjectiveBatch, TrainingSettings], tuple[torch.Tensor, Metrics]]] = {
-    objective: globals()[objective.value] for objective in Objective}
+OBJECTIVES: dict[Objective, Callable[[ObjectiveBatch, OptimizationSettings], tuple[torch.Tensor, Metrics]]
+                 ] = {objective: globals()[objective.value] for objective in Objective}

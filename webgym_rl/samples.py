@@ -315,7 +315,7 @@ class StepSamples:
         return len(self._refs)
 
     def __getitem__(self, index: int) -> Sample:
-        from datasets import Image
+        from datasets import Image  # optional: datasets
 
         ref = self._refs[index]
         table = self._tables[ref.source][ref.row]
@@ -370,7 +370,7 @@ def _check_columns(names: Sequence[str], step_names: Sequence[str] | None, where
 
 
 def _arrow_step_names(schema) -> list[str] | None:
-    import pyarrow as pa
+    import pyarrow as pa  # optional: pyarrow
 
     if EpisodeColumn.STEPS not in schema.names:
         return None
@@ -382,7 +382,7 @@ def _arrow_step_names(schema) -> list[str] | None:
 
 
 def _load(source: str | Path, cache_dir: str | None) -> TrajectorySet:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # optional: pyarrow
 
     try:
         found = read_episodes(source, cache_dir=cache_dir)
@@ -444,7 +444,7 @@ def _episode_status(value: str | None, source: TrajectorySet, episode_id: str) -
 def _step_flags(steps_column) -> list[list[_StepFlags]]:
     """Each row's `_StepFlags`, read from the Arrow list column without its other fields (no
     screenshot is touched)."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # optional: pyarrow
 
     flags: list[list[_StepFlags]] = []
     for chunk in steps_column.chunks:

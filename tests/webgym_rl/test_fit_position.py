@@ -8,7 +8,8 @@ import pytest
 
 from tests.webgym_rl.synthetic import standard_iteration, tiny_checkpoint
 from webgym_rl.samples import build_samples, load_trajectories
-from webgym_rl.train import EpochOrder, FitPosition, GRPOSettings, Trainer, TrainingSettings
+from webgym_rl.settings import GRPOSettings, OptimizationSettings
+from webgym_rl.train import EpochOrder, FitPosition, Trainer
 
 
 def test_a_batch_is_passed_when_its_last_pass_is_done():
@@ -22,8 +23,8 @@ def test_a_batch_is_passed_when_its_last_pass_is_done():
 
 
 def _trainer(model, tmp_path, name):
-    training = TrainingSettings(objective="grpo", grpo=GRPOSettings(ppo_epochs=2), learning_rate=1e-2,
-                                log_with="none", per_device_batch_size=2, max_steps=3)
+    training = OptimizationSettings(objective="grpo", grpo=GRPOSettings(ppo_epochs=2), learning_rate=1e-2,
+                                    log_with="none", per_device_batch_size=2, max_steps=3)
     return Trainer(model=str(model), model_revision=None, training=training, out=tmp_path / name, seed=0,
                    total_steps=3)
 

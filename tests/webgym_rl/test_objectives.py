@@ -15,9 +15,9 @@ from webgym_rl.objectives import (
     response_logprobs,
 )
 from webgym_rl.samples import Objective
-from webgym_rl.train import TrainingSettings
+from webgym_rl.settings import OptimizationSettings
 
-SETTINGS = TrainingSettings()
+SETTINGS = OptimizationSettings()
 
 
 def _call(fn, logits, labels, advantages=None, behaviour=None, **settings):
@@ -28,7 +28,7 @@ def _call(fn, logits, labels, advantages=None, behaviour=None, **settings):
         per_token = torch.where(mask, behaviour[:, None].expand(mask.shape), torch.tensor(float("nan")))
     advantages = advantages if advantages is not None else torch.ones(labels.shape[0])
     batch = ObjectiveBatch(logits=logits, labels=labels, advantages=advantages, behaviour_logprobs=per_token)
-    return fn(batch, TrainingSettings(**settings) if settings else SETTINGS)
+    return fn(batch, OptimizationSettings(**settings) if settings else SETTINGS)
 
 
 def _batch(seed=0, vocab=11):

@@ -18,24 +18,17 @@ from webgym_rl.errors import TrainSettingsError
 from webgym_rl.modeling import load_model, load_processor
 from webgym_rl.objectives import ObjectiveBatch, filtered_bc, response_logprobs
 from webgym_rl.samples import build_samples, load_trajectories
-from webgym_rl.train import (
-    EpochOrder,
-    ResumeError,
-    Trainer,
-    TrainingSettings,
-    TrainSettings,
-    train,
-    train_command,
-)
+from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
+from webgym_rl.train import EpochOrder, ResumeError, Trainer, train, train_command
 
 
 def _settings(model, data, out, **kw):
-    """`TrainSettings` from YAML-style keys (the training keys sit beside the inputs)."""
+    """`TrainCommandSettings` from YAML-style keys (the training keys sit beside the inputs)."""
     values = dict(model=str(model), data=[str(d) for d in data], out=str(out), objective="filtered_bc",
                   learning_rate=2e-3, per_device_batch_size=2, gradient_accumulation_steps=2, max_steps=8,
                   lr_scheduler="linear", warmup_steps=2, save_every=3, seed=3, cache_dir=str(out) + "-cache")
     values.update(kw)
-    return settings_from_dict(TrainSettings, values)
+    return settings_from_dict(TrainCommandSettings, values)
 
 
 def _batch(model_dir, data):
@@ -50,7 +43,7 @@ def _kept_loss(model_dir, data, model=None):
     model = model if model is not None else load_model(model_dir)
     with torch.no_grad():
         batch = ObjectiveBatch(model(**inputs).logits, labels, torch.ones(len(labels)))
-        return filtered_bc(batch, TrainingSettings())[0].item()
+        return filtered_bc(batch, OptimizationSettings())[0].item()
 
 
 @pytest.fixture(scope="module")
@@ -160,20 +153,21 @@ def test_lora_from_an_adapter_folder_trains_that_adapter_on_relative_to_its_base
 def test_settings_come_from_yaml_then_flags(tmp_path, monkeypatch):
     config = tmp_path / "c.yaml"
     config.write_text("model: m\ndata: [a, b]\nout: o\nlearning-rate: 0.25\nmax_steps: 7\n")
-    settings = load_settings(TrainSettings, config, {"training__max_steps": 3, "training__lora": None,
+    settings = load_settings(TrainCommandSettings, config, {"training__max_steps": 3, "training__lora": None,
                                                      "data": ()})
     assert (settings.model, settings.data, settings.training.learning_rate) == ("m", ["a", "b"], 0.25)
     assert settings.training.max_steps == 3
     config.write_text("modle: m\n")
     with pytest.raises(SettingsError, match="modle: unknown setting"):
-        load_settings(TrainSettings, config)
+        load_settings(TrainCommandSettings, config)
     # Out-of-range values are refused naming the field (and, from the CLI, the flag).
     with pytest.raises(TrainSettingsError, match="learning_rate: must be > 0"):
-        TrainingSettings(learning_rate=0)
+        OptimizationSettings(learning_rate=0)
     with pytest.raises(SettingsError, match="learning_rate: must be > 0"):
-        settings_from_dict(TrainSettings, {"model": "m", "data": ["a"], "out": "o", "learning_rate": 0})
+        settings_from_dict(TrainCommandSettings,
+                           {"model": "m", "data": ["a"], "out": "o", "learning_rate": 0})
     with pytest.raises(SettingsError, match=r"lr_scheduler \(--lr-scheduler\): 'cosine2' is not one of"):
-        load_settings(TrainSettings, None, {"model": "m", "data": ("a",), "out": "o",
+        load_settings(TrainCommandSettings, None, {"model": "m", "data": ("a",), "out": "o",
                                             "training__lr_scheduler": "cosine2"})
     # --data takes several values after one flag, and the flag can repeat.
     seen = {}
@@ -330,7 +324,8 @@ def test_the_trainer_scores_fresh_samples_as_the_policy_that_sampled_them(family
     data = write_shards(tmp_path / "fresh", [fresh, misstated])
     samples = build_samples(load_trajectories([data], cache_dir=tmp_path / "cache"), "filtered_bc")
     assert samples.counts.retokenised == 0 and all(samples.exact)
-    trainer = Trainer(model=str(checkpoint), model_revision=None, training=TrainingSettings(log_with="none"),
+    trainer = Trainer(model=str(checkpoint), model_revision=None,
+                      training=OptimizationSettings(log_with="none"),
                       out=tmp_path / "out", seed=0, total_steps=None)
     check = trainer.on_policy_check(samples)
     tokens = sum(len(step.token_ids) for step in fresh.steps)
@@ -345,7 +340,7 @@ def test_the_trainer_computes_logits_at_the_labelled_positions_alone_with_the_fu
     model = tiny_checkpoint(tmp_path_factory, family)
     samples = build_samples(load_trajectories([standard_iteration(tmp_path / "it", tasks=1)],
                                               cache_dir=tmp_path / "c"), "filtered_bc")
-    training = TrainingSettings(log_with="none", per_device_batch_size=2, max_steps=1, learning_rate=1e-3)
+    training = OptimizationSettings(log_with="none", per_device_batch_size=2, max_steps=1, learning_rate=1e-3)
     trainer = Trainer(model=str(model), model_revision=None, training=training, out=tmp_path / "out", seed=0,
                       total_steps=None)
     batch = trainer.collator([samples[i] for i in range(len(samples))])

@@ -16,7 +16,7 @@ from webgym_data.schema import Task
 from webgym_rollout.agent.policies import Policy, PolicyOutput
 from webgym_rollout.agent.protocol import Observation
 from webgym_rollout.browser.client import BrowserClient
-from webgym_rollout.env import EnvSettings, WebEnv
+from webgym_rollout.env import WebEnv
 from webgym_rollout.errors import (
     BrowserError,
     InvalidRequest,
@@ -27,6 +27,7 @@ from webgym_rollout.errors import (
     Unauthorized,
 )
 from webgym_rollout.runner.settings import RunSettings
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TaskOutcome
 from webgym_rollout.trajectory.recordings import RecordingStore, ReplayLibrary
 

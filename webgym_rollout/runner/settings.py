@@ -10,9 +10,9 @@ from typing import Literal
 from webgym_core.settings import flat
 from webgym_data.sampler import SamplerSettings
 from webgym_rollout.agent.policies import PolicySettings
-from webgym_rollout.env import EnvSettings
 from webgym_rollout.fleet import FleetSettings
 from webgym_rollout.judge.judges import JudgeSettings
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.trajectory.recordings import RecordSettings
 from webgym_sites.truth import TruthSettings
 

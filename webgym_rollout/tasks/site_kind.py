@@ -28,7 +28,7 @@ from webgym_sites.state import new_session_id, session_in, with_session
 
 if TYPE_CHECKING:
     from webgym_data.schema import Task
-    from webgym_rollout.env import EnvSettings
+    from webgym_rollout.settings import EnvSettings
 
 __all__ = ["SitePage", "SiteTask", "on_server"]
 
@@ -75,6 +75,6 @@ class SiteTask(TaskKind):
     def horizon(self, settings: EnvSettings, split: str) -> int:
         """The split's budget for the task's level; a decomposition's subtask gets the longest: its
         facts check a state (an order, a booking) that only its parent's whole work reaches."""
-        if self.task.parent_task_id:
+        if self.task.parent_task_id and self.name not in settings.horizons:
             return max(settings.test_horizons if split == "test" else settings.train_horizons)
         return super().horizon(settings, split)

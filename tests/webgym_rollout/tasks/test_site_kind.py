@@ -6,7 +6,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from webgym_rollout.env import EnvSettings
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import task_kind
 from webgym_rollout.tasks.site_kind import SiteTask, on_server
 from webgym_sites.generate import site_tasks
@@ -38,3 +38,4 @@ def test_a_subtask_gets_the_longest_budget_its_parent_s_work_needs():
     subtask = replace(task, parent_task_id="parent", task_id="sub")
     assert task_kind(subtask).horizon(settings, "train") == 30
     assert task_kind(subtask).horizon(settings, "test") == 70
+    assert task_kind(subtask).horizon(EnvSettings(horizons={"site": 5}), "test") == 5  # set for the kind
