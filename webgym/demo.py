@@ -139,7 +139,7 @@ class _Stages:
     TOTAL = 9
 
     def __init__(self, enabled: bool):
-        from rich.console import Console
+        from rich.console import Console  # lazy: import time
 
         self.console = Console(stderr=True, highlight=False)
         self.enabled = enabled
@@ -181,6 +181,7 @@ _FIGURES = ("episodes", "successes", "steps", "valid_actions", "errors", "succes
 
 def _internal_errors(out: str | Path) -> int:
     """Episodes of a trajectory folder with status ``error:internal``: bugs, not infrastructure."""
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rollout.trajectory.reader import read_episodes
 
     return read_episodes(out).stats().internal_errors
@@ -215,7 +216,7 @@ _COLUMNS = (("pixel_random", "pixel-random"), ("dom_random", "DOM-aware random")
 
 
 def _summary_table(summary: dict[str, Any]):
-    from rich.table import Table
+    from rich.table import Table  # lazy: import time
 
     runs = summary["rollouts"]
     table = Table(title=f"webgym demo: the same {runs['trained']['episodes']} held-out MiniWoB++ episodes",
@@ -306,6 +307,7 @@ def _notes(summary: dict[str, Any]) -> list[str]:
 def _heldout_rollout(run: Any, truth: Any = None) -> dict[str, Any]:
     """Roll out the tasks as `run` (`RunSettings`) says (`truth`: the sites' ground truth); the stats
     of its folder."""
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rollout.runner import run as run_rollout
     from webgym_rollout.trajectory.reader import read_episodes
 
@@ -319,6 +321,7 @@ def _site_rollouts(loop_settings: Any, services: Any, tasks: Path, out: Path, ag
     """The site tasks with the DOM-aware random policy and the scripted expert (recorded), judged by
     the site judge against the site server's truth; then the expert's recording replayed by the
     expert, compared episode by episode (every screenshot and the verdict)."""
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rl.loop.phases import run_settings
     from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
     from webgym_rollout.judge.judges import JudgeSettings
@@ -365,6 +368,7 @@ def _learning_curve(summary: dict[str, Any], rounds: list[Any], path: Path,
     """Held-out success of each evaluated version of the trained policy, beside both baselines (flat
     lines; bars while one version is evaluated), each in its colour of the comparison report
     (`colours`). Returns the PNG's path and the points."""
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rollout.report.charts import CurvePoint, write_learning_curve
 
     runs, points = summary["rollouts"], []
@@ -390,6 +394,7 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     tasks = _build_tasks(settings, out, stages)  # 1
     # 2. The recipe (the shipped CPU MiniWoB++ recipe, sized for the demo) and the servers.
     stages.stage(2, "Starting the site server and the browser server; building a tiny Qwen3-VL")
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rl.loop import LoopServices, run_loop
 
     loop_settings, tiny = _loop_settings(settings, tasks, out)
@@ -441,6 +446,7 @@ def _build_tasks(settings: DemoSettings, out: Path, stages: _Stages) -> _Tasks:
     stages.stage(1, f"Building the task dataset: {SAMPLE_TASKS.name} + {preset.site_tasks} tasks of each "
                     f"local site + {len(preset.miniwob_tasks)} MiniWoB++ tasks x {preset.train_seeds} "
                     "training seeds")
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_data.build import BuildSettings, build
     from webgym_data.importers import miniwob
     from webgym_data.loading import load_tasks, write_tasks
@@ -456,6 +462,7 @@ def _build_tasks(settings: DemoSettings, out: Path, stages: _Stages) -> _Tasks:
         out=tasks_dir, importers=(("generic", str(SAMPLE_TASKS)), ("local_sites", str(sites_spec)),
                                   ("miniwob", str(spec))),
         split=SplitSettings(test_size=preset.test_size, seed=settings.seed), progress=settings.progress))
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rollout.tasks.kind import task_kind
 
     every = [*report.train, *report.test]
@@ -488,6 +495,7 @@ def _build_tasks(settings: DemoSettings, out: Path, stages: _Stages) -> _Tasks:
 def _loop_settings(settings: DemoSettings, tasks: _Tasks, out: Path) -> tuple[Any, Any]:
     """The shipped CPU MiniWoB++ recipe sized for the demo, around a tiny Qwen3-VL built here;
     returns (the loop's settings, the tiny model's)."""
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rl.loop import load_recipe
     from webgym_rl.tiny import TinyModelSettings, build_tiny_model
 
@@ -508,6 +516,7 @@ def _loop_settings(settings: DemoSettings, tasks: _Tasks, out: Path) -> tuple[An
 
 def _event_printer(stages: _Stages, task_counts: dict[str, int]) -> Any:
     """The loop's events as the demo's stage lines (stages 5-8) and notes."""
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rl.loop.events import (
         EvalStarted,
         PhaseDone,
@@ -543,6 +552,7 @@ def _event_printer(stages: _Stages, task_counts: dict[str, int]) -> Any:
 def _baselines(settings: DemoSettings, loop_settings: Any, services: Any, tasks: _Tasks, baselines: Path,
                stages: _Stages) -> dict[str, dict[str, Any]]:
     """Stage 3: both baselines (pixel-random, DOM-aware random) on the held-out seeds."""
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rl.loop.phases import run_settings
     from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
 
@@ -617,6 +627,7 @@ def _summary(settings: DemoSettings, tasks: _Tasks, tiny: Any, measured: dict[st
 def _reports(summary: dict[str, Any], tasks: _Tasks, measured: dict[str, dict[str, Any]],
              sites: dict[str, Any], result: Any, out: Path) -> dict[str, Path]:
     """Write the HTML reports and the learning curve; returns every output folder and file by name."""
+    # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rollout.report.charts import run_colours
     from webgym_rollout.report.html import build_report, write_report
     from webgym_rollout.report.viewer import render_report
@@ -686,6 +697,7 @@ def demo_command(out: Path, size: str, seed: int, concurrency: int, quiet: bool)
       webgym demo --out /tmp/demo --size tiny
       python -c "import datasets; print(datasets.load_dataset('out/demo/tasks'))"
     """
+    # lazy: the command starts fast (--help)
     from webgym_data.errors import WebgymDataError
     from webgym_rl.errors import WebgymRLError
 

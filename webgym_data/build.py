@@ -61,9 +61,10 @@ from webgym_core.settings import flat, load_settings, settings_options, settings
 from webgym_data import __version__
 from webgym_data.decompose import DecomposeSettings, decompose_tasks
 from webgym_data.errors import BuildError, WebgymDataError
-from webgym_data.llm import LLMSettings
+from webgym_data.importers import discover_seeds, import_seed, seed_search
+from webgym_data.llm import LLMClient, LLMSettings
 from webgym_data.loading import MANIFEST, read_task_set
-from webgym_data.rubrics import RUBRIC_MODES, RubricMode
+from webgym_data.rubrics import RUBRIC_MODES, RubricMode, generate_rubrics, wants_rubric
 from webgym_data.schema import SCHEMA_VERSION, Task, task_features
 from webgym_data.split import (
     DedupeSettings,
@@ -72,6 +73,8 @@ from webgym_data.split import (
     site_assignment,
     split_tasks,
 )
+from webgym_data.stats import compute_stats, markdown_tables, read_columns
+from webgym_data.taxonomy import assign_taxonomy
 
 __all__ = ["BuildError", "BuildReport", "BuildSettings", "build", "build_command", "render_card",
            "shard_name"]
@@ -147,8 +150,8 @@ def shard_name(split: str, kind: str, build_id: str, index: int, count: int) -> 
 
 def _strings(values: Sequence[str]):
     """A pyarrow string array. Through polars: ~10x faster than ``pa.array`` for long texts."""
-    import polars as pl
-    import pyarrow as pa
+    import polars as pl  # optional: polars
+    import pyarrow as pa  # optional: pyarrow
 
     return pl.Series(values, dtype=pl.String).to_arrow().cast(pa.string())
 
@@ -159,7 +162,7 @@ def _arrow_table(tasks: Sequence[Task], schema):
     Built column by column, the nested rubric from flat offset arrays: converting one Python dict
     per row is ~10x slower at 300k tasks.
     """
-    import pyarrow as pa
+    import pyarrow as pa  # optional: pyarrow
 
     group_offsets, fact_offsets, criteria_offsets = [0], [0], [0]
     group_ids: list[str] = []
@@ -210,7 +213,7 @@ def _write_split(tasks: Sequence[Task], data_dir: Path, split: str, shard_rows: 
                  advance: Callable[[int], None]) -> list[tuple[str, str, int, int, Path]]:
     """Write one split's shards under temporary names (the build id is not known yet: it hashes
     them all); returns ``(split, kind, index, count, path)`` for each."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # optional: pyarrow
 
     # The arrow schema of the `datasets` features carries them in its metadata, so `load_dataset`
     # restores the declared features (what `Dataset.to_parquet` writes, without its tqdm bars).
@@ -273,8 +276,6 @@ def _configs_block(files: dict[str, str]) -> str:
 
 def render_card(manifest: dict[str, Any], *, template: Path = CARD_TEMPLATE) -> str:
     """The README.md dataset card for a manifest (placeholders filled with measured figures)."""
-    from webgym_data.stats import markdown_tables
-
     try:
         text = template.read_text(encoding="utf-8")
     except OSError as exc:
@@ -378,6 +379,7 @@ class _Steps:
     """One rich progress display for the whole build; each step is a bar (or a spinner)."""
 
     def __init__(self, enabled: bool) -> None:
+        # lazy: import time
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -417,8 +419,6 @@ class _Steps:
 def _llm_client(settings: BuildSettings):
     if settings.offline:
         return None
-    from webgym_data.llm import LLMClient
-
     return LLMClient(settings.llm)
 
 
@@ -478,8 +478,6 @@ def build(settings: BuildSettings) -> BuildReport:
 def _sources(settings: BuildSettings) -> list[tuple[str, str]]:
     """The (importer, path) pairs to import: the seed sets found in `settings.seeds`, then
     `settings.importers`."""
-    from webgym_data.importers import discover_seeds, seed_search
-
     sources: list[tuple[str, str]] = []
     if settings.seeds is not None:
         if not Path(settings.seeds).is_dir():
@@ -499,8 +497,6 @@ def _import(sources: list[tuple[str, str]], settings: BuildSettings,
             steps: _Steps) -> tuple[list[Task], list[dict[str, Any]]]:
     """Import every source; returns the tasks and the manifest's record of each input (its files
     and their hashes, relative to the seed folder when inside it)."""
-    from webgym_data.importers import import_seed
-
     tasks: list[Task] = []
     inputs: list[dict[str, Any]] = []
     with steps.step("import", total=len(sources)) as advance:
@@ -542,8 +538,6 @@ def _rubrics(tasks: list[Task], client: Any, settings: BuildSettings,
              steps: _Steps) -> tuple[list[Task], dict[str, Any]]:
     """Rubrics by an LLM for the tasks the mode picks (webgym_data.rubrics); offline the seed
     rubrics stay as imported. Returns the tasks and the counts."""
-    from webgym_data.rubrics import generate_rubrics, wants_rubric
-
     counts: dict[str, Any] = {"llm": client is not None, "mode": settings.rubrics, "generated": 0,
                               "replaced": 0, "kept_seed": 0, "failed": 0}
     asked = any(wants_rubric(t, settings.rubrics) for t in tasks)
@@ -565,8 +559,6 @@ def _rubrics(tasks: list[Task], client: Any, settings: BuildSettings,
 
 def _taxonomy(tasks: list[Task], client: Any, settings: BuildSettings, steps: _Steps) -> list[Task]:
     """The seed tasks with their domain and subdomain: by rules offline, by the LLM otherwise."""
-    from webgym_data.taxonomy import assign_taxonomy
-
     if client is None:
         with steps.step("taxonomy", total=len(tasks)):
             return list(assign_taxonomy(tasks))
@@ -604,8 +596,6 @@ def _write(tmp: Path, settings: BuildSettings, steps: _Steps, train: list[Task],
             written.extend(_write_split(part, data_dir, name, settings.shard_rows, advance))
         build_id, content_hash, files = _name_shards(written)
     with steps.step("stats"):
-        from webgym_data.stats import compute_stats, read_columns
-
         stats = compute_stats(read_columns(tmp))
     manifest = {
         "schema_version": SCHEMA_VERSION,

@@ -26,7 +26,7 @@ _SIMPLE = {bool: "bool", int: "int32", float: "float32", str: "string"}
 def feature_of(kind: Any, metadata: Mapping[str, Any] | None = None) -> Any:
     """The dataset feature of a value of type `kind` (a field's `metadata` may name it: see the
     module docstring); TypeError for a type no feature holds."""
-    from datasets import Image, List, Value
+    from datasets import Image, List, Value  # optional: datasets
 
     metadata = metadata or {}
     if metadata.get("feature") == "image":

@@ -613,7 +613,7 @@ def task_features():
     """The `datasets.Features` of a task row, derived from `Task`: each field's feature from its
     type (`webgym_data.features.feature_of`), each derived column's from its property's, in the
     order of `_ROW_COLUMNS`."""
-    from datasets import Features
+    from datasets import Features  # optional: datasets
 
     expected = {item.name for item in fields(Task)} | set(_DERIVED_COLUMNS)
     if set(_ROW_COLUMNS) != expected:  # a field added to Task and not to the row's columns, or gone

@@ -30,11 +30,13 @@ Exceptions (`webgym_rl.errors`)::
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
 import math
 import os
+import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -47,8 +49,8 @@ import click
 from webgym_core.errors import SettingsError
 from webgym_core.lazy import moved_names
 from webgym_core.settings import load_settings, settings_options, settings_to_dict
-from webgym_rl.errors import ResumeError, TrainingError, TrainSettingsError, WebgymRLError
-from webgym_rl.samples import Objective
+from webgym_rl.errors import MergeError, ResumeError, TrainingError, TrainSettingsError, WebgymRLError
+from webgym_rl.samples import Objective, build_samples, describe_sources, load_trajectories
 from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
 
 __all__ = ["EpochOrder", "FitPosition", "FitResult", "ResumeError", "TrainResult", "TrainSettingsError",
@@ -96,7 +98,7 @@ class EpochOrder:
     permutation. Not named ``set_epoch`` on purpose: Accelerate's loaders would reset the epoch."""
 
     def __init__(self, weights: list[float], seed: int):
-        import torch
+        import torch  # optional: torch
 
         self.weights = torch.tensor(weights, dtype=torch.float64)
         self.uniform = bool(torch.all(self.weights == self.weights[0]))
@@ -107,7 +109,7 @@ class EpochOrder:
         return len(self.weights)
 
     def __iter__(self):
-        import torch
+        import torch  # optional: torch
 
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
         if self.uniform:
@@ -135,8 +137,7 @@ def complete_checkpoints(out: str | Path) -> list[Path]:
 def _starting_point(model: str, revision: str | None, training: OptimizationSettings
                     ) -> tuple[str, str | None, Path | None]:
     """The model `model` names: (base model, its Hub revision, the LoRA adapter to train on or None)."""
-    from webgym_rl.errors import MergeError
-    from webgym_rl.merge import adapter_base, is_adapter
+    from webgym_rl.merge import adapter_base, is_adapter  # lazy: imports transformers
 
     adapter = None
     if is_adapter(model):
@@ -158,7 +159,7 @@ def _starting_point(model: str, revision: str | None, training: OptimizationSett
 def _check_adapter_shape(t: OptimizationSettings, adapter: Path) -> None:
     """An adapter trains on with the rank, scale, dropout and modules it has: refuse settings that
     ask for others (they would be silently ignored)."""
-    from webgym_rl.merge import ADAPTER_CONFIG
+    from webgym_rl.merge import ADAPTER_CONFIG  # lazy: imports transformers
 
     config = json.loads((adapter / ADAPTER_CONFIG).read_text())
     targets = config.get("target_modules")
@@ -179,7 +180,7 @@ def _mixed_precision(setting: str) -> str | None:
         return setting
     if os.environ.get("ACCELERATE_MIXED_PRECISION"):
         return None  # accelerate launch / the Accelerate config decides
-    import torch
+    import torch  # optional: torch
 
     return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
 
@@ -192,8 +193,8 @@ def _tracker_config(settings: Any) -> dict[str, Any]:
 def make_accelerator(training: OptimizationSettings, out: Path) -> Any:
     """The `Accelerator` of a training run: it owns devices, processes and precision (creating it
     trains nothing; ``accelerate launch`` and the Accelerate config decide the layout)."""
-    from accelerate import Accelerator
-    from accelerate.utils import GradientAccumulationPlugin
+    from accelerate import Accelerator  # optional: accelerate
+    from accelerate.utils import GradientAccumulationPlugin  # optional: accelerate
 
     # The trainer closes each optimizer step's group of micro-batches itself (`Trainer.fit` replays a
     # group for every PPO epoch), so the end of the data loader does not decide.
@@ -322,12 +323,16 @@ class Trainer:
     def __init__(self, *, model: str, model_revision: str | None, training: OptimizationSettings, out: Path,
                  seed: int, total_steps: int | None, tracker_config: dict[str, Any] | None = None,
                  accelerator: Any = None):
-        import torch
-        from accelerate.utils import set_seed
-        from transformers import get_scheduler
+        import torch  # optional: torch
+        from accelerate.utils import set_seed  # optional: accelerate
+        from transformers import get_scheduler  # optional: transformers
 
-        from webgym_rl.collate import Collator
-        from webgym_rl.modeling import load_model, load_processor, placeholder_token_ids
+        from webgym_rl.collate import Collator  # optional: torch (collate imports it)
+        from webgym_rl.modeling import (  # lazy: imports transformers
+            load_model,
+            load_processor,
+            placeholder_token_ids,
+        )
         from webgym_rl.objectives import NEEDS_PROXIMAL, OBJECTIVES  # optional: torch (objectives imports it)
 
         t = self.training = training
@@ -356,9 +361,9 @@ class Trainer:
             else:
                 net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if t.lora:
-            from peft import LoraConfig, get_peft_model
+            from peft import LoraConfig, get_peft_model  # optional: peft
 
-            from webgym_rl.merge import apply_adapter
+            from webgym_rl.merge import apply_adapter  # lazy: imports transformers
 
             if t.gradient_checkpointing:
                 net.enable_input_require_grads()
@@ -372,8 +377,6 @@ class Trainer:
         """The frozen starting model grpo's KL penalty compares with (None: not needed, or a LoRA run
         without a starting adapter, whose reference is the model with its adapter switched off)."""
         if t.grpo.kl_coef > 0 and (not t.lora or adapter is not None):
-            import copy
-
             self._reference = copy.deepcopy(net).requires_grad_(False).eval().to(accelerator.device)
         optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad],
                                       lr=t.learning_rate, weight_decay=t.weight_decay)
@@ -422,9 +425,9 @@ class Trainer:
         numerical noise (below 1e-3 in float32; more in bf16); more means that the trainer does not
         score what the policy sampled (another prompt, other image tokens, a top-k/top-p cut, a bug).
         For older versions it also measures how far the weights have moved since."""
-        import torch
+        import torch  # optional: torch
 
-        from webgym_rl.collate import NOT_MODEL_INPUTS
+        from webgym_rl.collate import NOT_MODEL_INPUTS  # optional: torch (collate imports it)
         from webgym_rl.objectives import response_logprobs  # optional: torch (objectives imports it)
 
         chosen: dict[str, list[int]] = {}
@@ -457,7 +460,7 @@ class Trainer:
     def loader(self, samples: Any, order: Any) -> Any:
         """A prepared DataLoader over `samples` (a map-style dataset of `Sample`) in `order` (a
         sampler; `EpochOrder` for recency-weighted epochs)."""
-        import torch
+        import torch  # optional: torch
 
         loader = torch.utils.data.DataLoader(
             samples, batch_size=self.training.per_device_batch_size, sampler=order,
@@ -563,7 +566,7 @@ class Trainer:
         """One pass over a batch: the objective on each micro-batch, gradients accumulated, one
         optimizer step at the last. Fills `proximal` on the first pass. Returns (summed loss, summed
         metrics, the gradient norm, samples)."""
-        from webgym_rl.collate import NOT_MODEL_INPUTS
+        from webgym_rl.collate import NOT_MODEL_INPUTS  # optional: torch (collate imports it)
         from webgym_rl.objectives import ObjectiveBatch  # optional: torch (objectives imports it)
 
         t, accelerator = self.training, self.accelerator
@@ -603,7 +606,7 @@ class Trainer:
     def logit_positions(self, labels: Any) -> Any:
         """The positions whose logits the objectives read (`webgym_rl.objectives.logit_positions`),
         or None (every position) when the model cannot compute logits at chosen positions."""
-        from webgym_rl.objectives import logit_positions
+        from webgym_rl.objectives import logit_positions  # optional: torch (objectives imports it)
 
         return logit_positions(labels) if self._logits_at_labels else None
 
@@ -623,7 +626,7 @@ class Trainer:
     @staticmethod
     def _logprobs(logits: Any, labels: Any, temperatures: Any = None, positions: Any = None) -> Any:
         """The response tokens' log-probabilities under `logits`, detached (`response_logprobs`)."""
-        import torch
+        import torch  # optional: torch
 
         from webgym_rl.objectives import response_logprobs  # optional: torch (objectives imports it)
 
@@ -634,7 +637,7 @@ class Trainer:
         """(response tokens, samples) of the optimizer step whose micro-batches are `group`, summed
         over every process, each divided by the micro-batches times the processes (what gradient
         accumulation and the data-parallel mean divide a loss by): the objectives' normalisers."""
-        import torch
+        import torch  # optional: torch
 
         tokens = sum(int((micro["labels"][:, 1:] != -100).sum()) for micro in group)
         samples = sum(micro["labels"].shape[0] for micro in group)
@@ -645,9 +648,9 @@ class Trainer:
 
     def _reference_logprobs(self, micro: dict[str, Any]) -> Any:
         """The reference (starting) model's log-probabilities of `micro`'s response tokens."""
-        import torch
+        import torch  # optional: torch
 
-        from webgym_rl.collate import NOT_MODEL_INPUTS
+        from webgym_rl.collate import NOT_MODEL_INPUTS  # optional: torch (collate imports it)
 
         inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
         model = self.accelerator.unwrap_model(self.model)
@@ -669,7 +672,7 @@ class Trainer:
         accelerator.save_state(str(folder / "training_state"))
         self._save_model(folder)
         if self._proximal is not None:  # stopped between two passes over a batch: each rank its own
-            from safetensors.torch import save_file
+            from safetensors.torch import save_file  # optional: safetensors
 
             save_file({str(j): p.contiguous().cpu() for j, p in enumerate(self._proximal)},
                       str(folder / f"proximal-{accelerator.process_index}.safetensors"))
@@ -700,7 +703,7 @@ class Trainer:
         self._proximal = None
         proximal = folder / f"proximal-{self.accelerator.process_index}.safetensors"
         if proximal.is_file():
-            from safetensors.torch import load_file
+            from safetensors.torch import load_file  # optional: safetensors
 
             tensors = load_file(str(proximal), device=str(self.accelerator.device))
             self._proximal = [tensors[str(j)] for j in range(len(tensors))]
@@ -714,7 +717,7 @@ class Trainer:
         (the adapter itself is left as it is: training goes on)."""
         accelerator = self.accelerator
         if self.training.lora:
-            from webgym_rl.merge import merged_state_dict
+            from webgym_rl.merge import merged_state_dict  # lazy: imports transformers
 
             return merged_state_dict(accelerator.unwrap_model(self.model)) if accelerator.is_main_process \
                 else None
@@ -729,8 +732,6 @@ class Trainer:
         Every process must call it."""
         weights = self.servable_state_dict()
         if self.accelerator.is_main_process:
-            import shutil
-
             tmp = folder.with_name(f".{folder.name}.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             model = self.accelerator.unwrap_model(self.model)
@@ -750,9 +751,7 @@ class Trainer:
 
 def train(settings: TrainCommandSettings) -> TrainResult:
     """Check inputs, then train. Every bad input stops here, before the first step."""
-    from tqdm.auto import tqdm
-
-    from webgym_rl.samples import build_samples, describe_sources, load_trajectories
+    from tqdm.auto import tqdm  # optional: tqdm
 
     t = settings.training
     out = settings.out_dir
@@ -848,7 +847,7 @@ def train_command(config: str | None, **flags: Any) -> None:
           --out out/checkpoints/run1 --max-steps 20
       accelerate launch "$(which webgym-rl)" train --config train.yaml --lora --resume
     """
-    from webgym_rl.modeling import ModelingError
+    from webgym_rl.modeling import ModelingError  # lazy: imports transformers
 
     try:
         settings = load_settings(TrainCommandSettings, config, flags)

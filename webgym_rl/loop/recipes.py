@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from webgym_core.settings import read_settings_file, settings_from_dict
+from webgym_data.loading import load_tasks
+from webgym_data.sampler import TaskSampler
 from webgym_rl.errors import LoopSettingsError
+from webgym_rl.loop.state import STATE_FILE, load_state
+from webgym_rl.samples import Objective
+from webgym_rollout.tasks.kind import task_kind
 from webgym_rollout.tasks.miniwob import MiniWobTask
 
 if TYPE_CHECKING:
@@ -57,8 +63,7 @@ def recipe_path(name_or_file: str) -> Path:
 def load_recipe(name_or_file: str, **changes: Any) -> LoopSettings:
     """`LoopSettings` from a recipe (`recipe_path`) with `changes` in its YAML keys on top (nested
     groups merged: ``policy={"model": "tiny"}`` changes only that key of the recipe's ``policy``)."""
-    from webgym_core.settings import read_settings_file, settings_from_dict
-    from webgym_rl.loop.settings import LoopSettings
+    from webgym_rl.loop.settings import LoopSettings  # lazy: imports the rollout (playwright)
 
     path = recipe_path(name_or_file)
     values = read_settings_file(path)
@@ -103,7 +108,7 @@ class Plan:
 
 def _answers(url: str, token: str | None = None) -> str:
     """Whether `url` answers a GET within 3 s (its status), or why not."""
-    import httpx
+    import httpx  # optional: httpx
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -121,7 +126,7 @@ def _levels(tasks) -> str:
 
 def plan(settings: LoopSettings) -> Plan:
     """The dry run of `settings` (see the module docstring); raises what a real run would refuse."""
-    from webgym_rl.loop.run import check_recipe
+    from webgym_rl.loop.run import check_recipe  # lazy: imports the rollout (playwright)
 
     check_recipe(settings)
     result = Plan()
@@ -137,10 +142,6 @@ def plan(settings: LoopSettings) -> Plan:
 
 def _plan_tasks(settings: LoopSettings, result: Plan) -> list:
     """Tasks: per split and difficulty, and what the samplers draw; returns the first batch."""
-    from webgym_data.loading import load_tasks
-    from webgym_data.sampler import TaskSampler
-    from webgym_rollout.tasks.kind import task_kind
-
     for split in ("train", "test"):
         with contextlib.suppress(Exception):  # a task file has no splits: read once, below
             if not Path(settings.tasks).is_dir():
@@ -242,8 +243,6 @@ def _plan_schedule(settings: LoopSettings, result: Plan, first_batch: int) -> No
 
 def _plan_training(settings: LoopSettings, result: Plan) -> None:
     """The objective, the samples it keeps, and where the trainer runs."""
-    from webgym_rl.samples import Objective
-
     t, selection = settings.training, settings.training.samples
     ages = range(selection.last_k_iterations or 1)
     weights = ", ".join(f"{(age + 1) ** -selection.recency_power:.2f}" for age in ages)
@@ -268,8 +267,6 @@ def _plan_training(settings: LoopSettings, result: Plan) -> None:
 
 def _plan_resume(settings: LoopSettings, result: Plan) -> None:
     """A new loop folder, or what resuming it would restore and train again."""
-    from webgym_rl.loop.state import STATE_FILE, load_state
-
     state_file = settings.out_dir / STATE_FILE
     if not state_file.exists():
         result.add("resume", f"{settings.out}: new loop folder")

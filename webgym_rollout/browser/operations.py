@@ -615,7 +615,7 @@ def _looks_blocked(title: str) -> bool:
 
 def _downscale(raw: bytes, request: ScreenshotRequest) -> tuple[bytes, int, int]:
     """The image scaled by ``request.scale`` and encoded again; runs in a worker thread."""
-    from PIL import Image
+    from PIL import Image  # optional: pillow
 
     image = Image.open(io.BytesIO(raw)).convert("RGB")
     size = (max(1, round(image.width * request.scale)), max(1, round(image.height * request.scale)))

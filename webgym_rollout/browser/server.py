@@ -419,7 +419,7 @@ async def running_server(
 ) -> AsyncIterator[tuple[str, BrowserPool]]:
     """Run the server on the current event loop (tests, benchmarks); yields (base_url, pool).
     `resolver`: the egress proxy's name lookup (see `create_app`)."""
-    import uvicorn
+    import uvicorn  # optional: uvicorn
 
     check_bind(settings.host, settings.token)
     app = create_app(settings, resolver=resolver)
@@ -461,7 +461,7 @@ def serve_command(config: str | None, **flags: Any) -> None:
       # the same settings from a YAML file (flags override it):
       webgym-rollout serve --config serve.yaml
     """
-    import uvicorn
+    import uvicorn  # optional: uvicorn
 
     if not flags.get("token"):
         flags["token"] = os.environ.get("WEBGYM_BROWSER_TOKEN") or None

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from webgym_rollout.errors import RolloutError
 from webgym_rollout.judge.judges import Judge, JudgeRequest, JudgeResult, record_failure, record_result
+from webgym_rollout.judge.truth import append_truth
 from webgym_rollout.runner.episode import LiveEpisode, RunStats
 from webgym_rollout.runner.settings import RunSettings
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus
@@ -101,8 +102,6 @@ class EpisodeFinisher:
     async def _keep_truth(self, episode: Episode, session_id: str) -> None:
         """Append the episode's site session facts to the run's truth.jsonl (before its shard is
         written, so a listed episode has its truth); a truth listener that fails loses only that line."""
-        from webgym_rollout.judge.truth import append_truth
-
         assert self.truth is not None
         try:
             facts = await asyncio.to_thread(self.truth, session_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections import Counter
 
@@ -22,8 +23,8 @@ log = logging.getLogger(__name__)
 
 def _progress_table(stats: RunStats, settings: RunSettings):
     """The live progress: episodes, steps, success rates, bugs, errors and the servers' queues."""
-    from rich.markup import escape
-    from rich.table import Table
+    from rich.markup import escape  # lazy: import time
+    from rich.table import Table  # lazy: import time
 
     table = Table(title=f"webgym-rollout run ({settings.rollout.scheduler}) -> {settings.out}",
                   show_header=False, box=None, pad_edge=False)
@@ -49,10 +50,8 @@ def _progress_table(stats: RunStats, settings: RunSettings):
 
 async def watch(stats: RunStats, settings: RunSettings, client: BrowserClient) -> None:
     """Refresh the live display and poll the servers' queue depths until cancelled."""
-    import sys
-
-    from rich.console import Console
-    from rich.live import Live
+    from rich.console import Console  # lazy: import time
+    from rich.live import Live  # lazy: import time
 
     console = Console(stderr=True)
     live = Live(_progress_table(stats, settings), console=console, refresh_per_second=4,

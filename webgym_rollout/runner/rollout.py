@@ -16,7 +16,10 @@ from webgym_data.loading import load_tasks
 from webgym_data.sampler import TaskSampler
 from webgym_data.schema import Task
 from webgym_rollout.agent.policies import SHORTCUT_MODEL_PREFIX, Policy, make_policy
+from webgym_rollout.browser.client import BrowserClient
+from webgym_rollout.fleet import FleetEndpoints
 from webgym_rollout.judge.judges import Judge, make_judge
+from webgym_rollout.judge.site import SiteJudge
 from webgym_rollout.runner.episode import Job, RunContext, RunStats, episode_id
 from webgym_rollout.runner.finisher import EpisodeFinisher
 from webgym_rollout.runner.progress import watch
@@ -25,6 +28,7 @@ from webgym_rollout.runner.schedules import EpisodeGate, run_async, run_lockstep
 from webgym_rollout.runner.settings import RunSettings
 from webgym_rollout.tasks.kind import task_kind
 from webgym_rollout.trajectory.recordings import RecordingStore, ReplayLibrary
+from webgym_rollout.trajectory.writer import TrajectoryWriter
 from webgym_sites.facts import SessionFacts
 
 __all__ = ["run"]
@@ -52,8 +56,6 @@ def _make_judge(settings: RunSettings, tasks: Sequence[Task],
     if truth is None:
         raise SettingsError("judge: --judge site checks each episode against the sites' ground truth: give "
                             "--truth-url and its token (webgym-rollout serve-sites prints both)")
-    from webgym_rollout.judge.site import SiteJudge
-
     return SiteJudge(truth, tasks)
 
 
@@ -62,14 +64,10 @@ async def _browser_client(settings: RunSettings):
     """The client of the run's browser servers: --servers, or the live servers of a --fleet, asked
     again whenever one fails; yields (client, the callback for a failed server or None, the fleet's
     site truth or None)."""
-    from webgym_rollout.browser.client import BrowserClient
-
     if not settings.fleet.enabled:
         async with BrowserClient(list(settings.servers), token=settings.browser_token) as client:
             yield client, None, None
         return
-    from webgym_rollout.fleet import FleetEndpoints
-
     async with FleetEndpoints(settings.fleet) as fleet, \
             BrowserClient(fleet.urls, token=settings.browser_token or fleet.token) as client:
         async def server_failed() -> None:
@@ -109,8 +107,6 @@ async def run(settings: RunSettings, *, policy: Policy | None = None, judge: Jud
 
 async def _run(settings: RunSettings, policy: Policy | None, judge: Judge | None, gate: EpisodeGate | None,
                truth: Callable[[str], SessionFacts] | None) -> RunReport:
-    from webgym_rollout.trajectory.writer import TrajectoryWriter
-
     loaded, sampler, tasks = _tasks(settings)
     policy = policy if policy is not None else _make_policy(settings, sampler.tasks)
     observes_elements = bool(getattr(policy, "observes_elements", False))
@@ -180,6 +176,7 @@ def _tasks(settings: RunSettings) -> tuple[Any, TaskSampler, list[Task]]:
 def _make_policy(settings: RunSettings, tasks: Sequence[Task]) -> Policy:
     """The policy `settings` name; the scripted expert (or one of its shortcuts) plays `tasks`."""
     if settings.policy.kind == "expert":
+        # lazy: the scripted expert and the local sites' plans, for --policy expert alone
         from webgym_rollout.agent.expert import EXPERT_MODEL_ID, ExpertPolicy
         from webgym_sites.generate import expert_plan
         from webgym_sites.shortcuts import SHORTCUTS
