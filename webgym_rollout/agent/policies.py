@@ -63,7 +63,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from webgym_core.completion import ChatReply, clean_text
 from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors, Usage
 from webgym_core.settings import flat
-from webgym_rollout.agent.actions import GRID_SIZE, AgentAction, pixels_to_grid
+from webgym_rollout.actions import GRID_SIZE, AgentAction, pixels_to_grid
 from webgym_rollout.agent.protocol import (
     AgentSettings,
     Observation,

@@ -71,6 +71,7 @@ from typing import Any
 
 from webgym_core.completion import clean_text
 from webgym_data.schema import Task
+from webgym_rollout.actions import AgentAction
 from webgym_rollout.errors import ShardSchemaError, TrajectoryError
 
 __all__ = [
@@ -326,7 +327,8 @@ class Step:
     response: str = ""
     """The policy's raw reply: the training target."""
     action: str = ""
-    """The parsed action as JSON (`AgentAction.to_json`); "" when the reply held no valid action."""
+    """The parsed action as JSON (`AgentAction.to_json`); "" when the reply held no valid action.
+    Read it typed through `parsed_action`."""
     action_error: str = ""
     """Why the reply did not parse, or why the action failed ("" when it went fine)."""
     memory: str = ""
@@ -367,6 +369,17 @@ class Step:
     def __post_init__(self) -> None:
         if self.screenshot and not self.screenshot_sha256:
             self.screenshot_sha256 = hashlib.sha256(self.screenshot).hexdigest()
+
+    @property
+    def parsed_action(self) -> AgentAction | None:
+        """The step's action, typed; None when the reply held no valid action (``action == ""``).
+        An `action` this version's action space does not read raises `ActionParseError`."""
+        return AgentAction.from_json(self.action) if self.action else None
+
+    @property
+    def page_changed(self) -> bool:
+        """The action changed the page: the next screenshot differs (``not same_as_next``)."""
+        return not self.same_as_next
 
     def to_row(self) -> dict[str, Any]:
         row = _plain(self)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.webgym_rollout.agent.test_protocol import observation_with_history, png
 from webgym_core.endpoint import Endpoint
-from webgym_rollout.agent.actions import AgentAction, grid_to_pixels
+from webgym_rollout.actions import AgentAction, grid_to_pixels
 from webgym_rollout.agent.policies import (
     OpenAIPolicy,
     PixelRandomPolicy,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.webgym_rollout.agent.test_protocol import png
 from webgym_data.schema import Task
-from webgym_rollout.agent.actions import AgentAction
+from webgym_rollout.actions import AgentAction
 from webgym_rollout.trajectory import hub
 from webgym_rollout.trajectory.contract import (
     Episode,
