@@ -70,6 +70,7 @@ from webgym_rollout.trajectory.contract import (
     StepField,
     TrajectoryError,
     expand_messages,
+    policy_version_number,
     untrainable,
 )
 from webgym_rollout.trajectory.reader import TrajectorySet, read_episodes
@@ -191,8 +192,8 @@ class Sample:
     """How the reply was sampled (`Step.sampling`; None unknown)."""
     finish_reason: str = ""
     """``stop``, ``length`` (cut at max_tokens: no end-of-turn token) or "" (unknown)."""
-    policy_version: str = ""
-    """The version that produced the reply (`Step.policy_version`)."""
+    policy_version: int | None = None
+    """The version that produced the reply (`Step.policy_version`; None unknown)."""
 
     @property
     def where(self) -> str:
@@ -269,7 +270,7 @@ class _StepFlags:
     """How many behaviour log-probabilities it has."""
     token_ids: int
     """How many sampled token ids it has."""
-    policy_version: str = ""
+    policy_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -303,7 +304,8 @@ class StepSamples:
         """The iteration (loop round) each sample's episode belongs to: its provenance."""
         steps = list(steps) if steps is not None else [_StepFlags(False, 0, 0)] * len(self._refs)
         self.policy_versions = [step.policy_version for step in steps]
-        """The policy version that sampled each sample's reply (read without decoding anything)."""
+        """The policy version that sampled each sample's reply (None: unknown; read without decoding
+        anything)."""
         self.exact = [bool(step.token_ids and step.logprobs) for step in steps]
         """Whether each sample carries its sampled token ids and their log-probabilities (trained on
         exactly; what the on-policy check compares)."""
@@ -353,7 +355,7 @@ class StepSamples:
                       prompt_token_hash=extra.get(StepField.PROMPT_TOKEN_HASH) or "",
                       sampling=Sampling(**sampling) if sampling else None,
                       finish_reason=extra.get(StepField.FINISH_REASON) or "",
-                      policy_version=extra.get(StepField.POLICY_VERSION) or "")
+                      policy_version=policy_version_number(extra.get(StepField.POLICY_VERSION)))
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -451,8 +453,9 @@ def _step_flags(steps_column) -> list[list[_StepFlags]]:
         lengths = chunk.value_lengths().fill_null(0).to_pylist()
         inner = chunk.flatten()
         same = inner.field(StepField.SAME_AS_NEXT).fill_null(False).to_pylist()
-        versions = (inner.field(StepField.POLICY_VERSION).fill_null("").to_pylist()
-                    if inner.type.get_field_index(StepField.POLICY_VERSION) >= 0 else [""] * len(same))
+        # An integer since schema 1.5, the endpoint's name for it before: read as the integer.
+        versions = ([policy_version_number(v) for v in inner.field(StepField.POLICY_VERSION).to_pylist()]
+                    if inner.type.get_field_index(StepField.POLICY_VERSION) >= 0 else [None] * len(same))
         counts = {}
         for name in (StepField.LOGPROBS, StepField.TOKEN_IDS):
             present = inner.type.get_field_index(name) >= 0

@@ -317,7 +317,7 @@ def test_the_trainer_scores_fresh_samples_as_the_policy_that_sampled_them(family
     assert all(step.token_ids and len(step.token_ids) == len(step.logprobs) for step in fresh.steps)
     assert fresh.steps[-1].messages.count('"type": "image"') == 3  # two earlier rounds and the current one
     misstated = dataclasses.replace(fresh, episode_id="misstated", attempt=1, steps=[
-        dataclasses.replace(step, policy_version="v9", sampling=Sampling(temperature=0.5))
+        dataclasses.replace(step, policy_version=9, sampling=Sampling(temperature=0.5))
         for step in fresh.steps])
     data = write_shards(tmp_path / "fresh", [fresh, misstated])
     samples = build_samples(load_trajectories([data], cache_dir=tmp_path / "cache"), "filtered_bc")

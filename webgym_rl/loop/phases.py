@@ -60,7 +60,6 @@ from webgym_rl.loop.state import (
     VersionRecord,
     save_state,
 )
-from webgym_rl.loop.updater import version_of
 
 if TYPE_CHECKING:
     from webgym_rl.loop.resident import TrainerClient
@@ -262,10 +261,10 @@ def run_settings(settings: LoopSettings, services: LoopServices, *, tasks: Path,
         policy=PolicySettings(agent=settings.policy.agent))
 
 
-def step_version(policy_version: str) -> int:
-    """The version of a step's policy (0 for the random bootstrap and replies naming none)."""
-    found = version_of(policy_version)
-    return 0 if found is None else found
+def step_version(policy_version: int | None) -> int:
+    """The version of a step's policy (`Step.policy_version`; 0 for the random bootstrap, whose steps
+    name none)."""
+    return 0 if policy_version is None else policy_version
 
 
 def oldest_version(episode: Episode) -> int | None:
@@ -316,8 +315,8 @@ class VersionedPolicy:
         async with self._loop.fence.request():
             version = self._current()
             output = await self._policy(version if self._pinned is None else self._pinned).act(observation)
-        if self._updater.stamps_versions or version_of(output.policy_version) is None:
-            output = dataclasses.replace(output, policy_version=f"v{version}")
+        if self._updater.stamps_versions or output.policy_version is None:
+            output = dataclasses.replace(output, policy_version=version)
         return output
 
     async def close(self) -> None:
