@@ -79,7 +79,7 @@ from webgym_rollout.errors import (
     Unauthorized,
 )
 from webgym_rollout.fleet import FleetSettings
-from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, make_judge, record_failure, record_result
+from webgym_rollout.judge.judges import JudgeSettings, make_judge, record_failure, record_result
 from webgym_rollout.tasks.kind import task_kind
 from webgym_rollout.tasks.websites.facts import SessionFacts
 from webgym_rollout.tasks.websites.truth import TruthSettings
@@ -403,7 +403,7 @@ class _Finisher:
                 began = time.perf_counter()
                 try:
                     async with self._semaphore:
-                        result = await self.judge.score(JudgeRequest.from_episode(episode))
+                        result = await self.judge.score(episode)
                 except RolloutError as exc:  # JudgeError: the judge endpoint failed
                     log.warning("judging episode %s failed: %s", episode.episode_id, exc)
                     record_failure(episode, exc.kind)
