@@ -150,7 +150,8 @@ class SampleSelection:
         return reward >= self.success_threshold
 
 
-# The columns the selection and the samples read, at the Arrow level, named by the contract.
+# The columns the selection and the samples read, at the Arrow level, named by the contract (the
+# reader checked that every shard has them: they are columns of every schema version).
 # Reading `steps` this way touches only the struct fields asked for, never a decoded image.
 _EPISODE_COLUMNS = (EpisodeColumn.EPISODE_ID, EpisodeColumn.ITERATION, EpisodeColumn.TASK_ID,
                     EpisodeColumn.SPLIT, EpisodeColumn.REWARD, EpisodeColumn.STATUS, EpisodeColumn.STEPS)
@@ -360,32 +361,11 @@ class StepSamples:
 
 # ------------------------------------------------------------------------------------------ reading
 
-def _check_columns(names: Sequence[str], step_names: Sequence[str] | None, where: str) -> None:
-    for column in _EPISODE_COLUMNS:
-        if column not in names:
-            raise MissingColumnError(f"{where}: missing column '{column}' (the trainer reads "
-                                     f"{', '.join(_EPISODE_COLUMNS)}; see "
-                                     "webgym_rollout.trajectory.contract)")
-    for name in _STEP_FIELDS:
-        if step_names is not None and name not in step_names:
-            raise MissingColumnError(f"{where}: missing step field 'steps.{name}'")
-
-
-def _arrow_step_names(schema) -> list[str] | None:
-    import pyarrow as pa
-
-    if EpisodeColumn.STEPS not in schema.names:
-        return None
-    steps = schema.field(EpisodeColumn.STEPS).type
-    if (pa.types.is_list(steps) or pa.types.is_large_list(steps)) and pa.types.is_struct(steps.value_type):
-        inner = steps.value_type
-        return [inner.field(i).name for i in range(inner.num_fields)]
-    return []
-
-
 def _load(source: str | Path, cache_dir: str | None) -> TrajectorySet:
     import pyarrow.parquet as pq
 
+    # The columns are checked once, by the reader: every shard (a Hub dataset: its features) against
+    # its schema version's, which hold every column and step field the trainer reads.
     try:
         found = read_episodes(source, cache_dir=cache_dir)
     except ShardSchemaError as exc:
@@ -394,21 +374,12 @@ def _load(source: str | Path, cache_dir: str | None) -> TrajectorySet:
         raise TrainingDataError(str(exc)) from exc
     if found.files:
         # A shard with no rows says nothing (and may not even carry the schema): leave it out.
-        # Every other shard is checked before `datasets` reads any of them.
         shards = [path for path in found.files if pq.read_metadata(path).num_rows > 0]
-        for path in shards:
-            schema = pq.read_schema(path)
-            _check_columns(schema.names, _arrow_step_names(schema), str(path))
         if shards and len(shards) < len(found.files):
             found = TrajectorySet(found.id, found.version, found.schema_version, files=shards,
                                   cache_dir=cache_dir)
         elif not shards:
             found = TrajectorySet(found.id, found.version, found.schema_version, cache_dir=cache_dir)
-    elif len(found):  # a Hub dataset
-        # datasets.List(...) of a dict
-        inner = getattr(found.dataset.features.get(EpisodeColumn.STEPS), "feature", None)
-        _check_columns(found.dataset.column_names, list(inner) if isinstance(inner, dict) else None,
-                       f"Hub dataset {found.id}@{found.version}")
     if len(found) == 0:
         raise NoTrainingDataError(f"no trajectories in {source}: the trajectory set is empty (no parquet "
                                   "shards found, or only empty ones; expected <folder>/data/*.parquet)")
@@ -475,8 +446,7 @@ def _candidates(sources: Sequence[TrajectorySet], counts: SampleCounts,
     for s, source in enumerate(sources):
         table = source.dataset.with_format("arrow")[:]
         flags = _step_flags(table.column(EpisodeColumn.STEPS))
-        names = (EpisodeColumn.EPISODE_ID, EpisodeColumn.ITERATION, EpisodeColumn.TASK_ID,
-                 EpisodeColumn.SPLIT, EpisodeColumn.REWARD, EpisodeColumn.STATUS)
+        names = [name for name in _EPISODE_COLUMNS if name != EpisodeColumn.STEPS]
         rows = zip(*(table.column(name).to_pylist() for name in names), strict=True)
         for row, (episode_id, iteration, task_id, split, reward, status) in enumerate(rows):
             counts.trajectories_read += 1
