@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -78,6 +78,7 @@ from webgym_rollout.trajectory.reader import TrajectorySet, read_episodes
 __all__ = [
     "MissingColumnError",
     "NoTrainingDataError",
+    "ListedEpisodes",
     "Objective",
     "Sample",
     "SampleCounts",
@@ -90,6 +91,19 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ListedEpisodes:
+    """The episodes of a trajectory set that a batch manifest lists, each read as an episode of the
+    round the manifest puts it in (the asynchronous loop's batch: episodes of several rollout
+    folders, recorded as (folder, episode id) instead of copied; `webgym_rl.loop.phases.window`).
+    `build_samples` takes it where it takes a `TrajectorySet`: the set's other episodes are not
+    read, and a listed episode's ``iteration`` is its round (the window, recency and groups)."""
+
+    trajectories: TrajectorySet
+    rounds: Mapping[str, int]
+    """Episode id -> the round whose batch holds it."""
 
 
 class Objective(StrEnum):
@@ -440,15 +454,21 @@ def _step_flags(steps_column) -> list[list[_StepFlags]]:
     return flags
 
 
-def _candidates(sources: Sequence[TrajectorySet], counts: SampleCounts,
+def _candidates(sources: Sequence[TrajectorySet | ListedEpisodes], counts: SampleCounts,
                 skipped: Counter[str]) -> list[_Candidate]:
     found = []
-    for s, source in enumerate(sources):
+    for s, listed in enumerate(sources):
+        rounds = listed.rounds if isinstance(listed, ListedEpisodes) else None
+        source = listed.trajectories if isinstance(listed, ListedEpisodes) else listed
         table = source.dataset.with_format("arrow")[:]
         flags = _step_flags(table.column(EpisodeColumn.STEPS))
         names = [name for name in _EPISODE_COLUMNS if name != EpisodeColumn.STEPS]
         rows = zip(*(table.column(name).to_pylist() for name in names), strict=True)
         for row, (episode_id, iteration, task_id, split, reward, status) in enumerate(rows):
+            if rounds is not None:
+                if episode_id not in rounds:
+                    continue  # not in the batch
+                iteration = rounds[episode_id]
             counts.trajectories_read += 1
             counts.steps_read += len(flags[row])
             reason = untrainable(split, _episode_status(status, source, episode_id), reward)
@@ -492,7 +512,7 @@ def _advantages(objective: Objective, episodes: list[_Candidate], selection: Sam
     return kept
 
 
-def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
+def build_samples(sources: Sequence[TrajectorySet | ListedEpisodes], objective: Objective | str,
                   selection: SampleSelection | None = None, *, newest: int | None = None) -> StepSamples:
     """Select the training samples of `objective` from `sources` (see the module docstring).
 
@@ -507,7 +527,8 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
         raise TrainingDataError(f"unknown objective '{objective}'; "
                                 f"choose one of {', '.join(o.value for o in Objective)}") from None
     selection = selection or SampleSelection()
-    names = ", ".join(source.id for source in sources)
+    sets = [s.trajectories if isinstance(s, ListedEpisodes) else s for s in sources]
+    names = ", ".join(dict.fromkeys(source.id for source in sets))
     counts = SampleCounts(objective=objective.value)
     skipped: Counter[str] = Counter()
     episodes = _candidates(sources, counts, skipped)
@@ -576,4 +597,4 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
                                   f"steps ({counts.same_as_next_dropped} same_as_next steps dropped"
                                   f"{without})")
     log.info("%s", counts.summary())
-    return StepSamples(sources, refs, advantages, weights, counts, provenance, flags)
+    return StepSamples(sets, refs, advantages, weights, counts, provenance, flags)

@@ -12,6 +12,7 @@ from tests.webgym_rl.synthetic import episode, response_for, shard_paths, step_i
 from webgym_rl.samples import (
     _EPISODE_COLUMNS,
     _STEP_FIELDS,
+    ListedEpisodes,
     MissingColumnError,
     NoTrainingDataError,
     Objective,
@@ -227,6 +228,26 @@ def test_a_schema_1_4_folder_gives_integer_policy_versions(tmp_path):
     samples = build_samples([found], "filtered_bc", SampleSelection(success_threshold=0.0))
     assert samples.policy_versions == [2, 3, None]
     assert [samples[i].policy_version for i in range(len(samples))] == [2, 3, None]
+
+
+def test_listed_episodes_are_read_where_they_are_as_episodes_of_their_round(tmp_path):
+    # Two rollout folders (chunks) that drew the same task; a batch manifest lists some episodes of
+    # each and puts them in rounds 3 and 4: only those are read, each as an episode of its round.
+    first = write_shards(tmp_path / "chunk-0000", [episode(task_id="a", attempt=0, reward=1.0),
+                                                   episode(task_id="b", attempt=0, reward=1.0)])
+    second = write_shards(tmp_path / "chunk-0001", [episode(task_id="a", iteration=1, attempt=0, reward=1.0),
+                                                    episode(task_id="a", iteration=1, attempt=1, reward=0.0)])
+    sets = _load(first, second, cache_dir=tmp_path / "c")
+    listed = [ListedEpisodes(sets[0], {"a-it0-a0": 3}),
+              ListedEpisodes(sets[1], {"a-it1-a0": 3, "a-it1-a1": 4})]
+    samples = build_samples(listed, "filtered_bc", SampleSelection(success_threshold=0.0), newest=4)
+    assert samples.counts.trajectories_read == 3 and samples.counts.iterations_kept == [3, 4]
+    assert sorted({(samples[i].episode_id, it) for i, it in enumerate(samples.iterations)}) == [
+        ("a-it0-a0", 3), ("a-it1-a0", 3), ("a-it1-a1", 4)]
+    # reinforce groups by (round, task): round 3's two attempts at task a are one group.
+    grouped = build_samples(listed[:1] + [ListedEpisodes(sets[1], {"a-it1-a0": 3, "a-it1-a1": 3})],
+                            "reinforce", SampleSelection(), newest=3)
+    assert grouped.counts.group_sizes == {"3": 1}
 
 
 def test_a_status_outside_the_contract_is_named(tmp_path):

@@ -9,7 +9,6 @@ Folders of a loop (``OUT``)::
 
     rollouts/round-XXXX[-tasks.jsonl]   sync: round r's rollout (and the tasks it drew)
     rollouts/chunk-XXXX[-tasks.jsonl]   async: the rollout's task batches, played without a break
-    batches/round-XXXX                  async: the committed episodes round r trained on
     checkpoints/v-XXXX, adapters/v-XXXX a version's servable weights (written when a folder is
                                         needed: folder publish, Hub push, the final version)
     evals/v-XXXX                        tasks.jsonl, trajectories, report/, eval.json
@@ -130,9 +129,6 @@ class Loop:
 
     def chunk_dir(self, chunk: int) -> Path:
         return self.out / "rollouts" / f"chunk-{chunk:04d}"
-
-    def batch_dir(self, r: int) -> Path:
-        return self.out / "batches" / f"round-{r:04d}"
 
     def eval_dir(self, version: int) -> Path:
         return self.out / "evals" / f"v-{version:04d}"
@@ -364,19 +360,26 @@ def successes_by_version(episodes: Iterable[Episode]) -> dict[str, list[int]]:
 # --------------------------------------------------------------------------------------- training
 
 def window(loop: Loop, r: int) -> list[list[Any]]:
-    """The batches round `r` trains on: ``[[round, folder], ...]`` for the last --last-k-iterations
-    rounds up to `r` (all with 0), oldest first; rounds without a batch folder are left out, and so
-    are async batches whose every episode was too stale (an empty folder would stop the round)."""
+    """The batches round `r` trains on, for the last --last-k-iterations rounds up to `r` (all with
+    0), oldest first: ``[round, folder]`` for a batch that is a whole folder (a sync round's
+    rollout), ``[round, folder, [episode id, ...]]`` per folder of an async batch's manifest
+    (`BatchRecord.members`: those episodes only, each as one of that round). Rounds without a batch
+    are left out, and so are async batches whose every episode was too stale (nothing to read would
+    stop the round)."""
     last_k = loop.settings.training.samples.last_k_iterations
     first = 0 if last_k == 0 else max(0, r - last_k + 1)
-    found = []
+    found: list[list[Any]] = []
     for earlier in range(first, r + 1):
         batch = loop.state.rounds.get(earlier, RoundRecord()).batch
-        if batch is None or not (Path(batch.folder) / "manifest.json").is_file():
+        if batch is None or (batch.episodes and len(batch.dropped_stale) >= len(batch.episodes)):
             continue
-        if batch.episodes and len(batch.dropped_stale) >= len(batch.episodes):
-            continue
-        found.append([earlier, batch.folder])
+        if batch.members:
+            listed: dict[str, list[str]] = {}
+            for folder, episode_id in batch.members:
+                listed.setdefault(folder, []).append(episode_id)
+            found.extend([earlier, folder, ids] for folder, ids in listed.items())
+        elif (Path(batch.folder) / "manifest.json").is_file():
+            found.append([earlier, batch.folder])
     return found
 
 

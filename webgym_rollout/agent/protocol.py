@@ -19,7 +19,8 @@ and counts as a no-op (`parse_response` never raises).
 Context at step *i*: the system prompt (generated from `webgym_rollout.actions`), then the last
 ``full_rounds`` (default 4) earlier steps as full (screenshot, reply) turns, older steps as one-line
 summaries (action, whether the page changed, page title), then the current screenshot. ``<think>``
-blocks are removed from replies put back into the history.
+blocks are removed from replies put back into the history. The history is the episode's own
+trajectory `Step`s (`Observation.history`): a step is recorded once, and the context reads it.
 
 `build_messages` returns the messages with each image as ``{"type": "image", "step": j}`` (the
 convention of `webgym_rollout.trajectory.contract`, so a trajectory stores each screenshot once);

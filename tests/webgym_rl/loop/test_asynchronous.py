@@ -70,10 +70,15 @@ def test_versions_roll_out_while_training_within_the_staleness_bound(tmp_path, t
     ids = [i for r in rounds for i in r["batch"]["episodes"]]
     assert len(ids) == len(set(ids)) == 8 and set(ids) <= set(episodes)
     for r, record in enumerate(rounds):
-        trained = list(read_episodes(record["batch"]["folder"]))
+        # The batch is a manifest of (chunk folder, episode id): the episodes are read where the
+        # rollout wrote them, never copied.
+        members = record["batch"]["members"]
+        assert all(Path(folder).parent == out / "rollouts" and Path(folder).name.startswith("chunk-")
+                   for folder, _ in members)
+        trained = [episodes[episode_id] for _, episode_id in members]
         assert {e.episode_id for e in trained} == set(record["batch"]["episodes"]) - set(
             record["batch"]["dropped_stale"])
-        assert all(episode_staleness(e, r) <= 1 and e.iteration == r for e in trained)
+        assert all(episode_staleness(e, r) <= 1 for e in trained)
         assert record["train"]["window"] == list(range(max(0, r - 1), r + 1))
         assert record["train"]["weights"] == ({"0": 1.0} if r == 0 else {str(r - 1): 0.5, str(r): 1.0})
     metrics = state["metrics"]
@@ -105,7 +110,8 @@ def test_versions_roll_out_while_training_within_the_staleness_bound(tmp_path, t
     evaluated = {(e.episode_id, e.started_at)
                  for e in read_episodes(out / "evals" / "v-0003" / "trajectories")}
     assert len(evaluated) == evaluation["episodes"] == 2
-    batched = {(e.episode_id, e.started_at) for r in rounds for e in read_episodes(r["batch"]["folder"])}
+    batched = {(episodes[i].episode_id, episodes[i].started_at)
+               for r in rounds for _, i in r["batch"]["members"]}
     assert len(batched) == 8 and not evaluated & batched
     assert evaluation["step_versions"] == {"v3": sum(len(e.steps) for e in read_episodes(
         out / "evals" / "v-0003" / "trajectories"))}
