@@ -397,8 +397,10 @@ def train_round(loop: Loop, r: int) -> TrainRecord:
         if not loop.settings.skip_empty_train:
             raise
         log.warning("round %d: nothing to train on (%s); the weights stay as they are", r, exc)
-        return TrainRecord(skipped=" ".join(str(exc).split()), data=[str(f) for _, f in sources],
-                           window=[r for r, _ in sources], started_at=started, done_at=time.time())
+        return TrainRecord(skipped=" ".join(str(exc).split()),
+                           data=list(dict.fromkeys(str(entry[1]) for entry in sources)),
+                           window=list(dict.fromkeys(entry[0] for entry in sources)),
+                           started_at=started, done_at=time.time())
     return TrainRecord(**result, started_at=started, done_at=time.time())
 
 

@@ -132,3 +132,26 @@ def test_an_async_batch_is_a_manifest_the_window_reads_by_folder(tmp_path):
     loop = SimpleNamespace(state=state, settings=SimpleNamespace(
         training=SimpleNamespace(samples=SimpleNamespace(last_k_iterations=3))))
     assert window(loop, 2) == [[0, a, ["e1", "e3"]], [0, b, ["e2"]], [1, b, ["e5"]]]
+
+
+def test_a_round_with_nothing_to_train_on_records_its_manifest_window(tmp_path):
+    # A skipped round records the folders and rounds of its window once each, whatever its shape.
+    from types import SimpleNamespace
+
+    from webgym_rl.errors import NoTrainingDataError
+    from webgym_rl.loop.phases import train_round
+    from webgym_rl.loop.state import BatchRecord, LoopState
+
+    def nothing(*_, **__):
+        raise NoTrainingDataError("every episode failed")
+
+    state = LoopState()
+    a, b = str(tmp_path / "chunk-0000"), str(tmp_path / "chunk-0001")
+    state.round(0).batch = BatchRecord(folder=str(tmp_path), episodes=["e1", "e2", "e3"],
+                                       members=[[a, "e1"], [b, "e2"], [a, "e3"]])
+    state.round(1).batch = BatchRecord(folder=str(tmp_path), episodes=["e4"], members=[[b, "e4"]])
+    loop = SimpleNamespace(state=state, trainer=SimpleNamespace(call=nothing), settings=SimpleNamespace(
+        skip_empty_train=True, training=SimpleNamespace(samples=SimpleNamespace(last_k_iterations=2))))
+    record = train_round(loop, 1)
+    assert record.window == [0, 1] and record.data == [a, b]
+    assert "every episode failed" in record.skipped
