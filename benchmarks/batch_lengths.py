@@ -191,7 +191,7 @@ def recipe(args: argparse.Namespace, **changes: Any) -> Any:
 
     values = dict(
         eval_every=0, progress=args.progress, concurrency=args.concurrency,
-        pool={"contexts_per_browser": args.concurrency}, miniwob_horizon=args.horizon,
+        pool={"contexts_per_browser": args.concurrency}, horizons={"miniwob": args.horizon},
         learning_rate=args.learning_rate, per_device_batch_size=args.batch_size,
         policy={"model": "tiny-policy", "max_new_tokens": args.max_new_tokens,
                 "max_tokens": args.max_new_tokens, "temperature": 1.0, "variant": "compact"})

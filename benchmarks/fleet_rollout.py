@@ -42,9 +42,9 @@ from rollout_async_vs_sync import (  # noqa: E402
 
 from webgym_core.endpoint import Endpoint  # noqa: E402
 from webgym_rollout.agent.policies import OpenAIPolicy, PolicySettings  # noqa: E402
-from webgym_rollout.env import EnvSettings  # noqa: E402
 from webgym_rollout.fleet import ray_environment  # noqa: E402
 from webgym_rollout.runner import RolloutSettings, RunSettings, run  # noqa: E402
+from webgym_rollout.settings import EnvSettings  # noqa: E402
 from webgym_rollout.tasks.sites import SiteServer  # noqa: E402
 
 for _key, _value in ray_environment("127.0.0.1:6379").items():
@@ -59,7 +59,7 @@ async def rollout(name: str, tasks: Path, out: Path, *, policy_url: str, sites_u
     settings = RunSettings(
         tasks=tasks, servers=servers, out=out, progress=False, fleet=FleetSettings(**(fleet or {})),
         rollout=RolloutSettings(concurrency=concurrency, shard_episodes=1_000),
-        env=EnvSettings(viewport="320x240", sites_url=sites_url, miniwob_horizon=horizon),
+        env=EnvSettings(viewport="320x240", sites_url=sites_url, horizons={"miniwob": horizon}),
         policy=PolicySettings(kind="openai", endpoint=endpoint))
     report = await run(settings, policy=_TimedPolicy(OpenAIPolicy(endpoint)))
     errors = f", errors {report.errors}" if report.errors else ""

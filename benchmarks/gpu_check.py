@@ -25,7 +25,19 @@ One prepared script for a CUDA machine without internet. For each model shape it
 It prints, per shape: samples/s, tokens/s, peak GPU memory (``torch.cuda.max_memory_allocated``), the
 model FLOPs utilisation and the latency per reply, and exits 1 when any step failed (each failure
 is reported with its phase; the other shapes still run), 0 otherwise. ``--json PATH`` (``-`` for
-stdout) writes every figure as JSON.
+stdout) writes every figure as JSON; to a file it is written again after every phase of every shape
+(atomically: a temporary file renamed over it), with ``finished`` false and ``last_phase`` saying how
+far the run got, so a run killed or crashed mid-way still leaves every figure it had.
+
+Made for one run whose output comes back as its last 12,000 characters: the Hub's, transformers'
+and datasets' progress bars are off (about 1,100 "Loading weights" redraws at 8B would push
+everything else out; ``TRANSFORMERS_VERBOSITY`` is ``error`` unless set), the start logs the package
+versions found (and where transformers was imported from), CUDA, the driver and the GPU, and the
+scratch folder with its free space, and the check stops there, before building anything, when that
+folder cannot hold the largest shape's files (about 33 GiB at 8B: the checkpoint and the merged
+servable copy). The 2B's served model is released before the 8B starts (the server's service drops
+its policy; a weak reference shows it gone), and the memory still allocated when each shape starts
+is logged and reported (``memory_at_start_gib``).
 
 Without CUDA (or with ``--tiny``) the same steps run on tiny shapes of the same architecture
 (`TINY_8B`, `TINY_2B`), which is what the test suite does on CPU (tests/test_gpu_check.py), so the
@@ -34,14 +46,25 @@ script cannot rot. On the CPU the memory figure is the process's peak resident m
 Model FLOPs utilisation (MFU): model FLOPs of the timed steps / their wall time / ``--peak-flops``
 (default 989e12, the dense bf16 peak of an H100 SXM or an H200). Model FLOPs count the work the
 model needs, not what gradient checkpointing recomputes (that would be hardware FLOPs utilisation).
-With N the language model's weights without the token embedding (``lm_head`` counted, also when
-tied), T a sample's tokens (image tokens included), L the layers, d = heads x head dim, and for the
-vision tower N_v its block weights, N_m its mergers' weights, P a sample's patches (4 per image
+With N the language model's weights without the token embedding and the output projection, N_h
+the output projection's (``lm_head``, counted also when tied), T a sample's tokens (image tokens
+included), T_o the positions the output projection runs on (the trainer computes logits at the
+labelled positions alone, `webgym_rl.objectives.logit_positions`: about 177 of 8.7k at 8B; every
+position of the padded batch for a model that cannot), L the layers, d = heads x head dim, and for
+the vision tower N_v its block weights, N_m its mergers' weights, P a sample's patches (4 per image
 token), P_i one image's patches, L_v, d_v its layers and width; per sample, as in PaLM (Chowdhery
 et al. 2022, appendix B: attention counted over the whole sequence, no causal halving)::
 
-    full fine-tune:  6 N T + 12 L d T^2  +  6 N_v P + 6 N_m P/4 + 12 L_v d_v sum_i P_i^2
-    LoRA:            4 N T + 12 L d T^2 + 6 N_lora T  +  2 N_v P + 2 N_m P/4 + 4 L_v d_v sum_i P_i^2
+    full fine-tune:  6 N T + 6 N_h T_o + 12 L d T^2  +  6 N_v P + 6 N_m P/4 + 12 L_v d_v sum_i P_i^2
+    LoRA:            4 N T + 4 N_h T_o + 12 L d T^2 + 6 N_lora T  +  2 N_v P + 2 N_m P/4
+                     + 4 L_v d_v sum_i P_i^2
+
+``mfu`` counts attention over the whole sequence, as PaLM does. The causal count, ``mfu_causal`` (the
+language model's attention term's ``T^2`` replaced by ``T (T + 1) / 2``: only the keys at or before
+each query), is reported beside it; at 8.7k tokens at 8B it is about a sixth lower (attention is
+about a third of the whole-sequence count there, and the causal count halves it). The timed loop is the
+trainer's own, so it includes preparing the samples on the CPU (the collator: prompt rendering,
+image processing, tokenising) between the GPU's steps; ``collate_s`` says how much of it that was.
 
 LoRA: the frozen linear layers run forward (2) and pass gradients to their inputs (2) but compute
 no weight gradients; attention has no weights, so its backward costs twice its forward either way;
@@ -66,14 +89,19 @@ project asks for (>= 5.20); the check passed with it on CPU (tiny shapes, bf16 a
 huggingface-hub 1.33 and accelerate 1.15 as there). Should it fail on the GPU for that reason,
 ``gpu_wheels.sh --project-versions`` adds transformers 5.25.0, huggingface-hub 2.4.0, httpx2,
 httpcore2, truststore, kernels, tomlkit, click, peft 0.21.2 and accelerate 1.16.0 (18 MiB more).
-Then, from the repository root there (the call carrying ``.whl``)::
+Then, from the repository root there (the call carrying ``.whl``), ``benchmarks/gpu_run.sh`` installs
+the wheels into ``/tmp/site`` and stops (exit 3, before the check) when pip fails or a wheel's
+package is not where pip was told to put it, then runs this script with ``--json
+$OUT/gpu_check.json`` and the arguments it is given (none: ``--require-cuda``), its whole log also
+going to ``$OUT/gpu_check.log``::
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \\
-        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --require-cuda --json $OUT/gpu_check.json
+    bash benchmarks/gpu_run.sh
 
-Work files (two checkpoints of up to 16 GB each, the 2B run's full checkpoint) go to ``/dev/shm``
-when it has room, else the system's temporary folder, and are removed as each shape finishes.
+Work files (the 8B's checkpoint and its merged servable copy, 16 GiB each; the 2B's checkpoint and
+its full training checkpoint with the optimizer, about 16 GiB together) go to ``--work-dir``, else to
+``/dev/shm`` when it has room for the largest shape, else the system's temporary folder, and are
+removed as each shape finishes. The room needed is counted from the shapes' weights (the models
+built on the ``meta`` device: no memory, no time).
 """
 
 from __future__ import annotations
@@ -92,6 +120,7 @@ import sys
 import tempfile
 import time
 import traceback
+import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -102,6 +131,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# No progress bars: the run's output comes back as its last 12,000 characters (set before the Hub
+# client, transformers and datasets are imported: they read these once).
+os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
@@ -111,7 +145,7 @@ __all__ = ["FIGURES", "QWEN3_VL_2B", "QWEN3_VL_8B", "TINY_2B", "TINY_8B", "Shape
 H100_BF16_DENSE_FLOPS = 989e12
 """Dense bf16 tensor-core peak of an H100 SXM (989.4 TFLOP/s; an H200 has the same chip)."""
 
-FIGURES = ("samples_per_s", "tokens_per_s", "peak_memory_gib", "mfu", "latency_s_per_reply")
+FIGURES = ("samples_per_s", "tokens_per_s", "peak_memory_gib", "mfu", "mfu_causal", "latency_s_per_reply")
 """The figures every shape reports (the test checks each)."""
 
 # Modules the training and serving path imports, with the wheel that brings each.
@@ -258,17 +292,166 @@ def _free(device: str) -> None:
 
     gc.collect()
     if device == "cuda":
+        torch.cuda.synchronize()
         torch.cuda.empty_cache()
 
 
+def _released(ref: weakref.ref, what: str) -> bool:
+    """Whether the object `ref` points to has been garbage collected (logged when it has not)."""
+    gc.collect()
+    if ref() is None:
+        return True
+    holders = [type(o).__name__ for o in gc.get_referrers(ref())][:8]
+    _log(f"WARNING: {what} is still referenced (by {', '.join(holders) or 'nothing found'}): its memory "
+         "stays allocated")
+    return False
+
+
+def _memory_allocated_gib(device: str) -> float:
+    """GPU memory held by tensors now (0 on the CPU)."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated() / 2**30
+    return 0.0
+
+
+def quiet_progress_bars() -> list[str]:
+    """Turn off the progress bars of the Hub client, transformers and datasets (besides the
+    environment variables set at import). Returns the libraries switched off."""
+    switched = []
+    for module, function in (("huggingface_hub.utils", "disable_progress_bars"),
+                             ("transformers.utils.logging", "disable_progress_bar"),
+                             ("datasets", "disable_progress_bars")):
+        try:
+            import importlib
+
+            getattr(importlib.import_module(module), function)()
+            switched.append(module.split(".")[0])
+        except Exception as exc:  # a missing library is reported by the preflight
+            _log(f"could not turn off {module}'s progress bars: {type(exc).__name__}: {exc}")
+    return switched
+
+
+def environment(device: str) -> dict[str, Any]:
+    """What the run found: Python, the training path's package versions (and where transformers
+    was imported from: the image's or the carried wheels'), CUDA, cuDNN, the driver and the GPU."""
+    import importlib.metadata
+    import platform
+
+    import torch
+
+    found: dict[str, Any] = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "accelerate", "peft", "datasets", "tokenizers", "huggingface-hub",
+                 "safetensors", "fastapi", "pydantic"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    try:
+        import transformers
+
+        found["transformers_from"] = str(Path(transformers.__file__).parent.parent)
+    except Exception as exc:  # reported, not fatal: the preflight names what is missing
+        found["transformers_from"] = f"{type(exc).__name__}: {exc}"
+    found["cuda"] = torch.version.cuda
+    found["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        free, total = torch.cuda.mem_get_info()
+        found["gpu"] = f"{props.name}, {total / 2**30:.1f} GiB ({free / 2**30:.1f} free)"
+        found["driver"] = _driver_version()
+    return found
+
+
+def _driver_version() -> str | None:
+    """The NVIDIA driver's version from nvidia-smi (None without it)."""
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
+
+
 def _work_root(requested: str | None, device: str, need_gib: float) -> Path:
+    """A new folder for the run's files: under `requested`; else under /dev/shm on CUDA when it has
+    `need_gib` free; else in the system's temporary folder."""
     if requested:
         Path(requested).mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix="gpu-check-", dir=requested))
     shm = Path("/dev/shm")
-    if device == "cuda" and shm.is_dir() and shutil.disk_usage(shm).free / 2**30 >= need_gib:
+    if device == "cuda" and shm.is_dir() and free_gib(shm) >= need_gib:
         return Path(tempfile.mkdtemp(prefix="gpu-check-", dir=shm))
     return Path(tempfile.mkdtemp(prefix="gpu-check-"))
+
+
+def free_gib(folder: Path) -> float:
+    """Free space in the file system of `folder`, in GiB."""
+    return shutil.disk_usage(folder).free / 2**30
+
+
+def check_scratch(folder: Path, need_gib: float, what: str) -> float:
+    """Raise `CheckFailed` when `folder` has less than `need_gib` free; returns the free GiB."""
+    free = free_gib(folder)
+    if free < need_gib:
+        raise CheckFailed(f"the scratch folder {folder} has {free:.1f} GiB free, {what} needs about "
+                          f"{need_gib:.1f} GiB: stopping before building anything. Pass --work-dir on "
+                          f"a disk with room (or --shapes without the largest shape)")
+    return free
+
+
+def scratch_need_gib(weights: int, *, lora: bool, dtype: str) -> float:
+    """Disk the work files of a shape with `weights` weights take at their largest: a LoRA run holds
+    the checkpoint and its merged servable copy (2 copies of the weights); a full fine-tune the
+    checkpoint and a training checkpoint of weights and the optimizer's two moments (4 copies, the
+    moments in the weights' dtype). Plus 1 GiB for the dataset, the tokenizer and the adapter."""
+    copies = 2 if lora else 4
+    return copies * weights * (2 if dtype == "bfloat16" else 4) / 2**30 + 1.0
+
+
+def meta_param_count(shape: Shape, source: Path) -> int:
+    """Weights of `shape`'s model, counted on the ``meta`` device (no memory, no time)."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from webgym_rl.modeling import load_processor
+
+    processor = load_processor(source, min_pixels=shape.min_pixels, max_pixels=shape.max_pixels)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(qwen3_vl_config(shape, processor.tokenizer))
+    return count_params(model).total
+
+
+class Reporter:
+    """The report and its file: `write()` replaces the file atomically (a temporary file in the same
+    folder, renamed over it), so a reader (or a kill) never finds half a report."""
+
+    def __init__(self, path: str | None):
+        self.path = Path(path) if path and path != "-" else None
+        self.report: dict[str, Any] = {"ok": False, "finished": False, "last_phase": "start", "runs": [],
+                                       "errors": []}
+
+    def write(self, phase: str | None = None) -> None:
+        if phase is not None:
+            self.report["last_phase"] = phase
+        if self.path is None:
+            return
+        text = json.dumps(self.report, indent=1, default=str) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        try:
+            with os.fdopen(handle, "w") as stream:
+                stream.write(text)
+            os.replace(temporary, self.path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
 
 
 # ------------------------------------------------------------------------------------ checkpoints
@@ -321,13 +504,16 @@ class ParamCounts:
 
     total: int
     lm: int
-    """Language-model weights applied to every token: decoder layers, final norm and lm_head."""
+    """Language-model weights applied to every token: decoder layers and final norm."""
     embedding: int
     """The token embedding (a lookup, not counted in FLOPs)."""
     vision_blocks: int
     """Vision tower weights applied to every patch (patch embedding, blocks)."""
     vision_mergers: int
     """Vision mergers (the final one and the deepstack ones), applied to every 2x2 patch group."""
+    head: int = 0
+    """The output projection (lm_head, also when tied to the embedding), applied at the positions
+    whose logits are computed."""
 
 
 def count_params(model: Any) -> ParamCounts:
@@ -343,9 +529,10 @@ def count_params(model: Any) -> ParamCounts:
             embedding += n
         elif "lm_head" not in name:
             lm += n
-    lm += model.get_output_embeddings().weight.numel()  # lm_head's matmul runs also when tied
+    head = model.get_output_embeddings().weight.numel()  # lm_head's matmul runs also when tied
     total = sum(p.numel() for p in model.parameters())
-    return ParamCounts(total=total, lm=lm, embedding=embedding, vision_blocks=blocks, vision_mergers=mergers)
+    return ParamCounts(total=total, lm=lm, embedding=embedding, vision_blocks=blocks, vision_mergers=mergers,
+                       head=head)
 
 
 def build_checkpoint(out: Path, shape: Shape, source: Path, *, device: str, dtype: str,
@@ -486,34 +673,46 @@ class _Counted:
     patches: int
     patches_sq: int
     images: int
+    seconds: float = 0.0
+    """Wall time the collator took for the batch (CPU work inside the timed loop)."""
+    logit_rows: int | None = None
+    """Rows the output projection runs on (samples x positions); None: `tokens`."""
 
 
 class CountingCollator:
     """Wraps the trainer's collator and records each batch's tokens and patches, so FLOPs are
     counted from exactly what the model was fed."""
 
-    def __init__(self, inner: Any, merge_size: int):
+    def __init__(self, inner: Any, merge_size: int, logit_positions: Any = None):
         self.inner = inner
         self.merge_size = merge_size
+        self.logit_positions = logit_positions
+        """The trainer's `logit_positions` (labels -> the positions it computes logits at, or None)."""
         self.batches: list[_Counted] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def __call__(self, samples: Sequence[Any]) -> Any:
+        started = time.perf_counter()
         batch = self.inner(samples)
+        seconds = time.perf_counter() - started
         lengths = [int(n) for n in batch["attention_mask"].sum(dim=1).tolist()]
         grids = batch.get("image_grid_thw")
         per_image = [int(t * h * w) for t, h, w in grids.tolist()] if grids is not None else []
+        labels = batch["labels"]
+        positions = self.logit_positions(labels) if self.logit_positions is not None else None
+        rows = labels.shape[0] * (len(positions) if positions is not None else labels.shape[1])
         self.batches.append(_Counted(samples=len(samples), tokens=sum(lengths),
                                      tokens_sq=sum(n * n for n in lengths), patches=sum(per_image),
-                                     patches_sq=sum(p * p for p in per_image), images=len(per_image)))
+                                     patches_sq=sum(p * p for p in per_image), images=len(per_image),
+                                     seconds=seconds, logit_rows=rows))
         return batch
 
     def take(self, samples_seen: int) -> _Counted:
         """Totals of the first batches recorded since the last `take` that hold `samples_seen` samples
         (the loader may collate one batch ahead that is never trained on)."""
-        total = _Counted(0, 0, 0, 0, 0, 0)
+        total = _Counted(0, 0, 0, 0, 0, 0, 0.0, 0)
         for counted in self.batches:
             if total.samples >= samples_seen:
                 break
@@ -526,16 +725,22 @@ class CountingCollator:
         return total
 
 
-def model_flops(shape: Shape, counts: ParamCounts, fed: _Counted, *, lora: bool, lora_params: int) -> float:
-    """Model FLOPs of training on `fed` (the formulas of the module docstring)."""
+def model_flops(shape: Shape, counts: ParamCounts, fed: _Counted, *, lora: bool, lora_params: int,
+                causal: bool = False) -> float:
+    """Model FLOPs of training on `fed` (the formulas of the module docstring); `causal`: the language
+    model's attention counted over the keys at or before each query (``T (T + 1) / 2`` pairs a
+    sample, not ``T^2``). The vision tower's attention is bidirectional either way."""
     d_attn, d_vis = shape.heads * shape.head_dim, shape.vision_hidden
     merged = fed.patches / shape.merge_size**2
-    attention = 12 * shape.num_layers * d_attn * fed.tokens_sq
+    pairs = (fed.tokens_sq + fed.tokens) / 2 if causal else fed.tokens_sq
+    attention = 12 * shape.num_layers * d_attn * pairs
     vision_attention = 12 * shape.vision_depth * d_vis * fed.patches_sq
+    rows = fed.tokens if fed.logit_rows is None else fed.logit_rows
     if not lora:
-        return (6 * counts.lm * fed.tokens + attention + 6 * counts.vision_blocks * fed.patches
-                + 6 * counts.vision_mergers * merged + vision_attention)
-    return (4 * counts.lm * fed.tokens + attention + 6 * lora_params * fed.tokens
+        return (6 * counts.lm * fed.tokens + 6 * counts.head * rows + attention
+                + 6 * counts.vision_blocks * fed.patches + 6 * counts.vision_mergers * merged
+                + vision_attention)
+    return (4 * counts.lm * fed.tokens + 4 * counts.head * rows + attention + 6 * lora_params * fed.tokens
             + 2 * counts.vision_blocks * fed.patches + 2 * counts.vision_mergers * merged
             + vision_attention / 3)
 
@@ -548,6 +753,8 @@ class TrainFigures:
     tokens: int
     patches: int
     images: int
+    logit_rows: int
+    """Rows the output projection ran on in the timed steps (the labelled positions: see `tokens`)."""
     loop_s: float
     warmup_s: float
     samples_per_s: float
@@ -555,12 +762,19 @@ class TrainFigures:
     model_flops: float
     tflops_per_s: float
     mfu: float
+    """Attention counted over the whole sequence (PaLM's count)."""
+    mfu_causal: float
+    """Attention counted over the causal half (about 16 % lower than `mfu` at 8.7k tokens)."""
+    collate_s: float
+    """Of `loop_s`, the collator's CPU time preparing the timed steps' samples."""
     peak_memory_gib: float
     trainable_params: int
     losses: list[float]
     attn_implementation: str
     save_s: float
     checkpoint: str
+    model_freed: bool
+    """The trained model was garbage once the trainer was ended (nothing kept it on the device)."""
 
 
 def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: ParamCounts, *, lora: bool,
@@ -568,22 +782,27 @@ def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: Pa
                 lora_targets: Sequence[str], seed: int = 0) -> TrainFigures:
     """One warm-up step and `steps` timed optimizer steps of the toolkit's trainer on `data`."""
     from webgym_rl.samples import build_samples, load_trajectories
-    from webgym_rl.train import EpochOrder, Trainer, TrainingSettings
+    from webgym_rl.settings import OptimizationSettings
+    from webgym_rl.train import EpochOrder, Trainer
 
     _reset_peak(device)
-    training = TrainingSettings(objective="filtered_bc", lora=lora, lora_target_modules=list(lora_targets),
-                                learning_rate=1e-5, lr_scheduler="constant", per_device_batch_size=batch_size,
-                                max_steps=1 + steps, model_dtype=dtype, gradient_checkpointing=True,
-                                log_every=1 + steps)
+    training = OptimizationSettings(objective="filtered_bc", lora=lora,
+                                    lora_target_modules=list(lora_targets), learning_rate=1e-5,
+                                    lr_scheduler="constant", per_device_batch_size=batch_size,
+                                    max_steps=1 + steps, model_dtype=dtype, gradient_checkpointing=True,
+                                    log_every=1 + steps)
     sources = load_trajectories([str(data)], cache_dir=str(out.parent / "datasets-cache"))
     samples = build_samples(sources, training.objective, training.samples)
     trainer = Trainer(model=str(model_dir), model_revision=None, training=training, out=out, seed=seed,
                       total_steps=1 + steps)
+    counting = None
     try:
         net = trainer.accelerator.unwrap_model(trainer.model)
+        model_ref = weakref.ref(net)
         trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
         attn = str(getattr(net.config, "_attn_implementation", "?"))
-        counting = trainer.collator = CountingCollator(trainer.collator, shape.merge_size)
+        counting = trainer.collator = CountingCollator(trainer.collator, shape.merge_size,
+                                                       trainer.logit_positions)
         trainer.check(samples[0])
         counting.batches = []
         order = EpochOrder(samples.weights, seed)
@@ -595,6 +814,8 @@ def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: Pa
         fed = counting.take(timed.samples_seen)
         peak = _peak_gib(device)
         flops = model_flops(shape, counts, fed, lora=lora, lora_params=trainable if lora else 0)
+        causal_flops = model_flops(shape, counts, fed, lora=lora, lora_params=trainable if lora else 0,
+                                   causal=True)
         started = time.perf_counter()
         state = {"step": trainer.step, "gpu_check": shape.name}
         if lora:  # what the loop serves after a LoRA round: the adapter merged into the base weights
@@ -606,17 +827,25 @@ def train_shape(shape: Shape, model_dir: Path, data: Path, out: Path, counts: Pa
     finally:
         trainer.end()
         trainer.accelerator.free_memory()
+        if counting is not None:  # the loader and the collator outlive this block: cut their way back
+            counting.logit_positions = None
         del trainer
+        net = None
         _free(device)
+    model_freed = _released(model_ref, f"{shape.name}: the trained model")
     if not all(math.isfinite(loss) for loss in losses):
         raise CheckFailed(f"{shape.name}: a training loss is not finite: {losses}")
     return TrainFigures(
         mode="lora" if lora else "full", steps=timed.steps, samples=fed.samples, tokens=fed.tokens,
-        patches=fed.patches, images=fed.images, loop_s=timed.loop_seconds, warmup_s=warm.loop_seconds,
+        patches=fed.patches, images=fed.images, logit_rows=fed.logit_rows, loop_s=timed.loop_seconds,
+        warmup_s=warm.loop_seconds,
         samples_per_s=fed.samples / timed.loop_seconds, tokens_per_s=fed.tokens / timed.loop_seconds,
         model_flops=flops, tflops_per_s=flops / timed.loop_seconds / 1e12,
-        mfu=flops / timed.loop_seconds / peak_flops, peak_memory_gib=peak, trainable_params=trainable,
-        losses=losses, attn_implementation=attn, save_s=save_s, checkpoint=str(checkpoint))
+        mfu=flops / timed.loop_seconds / peak_flops,
+        mfu_causal=causal_flops / timed.loop_seconds / peak_flops,
+        collate_s=fed.seconds, peak_memory_gib=peak, trainable_params=trainable,
+        losses=losses, attn_implementation=attn, save_s=save_s, checkpoint=str(checkpoint),
+        model_freed=model_freed)
 
 
 # ------------------------------------------------------------------------------------- generation
@@ -635,6 +864,11 @@ class GenerateFigures:
     peak_memory_gib: float
     fingerprint: str
     sample_reply: str
+    model_freed: bool
+    """The served model was garbage once the app was closed (it does not add to the next shape's
+    peak)."""
+    memory_after_gib: float
+    """GPU memory still allocated after the app was closed and the model released."""
 
 
 async def _ask(app: Any, port: int, request: dict[str, Any], replies: int) -> tuple[list[float], list[dict]]:
@@ -672,14 +906,21 @@ def generate(checkpoint: Path, *, device: str, dtype: str, replies: int, max_tok
     started = time.perf_counter()
     app = create_app(settings)
     load_s = time.perf_counter() - started
+    model_ref = weakref.ref(app.state.service.policy.model)
     try:
         request = {"model": "policy", **observation_request(size, max_tokens=max_tokens)}
         latencies, bodies = asyncio.run(_ask(app, port, request, replies))
     finally:
-        app.state.service.close()
-        del app
+        # The service is referenced from more than the app (the routes' closures, the framework's
+        # caches of them): drop its model here, so nothing can keep it on the GPU for the next shape.
+        service = app.state.service
+        service.close()
+        service.policy = None
+        del app, service
     peak = _peak_gib(device)
     _free(device)
+    model_freed = _released(model_ref, f"{checkpoint.name}: the served model")
+    memory_after = _memory_allocated_gib(device)
     timed, timed_bodies = latencies[1:], bodies[1:]
     completion = [body["usage"]["completion_tokens"] for body in timed_bodies]
     for body in bodies:
@@ -695,7 +936,8 @@ def generate(checkpoint: Path, *, device: str, dtype: str, replies: int, max_tok
         completion_tokens_per_reply=sum(completion) / len(completion),
         decode_tokens_per_s=sum(completion) / sum(timed), peak_memory_gib=peak,
         fingerprint=str(bodies[-1].get("system_fingerprint")),
-        sample_reply=bodies[-1]["choices"][0]["message"]["content"][:80])
+        sample_reply=bodies[-1]["choices"][0]["message"]["content"][:80], model_freed=model_freed,
+        memory_after_gib=memory_after)
 
 
 # ------------------------------------------------------------------------------------------- main
@@ -706,6 +948,9 @@ class RunReport:
     mode: str
     config: dict[str, Any]
     params: dict[str, int] = field(default_factory=dict)
+    memory_at_start_gib: float | None = None
+    """GPU memory allocated when the shape started (what an earlier shape left; 0 on the CPU)."""
+    scratch_free_gib: float | None = None
     build_s: float | None = None
     data: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] | None = None
@@ -717,7 +962,8 @@ class RunReport:
         return {"samples_per_s": train.get("samples_per_s"), "tokens_per_s": train.get("tokens_per_s"),
                 "peak_memory_gib": max([x for x in (train.get("peak_memory_gib"), gen.get("peak_memory_gib"))
                                         if x is not None], default=None),
-                "mfu": train.get("mfu"), "latency_s_per_reply": gen.get("latency_s_per_reply")}
+                "mfu": train.get("mfu"), "mfu_causal": train.get("mfu_causal"),
+                "latency_s_per_reply": gen.get("latency_s_per_reply")}
 
 
 def _phase(report: RunReport, phase: str, action: Any) -> Any:
@@ -731,30 +977,50 @@ def _phase(report: RunReport, phase: str, action: Any) -> Any:
         return None
 
 
-def run_shape(key: str, *, tiny: bool, device: str, root: Path, source: Path,
-              args: argparse.Namespace) -> RunReport:
+def run_shape(key: str, *, tiny: bool, device: str, root: Path, source: Path, args: argparse.Namespace,
+              saved: Any = None) -> RunReport:
+    """Build, train and serve one shape; `saved(report, phase)` is called after each phase (and
+    before the first), the report written so far in hand."""
     big, small, lora = _RUNS[key]
     shape = small if tiny else big
     report = RunReport(shape=shape.name, mode="lora" if lora else "full", config=asdict(shape))
+
+    def save(phase: str) -> None:
+        if saved is not None:
+            saved(report, f"{shape.name}: {phase}")
+
     work = root / shape.name
     work.mkdir(parents=True, exist_ok=True)
     try:
-        _log(f"{shape.name}: building the checkpoint on {device}")
+        _free(device)
+        _reset_peak(device)
+        report.memory_at_start_gib = _memory_allocated_gib(device)
+        report.scratch_free_gib = free_gib(root)
+        if report.memory_at_start_gib > 0.5:
+            _log(f"WARNING: {shape.name}: {report.memory_at_start_gib:.2f} GiB of GPU memory still allocated "
+                 "from before: the peaks below include it")
+        _log(f"{shape.name}: building the checkpoint on {device} ({report.memory_at_start_gib:.2f} GiB "
+             f"allocated, {report.scratch_free_gib:.1f} GiB free in {root})")
+        save("start")
         started = time.perf_counter()
         counts = _phase(report, "build", lambda: build_checkpoint(
             work / "model", shape, source, device=device, dtype=args.model_dtype))
         report.build_s = time.perf_counter() - started
+        if counts is not None:
+            report.params = asdict(counts)
+        save("build")
         if counts is None:
             return report
-        report.params = asdict(counts)
         _log(f"{shape.name}: {counts.total / 1e9:.3f}B weights ({report.build_s:.1f} s); writing the dataset")
         data = _phase(report, "dataset", lambda: write_dataset(work / "data", episodes=args.episodes,
                                                                kept_steps=args.kept_steps))
+        if data is not None:
+            report.data = {"episodes": args.episodes, "samples": args.episodes * args.kept_steps,
+                           "images_per_sample": CONTEXT_STEPS + 1, "screenshot": "1280x720",
+                           "bytes": sum(p.stat().st_size for p in data.rglob("*.parquet"))}
+        save("dataset")
         if data is None:
             return report
-        report.data = {"episodes": args.episodes, "samples": args.episodes * args.kept_steps,
-                       "images_per_sample": CONTEXT_STEPS + 1, "screenshot": "1280x720",
-                       "bytes": sum(p.stat().st_size for p in data.rglob("*.parquet"))}
         _log(f"{shape.name}: training ({report.mode}, {args.steps} timed steps)")
         trained = _phase(report, "train", lambda: train_shape(
             shape, work / "model", data, work / "train", counts, lora=lora, steps=args.steps,
@@ -763,6 +1029,7 @@ def run_shape(key: str, *, tiny: bool, device: str, root: Path, source: Path,
         if trained is not None:
             report.train = asdict(trained)
             _log(f"{shape.name}: {_train_line(trained)}")
+        save("train")
         # A failed training still serves the untrained checkpoint: the serving path gets checked.
         served = Path(trained.checkpoint) if trained is not None else work / "model"
         _log(f"{shape.name}: generating with the policy server from {served.name}")
@@ -771,6 +1038,7 @@ def run_shape(key: str, *, tiny: bool, device: str, root: Path, source: Path,
         if generated is not None:
             report.generate = asdict(generated)
             _log(f"{shape.name}: {_generate_line(generated)}")
+        save("generate")
     finally:
         _free(device)
         if not args.keep:
@@ -781,10 +1049,12 @@ def run_shape(key: str, *, tiny: bool, device: str, root: Path, source: Path,
 def _train_line(t: TrainFigures) -> str:
     each = max(t.samples, 1)
     return (f"train {t.mode}: {t.steps} steps, {t.samples} samples ({t.images / each:.0f} images, "
-            f"{t.tokens / each:.0f} tokens each) in {t.loop_s:.2f} s (warm-up {t.warmup_s:.2f} s): "
+            f"{t.tokens / each:.0f} tokens each, logits at {t.logit_rows / each:.0f}) in {t.loop_s:.2f} s "
+            f"(warm-up {t.warmup_s:.2f} s): "
             f"{t.samples_per_s:.3f} samples/s, {t.tokens_per_s:.0f} tokens/s, {t.tflops_per_s:.1f} TFLOP/s, "
-            f"MFU {t.mfu:.3f}, peak {t.peak_memory_gib:.2f} GiB, attention {t.attn_implementation}, "
-            f"save {t.save_s:.1f} s")
+            f"MFU {t.mfu:.3f} (attention over the whole sequence; causal count {t.mfu_causal:.3f}; the "
+            f"timed loop includes preparing the samples on the CPU: {t.collate_s:.2f} s of it), "
+            f"peak {t.peak_memory_gib:.2f} GiB, attention {t.attn_implementation}, save {t.save_s:.1f} s")
 
 
 def _generate_line(g: GenerateFigures) -> str:
@@ -792,7 +1062,8 @@ def _generate_line(g: GenerateFigures) -> str:
             f"{g.prompt_tokens}-token prompt: {g.latency_s_per_reply:.2f} s/reply "
             f"(max {g.latency_s_max:.2f}, first {g.first_reply_s:.2f}), "
             f"{g.decode_tokens_per_s:.1f} tokens/s, load {g.load_s:.1f} s, peak {g.peak_memory_gib:.2f} GiB, "
-            f"{g.fingerprint}")
+            f"{g.fingerprint}; model released: {'yes' if g.model_freed else 'NO'}, "
+            f"{g.memory_after_gib:.2f} GiB still allocated")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -838,33 +1109,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("steps", "batch_size", "episodes", "kept_steps", "replies"):
         if getattr(args, name) < 1:
             _parser().error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
-    report: dict[str, Any] = {"ok": False, "runs": [], "errors": []}
+    reporter = Reporter(args.json)
+    report = reporter.report
     out = sys.stderr if args.json == "-" else sys.stdout
     try:
         report["versions"] = preflight()
+        report["progress_bars_off"] = quiet_progress_bars()
         import torch
 
         cuda = torch.cuda.is_available()
+        device = "cuda" if cuda else "cpu"
+        report["environment"] = environment(device)
+        _log("found: " + ", ".join(f"{k} {v}" for k, v in report["environment"].items()))
         if args.require_cuda and not cuda:
             raise CheckFailed("--require-cuda: torch.cuda.is_available() is False "
                               f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
-        device = "cuda" if cuda else "cpu"
         tiny = args.tiny or not cuda
         args.model_dtype = args.model_dtype or ("bfloat16" if cuda else "float32")
         args.max_tokens = args.max_tokens or (64 if cuda else 8)
         report.update(device=_device_info(device), tiny=tiny, peak_flops=args.peak_flops,
                       settings={k: v for k, v in vars(args).items() if k != "json"})
         _log(f"{'tiny shapes' if tiny else 'full shapes'} on {device}: {', '.join(keys)}")
-        root = _work_root(args.work_dir, device, need_gib=0 if tiny else 40)
-        report["work_dir"] = str(root)
+        # The tokenizer (a few hundred KiB) first, in the system's temporary folder: the shapes' weights,
+        # counted with it, say how much room the scratch folder needs.
+        source_root = Path(tempfile.mkdtemp(prefix="gpu-check-tokenizer-"))
+        root = None
         try:
-            source = tokenizer_source(root / "tokenizer-source")
+            source = tokenizer_source(source_root / "tokenizer-source")
+            needs = {}
             for key in keys:
-                run = run_shape(key, tiny=tiny, device=device, root=root, source=source, args=args)
-                report["runs"].append({**asdict(run), "figures": run.figures()})
+                big, small, lora = _RUNS[key]
+                shape = small if tiny else big
+                needs[shape.name] = scratch_need_gib(meta_param_count(shape, source), lora=lora,
+                                                     dtype=args.model_dtype)
+            largest = max(needs, key=needs.get)
+            root = _work_root(args.work_dir, device, need_gib=needs[largest])
+            report["work_dir"] = str(root)
+            report["scratch"] = {"folder": str(root), "free_gib": round(free_gib(root), 1),
+                                 "need_gib": {k: round(v, 1) for k, v in needs.items()}}
+            _log(f"scratch folder {root}: {free_gib(root):.1f} GiB free; needs about "
+                 + ", ".join(f"{v:.1f} GiB for {k}" for k, v in needs.items()))
+            reporter.write("setup")
+            check_scratch(root, needs[largest], f"{largest} (its checkpoint and the copy it writes)")
+            for index, key in enumerate(keys):
+                def saved(run: RunReport, phase: str, index: int = index) -> None:
+                    runs = report["runs"]
+                    entry = {**asdict(run), "figures": run.figures()}
+                    runs[index:index + 1] = [entry]
+                    reporter.write(phase)
+
+                run = run_shape(key, tiny=tiny, device=device, root=root, source=source, args=args,
+                                saved=saved)
+                saved(run, f"{run.shape}: done")
         finally:
             if not args.keep:
-                shutil.rmtree(root, ignore_errors=True)
+                shutil.rmtree(source_root, ignore_errors=True)
+                if root is not None:
+                    shutil.rmtree(root, ignore_errors=True)
     except Exception as exc:  # the environment itself is broken: say what, exit non-zero
         report["errors"].append({"phase": "setup", "error": f"{type(exc).__name__}: {exc}",
                                  "traceback": "".join(traceback.format_exception(exc)[-6:])})
@@ -873,6 +1174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [(run["shape"], name) for run in report["runs"]
                for name, value in run["figures"].items() if value is None or not math.isfinite(value)]
     report["ok"] = not failed and not missing and bool(report["runs"])
+    report["finished"] = True
     for run in report["runs"]:
         f = run["figures"]
         shown = ", ".join(f"{name} {value:.4g}" if value is not None else f"{name} -"
@@ -880,12 +1182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = "ok" if not run["errors"] else "FAILED in " + ", ".join(e["phase"] for e in run["errors"])
         print(f"{run['shape']} ({run['mode']}): {shown}  [{status}]", file=out)
     print(f"gpu_check: {'PASSED' if report['ok'] else 'FAILED'}", file=out)
-    if args.json:
-        text = json.dumps(report, indent=1, default=str)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text + "\n")
+    reporter.write("finished")
+    if args.json == "-":
+        print(json.dumps(report, indent=1, default=str))
     return 0 if report["ok"] else 1
 
 

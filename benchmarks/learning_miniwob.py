@@ -160,7 +160,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         RECIPE, tasks=str(train_tasks), model=str(model_dir), out=str(out / "loop"),
         iterations=args.iterations, eval_tasks=str(heldout_tasks), seed=args.seed, progress=args.progress,
         concurrency=args.concurrency, pool={"contexts_per_browser": args.concurrency},
-        miniwob_horizon=args.horizon, learning_rate=args.learning_rate, max_steps=args.max_steps,
+        horizons={"miniwob": args.horizon}, learning_rate=args.learning_rate, max_steps=args.max_steps,
         per_device_batch_size=args.batch_size, last_k_iterations=args.last_k,
         policy={"model": "tiny-policy", "max_new_tokens": args.max_new_tokens,
                 "max_tokens": args.max_new_tokens, "temperature": args.temperature, "variant": args.variant})

@@ -19,7 +19,7 @@ LLM judge (the rubric judge through a real OpenAI-protocol server on 127.0.0.1 w
 from a text-only heuristic: it reads the visited URLs and titles and the answer, never the
 screenshots, and is right only some of the time).
 
-The shortcuts (issue 37: `webgym_rollout.tasks.websites.shortcuts`: list_everything, spray_numbers,
+The shortcuts (issue 37: `webgym_sites.shortcuts`: list_everything, spray_numbers,
 do_everything) play every task too: their success per site under the site judge (must be 0), and
 each judge's pass rate on their episodes, with the judges ``judge-eval`` flags for passing one
 the truth fails (its JSON and HTML reports are under OUT/judge-eval).
@@ -232,8 +232,8 @@ def _shortcut_table(runs: dict[tuple[str, str], Path], built: Path) -> None:
     the task's own checks grade (must be 0: `shortcuts.tried`), and on the others (a subtask that
     grades only the parent's work the shortcut did too, or a planner with nothing to try)."""
     from webgym_data.loading import load_tasks
-    from webgym_rollout.tasks.websites.goals import task_checks
-    from webgym_rollout.tasks.websites.shortcuts import SHORTCUTS, tried
+    from webgym_sites.goals import task_checks
+    from webgym_sites.shortcuts import SHORTCUTS, tried
 
     tasks = {task.task_id: task for task in load_tasks(built, split=None)}  # with their truth (metadata)
     counts: dict[str, Counter] = defaultdict(Counter)

@@ -127,7 +127,8 @@ def loop_settings(args: argparse.Namespace, work: Path, schedule: str, *, tasks:
         schedule=schedule, bootstrap_policy="model", servers=[browser_url], eval_every=0, seed=args.seed,
         progress=False, concurrency=args.concurrency, max_staleness=args.max_staleness,
         batch_episodes=args.batch_episodes, overprovision=args.overprovision if schedule == "async" else 0,
-        checkpoint_every=args.versions, viewport="320x240", sites_url=sites_url, miniwob_horizon=args.horizon,
+        checkpoint_every=args.versions, viewport="320x240", sites_url=sites_url,
+        horizons={"miniwob": args.horizon},
         sampler={"kind": "epoch", "batch_size": args.batch_episodes},
         policy={"base_url": policy_url, "model": SERVED_NAME, "max_concurrency": args.concurrency,
                 "reload_url": policy_url.removesuffix("/v1") + "/reload", "temperature": 1.0,
@@ -146,8 +147,8 @@ def rollout_alone(args: argparse.Namespace, work: Path, task_files: list[Path], 
     from webgym_core.endpoint import Endpoint
     from webgym_rl.loop.stream import StreamPosition, TrajectoryStream
     from webgym_rollout.agent.policies import OpenAIPolicy, PolicySettings, SamplingSettings
-    from webgym_rollout.env import EnvSettings
     from webgym_rollout.runner import RolloutSettings, RunSettings, run
+    from webgym_rollout.settings import EnvSettings
 
     tasks = work / "rollout-alone-tasks.jsonl"
     tasks.write_text("".join(f.read_text(encoding="utf-8") for f in task_files)
@@ -158,7 +159,7 @@ def rollout_alone(args: argparse.Namespace, work: Path, task_files: list[Path], 
     settings = RunSettings(
         tasks=tasks, servers=(browser_url,), out=out, progress=False,
         rollout=RolloutSettings(concurrency=args.concurrency, shard_episodes=1),
-        env=EnvSettings(viewport="320x240", sites_url=sites_url, miniwob_horizon=args.horizon),
+        env=EnvSettings(viewport="320x240", sites_url=sites_url, horizons={"miniwob": args.horizon}),
         policy=PolicySettings(kind="openai", endpoint=endpoint, sampling=sampling))
     wanted = args.versions * args.batch_episodes
     stream = TrajectoryStream(lambda: [out])

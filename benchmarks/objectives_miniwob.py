@@ -119,7 +119,7 @@ def recipe(args: argparse.Namespace, **changes: Any) -> Any:
     values = dict(
         eval_tasks=str(args.out / "tasks" / "heldout.jsonl"), seed=args.seed, progress=args.progress,
         concurrency=args.concurrency, pool={"contexts_per_browser": args.concurrency},
-        miniwob_horizon=args.horizon, learning_rate=args.learning_rate,
+        horizons={"miniwob": args.horizon}, learning_rate=args.learning_rate,
         per_device_batch_size=args.batch_size, tasks=str(args.out / "tasks" / "train.jsonl"),
         policy={"model": "tiny-policy", "max_new_tokens": args.max_new_tokens,
                 "max_tokens": args.max_new_tokens, "temperature": args.temperature, "variant": "compact"})

@@ -45,8 +45,8 @@ from webgym_rollout.actions import AgentAction  # noqa: E402
 from webgym_rollout.agent.policies import PolicyOutput  # noqa: E402
 from webgym_rollout.browser.pool import PoolSettings  # noqa: E402
 from webgym_rollout.browser.server import ServerSettings, running_server  # noqa: E402
-from webgym_rollout.env import EnvSettings  # noqa: E402
 from webgym_rollout.runner import RolloutSettings, RunSettings, run  # noqa: E402
+from webgym_rollout.settings import EnvSettings  # noqa: E402
 from webgym_rollout.trajectory.reader import read_episodes  # noqa: E402
 from webgym_rollout.trajectory.recordings import RecordingStore, RecordSettings  # noqa: E402
 

@@ -63,8 +63,8 @@ from webgym_core.endpoint import Endpoint  # noqa: E402
 from webgym_rollout.actions import GRID_SIZE, AgentAction  # noqa: E402
 from webgym_rollout.agent.policies import OpenAIPolicy, PolicySettings, RandomPolicySettings  # noqa: E402
 from webgym_rollout.agent.protocol import format_response  # noqa: E402
-from webgym_rollout.env import EnvSettings  # noqa: E402
 from webgym_rollout.runner import RolloutSettings, RunSettings, run  # noqa: E402
+from webgym_rollout.settings import EnvSettings  # noqa: E402
 from webgym_rollout.tasks.sites import SiteServer  # noqa: E402
 from webgym_rollout.trajectory.reader import read_episodes  # noqa: E402
 
@@ -262,7 +262,7 @@ async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_p
         tasks=tasks, servers=(server_url,), out=work / name, progress=False,
         rollout=RolloutSettings(concurrency=concurrency, batch_size=concurrency, lockstep=mode == "sync",
                                 shard_episodes=1_000),
-        env=EnvSettings(viewport="320x240", sites_url=sites_url, miniwob_horizon=horizon),
+        env=EnvSettings(viewport="320x240", sites_url=sites_url, horizons={"miniwob": horizon}),
         policy=PolicySettings(kind="openai", endpoint=endpoint, random=RandomPolicySettings(seed=seed)))
     policy = _TimedPolicy(OpenAIPolicy(endpoint))
     began_wall, began = time.time(), time.monotonic()

@@ -1,7 +1,7 @@
 """Benchmark (issue 37): how many generated site tasks each scripted shortcut passes, per template.
 
 Draws `--per-site` tasks of each local site (and the subtasks decomposition makes of them), plays the
-scripted expert and each shortcut of `webgym_rollout.tasks.websites.shortcuts` (list_everything,
+scripted expert and each shortcut of `webgym_sites.shortcuts` (list_everything,
 spray_numbers, do_everything; and spray_pages: the expert's work answered with every number of every
 page it loaded) over the site server's HTTP routes, with a session each, and judges
 every episode with the site judge (`site_verdicts`, the reward is 1 when every verdict passes). A
@@ -38,9 +38,14 @@ JUDGE = r"""
 import json, sys
 from webgym_data.decompose import decompose_task
 from webgym_rollout.judge.site import site_verdicts
-from webgym_rollout.tasks.websites.facts import SessionFacts
-from webgym_rollout.tasks.websites.generate import site_tasks
-from webgym_rollout.tasks.websites.goals import task_checks
+try:
+    from webgym_sites.facts import SessionFacts
+    from webgym_sites.generate import site_tasks
+    from webgym_sites.goals import task_checks
+except ImportError:  # a revision before issue 38, whose sites were webgym_rollout.tasks.websites
+    from webgym_rollout.tasks.websites.facts import SessionFacts
+    from webgym_rollout.tasks.websites.generate import site_tasks
+    from webgym_rollout.tasks.websites.goals import task_checks
 
 ANSWERS = ("answer", "answer_number", "answer_value")
 job = json.load(sys.stdin)
@@ -72,13 +77,13 @@ def _play(per_site: int, seed: int) -> list[dict]:
     the answer, the session's facts."""
     import httpx
 
-    from tests.webgym_rollout.tasks.websites.plan_over_http import HttpPlayer
+    from tests.support.plan_over_http import HttpPlayer
     from webgym_data.decompose import decompose_task
     from webgym_rollout.tasks.sites import SiteServer
-    from webgym_rollout.tasks.websites.generate import expert_plan, site_tasks
-    from webgym_rollout.tasks.websites.goals import task_checks
-    from webgym_rollout.tasks.websites.shortcuts import SHORTCUTS, page_spray, tried
-    from webgym_rollout.tasks.websites.state import new_session_id, with_session
+    from webgym_sites.generate import expert_plan, site_tasks
+    from webgym_sites.goals import task_checks
+    from webgym_sites.shortcuts import SHORTCUTS, page_spray, tried
+    from webgym_sites.state import new_session_id, with_session
 
     episodes = []
     with SiteServer() as server, httpx.Client(base_url=server.base_url, trust_env=False,

@@ -97,7 +97,7 @@ def settings_file(args: argparse.Namespace, work: Path, tasks: Path, model: Path
         "miniwob-cpu", tasks=str(tasks), model=str(model), out=str(work / "loop"), schedule="async",
         iterations=args.versions, eval_every=0, seed=args.seed, progress=True, concurrency=args.concurrency,
         batch_episodes=args.batch_episodes, max_staleness=1, overprovision=2, checkpoint_every=2,
-        sampler={"kind": "epoch", "batch_size": args.batch_episodes}, miniwob_horizon=3,
+        sampler={"kind": "epoch", "batch_size": args.batch_episodes}, horizons={"miniwob": 3},
         max_steps=args.max_steps, per_device_batch_size=2, log_every=1000, last_k_iterations=2,
         success_threshold=0.0, drop_same_as_next=False, policy={"max_new_tokens": 24, "max_tokens": 24})
     path = work / "soak.yaml"

@@ -41,7 +41,8 @@ def bare_loop(model_dir: Path, samples, *, steps: int, batch_size: int, lr: floa
     from webgym_rl.collate import Collator
     from webgym_rl.modeling import load_model, load_processor
     from webgym_rl.objectives import ObjectiveBatch, filtered_bc
-    from webgym_rl.train import EpochOrder, TrainingSettings
+    from webgym_rl.settings import OptimizationSettings
+    from webgym_rl.train import EpochOrder
 
     torch.manual_seed(seed)
     model = load_model(model_dir, dtype=torch.float32).train()
@@ -49,7 +50,7 @@ def bare_loop(model_dir: Path, samples, *, steps: int, batch_size: int, lr: floa
     order = EpochOrder(samples.weights, seed)
     loader = torch.utils.data.DataLoader(samples, batch_size=batch_size, sampler=order,
                                          collate_fn=Collator(load_processor(model_dir)))
-    settings = TrainingSettings(objective="filtered_bc")
+    settings = OptimizationSettings(objective="filtered_bc")
     done, seen = 0, 0
     started, started_cpu = time.perf_counter(), time.process_time()
     while done < steps:
@@ -72,12 +73,14 @@ def bare_loop(model_dir: Path, samples, *, steps: int, batch_size: int, lr: floa
 def trainer_loop(model_dir: Path, data: Path, out: Path, *, steps: int, batch_size: int, lr: float,
                  seed: int) -> tuple[float, float]:
     """(wall, CPU) samples/s of the real training code path."""
-    from webgym_rl.train import TrainingSettings, TrainSettings, train
+    from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
+    from webgym_rl.train import train
 
-    training = TrainingSettings(objective="filtered_bc", max_steps=steps, per_device_batch_size=batch_size,
-                                learning_rate=lr, max_grad_norm=MAX_GRAD_NORM)
-    result = train(TrainSettings(model=str(model_dir), data=[str(data)], out=str(out), seed=seed,
-                                 cache_dir=str(out.parent / "datasets-cache"), training=training))
+    training = OptimizationSettings(objective="filtered_bc", max_steps=steps,
+                                    per_device_batch_size=batch_size, learning_rate=lr,
+                                    max_grad_norm=MAX_GRAD_NORM)
+    result = train(TrainCommandSettings(model=str(model_dir), data=[str(data)], out=str(out), seed=seed,
+                                        cache_dir=str(out.parent / "datasets-cache"), training=training))
     return result.samples_seen / result.loop_seconds, result.samples_seen / result.loop_cpu_seconds
 
 

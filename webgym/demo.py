@@ -400,7 +400,7 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     from webgym_data.importers import miniwob
     from webgym_data.loading import load_tasks, write_tasks
     from webgym_data.split import SplitSettings
-    from webgym_rollout.tasks.websites.generate import site_tasks
+    from webgym_sites.generate import site_tasks
 
     spec = miniwob.write_miniwob_spec(out / "inputs" / "miniwob_tasks.jsonl", preset.miniwob_tasks,
                                       range(preset.train_seeds))
@@ -457,7 +457,8 @@ def run_demo(settings: DemoSettings) -> DemoResult:
         RECIPE, tasks=str(train_tasks), model=str(model_dir), out=str(out / "loop"), iterations=1,
         eval_tasks=str(heldout_tasks), seed=settings.seed, progress=settings.progress,
         concurrency=settings.concurrency, pool={"contexts_per_browser": max(1, settings.concurrency)},
-        miniwob_horizon=preset.horizon, learning_rate=settings.learning_rate, max_steps=preset.max_steps,
+        horizons={"miniwob": preset.horizon}, learning_rate=settings.learning_rate,
+        max_steps=preset.max_steps,
         per_device_batch_size=preset.batch_size,
         policy={"model": "tiny-qwen3vl", "max_new_tokens": preset.max_new_tokens,
                 "max_tokens": preset.max_new_tokens})

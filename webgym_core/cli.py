@@ -14,7 +14,7 @@ import click
 
 __all__ = ["PACKAGES", "LazyGroup", "setup_logging"]
 
-PACKAGES = frozenset({"webgym", "webgym_core", "webgym_data", "webgym_rollout", "webgym_rl"})
+PACKAGES = frozenset({"webgym", "webgym_core", "webgym_data", "webgym_sites", "webgym_rollout", "webgym_rl"})
 
 
 class LazyGroup(click.Group):

@@ -126,7 +126,7 @@ class ChatClient:
     def _bind(self) -> None:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            from openai import AsyncOpenAI
+            from openai import AsyncOpenAI  # optional: openai
 
             # The retries are ours (typed, counted); the client's own would hide them.
             self._client = AsyncOpenAI(base_url=self.endpoint.base_url,
@@ -139,7 +139,7 @@ class ChatClient:
         """``chat.completions.create(**request)`` (``model`` defaults to the endpoint's); returns its
         reply, read by `ChatReply.read`. Raises the `errors` classes: after the retries for what may
         pass, at once for the rest (``errors.invalid`` for a body that is no usable completion)."""
-        import openai
+        import openai  # optional: openai
 
         self._bind()
         request.setdefault("model", self.endpoint.model)

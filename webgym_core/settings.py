@@ -409,7 +409,7 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
     """The mapping of settings in YAML file `path` (an empty file: ``{}``). Raises `SettingsError`
     naming the file: unreadable or not UTF-8, not YAML (with the line and column), a key given twice
     in one mapping (with both lines), a top level other than a mapping."""
-    import yaml
+    import yaml  # lazy: import time
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -448,7 +448,7 @@ def _shown(value: Any, limit: int = 60) -> str:
 def _settings_loader() -> type:
     """A YAML SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one
     silently: a setting written twice would take whichever came last)."""
-    import yaml
+    import yaml  # lazy: import time
 
     class Loader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]

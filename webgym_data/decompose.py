@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from webgym_data.errors import DecomposeError
+from webgym_data.llm import LLMReplyInvalid, gather_all, run_sync
 from webgym_data.schema import MAX_INSTRUCTION_CHARS, FactGroup, Task, make_task_id
 
 if TYPE_CHECKING:
@@ -325,16 +326,12 @@ def decompose_tasks(tasks: Sequence[Task], settings: DecomposeSettings = Decompo
     if progress is not None:
         progress(len(tasks) % 10_000)
     if client is not None and report.subtasks:
-        from webgym_data.llm import run_sync
-
         report.subtasks = run_sync(_rewrite_all(report, tasks, client, llm_progress), client)
     return report
 
 
 async def _rewrite_all(report: DecomposeReport, tasks: Sequence[Task], client: LLMClient,
                        progress: bool) -> list[Task]:
-    from webgym_data.llm import LLMReplyInvalid, gather_all
-
     parents = {t.task_id: t for t in tasks}
 
     async def one(subtask: Task) -> Task:

@@ -379,6 +379,7 @@ class _ProgressBar:
     def __enter__(self) -> Callable[[], None]:
         if not self.enabled:
             return lambda: None
+        # lazy: import time
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

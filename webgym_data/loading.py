@@ -224,8 +224,8 @@ def read_table_rows(path: Path | str) -> list[dict[str, Any]]:
     """The rows of a parquet file, or of an Arrow file (stream or file format, as ``datasets`` and
     pyarrow write them), as dicts. Raises `TaskSourceError` naming the file when it cannot be read
     (missing, truncated, not that format)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # optional: pyarrow
+    import pyarrow.parquet as pq  # optional: pyarrow
 
     path = Path(path)
     try:

@@ -62,7 +62,7 @@ __all__ = [
 
 @lru_cache(maxsize=1)
 def _psl():
-    from publicsuffixlist import PublicSuffixList
+    from publicsuffixlist import PublicSuffixList  # optional: publicsuffixlist
 
     return PublicSuffixList()
 
@@ -108,7 +108,7 @@ def registrable_domain(website: str) -> str:
 
 def normalise_instructions(texts: Sequence[str]) -> list[str]:
     """`normalise_instruction` of many texts at once (vectorised with polars)."""
-    import polars as pl
+    import polars as pl  # optional: polars
 
     series = pl.Series(texts, dtype=pl.String).fill_null("")
     return (series.str.normalize("NFKC").str.to_lowercase()
@@ -156,7 +156,7 @@ def _token_ranks(texts: Sequence[str]) -> list[list[int]]:
     """Each normalised text's distinct tokens as ids ranked by global rarity (rarest = smallest),
     sorted, so a set's prefix is its rarest tokens. Vectorised: the Python loop over 300k texts
     was the slowest part of dedupe."""
-    import polars as pl
+    import polars as pl  # optional: polars
 
     lists = pl.Series("tok", texts, dtype=pl.String).str.split(" ").list.unique()
     flat = lists.explode()

@@ -10,6 +10,7 @@ task shards, or a shard that is not a task parquet file).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import click
 
 from webgym_data.loading import SPLITS, NotATaskSetError, task_shards
 from webgym_data.schema import TASK_DIFFICULTY_LEVELS, UNKNOWN_DIFFICULTY, WebgymDataError
+from webgym_data.split import registrable_domain
 
 __all__ = [
     "NO_FACTS",
@@ -41,7 +43,7 @@ def read_columns(folder: Path, columns: Iterable[str] = _COLUMNS):
     A column that a build of an earlier schema did not write (``seed_difficulty_level`` before 1.1)
     is null."""
     columns = list(columns)
-    import polars as pl
+    import polars as pl  # optional: polars
 
     frames = []
     for split, files in task_shards(folder).items():
@@ -60,9 +62,7 @@ def read_columns(folder: Path, columns: Iterable[str] = _COLUMNS):
 
 def compute_stats(frame) -> dict[str, Any]:
     """Counts of a task frame (columns as `read_columns` gives, plus `split`), JSON-ready."""
-    import polars as pl
-
-    from webgym_data.split import registrable_domain
+    import polars as pl  # optional: polars
 
     websites = frame.get_column("website").unique().to_list()
     site_map = {w: registrable_domain(w) for w in websites}
@@ -155,10 +155,8 @@ def stats_command(folder: Path, as_json: bool) -> None:
       webgym-data stats out/tasks
       webgym-data stats out/tasks --json > stats.json
     """
-    import json
-
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: import time
+    from rich.table import Table  # lazy: import time
 
     try:
         stats = compute_stats(read_columns(folder))

@@ -18,6 +18,7 @@ Exceptions (defined in `webgym_data.errors`)::
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ class TaskSetDiff:
 
 
 def _read_all(folder: Path):
-    import polars as pl
+    import polars as pl  # optional: polars
 
     frames = []
     for split, files in task_shards(folder).items():
@@ -66,7 +67,7 @@ def _read_all(folder: Path):
 
 def diff_task_sets(old: Path, new: Path) -> TaskSetDiff:
     """Compare two built folders by task id."""
-    import polars as pl
+    import polars as pl  # optional: polars
 
     before, after = _read_all(old), _read_all(new)
     # `source` is provenance (which file and row a task was read from): moving a seed file is not
@@ -102,8 +103,8 @@ def diff_command(old: Path, new: Path, limit: int, as_json: bool) -> None:
       webgym-data diff out/tasks-v1 out/tasks-v2
       webgym-data diff out/tasks-v1 out/tasks-v2 --json > changes.json
     """
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: import time
+    from rich.table import Table  # lazy: import time
 
     try:
         result = diff_task_sets(old, new)
@@ -152,7 +153,7 @@ def push_task_set(folder: Path, repo_id: str, *, revision: str | None = None, ta
     `revision` names a branch (created from main when missing); `tag` tags the uploaded commit.
     A build holding a seed set of `RESTRICTED_SEEDS` is pushed only with ``private=True``.
     """
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # optional: huggingface_hub
 
     folder = Path(folder)
     manifest, shard_files = _check_build(folder)
@@ -206,8 +207,6 @@ def push_command(folder: Path, repo_id: str, revision: str | None, tag: str | No
       webgym-data push out/tasks my-org/webgym-tasks --tag v1.0
       webgym-data push out/tasks my-org/webgym-tasks --revision dev --private
     """
-    import os
-
     try:
         url = push_task_set(folder, repo_id, revision=revision, tag=tag, private=private,
                             token=os.environ.get(token_env) or None)

@@ -3,7 +3,7 @@
 The core API, in the order training meets it::
 
     trajectories (webgym_rollout.read_episodes) -> load_trajectories -> build_samples(sets, Objective)
-        -> StepSamples -> train(TrainSettings) with the loss OBJECTIVES[objective]
+        -> StepSamples -> train(TrainCommandSettings) with the loss OBJECTIVES[objective]
     run_loop(LoopSettings): roll out -> train -> publish -> evaluate -> push, resumable, under the
         sync or async schedule with a resident trainer (webgym_rl.loop)
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from webgym_core.lazy import lazy_exports
+from webgym_core.lazy import lazy_exports, moved_names
 
 __version__ = "0.2.0"
 
@@ -25,8 +25,8 @@ _EXPORTS = {
     "Objective": "webgym_rl.samples",
     "SampleSelection": "webgym_rl.samples",
     "StepSamples": "webgym_rl.samples",
-    "TrainSettings": "webgym_rl.train",
-    "TrainingSettings": "webgym_rl.train",
+    "OptimizationSettings": "webgym_rl.settings",
+    "TrainCommandSettings": "webgym_rl.settings",
     "WebgymRLError": "webgym_rl.errors",
     "build_samples": "webgym_rl.samples",
     "load_trajectories": "webgym_rl.samples",
@@ -40,8 +40,8 @@ __all__ = [
     "Objective",
     "SampleSelection",
     "StepSamples",
-    "TrainSettings",
-    "TrainingSettings",
+    "OptimizationSettings",
+    "TrainCommandSettings",
     "WebgymRLError",
     "build_samples",
     "load_trajectories",
@@ -55,7 +55,12 @@ if TYPE_CHECKING:
     from webgym_rl.loop.settings import LoopSettings
     from webgym_rl.objectives import OBJECTIVES
     from webgym_rl.samples import Objective, SampleSelection, StepSamples, build_samples, load_trajectories
-    from webgym_rl.train import TrainingSettings, TrainSettings, train
+    from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
+    from webgym_rl.train import train
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+_lazy, __dir__ = lazy_exports(__name__, _EXPORTS)
+# Renamed in 0.3.0 to say what each is; the old names go in the next release.
+__getattr__ = moved_names(__name__, {"TrainSettings": "webgym_rl.settings:TrainCommandSettings",
+                                     "TrainingSettings": "webgym_rl.settings:OptimizationSettings"},
+                          fallback=_lazy)

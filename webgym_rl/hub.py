@@ -136,7 +136,7 @@ def render_model_card(settings: PushSettings, state: dict[str, Any] | None = Non
 
 def push_checkpoint(settings: PushSettings, api: Any = None) -> Any:
     """Create the repository if needed and upload the checkpoint and its card in one commit."""
-    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub import CommitOperationAdd, HfApi  # optional: huggingface_hub
 
     checkpoint = Path(settings.checkpoint)
     state = _read_state(checkpoint)

@@ -67,8 +67,8 @@ def apply_adapter(model, adapter_dir: str | Path, *, trainable: bool = False):
     """`model` with the LoRA adapter of `adapter_dir` on it (a peft ``PeftModel``); `trainable`: the
     adapter's weights train on (the base model's stay frozen). Every weight of the adapter must fit
     a module of `model`: peft would only warn, and the result would silently be another model."""
-    from peft import PeftModel
-    from peft.utils import get_peft_model_state_dict, load_peft_weights
+    from peft import PeftModel  # optional: peft
+    from peft.utils import get_peft_model_state_dict, load_peft_weights  # optional: peft
 
     base = getattr(model, "name_or_path", "") or type(model).__name__
     try:
@@ -90,8 +90,8 @@ def merged_state_dict(adapted) -> dict:
     `adapted`: the adapter keeps training. Each wrapped weight becomes ``W + delta`` (a new tensor;
     peft's ``get_delta_weight`` applies the scale); every other tensor is the model's own (no copy:
     use the result before the next training step)."""
-    import torch
-    from peft.tuners.lora import LoraLayer
+    import torch  # optional: torch
+    from peft.tuners.lora import LoraLayer  # optional: peft
 
     base = adapted.get_base_model()
     deltas: dict[str, torch.Tensor] = {}

@@ -34,6 +34,8 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
+from transformers import AutoModelForImageTextToText, AutoTokenizer
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
 
 from webgym_rl.errors import CheckpointError, ModelingError, UnknownFamilyError
@@ -154,8 +156,6 @@ class ImageOnlyQwenVLProcessor(Qwen2VLProcessor):
     @classmethod
     def _get_arguments_from_pretrained(cls, pretrained_model_name_or_path, processor_dict=None, **kwargs):
         # The stock loader asks AutoImageProcessor, which picks the torchvision class; load the PIL one.
-        from transformers import AutoTokenizer
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
         kwargs.pop("subfolder", None)
         image_processor = Qwen2VLImageProcessorPil.from_pretrained(pretrained_model_name_or_path, **kwargs)
@@ -183,7 +183,7 @@ def _read_config(path_or_repo: str | Path, revision: str | None) -> dict[str, An
             raise CheckpointError(f"{local} has no config.json: not a model checkpoint folder")
         return json.loads(config_file.read_text())
     _refuse_missing_folder(path_or_repo)
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download  # optional: huggingface_hub
 
     try:
         config_file = hf_hub_download(str(path_or_repo), "config.json", revision=revision)
@@ -209,7 +209,7 @@ def _download_processor_files(repo_id: str, revision: str | None) -> str:
 
     Loading from the snapshot (instead of handing the repo id to transformers) skips the weights and
     the optional-file probes (repo tree listings) that some Hub-protocol mirrors refuse."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # optional: huggingface_hub
 
     try:
         folder = snapshot_download(repo_id, revision=revision, allow_patterns=_PROCESSOR_PATTERNS)
@@ -262,8 +262,6 @@ def load_processor(path_or_repo: str | Path, *, revision: str | None = None,
 
 def load_model(path_or_repo: str | Path, *, revision: str | None = None, dtype=None):
     """`AutoModelForImageTextToText.from_pretrained` in eval mode; `dtype` defaults to the saved one."""
-    from transformers import AutoModelForImageTextToText
-
     model_family(path_or_repo, revision=revision)  # a clear error for a folder that is not a Qwen-VL model
     kwargs = _hub_kwargs(revision)
     kwargs["dtype"] = dtype if dtype is not None else "auto"

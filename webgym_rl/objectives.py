@@ -1,5 +1,5 @@
 """Training objectives, one function each, all with one signature:
-``objective(batch: ObjectiveBatch, settings: TrainingSettings) -> (loss, metrics)``.
+``objective(batch: ObjectiveBatch, settings: OptimizationSettings) -> (loss, metrics)``.
 
 `ObjectiveBatch` is what a batch carries: the trained model's logits, the collator's labels
 (``-100`` everywhere but the response tokens; ``logits[:, t]`` predicts ``labels[:, t + 1]``), one
@@ -9,6 +9,17 @@ tokens, each ``(B, L - 1)`` and lined up with `response_logprobs` (position ``t`
 unknown), the proximal policy's and the reference model's where the objective needs them. The
 trainer builds it the same way for every objective; `NEEDS_PROXIMAL` says which objectives want the
 proximal log-probabilities (and so several passes over a batch).
+
+Logits at the labelled positions alone. A web agent's step is thousands of tokens (a 1280x720
+screenshot is 880 image tokens, a memory prompt holds 5) of which a reply's hundred or two carry
+labels, and full logits are a ``(B, L, V)`` tensor (8.7k positions x 151936 words: 2.5 GiB in bf16,
+twice that in float32, again for the log-softmax). `logit_positions` lists the positions whose
+logits some label needs; a model given them as ``logits_to_keep`` (transformers' models take a 1-D
+tensor of positions) applies its output projection there alone, and `response_logprobs` with
+``positions`` reads such ``(B, K, V)`` logits and returns the same ``(B, L - 1)`` tensors as from
+full logits (the same numbers up to float rounding: each row of the projection and of the softmax
+is computed on its own either way). The trainer does this whenever its model's forward takes
+``logits_to_keep``; `ObjectiveBatch.positions` says which positions a batch's logits hold.
 
 The policy-gradient objectives score the policy that sampled: ``log_softmax(logits / T)`` with each
 sample's rollout temperature ``T`` (1 where unknown), the distribution the endpoint returns
@@ -79,17 +90,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from webgym_rl.samples import Objective
-
-if TYPE_CHECKING:
-    from webgym_rl.train import TrainingSettings
+from webgym_rl.settings import OptimizationSettings
 
 __all__ = ["NEEDS_PROXIMAL", "OBJECTIVES", "ObjectiveBatch", "filtered_bc", "grpo", "importance_weights",
-           "kl_k3", "reinforce", "response_logprobs"]
+           "kl_k3", "logit_positions", "reinforce", "response_logprobs"]
 
 # Detached scalar tensors: the trainer turns them into numbers only when it logs (no sync per step).
 Metrics = dict[str, torch.Tensor]
@@ -100,7 +108,8 @@ class ObjectiveBatch:
     """What every objective is given (see the module docstring for the alignment)."""
 
     logits: torch.Tensor
-    """``(B, L, V)``: the trained model's, with gradient."""
+    """``(B, L, V)``: the trained model's, with gradient; ``(B, K, V)`` at `positions` when those are
+    given."""
     labels: torch.Tensor
     """``(B, L)``: token ids on the response tokens, ``-100`` elsewhere."""
     advantages: torch.Tensor
@@ -120,6 +129,10 @@ class ObjectiveBatch:
     micro-batches times processes: the token normaliser (None: this micro-batch's own count)."""
     step_samples: float | None = None
     """The same for samples: the sample normaliser (None: this micro-batch's own count)."""
+    positions: torch.Tensor | None = None
+    """``(K,)``: the sequence positions `logits` holds (``logits[:, k]`` is position ``positions[k]``'s),
+    `logit_positions` of the labels, when the model computed its logits there alone. None: `logits`
+    holds every position."""
 
     def tokens_normaliser(self, mask: torch.Tensor) -> torch.Tensor | float:
         return mask.sum().clamp(min=1) if self.step_tokens is None else max(self.step_tokens, 1e-9)
@@ -128,24 +141,39 @@ class ObjectiveBatch:
         return float(self.labels.shape[0]) if self.step_samples is None else max(self.step_samples, 1e-9)
 
 
-def response_logprobs(logits: torch.Tensor, labels: torch.Tensor,
-                      temperatures: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def logit_positions(labels: torch.Tensor) -> torch.Tensor:
+    """The positions ``t`` (sorted, ``(K,)``) whose logits predict a labelled token, ``labels[:, t + 1]``,
+    in some sample of the batch; position 0 alone when no token is labelled. Give them to the model
+    as ``logits_to_keep`` and to `response_logprobs` (or `ObjectiveBatch`) as ``positions``."""
+    labelled = (labels[:, 1:] != -100).any(dim=0)
+    positions = labelled.nonzero().squeeze(1)
+    return positions if positions.numel() else torch.zeros(1, dtype=torch.long, device=labels.device)
+
+
+def response_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperatures: torch.Tensor | None = None,
+                      positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities of the labelled tokens and their mask, both ``(B, L - 1)``
     (0 where the mask is False), under ``softmax(logits / temperature)`` (`temperatures`: one per
-    sample; None: 1)."""
+    sample; None: 1). `positions`: the positions `logits` holds (``(B, K, V)`` logits, see
+    `logit_positions`, which every labelled token's position must be among); None: ``(B, L, V)``."""
     targets = labels[:, 1:]
     mask = targets != -100
-    logits = logits[:, :-1].float()
+    if positions is None:
+        kept_targets, kept_mask, logits = targets, mask, logits[:, :-1].float()
+    else:
+        kept_targets, kept_mask, logits = targets[:, positions], mask[:, positions], logits.float()
     if temperatures is not None:
         logits = logits / temperatures.to(logits)[:, None, None]
-    safe_targets = targets.masked_fill(~mask, 0)
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1)
-    return logp * mask, mask
+    safe_targets = kept_targets.masked_fill(~kept_mask, 0)
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, safe_targets.unsqueeze(-1)).squeeze(-1) * kept_mask
+    if positions is None:
+        return logp, mask
+    return logp.new_zeros(mask.shape).index_copy(1, positions, logp), mask
 
 
-def filtered_bc(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
+def filtered_bc(batch: ObjectiveBatch, settings: OptimizationSettings) -> tuple[torch.Tensor, Metrics]:
     """Mean negative log-likelihood of the response tokens (advantages are ignored)."""
-    logp, mask = response_logprobs(batch.logits, batch.labels)
+    logp, mask = response_logprobs(batch.logits, batch.labels, positions=batch.positions)
     tokens = mask.sum()
     loss = -logp.sum() / batch.tokens_normaliser(mask)
     return loss, {"nll": -logp.detach().sum() / tokens.clamp(min=1), "tokens": tokens.detach().float()}
@@ -164,10 +192,10 @@ def importance_weights(per_sample: torch.Tensor, behaviour: torch.Tensor | None,
     return torch.where(known, ratio, ones)
 
 
-def reinforce(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
+def reinforce(batch: ObjectiveBatch, settings: OptimizationSettings) -> tuple[torch.Tensor, Metrics]:
     """``-mean_b(w_b * advantage_b * mean_t log p(response_b,t))``, `w` the truncated importance
     weights (`importance_weights` of the per-sample mean behaviour log-probability; 1 without)."""
-    logp, mask = response_logprobs(batch.logits, batch.labels, batch.temperatures)
+    logp, mask = response_logprobs(batch.logits, batch.labels, batch.temperatures, batch.positions)
     per_sample = logp.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
     advantages = batch.advantages.to(per_sample.dtype)
     behaviour = None
@@ -187,10 +215,10 @@ def kl_k3(logp: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1
 
 
-def grpo(batch: ObjectiveBatch, settings: TrainingSettings) -> tuple[torch.Tensor, Metrics]:
+def grpo(batch: ObjectiveBatch, settings: OptimizationSettings) -> tuple[torch.Tensor, Metrics]:
     """The clipped, decoupled, optionally KL-penalised surrogate of the module docstring."""
     g = settings.grpo
-    logp, mask = response_logprobs(batch.logits, batch.labels, batch.temperatures)
+    logp, mask = response_logprobs(batch.logits, batch.labels, batch.temperatures, batch.positions)
     proximal = logp.detach() if batch.proximal_logprobs is None else batch.proximal_logprobs.to(logp.dtype)
     advantages = batch.advantages.to(logp.dtype)[:, None]
     ratio = torch.exp(logp - proximal)
@@ -233,5 +261,5 @@ NEEDS_PROXIMAL = frozenset({Objective.GRPO})
 (in its first pass) and makes ``--ppo-epochs`` passes over it."""
 
 # Each objective's loss is the function named after it: a new `Objective` without one fails here.
-OBJECTIVES: dict[Objective, Callable[[ObjectiveBatch, TrainingSettings], tuple[torch.Tensor, Metrics]]] = {
-    objective: globals()[objective.value] for objective in Objective}
+OBJECTIVES: dict[Objective, Callable[[ObjectiveBatch, OptimizationSettings], tuple[torch.Tensor, Metrics]]
+                 ] = {objective: globals()[objective.value] for objective in Objective}

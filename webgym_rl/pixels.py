@@ -5,7 +5,7 @@ same image tokens, or the trainer scores other inputs than the ones the reply wa
 the prompt token ids no longer match, `webgym_rl.collate`). Qwen-VL processors resize every image to
 an area between ``min_pixels`` and ``max_pixels``; `ImageSettings` holds that pair once:
 
-- the trainer loads its processor with it (`webgym_rl.train.TrainingSettings.images`, flags
+- the trainer loads its processor with it (`webgym_rl.settings.OptimizationSettings.images`, flags
   ``--min-pixels`` / ``--max-pixels``), and so does the CPU policy server
   (`webgym_rl.policy_server.PolicyServerSettings.images`, the same flags);
 - the loop passes its trainer's setting to the policy server it starts;

@@ -332,7 +332,7 @@ class StepSamples:
         return len(self._refs)
 
     def __getitem__(self, index: int) -> Sample:
-        from datasets import Image
+        from datasets import Image  # optional: datasets
 
         ref = self._refs[index]
         table = self._tables[ref.source][ref.row]
@@ -376,7 +376,7 @@ class StepSamples:
 # ------------------------------------------------------------------------------------------ reading
 
 def _load(source: str | Path, cache_dir: str | None) -> TrajectorySet:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # optional: pyarrow
 
     # The columns are checked once, by the reader: every shard (a Hub dataset: its features) against
     # its schema version's, which hold every column and step field the trainer reads.
@@ -431,7 +431,7 @@ def _episode_status(value: str | None, source: TrajectorySet, episode_id: str) -
 def _step_flags(steps_column) -> list[list[_StepFlags]]:
     """Each row's `_StepFlags`, read from the Arrow list column without its other fields (no
     screenshot is touched)."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # optional: pyarrow
 
     flags: list[list[_StepFlags]] = []
     for chunk in steps_column.chunks:

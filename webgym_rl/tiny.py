@@ -24,6 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import click
+from transformers import (
+    AutoModelForImageTextToText,
+    GenerationConfig,
+    PreTrainedTokenizerFast,
+    Qwen2VLConfig,
+    Qwen3VLConfig,
+)
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_options
@@ -112,8 +120,7 @@ class TinyModelSettings:
 
 
 def _train_tokenizer(vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # optional: tokenizers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -154,8 +161,6 @@ def _tiny_config(settings: TinyModelSettings, tokenizer):
         tie_word_embeddings=False,
     )
     if settings.family == "qwen2_vl":
-        from transformers import Qwen2VLConfig
-
         text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0,
                                    "mrope_section": mrope_section}
         vision = dict(depth=settings.num_layers, embed_dim=settings.vision_width,
@@ -163,8 +168,6 @@ def _tiny_config(settings: TinyModelSettings, tokenizer):
                       spatial_merge_size=2, temporal_patch_size=2)
         return Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=False, **ids)
     if settings.family == "qwen3_vl":
-        from transformers import Qwen3VLConfig
-
         text.update(head_dim=head_dim, rope_parameters={
             "rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope_section,
             "mrope_interleaved": True})
@@ -183,9 +186,7 @@ def build_tiny_model(out_dir: Path | str, *, family: Family = "qwen2_vl", seed: 
     `settings` gives every size (its family and seed then win over `family` and `seed`). The result
     loads with `load_model` / `load_processor` like any Hub checkpoint. Returns `out_dir`.
     """
-    import torch
-    from transformers import AutoModelForImageTextToText, GenerationConfig
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    import torch  # optional: torch
 
     if settings is None:
         if family not in FAMILIES:

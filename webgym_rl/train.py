@@ -1,11 +1,11 @@
 """``webgym-rl train``: fine-tune a Qwen-VL policy on trajectory datasets with a visible Accelerate loop.
 
-Reading order: `TrainingSettings` (how to train: objective, sample selection, grpo's knobs
-(`GRPOSettings`), LoRA, optimizer, schedule, batch, precision, logging; a docstring each),
-`TrainSettings` (what to train: the model, the data and the output folder, plus one
-`TrainingSettings`; the loop holds the same `TrainingSettings`), `train` (checks the inputs, then
-one ``accelerator.prepare(...)`` and a plain loop), `train_command` (the CLI, its flags made from
-the settings by `webgym_core.settings`).
+Reading order: the settings (`webgym_rl.settings`: `OptimizationSettings`, how to train: objective,
+sample selection, grpo's knobs, LoRA, optimizer, schedule, batch, precision, logging;
+`TrainCommandSettings`, what to train: the model, the data and the output folder, plus one
+`OptimizationSettings`, which the loop holds too), `train` (checks the inputs, then one
+``accelerator.prepare(...)`` and a plain loop), `train_command` (the CLI, its flags made from the
+settings by `webgym_core.settings`).
 Distribution (DDP, FSDP, DeepSpeed) and mixed precision come from ``accelerate launch`` / the
 Accelerate config, never from this module.
 
@@ -30,6 +30,7 @@ Exceptions (`webgym_rl.errors`)::
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
@@ -38,192 +39,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
 import click
 
 from webgym_core.errors import SettingsError
-from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+from webgym_core.lazy import moved_names
+from webgym_core.settings import load_settings, settings_options, settings_to_dict
 from webgym_rl.errors import ResumeError, TrainingError, TrainSettingsError, WebgymRLError
-from webgym_rl.pixels import ImageSettings
-from webgym_rl.samples import Objective, SampleSelection
+from webgym_rl.samples import Objective
+from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
 
-__all__ = ["EpochOrder", "FitResult", "GRPOSettings", "ResumeError", "TrainResult", "TrainSettings",
-           "TrainSettingsError", "Trainer", "TrainingError", "TrainingSettings", "complete_checkpoints",
-           "describe_on_policy", "make_accelerator", "steps_for", "train", "train_command"]
+__all__ = ["EpochOrder", "FitResult", "ResumeError", "TrainResult", "TrainSettingsError", "Trainer",
+           "TrainingError", "complete_checkpoints", "describe_on_policy", "make_accelerator", "steps_for",
+           "train", "train_command"]
+
+# Moved in 0.3.0 (renamed to say what each is); the old import paths go in the next release.
+__getattr__ = moved_names(__name__, {"TrainSettings": "webgym_rl.settings:TrainCommandSettings",
+                                     "TrainingSettings": "webgym_rl.settings:OptimizationSettings",
+                                     "GRPOSettings": "webgym_rl.settings"})
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"
 CHECKPOINT_PREFIX = "checkpoint-"
-
-Scheduler = Literal["constant", "linear", "cosine"]
-ModelDtype = Literal["float32", "bfloat16"]
-MixedPrecision = Literal["auto", "no", "bf16", "fp16"]
-LossAggregation = Literal["token-mean", "sequence-mean"]
-
-
-def _check_choice(name: str, value: Any, allowed: Any) -> None:
-    """Refuse a value outside `allowed` (a Literal or an Enum), naming the field."""
-    allowed = [m.value for m in allowed] if isinstance(allowed, type) else list(get_args(allowed))
-    if value not in allowed:
-        raise TrainSettingsError(f"{name}: {value!r} is unknown; choose one of "
-                                 f"{', '.join(repr(a) for a in allowed)}")
-
-
-@dataclass(frozen=True)
-class GRPOSettings:
-    """The knobs of ``--objective grpo`` (its exact form: `webgym_rl.objectives`)."""
-
-    clip_low: float = 0.2
-    """grpo: PPO clipping below: the ratio to the proximal policy is clipped to
-    [1 - clip_low, 1 + clip_high]."""
-    clip_high: float = 0.28
-    """grpo: PPO clipping above (DAPO's clip-higher: wider than clip_low, so unlikely tokens of good
-    replies can still rise)."""
-    behaviour_cap: float = 5.0
-    """grpo: decoupled PPO: tokens whose behaviour weight pi_prox / mu (proximal over the policy that
-    rolled them out) exceeds this are masked out (AsyncWebRL: 5); 0 = no mask."""
-    ppo_epochs: int = 1
-    """grpo: passes over each batch (one optimizer step each; --max-steps counts them all); the
-    proximal log-probabilities are computed once per batch, in its first pass."""
-    kl_coef: float = 0.0
-    """grpo: weight of the KL penalty to the starting (reference) model; 0 = off. The reference is a
-    frozen copy of the starting weights (a LoRA run from a fresh adapter: the model with its adapter
-    switched off, no copy)."""
-    loss_aggregation: LossAggregation = "token-mean"
-    """grpo: per-step normaliser: token-mean (all response tokens of the batch weigh alike; DAPO) or
-    sequence-mean (each step's tokens averaged first, then the steps; the GRPO paper)."""
-
-    def __post_init__(self) -> None:
-        _check_choice("loss_aggregation", self.loss_aggregation, LossAggregation)
-        if not 0 < self.clip_low < 1:
-            raise TrainSettingsError(f"clip_low: must be in (0, 1), got {self.clip_low}")
-        if not self.clip_high > 0:
-            raise TrainSettingsError(f"clip_high: must be > 0, got {self.clip_high}")
-        if not (self.behaviour_cap == 0 or self.behaviour_cap >= 1):
-            raise TrainSettingsError(f"behaviour_cap: must be 0 (no mask) or >= 1 (an on-policy token has "
-                                     f"weight 1), got {self.behaviour_cap}")
-        if self.ppo_epochs < 1:
-            raise TrainSettingsError(f"ppo_epochs: must be >= 1, got {self.ppo_epochs}")
-        if not self.kl_coef >= 0:
-            raise TrainSettingsError(f"kl_coef: must be >= 0, got {self.kl_coef}")
-
-
-@dataclass(frozen=True)
-class TrainingSettings:
-    """How to train: the objective, which samples, LoRA, the optimizer, the schedule, the batch,
-    precision and logging. `TrainSettings` holds one; so does the loop's `LoopSettings`."""
-
-    objective: Objective = Objective.FILTERED_BC
-    """Training objective: which samples are kept and which loss trains on them."""
-    samples: SampleSelection = flat(SampleSelection)
-    importance_clip: float = 2.0
-    """reinforce: truncate the importance weight of off-policy samples (trained model over the policy
-    that rolled them out, from the stored log-probabilities) at this value; 0 = no weights."""
-    grpo: GRPOSettings = flat(GRPOSettings)
-    lora: bool = False
-    """Train a LoRA adapter (peft) instead of all weights."""
-    lora_rank: int = 16
-    """LoRA rank."""
-    lora_alpha: int = 32
-    """LoRA scaling numerator (scale = alpha / rank)."""
-    lora_dropout: float = 0.0
-    """Dropout on the LoRA path."""
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Module names LoRA wraps (the language model's attention projections by default)."""
-    learning_rate: float = 1e-5
-    """Peak learning rate of AdamW."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    lr_scheduler: Scheduler = "constant"
-    """Learning-rate schedule after warm-up: constant, linear or cosine."""
-    warmup_steps: int = 0
-    """Optimizer steps of linear warm-up."""
-    per_device_batch_size: int = 1
-    """Samples per forward pass on each process."""
-    gradient_accumulation_steps: int = 1
-    """Forward passes per optimizer step."""
-    max_steps: int = 0
-    """Optimizer steps to train for (0 = use --epochs)."""
-    epochs: float = 1.0
-    """Passes over the samples when --max-steps is 0."""
-    max_grad_norm: float = 1.0
-    """Clip the gradient norm to this (0 = no clipping)."""
-    model_dtype: ModelDtype = "float32"
-    """Dtype the weights are loaded and updated in: float32 (mixed precision keeps fp32 master
-    weights) or bfloat16 (half the memory; pure-bf16 updates)."""
-    mixed_precision: MixedPrecision = "auto"
-    """no, bf16 or fp16; auto = what accelerate launch says, else bf16 where the GPU supports it."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, more compute)."""
-    images: ImageSettings = flat(ImageSettings)
-    save_every: int = 0
-    """Write a checkpoint every N optimizer steps (0 = only at the end)."""
-    log_every: int = 10
-    """Send metrics (means over the last N steps) to the trackers every N optimizer steps."""
-    log_with: str = "tensorboard"
-    """Accelerate tracker: tensorboard (offline, under OUT/logs), wandb, ... or none."""
-
-    def __post_init__(self) -> None:
-        _check_choice("objective", self.objective, Objective)
-        _check_choice("lr_scheduler", self.lr_scheduler, Scheduler)
-        _check_choice("model_dtype", self.model_dtype, ModelDtype)
-        _check_choice("mixed_precision", self.mixed_precision, MixedPrecision)
-        for name in ("per_device_batch_size", "gradient_accumulation_steps", "log_every", "lora_rank"):
-            if getattr(self, name) < 1:
-                raise TrainSettingsError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "save_every", "max_steps", "max_grad_norm", "weight_decay",
-                     "importance_clip"):
-            if getattr(self, name) < 0:
-                raise TrainSettingsError(f"{name}: must be >= 0, got {getattr(self, name)}")
-        if not self.learning_rate > 0:
-            raise TrainSettingsError(f"learning_rate: must be > 0, got {self.learning_rate}")
-        if self.max_steps == 0 and not self.epochs > 0:
-            raise TrainSettingsError(f"epochs: must be > 0 when max_steps is 0, got {self.epochs}")
-        if Objective(self.objective) is not Objective.GRPO:
-            for name, default in (("ppo_epochs", 1), ("kl_coef", 0.0)):
-                if getattr(self.grpo, name) != default:
-                    raise TrainSettingsError(f"{name}: applies to --objective grpo only (the objective is "
-                                             f"{Objective(self.objective).value})")
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """What `train` trains (model, data, output) and how (`training`). Filled from defaults, then
-    a YAML file, then CLI flags (`webgym_core.settings.load_settings`)."""
-
-    model: str = ""
-    """Starting checkpoint: a local folder or a Hub model id (any Qwen2-VL / Qwen2.5-VL / Qwen3-VL),
-    or a LoRA adapter folder (with --lora: that adapter trains on, on the base model its
-    adapter_config.json names, so the result is again an adapter of that base model)."""
-    model_revision: str | None = None
-    """Hub revision of --model, or of its base model when --model is an adapter folder (branch, tag
-    or commit); "main" when the model is a Hub id."""
-    data: list[str] = field(default_factory=list)
-    """Trajectory sources: rollout folders or Hub dataset ids (id or id@revision)."""
-    out: str = ""
-    """Output folder: checkpoints and TensorBoard logs."""
-    resume: bool = False
-    """Continue from the newest complete checkpoint in --out (same data order and optimizer state)."""
-    seed: int = 0
-    """Seed for the data order and the RNGs."""
-    cache_dir: str | None = None
-    """datasets cache folder for the trajectory shards (default: the HF cache)."""
-    training: TrainingSettings = flat(TrainingSettings)
-
-    def __post_init__(self) -> None:
-        if not self.model:
-            raise TrainSettingsError("model: is required (a checkpoint folder or Hub model id)")
-        if not self.out:
-            raise TrainSettingsError("out: is required (the folder checkpoints go to)")
-        if not self.data:
-            raise TrainSettingsError("data: is required (one or more trajectory folders or Hub dataset ids)")
-
-    @property
-    def out_dir(self) -> Path:
-        return Path(self.out)
-
 
 @dataclass
 class TrainResult:
@@ -292,7 +131,7 @@ def complete_checkpoints(out: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
 
 
-def _starting_point(model: str, revision: str | None, training: TrainingSettings
+def _starting_point(model: str, revision: str | None, training: OptimizationSettings
                     ) -> tuple[str, str | None, Path | None]:
     """The model `model` names: (base model, its Hub revision, the LoRA adapter to train on or None)."""
     from webgym_rl.errors import MergeError
@@ -315,7 +154,7 @@ def _starting_point(model: str, revision: str | None, training: TrainingSettings
     return model, revision, adapter
 
 
-def _check_adapter_shape(t: TrainingSettings, adapter: Path) -> None:
+def _check_adapter_shape(t: OptimizationSettings, adapter: Path) -> None:
     """An adapter trains on with the rank, scale, dropout and modules it has: refuse settings that
     ask for others (they would be silently ignored)."""
     from webgym_rl.merge import ADAPTER_CONFIG
@@ -349,7 +188,7 @@ def _tracker_config(settings: Any) -> dict[str, Any]:
             for k, v in settings_to_dict(settings).items()}
 
 
-def make_accelerator(training: TrainingSettings, out: Path) -> Any:
+def make_accelerator(training: OptimizationSettings, out: Path) -> Any:
     """The `Accelerator` of a training run: it owns devices, processes and precision (creating it
     trains nothing; ``accelerate launch`` and the Accelerate config decide the layout)."""
     from accelerate import Accelerator
@@ -366,7 +205,7 @@ def make_accelerator(training: TrainingSettings, out: Path) -> Any:
     )
 
 
-def steps_for(samples: int, training: TrainingSettings, num_processes: int = 1) -> int:
+def steps_for(samples: int, training: OptimizationSettings, num_processes: int = 1) -> int:
     """Optimizer steps one pass of `training` makes over `samples` samples: ``max_steps``, else
     ``epochs`` passes of per-process batches after sharding (at least one step), each batch
     ``ppo_epochs`` times."""
@@ -407,7 +246,7 @@ class Trainer:
     ``constant`` schedule, which needs no length).
     """
 
-    def __init__(self, *, model: str, model_revision: str | None, training: TrainingSettings, out: Path,
+    def __init__(self, *, model: str, model_revision: str | None, training: OptimizationSettings, out: Path,
                  seed: int, total_steps: int | None, tracker_config: dict[str, Any] | None = None,
                  accelerator: Any = None):
         import torch
@@ -416,7 +255,7 @@ class Trainer:
 
         from webgym_rl.collate import Collator
         from webgym_rl.modeling import load_model, load_processor, placeholder_token_ids
-        from webgym_rl.objectives import NEEDS_PROXIMAL, OBJECTIVES
+        from webgym_rl.objectives import NEEDS_PROXIMAL, OBJECTIVES  # optional: torch (objectives imports it)
 
         t = self.training = training
         self.out = Path(out)
@@ -434,6 +273,9 @@ class Trainer:
         set_seed(seed)
         net = load_model(base, revision=revision, dtype=getattr(torch, t.model_dtype))
         net.train()
+        self._logits_at_labels = "logits_to_keep" in inspect.signature(net.forward).parameters
+        """The model computes logits at given positions (``logits_to_keep``): the trainer asks for
+        those whose next token is labelled alone (`webgym_rl.objectives.logit_positions`)."""
         if t.gradient_checkpointing:
             net.config.use_cache = False
             if hasattr(net, "activation_checkpointing_enable"):  # transformers >= 5.2x
@@ -510,7 +352,7 @@ class Trainer:
         import torch
 
         from webgym_rl.collate import NOT_MODEL_INPUTS
-        from webgym_rl.objectives import response_logprobs
+        from webgym_rl.objectives import response_logprobs  # optional: torch (objectives imports it)
 
         chosen: dict[str, list[int]] = {}
         for index, (version, exact) in enumerate(zip(samples.policy_versions, samples.exact, strict=True)):
@@ -525,9 +367,10 @@ class Trainer:
             for index in indices:
                 micro = {k: v.to(self.accelerator.device) for k, v in self.collator([samples[index]]).items()}
                 inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
+                positions = self.logit_positions(micro["labels"])
                 with torch.no_grad(), self.accelerator.autocast():
-                    logits = self.policy_logits(self.model, inputs)
-                logp, mask = response_logprobs(logits, micro["labels"], micro["temperatures"])
+                    logits = self.policy_logits(self.model, inputs, positions)
+                logp, mask = response_logprobs(logits, micro["labels"], micro["temperatures"], positions)
                 behaviour = micro["behaviour_logprobs"][:, 1:].to(logp.dtype)
                 known = mask & ~torch.isnan(behaviour)
                 diff = (logp - torch.nan_to_num(behaviour)).abs()[known]
@@ -565,7 +408,7 @@ class Trainer:
         data order to start: a resumed run skips what it has seen. `on_save()` is called every
         `save_every` optimizer steps before the last, with the log history up to date."""
         from webgym_rl.collate import NOT_MODEL_INPUTS
-        from webgym_rl.objectives import ObjectiveBatch
+        from webgym_rl.objectives import ObjectiveBatch  # optional: torch (objectives imports it)
 
         t, accelerator = self.training, self.accelerator
         position = position if position is not None else {}
@@ -616,16 +459,17 @@ class Trainer:
                 for j, micro in enumerate(group):
                     labels = micro["labels"]
                     inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
+                    positions = self.logit_positions(labels)
                     with accelerator.accumulate(self.model):
-                        logits = self.policy_logits(self.model, inputs)
+                        logits = self.policy_logits(self.model, inputs, positions)
                         if self.needs_proximal and proximal[j] is None:
-                            proximal[j] = self._logprobs(logits, labels, micro["temperatures"])
+                            proximal[j] = self._logprobs(logits, labels, micro["temperatures"], positions)
                         batch = ObjectiveBatch(
                             logits=logits, labels=labels, advantages=micro["advantages"],
                             behaviour_logprobs=micro["behaviour_logprobs"][:, 1:],
                             proximal_logprobs=proximal[j], reference_logprobs=reference[j],
                             temperatures=micro["temperatures"], step_tokens=step_tokens,
-                            step_samples=step_samples)
+                            step_samples=step_samples, positions=positions)
                         loss, metrics = self.loss(batch, t)
                         accelerator.backward(loss)
                         if accelerator.sync_gradients and t.max_grad_norm > 0:
@@ -682,10 +526,19 @@ class Trainer:
                          loop_seconds=time.perf_counter() - started,
                          loop_cpu_seconds=time.process_time() - started_cpu)
 
-    def policy_logits(self, model: Any, inputs: dict[str, Any]) -> Any:
+    def logit_positions(self, labels: Any) -> Any:
+        """The positions whose logits the objectives read (`webgym_rl.objectives.logit_positions`),
+        or None (every position) when the model cannot compute logits at chosen positions."""
+        from webgym_rl.objectives import logit_positions
+
+        return logit_positions(labels) if self._logits_at_labels else None
+
+    def policy_logits(self, model: Any, inputs: dict[str, Any], positions: Any = None) -> Any:
         """`model`'s logits of `inputs` as the policy's: the vision placeholder tokens, which the
-        policy server never samples (`webgym_rl.modeling.VISION_PLACEHOLDERS`), at -inf."""
-        logits = model(**inputs).logits
+        policy server never samples (`webgym_rl.modeling.VISION_PLACEHOLDERS`), at -inf. At
+        `positions` alone (``(B, K, V)``, see `logit_positions`) when given, else everywhere."""
+        logits = (model(**inputs).logits if positions is None
+                  else model(**inputs, logits_to_keep=positions).logits)
         if not len(self._placeholders):
             return logits
         # In place: a copy would double the largest tensor of a step (batch x length x vocabulary).
@@ -694,14 +547,14 @@ class Trainer:
         return logits.index_fill_(-1, self._placeholders.to(logits.device), float("-inf"))
 
     @staticmethod
-    def _logprobs(logits: Any, labels: Any, temperatures: Any = None) -> Any:
+    def _logprobs(logits: Any, labels: Any, temperatures: Any = None, positions: Any = None) -> Any:
         """The response tokens' log-probabilities under `logits`, detached (`response_logprobs`)."""
         import torch
 
-        from webgym_rl.objectives import response_logprobs
+        from webgym_rl.objectives import response_logprobs  # optional: torch (objectives imports it)
 
         with torch.no_grad():
-            return response_logprobs(logits.detach(), labels, temperatures)[0]
+            return response_logprobs(logits.detach(), labels, temperatures, positions)[0]
 
     def _step_normalisers(self, group: list[dict[str, Any]]) -> tuple[float, float]:
         """(response tokens, samples) of the optimizer step whose micro-batches are `group`, summed
@@ -724,13 +577,14 @@ class Trainer:
 
         inputs = {k: v for k, v in micro.items() if k not in NOT_MODEL_INPUTS}
         model = self.accelerator.unwrap_model(self.model)
+        positions = self.logit_positions(micro["labels"])
         with torch.no_grad(), self.accelerator.autocast():
             if self._reference is not None:
-                logits = self.policy_logits(self._reference, inputs)
+                logits = self.policy_logits(self._reference, inputs, positions)
             else:  # a LoRA run from a fresh adapter: the model without its adapter is the start
                 with model.disable_adapter():
-                    logits = self.policy_logits(model, inputs)
-        return self._logprobs(logits, micro["labels"], micro["temperatures"])
+                    logits = self.policy_logits(model, inputs, positions)
+        return self._logprobs(logits, micro["labels"], micro["temperatures"], positions)
 
     def save(self, folder: Path, state: dict[str, Any]) -> Path:
         """A full checkpoint in `folder`: ``training_state/`` (optimizer, schedule, RNG, model),
@@ -820,7 +674,7 @@ class Trainer:
         self.accelerator.end_training()
 
 
-def train(settings: TrainSettings) -> TrainResult:
+def train(settings: TrainCommandSettings) -> TrainResult:
     """Check inputs, then train. Every bad input stops here, before the first step."""
     from tqdm.auto import tqdm
 
@@ -906,7 +760,7 @@ def train(settings: TrainSettings) -> TrainResult:
 
 
 @click.command("train", context_settings={"help_option_names": ["-h", "--help"]})
-@settings_options(TrainSettings)
+@settings_options(TrainCommandSettings)
 def train_command(config: str | None, **flags: Any) -> None:
     """Fine-tune a Qwen-VL policy on trajectory datasets (filtered_bc, reinforce or grpo).
 
@@ -925,7 +779,7 @@ def train_command(config: str | None, **flags: Any) -> None:
     from webgym_rl.modeling import ModelingError
 
     try:
-        settings = load_settings(TrainSettings, config, flags)
+        settings = load_settings(TrainCommandSettings, config, flags)
         result = train(settings)
     except (SettingsError, WebgymRLError, ModelingError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -13,9 +13,10 @@ The runner (`webgym_rollout.runner.run`, ``webgym-rollout run``) schedules many 
 
 from webgym_rollout.agent.policies import OpenAIPolicy, RandomPolicy
 from webgym_rollout.browser.client import BrowserClient, BrowserSession
-from webgym_rollout.env import EnvSettings, StepResult, WebEnv
+from webgym_rollout.env import StepResult, WebEnv
 from webgym_rollout.errors import RolloutError
 from webgym_rollout.judge.judges import ProgrammaticJudge, RubricJudge
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step
 from webgym_rollout.trajectory.reader import read_episodes
 

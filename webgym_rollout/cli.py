@@ -12,7 +12,7 @@ COMMANDS = {
     "serve-sites": ("webgym_rollout.tasks.sites:serve_sites_command",
                     "Serve the MiniWoB++, sandbox, shop, reference and travel sites on 127.0.0.1 (truth on "
                     "its own port)."),
-    "site-tasks": ("webgym_rollout.tasks.websites.generate:site_tasks_command",
+    "site-tasks": ("webgym_sites.generate:site_tasks_command",
                    "Write generated tasks of the local sites as task rows (for webgym-data build)."),
     "run": ("webgym_rollout.runner:run_command",
             "Roll out tasks with a policy against browser servers; write trajectories."),

@@ -2,7 +2,7 @@
 
 ::
 
-    env = WebEnv(client, EnvSettings(sites_url=sites.base_url))
+    env = WebEnv(client, EnvSettings(sites_url=sites.base_url))   # webgym_rollout.settings
     observation = await env.reset(task)                # opens a session, loads the task's page
     while True:
         result = await env.step(await policy.act(observation))
@@ -23,7 +23,9 @@ with separate calls. The result carries
 - ``reward``: the environment's own reward (a MiniWoB page's raw reward once it is done; a website
   gives none: its reward comes from the judge after the episode);
 - ``terminated``: the agent answered, or the environment ended the episode;
-- ``truncated``: the step budget (`horizon`) ran out;
+- ``truncated``: the step budget ran out: Gymnasium's time limit, per task kind (`horizon`, from
+  `TaskKind.horizon`: the kind's own budget, or the split's table by difficulty, or
+  `EnvSettings.horizons`);
 - ``info``: ``step`` (the recorded `Step`), ``timings`` (seconds per phase), ``outcome`` (the
   environment's `TaskOutcome`, if it keeps one) and ``answer``.
 
@@ -40,11 +42,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from webgym_core.lazy import moved_names
 from webgym_data.schema import Task
+from webgym_rollout import settings as rollout_settings
 from webgym_rollout.actions import AgentAction
+from webgym_rollout.agent.policies import PolicyOutput
 from webgym_rollout.agent.protocol import Observation, ParsedResponse
 from webgym_rollout.browser.client import BrowserClient, BrowserSession
 from webgym_rollout.browser.protocol import (
@@ -55,54 +60,20 @@ from webgym_rollout.browser.protocol import (
     ScreenshotRequest,
 )
 from webgym_rollout.errors import EpisodeOver, NavigationRefused, RolloutError, ServerBusy, SiteBlocked
-from webgym_rollout.tasks.kind import TaskKind, task_kind
+from webgym_rollout.tasks.kind import TaskKind, kind_names, task_kind
 from webgym_rollout.trajectory.contract import Latency, Step, TaskOutcome, TokenUsage
 from webgym_rollout.trajectory.recordings import RecordingStore, ReplaySource
 
-__all__ = ["EnvSettings", "EpisodeOver", "StepResult", "WebEnv"]
+if TYPE_CHECKING:  # at run time the name is looked up in `rollout_settings`: the old path warns
+    from webgym_rollout.settings import EnvSettings
+
+__all__ = ["EpisodeOver", "StepResult", "WebEnv"]
+
+# Moved in 0.3.0; the old import path goes in the next release.
+__getattr__ = moved_names(__name__, {"EnvSettings": "webgym_rollout.settings"})
 
 log = logging.getLogger(__name__)
 _SCREENSHOT = ScreenshotRequest()
-
-
-@dataclass(frozen=True)
-class EnvSettings:
-    """How an episode is played in the browser: the viewport, the local sites, the step budgets."""
-
-    viewport: str = "1280x720"
-    """Browser viewport WIDTHxHEIGHT in pixels."""
-    sites_url: str | None = None
-    """Base URL of the local site server (webgym-rollout serve-sites); MiniWoB tasks need it."""
-    train_horizons: tuple[int, int, int] = (10, 20, 30)
-    """Step budget of easy / medium / hard tasks in the train split."""
-    test_horizons: tuple[int, int, int] = (30, 50, 70)
-    """Step budget of easy / medium / hard tasks in the test split."""
-    miniwob_horizon: int = 6
-    """Step budget of MiniWoB tasks (short, single-page tasks)."""
-    busy_wait_s: float = 120.0
-    """How long reset waits for a free session slot while every server answers 'busy'."""
-    elements: bool = field(default=False, metadata={"cli": False})
-    """Read the page's interactive elements into each observation (one more call per step; the
-    random policy needs them). Set by the runner from the policy."""
-
-    def __post_init__(self) -> None:
-        try:
-            width, height = self.viewport_size
-        except ValueError:
-            raise ValueError(f"viewport: expected WIDTHxHEIGHT, e.g. 1280x720, got {self.viewport!r}"
-                             ) from None
-        if width < 1 or height < 1:
-            raise ValueError(f"viewport: both sides must be >= 1, got {self.viewport!r}")
-        for name in ("train_horizons", "test_horizons"):
-            if any(h < 1 for h in getattr(self, name)):
-                raise ValueError(f"{name}: every horizon must be >= 1, got {list(getattr(self, name))}")
-        if self.miniwob_horizon < 1:
-            raise ValueError(f"miniwob_horizon: must be >= 1, got {self.miniwob_horizon}")
-
-    @property
-    def viewport_size(self) -> tuple[int, int]:
-        width, _, height = self.viewport.lower().partition("x")
-        return int(width), int(height)
 
 
 @dataclass(frozen=True)
@@ -126,7 +97,12 @@ class WebEnv:
 
     def __init__(self, client: BrowserClient, settings: EnvSettings | None = None):
         self.client = client
-        self.settings = settings or EnvSettings()
+        self.settings = settings or rollout_settings.EnvSettings()
+        kinds = {name.partition(":")[0] for name in kind_names()}
+        unknown = sorted(set(self.settings.horizons) - kinds)
+        if unknown:
+            raise ValueError(f"horizons: no task kind is named {', '.join(map(repr, unknown))}; the kinds "
+                             f"are {', '.join(sorted(kinds))}")
         self.task: Task | None = None
         self.kind: TaskKind | None = None
         self.session: BrowserSession | None = None
@@ -350,8 +326,6 @@ async def _nothing() -> None:
 
 
 def _as_policy_output(action: Any) -> Any:
-    from webgym_rollout.agent.policies import PolicyOutput
-
     if isinstance(action, PolicyOutput):
         return action
     if isinstance(action, AgentAction):

@@ -56,17 +56,16 @@ export it (``from webgym_rollout.judge.judges import JudgeTimeout`` works).
      │    ├── EpisodeUnstorable (ValueError) an episode whose row does not fit the columns
      │    └── PushRefused             the folder to push is not a finished dataset (`trajectory.hub`)
      ├── EpisodeOver                  `WebEnv.step` after the episode ended (`env`)
-     ├── TruthUnavailable             the local sites' truth listener cannot be reached, refused the
-     │    │                           token or sent no facts (`tasks.websites.truth`; names the URL;
-     │    │                           the site judge retries, then raises JudgeUnavailable)
-     │    └── TruthTimeout            it did not answer within the client's timeout (the site judge
-     │                                retries, then raises JudgeTimeout)
      └── FleetError                   no such fleet, Ray not reachable, or the fleet did not come up
                                       (`fleet`)
 
 Exempt (control flow inside one module, never raised to a caller):
 ``webgym_rollout.browser.operations._LimitReached``, a Playwright call that ran out of its own
 time limit, which the operation turns into `OperationTimeout` naming the limit.
+
+The local sites' truth errors, `TruthUnavailable` and its `TruthTimeout`, are the sites' own
+(`webgym_sites.errors`, under `SitesError`); this module still exports them, where they were
+defined before the sites had a package of their own.
 
 An episode that fails records its error's kind as its `EpisodeStatus` (``error:<kind>``). Models
 that do not load raise `webgym_rl.errors.ModelingError`, in the package that loads them.
@@ -75,6 +74,8 @@ that do not load raise `webgym_rl.errors.ModelingError`, in the package that loa
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from webgym_sites.errors import TruthTimeout, TruthUnavailable
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -355,19 +356,6 @@ class EpisodeOver(RolloutError):
     """`step` was called on an environment whose episode has ended (or never began): `reset` first."""
 
     kind = "episode_over"
-
-
-class TruthUnavailable(RolloutError):
-    """The truth listener of the local sites (`webgym_rollout.tasks.websites.truth`) cannot be
-    reached, refused the token, or answered something that is not a session's facts."""
-
-    kind = "truth_unavailable"
-
-
-class TruthTimeout(TruthUnavailable):
-    """The truth listener did not answer within the client's timeout."""
-
-    kind = "truth_timeout"
 
 
 class FleetError(RolloutError):

@@ -45,11 +45,13 @@ from typing import Any
 
 import click
 
-from webgym_core.settings import load_settings, settings_options
+from webgym_core.settings import load_settings, settings_from_dict, settings_options, settings_to_dict
+from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.browser.pool import PoolSettings
-from webgym_rollout.errors import FleetError, TruthUnavailable
-from webgym_rollout.tasks.websites.facts import SessionFacts
+from webgym_rollout.errors import FleetError
+from webgym_sites.errors import TruthUnavailable
+from webgym_sites.facts import SessionFacts
 
 __all__ = ["Endpoint", "FleetEndpoints", "FleetError", "FleetSettings", "FleetUpSettings", "LocalCluster",
            "fleet_down", "fleet_endpoints", "fleet_group", "fleet_up", "ray_environment"]
@@ -169,7 +171,7 @@ def _ray(address: str = "") -> Any:
     for key, value in ray_environment(address).items():
         os.environ.setdefault(key, value)
     try:
-        import ray
+        import ray  # optional: ray
     except ImportError as exc:
         raise FleetError("browser fleets need Ray: pip install 'webgym[ray]'") from exc
     return ray
@@ -215,9 +217,9 @@ class _ServerActor:
     If the server stops on its own, the process exits so that Ray restarts the actor."""
 
     def __init__(self, spec: dict, token: str, controller_name: str):
-        import ray
+        import ray  # optional: ray
 
-        from webgym_rollout.browser.server import ServerSettings
+        from webgym_rollout.browser.server import ServerSettings  # lazy: imports fastapi, starlette
 
         self.node_id = ray.get_runtime_context().get_node_id()
         host = ray.util.get_node_ip_address()
@@ -237,7 +239,7 @@ class _ServerActor:
     def _start_sites(self, fleet: FleetUpSettings) -> str | None:
         if not fleet.sites:
             return None
-        from webgym_rollout.tasks.sites import SiteServer
+        from webgym_rollout.tasks.sites import SiteServer  # lazy: imports httpx
 
         try:
             self._sites: Any = SiteServer("127.0.0.1", fleet.sites_port).start()
@@ -246,7 +248,7 @@ class _ServerActor:
         return f"http://127.0.0.1:{fleet.sites_port}"
 
     def _serve(self) -> None:
-        from webgym_rollout.browser.server import running_server
+        from webgym_rollout.browser.server import running_server  # lazy: imports fastapi, starlette
 
         raylet = os.getppid()  # Ray's worker processes are children of their node's raylet
 
@@ -314,8 +316,8 @@ class _Controller:
             self._stopping.wait(self.fleet.poll_s)
 
     def _place(self) -> None:
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        import ray  # optional: ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # optional: ray
 
         nodes = [node for node in ray.nodes() if self._selected(node)]
         alive = {node["NodeID"] for node in nodes}
@@ -366,7 +368,7 @@ class _Controller:
     def facts(self, session_id: str) -> dict | None:
         """The ground truth of a local-site session: from the node's site server that saw it (each
         node serves its own browsers), else the record of an unseen session; None without sites."""
-        import ray
+        import ray  # optional: ray
 
         with self._lock:
             handles = list(self._servers.values())
@@ -379,14 +381,14 @@ class _Controller:
 
     def server_pids(self) -> dict[str, int]:
         """Process id of each node's server (tests kill one to see it come back)."""
-        import ray
+        import ray  # optional: ray
 
         with self._lock:
             handles = dict(self._servers)
         return {node_id: ray.get(handle.pid.remote(), timeout=30) for node_id, handle in handles.items()}
 
     def stop(self) -> int:
-        import ray
+        import ray  # optional: ray
 
         self._stopping.set()
         with self._lock:
@@ -399,8 +401,6 @@ class _Controller:
 
 
 def _spec(spec: dict) -> FleetUpSettings:
-    from webgym_core.settings import settings_from_dict
-
     return settings_from_dict(FleetUpSettings, spec)
 
 
@@ -409,10 +409,8 @@ def _spec(spec: dict) -> FleetUpSettings:
 def fleet_up(settings: FleetUpSettings) -> list[Endpoint]:
     """Start fleet `settings.name` (or adopt the running one) and wait until every selected node's
     server has registered; returns the endpoints."""
-    from webgym_core.settings import settings_to_dict
-
     with _connected(settings.address) as ray:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # optional: ray
 
         try:
             controller = ray.get_actor(_controller_name(settings.name), namespace=NAMESPACE)
@@ -554,7 +552,7 @@ class LocalCluster:
     def __init__(self, nodes: int = 2, *, num_cpus: int = 1, resources: dict[str, float] | None = None,
                  head_resources: dict[str, float] | None = None):
         self.ray = _ray("127.0.0.1:0")
-        from ray.cluster_utils import Cluster
+        from ray.cluster_utils import Cluster  # optional: ray
 
         self._home = tempfile.TemporaryDirectory(prefix="webgym-ray-home-")
         Path(self._home.name, "ray_bootstrap_config.yaml").write_text("provider: {type: local}\n")
@@ -677,8 +675,6 @@ def status_command(address: str, name: str) -> None:
 
 
 async def _health(urls: list[str], token: str) -> dict[str, Any]:
-    from webgym_rollout.browser.client import BrowserClient
-
     if not urls:
         return {}
     async with BrowserClient(urls, token=token, timeout_s=10, retries=0) as client:

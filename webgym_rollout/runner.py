@@ -67,7 +67,7 @@ from webgym_data.loading import load_tasks
 from webgym_data.sampler import SamplerSettings, TaskSampler
 from webgym_data.schema import Task, TaskValidationError
 from webgym_rollout.agent.policies import SHORTCUT_MODEL_PREFIX, PolicySettings, make_policy
-from webgym_rollout.env import EnvSettings, WebEnv
+from webgym_rollout.env import WebEnv
 from webgym_rollout.errors import (
     BrowserError,
     InvalidRequest,
@@ -80,12 +80,14 @@ from webgym_rollout.errors import (
 )
 from webgym_rollout.fleet import FleetSettings
 from webgym_rollout.judge.judges import JudgeSettings, make_judge, record_failure, record_result
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import task_kind
-from webgym_rollout.tasks.websites.facts import SessionFacts
-from webgym_rollout.tasks.websites.truth import TruthSettings
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TaskOutcome, TrajectoryError
 from webgym_rollout.trajectory.recordings import RecordingStore, RecordSettings, ReplayLibrary
 from webgym_rollout.trajectory.writer import EpisodeUnstorable
+from webgym_sites.errors import TruthUnavailable
+from webgym_sites.facts import SessionFacts
+from webgym_sites.truth import TruthSettings
 
 __all__ = ["EpisodeGate", "RolloutSettings", "RunReport", "RunSettings", "episode_id", "run", "run_command"]
 
@@ -438,7 +440,7 @@ class _Finisher:
         assert self.truth is not None
         try:
             facts = await asyncio.to_thread(self.truth, session_id)
-        except RolloutError as exc:  # TruthUnavailable
+        except (RolloutError, TruthUnavailable) as exc:
             log.warning("episode %s: its ground truth could not be read: %s", episode.episode_id, exc)
             return
         await asyncio.to_thread(append_truth, self.out, episode.episode_id, episode.task.task_id, facts)
@@ -732,8 +734,8 @@ async def _run(settings: RunSettings, policy: Any, judge: Any, gate: EpisodeGate
             raise SettingsError(f"{settings.tasks}: {exc}") from None
     if policy is None and settings.policy.kind == "expert":
         from webgym_rollout.agent.expert import EXPERT_MODEL_ID, ExpertPolicy
-        from webgym_rollout.tasks.websites.generate import expert_plan
-        from webgym_rollout.tasks.websites.shortcuts import SHORTCUTS
+        from webgym_sites.generate import expert_plan
+        from webgym_sites.shortcuts import SHORTCUTS
 
         name = settings.policy.shortcut  # validated by PolicySettings
         policy = ExpertPolicy(sampler.tasks, agent=settings.policy.agent,

@@ -146,12 +146,12 @@ class Arena:
     def run_settings(self, tasks: Path, out: Path, *, attempts: int = 1, iteration: int = 0,
                      concurrency: int = 4, split: str = "train") -> Any:
         """`RunSettings` of a rollout of `tasks` here: one step per episode, the programmatic judge."""
-        from webgym_rollout.env import EnvSettings
         from webgym_rollout.judge.judges import JudgeSettings
         from webgym_rollout.runner import RolloutSettings, RunSettings
+        from webgym_rollout.settings import EnvSettings
 
         rollout = RolloutSettings(concurrency=concurrency, attempts=attempts)
-        env = EnvSettings(viewport=VIEWPORT, sites_url=self.sites_url, miniwob_horizon=1)
+        env = EnvSettings(viewport=VIEWPORT, sites_url=self.sites_url, horizons={"miniwob": 1})
         judge = JudgeSettings(kind="programmatic")
         return RunSettings(tasks=tasks, servers=(self.browser_url,), out=out, progress=False, split=split,
                            iteration=iteration, rollout=rollout, env=env, judge=judge)

@@ -48,6 +48,7 @@ def test_the_site_builds_strictly_with_every_page_and_public_name(tmp_path):
     import webgym_data
     import webgym_rl
     import webgym_rollout
+    import webgym_sites
 
     site = tmp_path / "site"
     done = _mkdocs_build(REPO_ROOT / "mkdocs.yml", site)
@@ -64,8 +65,8 @@ def test_the_site_builds_strictly_with_every_page_and_public_name(tmp_path):
     # Each package root's public classes and functions are on its API page (from their docstrings:
     # one without a docstring is left out, and so missed here). A name that is also a submodule's
     # (webgym_rl.train) is documented as the submodule, which the pages do not show.
-    for package, page in ((webgym_core, "core"), (webgym_data, "data"), (webgym_rollout, "rollout"),
-                          (webgym_rl, "rl")):
+    for package, page in ((webgym_core, "core"), (webgym_data, "data"), (webgym_sites, "sites"),
+                          (webgym_rollout, "rollout"), (webgym_rl, "rl")):
         html = (site / "reference" / "api" / page / "index.html").read_text(encoding="utf-8")
         names = [name for name in package.__all__ if callable(getattr(package, name))
                  and importlib.util.find_spec(f"{package.__name__}.{name}") is None]

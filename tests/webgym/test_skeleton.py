@@ -17,12 +17,12 @@ import webgym_rl.cli
 import webgym_rollout.cli
 from tests.conftest import REPO_ROOT
 
-PACKAGES = ("webgym", "webgym_core", "webgym_data", "webgym_rollout", "webgym_rl")
+PACKAGES = ("webgym", "webgym_core", "webgym_data", "webgym_sites", "webgym_rollout", "webgym_rl")
 CLIS = ("webgym", "webgym-data", "webgym-rollout", "webgym-rl")
 
 
 def test_packages_import_in_a_fresh_interpreter():
-    code = "import webgym_data, webgym_rollout, webgym_rl, webgym; print('ok')"
+    code = "import webgym_data, webgym_sites, webgym_rollout, webgym_rl, webgym; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
@@ -129,6 +129,9 @@ def test_a_built_wheel_carries_the_card_templates(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         for template in templates:
             assert archive.read(f"webgym_core/cards/{template.name}") == template.read_bytes()
+        names = set(archive.namelist())
+    for package in PACKAGES:  # every package is in the wheel, the local sites' too
+        assert f"{package}/__init__.py" in names, package
 
 
 def test_card_templates_are_found_through_the_package():

@@ -370,7 +370,7 @@ def every_built_task(seeds_dir, tmp_path_factory) -> list[Task]:
     from webgym_data.build import BuildSettings, build
     from webgym_data.loading import read_task_set
     from webgym_data.split import SplitSettings
-    from webgym_rollout.tasks.websites.generate import site_tasks
+    from webgym_sites.generate import site_tasks
 
     folder = tmp_path_factory.mktemp("every")
     sites = folder / "sites.jsonl"
@@ -383,7 +383,7 @@ def every_built_task(seeds_dir, tmp_path_factory) -> list[Task]:
 
 
 def test_no_built_instruction_states_its_facts_or_its_answer(every_built_task):
-    from webgym_rollout.tasks.websites.encyclopedia import encyclopedia
+    from webgym_sites.encyclopedia import encyclopedia
 
     tasks = {t.task_id: t for t in every_built_task}
     subtasks = [t for t in tasks.values() if t.parent_task_id]

@@ -55,8 +55,9 @@ def bandit_start(tmp_path_factory, chromium_path) -> BanditStart:
     from: a tiny Qwen2-VL (small images: the page never changes) trained with filtered_bc to imitate
     a random clicker's replies on a screenshot of the page taken by a real episode."""
     from webgym_rl.samples import SampleSelection, build_samples, load_trajectories
+    from webgym_rl.settings import OptimizationSettings
     from webgym_rl.tiny import TinyModelSettings, build_tiny_model
-    from webgym_rl.train import EpochOrder, Trainer, TrainingSettings
+    from webgym_rl.train import EpochOrder, Trainer
     from webgym_rollout.agent.policies import PixelRandomPolicy
     from webgym_rollout.runner import run
     from webgym_rollout.trajectory.reader import read_episodes
@@ -75,8 +76,8 @@ def bandit_start(tmp_path_factory, chromium_path) -> BanditStart:
             model = build_tiny_model(root / "tiny", settings=TinyModelSettings(
                 family="qwen2_vl", seed=0, min_pixels=56 * 56, max_pixels=56 * 56))
             everything = SampleSelection(success_threshold=0.0)
-            training = TrainingSettings(learning_rate=3e-3, per_device_batch_size=8, log_with="none",
-                                        samples=everything)
+            training = OptimizationSettings(learning_rate=3e-3, per_device_batch_size=8, log_with="none",
+                                            samples=everything)
             trainer = Trainer(model=str(model), model_revision=None, out=root / "imitation", seed=0,
                               total_steps=None, training=training)
             samples = build_samples(load_trajectories([demonstrations(screenshot, root / "demos")]),

@@ -23,7 +23,7 @@ def loop_settings(tmp_path: Path, model: Path, **changes) -> LoopSettings:
     """`LoopSettings` from YAML-style keys (flat groups beside the loop's own, ``policy: {...}``)."""
     tasks = tasks_file(tmp_path / "tasks.jsonl")
     values = dict(tasks=str(tasks), model=str(model), out=str(tmp_path / "loop"), iterations=2,
-                  miniwob_horizon=3, viewport="320x240", concurrency=4, policy={"max_new_tokens": 8},
+                  horizons={"miniwob": 3}, viewport="320x240", concurrency=4, policy={"max_new_tokens": 8},
                   learning_rate=1e-3, epochs=1.0, per_device_batch_size=2, log_with="none", eval_every=2,
                   eval_split="train", progress=False)
     for key, value in changes.items():
@@ -74,7 +74,7 @@ def bandit_loop_settings(tmp_path: Path, start, sites_url: str, *, tasks: int, *
 
     values = dict(tasks=str(tasks_file(tmp_path / "bandit.jsonl", tasks)), model=str(start.checkpoint),
                   out=str(tmp_path / "loop"), iterations=2, bootstrap_policy="model", sites_url=sites_url,
-                  miniwob_horizon=1, viewport=VIEWPORT, concurrency=4,
+                  horizons={"miniwob": 1}, viewport=VIEWPORT, concurrency=4,
                   policy={"max_new_tokens": 48, "max_tokens": 48, "variant": "compact", "full_rounds": 0},
                   judge="programmatic", learning_rate=1e-4, epochs=1.0, per_device_batch_size=8,
                   log_with="none", eval_every=2, eval_split="train", progress=False)

@@ -19,9 +19,10 @@ SCRIPT = '''
 import hashlib, json, os, sys
 from pathlib import Path
 from webgym_core.settings import settings_from_dict
-from webgym_rl.train import TrainSettings, train
+from webgym_rl.settings import TrainCommandSettings
+from webgym_rl.train import train
 
-settings = settings_from_dict(TrainSettings, json.loads(sys.argv[1]))
+settings = settings_from_dict(TrainCommandSettings, json.loads(sys.argv[1]))
 result = train(settings)
 digest = hashlib.sha256()
 for name, tensor in sorted(result.model.state_dict().items()):
@@ -70,9 +71,10 @@ def test_two_ddp_processes_train_and_end_with_identical_weights(tmp_path_factory
 SAVE = '''
 import json, sys
 from webgym_core.settings import settings_from_dict
-from webgym_rl.train import TrainSettings, train
+from webgym_rl.settings import TrainCommandSettings
+from webgym_rl.train import train
 
-result = train(settings_from_dict(TrainSettings, json.loads(sys.argv[1])))
+result = train(settings_from_dict(TrainCommandSettings, json.loads(sys.argv[1])))
 print("LOSSES", json.dumps([e["loss"] for e in result.log_history]))
 '''
 

@@ -18,14 +18,15 @@ from webgym_rl.errors import NoTrainingDataError, ResumeError, TrainSettingsErro
 from webgym_rl.modeling import load_model, load_processor
 from webgym_rl.objectives import OBJECTIVES, ObjectiveBatch, grpo, kl_k3, response_logprobs
 from webgym_rl.samples import Objective, Sample, SampleSelection, build_samples, load_trajectories
-from webgym_rl.train import GRPOSettings, Trainer, TrainingSettings, TrainSettings, train, train_command
+from webgym_rl.settings import GRPOSettings, OptimizationSettings, TrainCommandSettings
+from webgym_rl.train import Trainer, train, train_command
 
-GRPO = TrainingSettings(objective="grpo")
+GRPO = OptimizationSettings(objective="grpo")
 
 
 def _grpo(**knobs):
-    """grpo's `TrainingSettings` with some of its knobs (`GRPOSettings`) changed."""
-    return TrainingSettings(objective="grpo", grpo=GRPOSettings(**knobs))
+    """grpo's `OptimizationSettings` with some of its knobs (`GRPOSettings`) changed."""
+    return OptimizationSettings(objective="grpo", grpo=GRPOSettings(**knobs))
 
 
 def _logits_and_labels(seed=0, vocab=11):
@@ -174,10 +175,10 @@ def test_grpo_settings_are_checked_naming_the_field():
         with pytest.raises(TrainSettingsError, match=message):
             _grpo(**values)
     with pytest.raises(TrainSettingsError, match="ppo_epochs: applies to --objective grpo only"):
-        TrainingSettings(objective="reinforce", grpo=GRPOSettings(ppo_epochs=2))
+        OptimizationSettings(objective="reinforce", grpo=GRPOSettings(ppo_epochs=2))
     with pytest.raises(TrainSettingsError, match="kl_coef: applies to --objective grpo only"):
-        TrainingSettings(grpo=GRPOSettings(kl_coef=0.1))
-    settings = settings_from_dict(TrainSettings, {"model": "m", "data": ["d"], "out": "o",
+        OptimizationSettings(grpo=GRPOSettings(kl_coef=0.1))
+    settings = settings_from_dict(TrainCommandSettings, {"model": "m", "data": ["d"], "out": "o",
                                                   "objective": "grpo", "clip_high": 0.3, "ppo_epochs": 3})
     assert settings.training.grpo.clip_high == 0.3 and settings.training.grpo.ppo_epochs == 3
     help_text = CliRunner().invoke(train_command, ["--help"]).output
@@ -214,7 +215,7 @@ def _settings(model, data, out, **kw):
                   learning_rate=1e-3, per_device_batch_size=2, log_with="none", seed=1,
                   cache_dir=str(out) + "-cache")
     values.update(kw)
-    return settings_from_dict(TrainSettings, values)
+    return settings_from_dict(TrainCommandSettings, values)
 
 
 def _sample_logprobs(model, processor, samples):
@@ -256,9 +257,9 @@ def test_ppo_epochs_pass_over_each_batch_with_proximal_logprobs_computed_once(tm
 
     logprobs = Trainer._logprobs
 
-    def count(logits, labels, temperatures=None):
+    def count(logits, labels, temperatures=None, positions=None):
         proximal_made.append(1)
-        return logprobs(logits, labels, temperatures)
+        return logprobs(logits, labels, temperatures, positions)
 
     monkeypatch.setitem(OBJECTIVES, Objective.GRPO, spy)
     monkeypatch.setattr(Trainer, "_logprobs", staticmethod(count))
@@ -306,8 +307,8 @@ def test_the_reference_model_stays_the_starting_model(tmp_path_factory, tmp_path
     model = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
     data = standard_iteration(tmp_path / "it", tasks=1)
     samples = build_samples(load_trajectories([data], cache_dir=tmp_path / "c"), "grpo")
-    training = TrainingSettings(objective="grpo", grpo=GRPOSettings(kl_coef=0.1), learning_rate=1e-2,
-                                log_with="none", per_device_batch_size=2, max_steps=2)
+    training = OptimizationSettings(objective="grpo", grpo=GRPOSettings(kl_coef=0.1), learning_rate=1e-2,
+                                    log_with="none", per_device_batch_size=2, max_steps=2)
     trainer = Trainer(model=str(model), model_revision=None, training=training, out=tmp_path / "out", seed=0,
                       total_steps=None)
     batch = trainer.collator([samples[i] for i in range(len(samples))])
@@ -352,7 +353,7 @@ def test_grpo_through_the_cli_with_lora_kl_and_two_passes(tmp_path_factory, tmp_
 # ------------------------------------------------------------ normalisers of the optimizer step
 
 
-def _first_step_gradient(checkpoint, data, training: TrainingSettings, out) -> list[torch.Tensor]:
+def _first_step_gradient(checkpoint, data, training: OptimizationSettings, out) -> list[torch.Tensor]:
     """The gradient of the first optimizer step of `training` on `data` (recorded when it steps)."""
     from webgym_rl.train import EpochOrder
 
@@ -389,17 +390,17 @@ def test_a_steps_gradient_does_not_depend_on_how_its_samples_are_split_into_micr
     data = write_shards(tmp_path / "data", episodes)
     grads = {}
     for layout, (batch, accumulation) in {"one batch": (4, 1), "micro-batches": (1, 4)}.items():
-        training = TrainingSettings(objective=objective, per_device_batch_size=batch, max_steps=1,
-                                    gradient_accumulation_steps=accumulation, log_with="none",
-                                    samples=SampleSelection(success_threshold=0.0),
-                                    **({"grpo": GRPOSettings(loss_aggregation=aggregation)}
+        training = OptimizationSettings(objective=objective, per_device_batch_size=batch, max_steps=1,
+                                        gradient_accumulation_steps=accumulation, log_with="none",
+                                        samples=SampleSelection(success_threshold=0.0),
+                                        **({"grpo": GRPOSettings(loss_aggregation=aggregation)}
                                        if objective == "grpo" else {}))
         grads[layout] = _first_step_gradient(checkpoint, data, training, tmp_path / layout)
     for a, b in zip(grads["one batch"], grads["micro-batches"], strict=True):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-7), (a - b).abs().max()
     if aggregation == "token-mean" and objective == "grpo":  # and the two normalisers do differ here
-        sequence = TrainingSettings(objective="grpo", per_device_batch_size=4, max_steps=1, log_with="none",
-                                    grpo=GRPOSettings(loss_aggregation="sequence-mean"))
+        sequence = OptimizationSettings(objective="grpo", per_device_batch_size=4, max_steps=1,
+                                        log_with="none", grpo=GRPOSettings(loss_aggregation="sequence-mean"))
         other = _first_step_gradient(checkpoint, data, sequence, tmp_path / "sequence")
         pairs = zip(grads["one batch"], other, strict=True)
         assert not all(torch.allclose(a, b, rtol=1e-3) for a, b in pairs)

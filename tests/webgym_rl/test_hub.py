@@ -18,16 +18,17 @@ from tests.conftest import REPO_ROOT
 from tests.support.local_hub import run_local_hub
 from tests.webgym_rl.synthetic import standard_iteration, tiny_checkpoint
 from webgym_rl.hub import push_command
-from webgym_rl.train import TrainingSettings, TrainSettings, train
+from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
+from webgym_rl.train import train
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("push")
     data = standard_iteration(root / "iter-0", tasks=2)
-    settings = TrainSettings(model=str(tiny_checkpoint(tmp_path_factory, "qwen2_vl")), data=[str(data)],
-                             out=str(root / "out"), cache_dir=str(root / "c"),
-                             training=TrainingSettings(max_steps=2, log_with="none"))
+    settings = TrainCommandSettings(model=str(tiny_checkpoint(tmp_path_factory, "qwen2_vl")),
+                                    data=[str(data)], out=str(root / "out"), cache_dir=str(root / "c"),
+                                    training=OptimizationSettings(max_steps=2, log_with="none"))
     return train(settings).checkpoint
 
 

@@ -19,8 +19,8 @@ import pytest
 from PIL import Image
 
 from tests.webgym_rl.synthetic import task, write_shards
+from webgym_rl.settings import GRPOSettings, OptimizationSettings
 from webgym_rl.tiny import TinyModelSettings, build_tiny_model
-from webgym_rl.train import GRPOSettings, TrainingSettings
 from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.protocol import AgentSettings, Observation, build_messages, format_response
 
@@ -119,7 +119,8 @@ def test_shuffled_screenshots_fall_back_to_pixel_random(tmp_path):
 
     from webgym_core.endpoint import Endpoint
     from webgym_rl.policy_server import PolicyServerSettings, running_policy_server
-    from webgym_rl.train import TrainingSettings, TrainSettings, train
+    from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
+    from webgym_rl.train import train
     from webgym_rollout.agent.policies import (
         OpenAIPolicy,
         PixelRandomPolicy,
@@ -132,9 +133,10 @@ def test_shuffled_screenshots_fall_back_to_pixel_random(tmp_path):
     tiny = TinyModelSettings(family="qwen3_vl", hidden_size=128, vision_width=64, image_mean=0.5)
     model = build_tiny_model(tmp_path / "model", settings=tiny)
     data = write_shards(tmp_path / "pages", _training_episodes(32))
-    result = train(TrainSettings(model=str(model), data=[str(data)], out=str(tmp_path / "train"), seed=0,
-                                 training=TrainingSettings(learning_rate=1e-3, max_steps=80,
-                                                           per_device_batch_size=4, log_with="none")))
+    training = OptimizationSettings(learning_rate=1e-3, max_steps=80, per_device_batch_size=4,
+                                    log_with="none")
+    result = train(TrainCommandSettings(model=str(model), data=[str(data)], out=str(tmp_path / "train"),
+                                        seed=0, training=training))
     rng = random.Random(1)  # shades never seen in training
     cases = [_observation(colour, rng, 100 + i) for i, colour in enumerate(["red", "blue"] * 12)]
     pool = [observation.screenshot for observation, _ in cases]
@@ -187,7 +189,7 @@ def test_a_cut_down_benchmark_run_learns(tmp_path):
 class Plan:
     """How an objective trains on its own samples, round after round."""
 
-    training: TrainingSettings
+    training: OptimizationSettings
     rounds: int
     steps: int
     """Optimizer steps per round (grpo: passes over the round's one batch)."""
@@ -200,12 +202,12 @@ PLANS = {
     # and under large unclipped steps a tiny model's format breaks (a reply of the wrong first digit
     # loses its well-formed rest too): reinforce takes smaller steps, over more rounds (at 8e-4 it
     # collapsed in one run of two), and grpo clips them (PPO: eight clipped passes over each round's batch).
-    "filtered_bc": Plan(TrainingSettings(objective="filtered_bc", learning_rate=1e-3, per_device_batch_size=8,
-                                         log_with="none"), rounds=3, steps=8),
-    "reinforce": Plan(TrainingSettings(objective="reinforce", learning_rate=6e-4, per_device_batch_size=16,
-                                       log_with="none"), rounds=14, steps=2),
-    "grpo": Plan(TrainingSettings(objective="grpo", learning_rate=1e-3, per_device_batch_size=ATTEMPTS,
-                                  grpo=GRPOSettings(ppo_epochs=8), log_with="none"), rounds=5, steps=8),
+    "filtered_bc": Plan(OptimizationSettings(objective="filtered_bc", learning_rate=1e-3,
+                                             per_device_batch_size=8, log_with="none"), rounds=3, steps=8),
+    "reinforce": Plan(OptimizationSettings(objective="reinforce", learning_rate=6e-4,
+                                           per_device_batch_size=16, log_with="none"), rounds=14, steps=2),
+    "grpo": Plan(OptimizationSettings(objective="grpo", learning_rate=1e-3, per_device_batch_size=ATTEMPTS,
+                                      grpo=GRPOSettings(ppo_epochs=8), log_with="none"), rounds=5, steps=8),
 }
 
 

@@ -5,11 +5,19 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from webgym_rl.objectives import OBJECTIVES, ObjectiveBatch, filtered_bc, grpo, reinforce, response_logprobs
+from webgym_rl.objectives import (
+    OBJECTIVES,
+    ObjectiveBatch,
+    filtered_bc,
+    grpo,
+    logit_positions,
+    reinforce,
+    response_logprobs,
+)
 from webgym_rl.samples import Objective
-from webgym_rl.train import TrainingSettings
+from webgym_rl.settings import OptimizationSettings
 
-SETTINGS = TrainingSettings()
+SETTINGS = OptimizationSettings()
 
 
 def _call(fn, logits, labels, advantages=None, behaviour=None, **settings):
@@ -20,7 +28,7 @@ def _call(fn, logits, labels, advantages=None, behaviour=None, **settings):
         per_token = torch.where(mask, behaviour[:, None].expand(mask.shape), torch.tensor(float("nan")))
     advantages = advantages if advantages is not None else torch.ones(labels.shape[0])
     batch = ObjectiveBatch(logits=logits, labels=labels, advantages=advantages, behaviour_logprobs=per_token)
-    return fn(batch, TrainingSettings(**settings) if settings else SETTINGS)
+    return fn(batch, OptimizationSettings(**settings) if settings else SETTINGS)
 
 
 def _batch(seed=0, vocab=11):
@@ -135,3 +143,38 @@ def test_reinforce_scales_each_sample_by_its_importance_weight_without_different
     plain = logits.clone().requires_grad_(True)
     (-(2.0 * (response_logprobs(plain, labels)[0].sum(1) / mask.sum(1))[0]) / 2).backward()
     assert torch.allclose(leaf.grad[0], plain.grad[0])  # the weight is a constant factor
+
+
+def test_logits_at_the_labelled_positions_alone_give_the_same_log_probabilities_losses_and_gradients():
+    logits, labels = _batch()
+    positions = logit_positions(labels)
+    # Sample 0's labels at 3-5 are predicted from 2-4, sample 1's at 4-5 from 3-4: the union.
+    assert positions.tolist() == [2, 3, 4]
+    temperatures = torch.tensor([0.7, 1.3])
+    behaviour = torch.full((2, 5), float("nan"))
+    behaviour[0, 2:] = -1.0
+    for fn in OBJECTIVES.values():
+        results = []
+        for kept in (None, positions):
+            leaf = logits.clone().requires_grad_(True)
+            given = leaf if kept is None else leaf[:, kept]  # what a model with logits_to_keep returns
+            batch = ObjectiveBatch(logits=given, labels=labels, advantages=torch.tensor([1.0, -0.5]),
+                                   behaviour_logprobs=behaviour, temperatures=temperatures, positions=kept)
+            loss, _ = fn(batch, SETTINGS)
+            loss.backward()
+            logp, mask = response_logprobs(given.detach(), labels, temperatures, kept)
+            results.append((loss.detach(), logp, mask, leaf.grad))
+        (full_loss, full_logp, full_mask, full_grad), (loss, logp, mask, grad) = results
+        assert logp.shape == full_logp.shape == (2, 5) and torch.equal(mask, full_mask)
+        assert torch.allclose(logp, full_logp, atol=1e-6, rtol=0), fn.__name__
+        assert torch.allclose(loss, full_loss, atol=1e-6, rtol=0), fn.__name__
+        assert torch.allclose(grad, full_grad, atol=1e-6, rtol=0), fn.__name__
+        assert full_grad[:, [0, 1, 5]].abs().sum() == 0  # the positions left out carry no gradient anyway
+
+
+def test_logit_positions_of_a_batch_without_labels_is_position_zero():
+    labels = torch.full((2, 6), -100)
+    positions = logit_positions(labels)
+    assert positions.tolist() == [0]
+    logp, mask = response_logprobs(torch.randn(2, 1, 11), labels, positions=positions)
+    assert not mask.any() and torch.equal(logp, torch.zeros(2, 5))

@@ -16,18 +16,19 @@ from webgym_core.settings import load_settings, settings_from_dict
 from webgym_rl.collate import NOT_MODEL_INPUTS, Collator
 from webgym_rl.errors import TrainSettingsError
 from webgym_rl.modeling import load_model, load_processor
-from webgym_rl.objectives import ObjectiveBatch, filtered_bc
+from webgym_rl.objectives import ObjectiveBatch, filtered_bc, response_logprobs
 from webgym_rl.samples import build_samples, load_trajectories
-from webgym_rl.train import ResumeError, TrainingSettings, TrainSettings, train, train_command
+from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
+from webgym_rl.train import EpochOrder, ResumeError, Trainer, train, train_command
 
 
 def _settings(model, data, out, **kw):
-    """`TrainSettings` from YAML-style keys (the training keys sit beside the inputs)."""
+    """`TrainCommandSettings` from YAML-style keys (the training keys sit beside the inputs)."""
     values = dict(model=str(model), data=[str(d) for d in data], out=str(out), objective="filtered_bc",
                   learning_rate=2e-3, per_device_batch_size=2, gradient_accumulation_steps=2, max_steps=8,
                   lr_scheduler="linear", warmup_steps=2, save_every=3, seed=3, cache_dir=str(out) + "-cache")
     values.update(kw)
-    return settings_from_dict(TrainSettings, values)
+    return settings_from_dict(TrainCommandSettings, values)
 
 
 def _batch(model_dir, data):
@@ -42,7 +43,7 @@ def _kept_loss(model_dir, data, model=None):
     model = model if model is not None else load_model(model_dir)
     with torch.no_grad():
         batch = ObjectiveBatch(model(**inputs).logits, labels, torch.ones(len(labels)))
-        return filtered_bc(batch, TrainingSettings())[0].item()
+        return filtered_bc(batch, OptimizationSettings())[0].item()
 
 
 @pytest.fixture(scope="module")
@@ -152,20 +153,21 @@ def test_lora_from_an_adapter_folder_trains_that_adapter_on_relative_to_its_base
 def test_settings_come_from_yaml_then_flags(tmp_path, monkeypatch):
     config = tmp_path / "c.yaml"
     config.write_text("model: m\ndata: [a, b]\nout: o\nlearning-rate: 0.25\nmax_steps: 7\n")
-    settings = load_settings(TrainSettings, config, {"training__max_steps": 3, "training__lora": None,
+    settings = load_settings(TrainCommandSettings, config, {"training__max_steps": 3, "training__lora": None,
                                                      "data": ()})
     assert (settings.model, settings.data, settings.training.learning_rate) == ("m", ["a", "b"], 0.25)
     assert settings.training.max_steps == 3
     config.write_text("modle: m\n")
     with pytest.raises(SettingsError, match="modle: unknown setting"):
-        load_settings(TrainSettings, config)
+        load_settings(TrainCommandSettings, config)
     # Out-of-range values are refused naming the field (and, from the CLI, the flag).
     with pytest.raises(TrainSettingsError, match="learning_rate: must be > 0"):
-        TrainingSettings(learning_rate=0)
+        OptimizationSettings(learning_rate=0)
     with pytest.raises(SettingsError, match="learning_rate: must be > 0"):
-        settings_from_dict(TrainSettings, {"model": "m", "data": ["a"], "out": "o", "learning_rate": 0})
+        settings_from_dict(TrainCommandSettings,
+                           {"model": "m", "data": ["a"], "out": "o", "learning_rate": 0})
     with pytest.raises(SettingsError, match=r"lr_scheduler \(--lr-scheduler\): 'cosine2' is not one of"):
-        load_settings(TrainSettings, None, {"model": "m", "data": ("a",), "out": "o",
+        load_settings(TrainCommandSettings, None, {"model": "m", "data": ("a",), "out": "o",
                                             "training__lr_scheduler": "cosine2"})
     # --data takes several values after one flag, and the flag can repeat.
     seen = {}
@@ -272,7 +274,7 @@ def _fresh_episode(checkpoint, tmp_path, *, episode_id: str, steps: int = 3):
     from webgym_core.endpoint import Endpoint
     from webgym_rl.policy_server import PolicyServerSettings, running_policy_server
     from webgym_rollout.agent.policies import OpenAIPolicy, SamplingSettings
-    from webgym_rollout.agent.protocol import AgentSettings, Observation, Round
+    from webgym_rollout.agent.protocol import AgentSettings, Observation
     from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step, TokenUsage
 
     server = PolicyServerSettings(model=str(checkpoint), port=0, max_new_tokens=32, served_model_name="tiny")
@@ -280,20 +282,20 @@ def _fresh_episode(checkpoint, tmp_path, *, episode_id: str, steps: int = 3):
     async def play(base_url: str) -> list:
         sampling = SamplingSettings(temperature=1.0, max_tokens=32, sampling_seed=None)
         agent = AgentSettings(variant="memory", full_rounds=2)
-        recorded, history = [], []
+        recorded: list[Step] = []  # the episode's steps: also the policy's history
         endpoint = Endpoint(base_url=base_url, model="tiny")
         async with OpenAIPolicy(endpoint, sampling=sampling, agent=agent) as p:
             for i in range(steps):
                 shot = png(screenshot(100 + i, (112, 84)))
                 output = await p.act(Observation(instruction="Open the second tab.", screenshot=shot,
-                                                 viewport=(112, 84), step=i, history=tuple(history)))
+                                                 viewport=(112, 84), step=i, history=tuple(recorded)))
                 recorded.append(Step(index=i, screenshot=shot, messages=output.messages_json,
                                      response=output.response, finish_reason=output.finish_reason,
+                                     action=output.action.to_json() if output.action is not None else "",
                                      usage=TokenUsage(output.prompt_tokens, output.completion_tokens),
                                      policy_version=output.policy_version, logprobs=output.logprobs,
                                      token_ids=output.token_ids, prompt_token_hash=output.prompt_token_hash,
                                      sampling=output.sampling))
-                history.append(Round(step=i, screenshot=shot, response=output.response, action=output.action))
         return recorded
 
     with running_policy_server(server) as base_url:
@@ -322,10 +324,52 @@ def test_the_trainer_scores_fresh_samples_as_the_policy_that_sampled_them(family
     data = write_shards(tmp_path / "fresh", [fresh, misstated])
     samples = build_samples(load_trajectories([data], cache_dir=tmp_path / "cache"), "filtered_bc")
     assert samples.counts.retokenised == 0 and all(samples.exact)
-    trainer = Trainer(model=str(checkpoint), model_revision=None, training=TrainingSettings(log_with="none"),
+    trainer = Trainer(model=str(checkpoint), model_revision=None,
+                      training=OptimizationSettings(log_with="none"),
                       out=tmp_path / "out", seed=0, total_steps=None)
     check = trainer.on_policy_check(samples)
     tokens = sum(len(step.token_ids) for step in fresh.steps)
     assert check["v0"]["samples"] == 3 and check["v0"]["tokens"] == tokens
     assert check["v0"]["max_abs"] < 1e-3 and check["v0"]["mean_abs"] < 1e-4, check
     assert check["v9"]["max_abs"] > 0.05, check  # scored at temperature 0.5, sampled at 1
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_the_trainer_computes_logits_at_the_labelled_positions_alone_with_the_full_results(
+        tmp_path_factory, tmp_path, family):
+    model = tiny_checkpoint(tmp_path_factory, family)
+    samples = build_samples(load_trajectories([standard_iteration(tmp_path / "it", tasks=1)],
+                                              cache_dir=tmp_path / "c"), "filtered_bc")
+    training = OptimizationSettings(log_with="none", per_device_batch_size=2, max_steps=1, learning_rate=1e-3)
+    trainer = Trainer(model=str(model), model_revision=None, training=training, out=tmp_path / "out", seed=0,
+                      total_steps=None)
+    batch = trainer.collator([samples[i] for i in range(len(samples))])
+    labels, temperatures = batch["labels"], batch["temperatures"]
+    inputs = {k: v for k, v in batch.items() if k not in NOT_MODEL_INPUTS}
+    positions = trainer.logit_positions(labels)
+    assert positions is not None and 0 < len(positions) < labels.shape[1] / 2
+    rows = []  # the rows the output projection is applied to, call by call
+    head = trainer.accelerator.unwrap_model(trainer.model).get_output_embeddings()
+    hook = head.register_forward_hook(lambda module, args, output: rows.append(args[0].shape[1]))
+    results = []
+    for kept in (None, positions):
+        trainer.model.zero_grad()
+        logits = trainer.policy_logits(trainer.model, inputs, kept)
+        loss, _ = filtered_bc(ObjectiveBatch(logits, labels, torch.ones(len(labels)), positions=kept),
+                              training)
+        loss.backward()
+        logp = response_logprobs(logits.detach(), labels, temperatures, kept)[0]
+        results.append((loss.detach(), logp, [p.grad.clone() for p in trainer.model.parameters()
+                                              if p.grad is not None]))
+    (full_loss, full_logp, full_grads), (loss, logp, grads) = results
+    assert rows == [labels.shape[1], len(positions)]
+    assert torch.allclose(loss, full_loss, atol=1e-6, rtol=0)
+    assert torch.allclose(logp, full_logp, atol=1e-6, rtol=0)
+    assert len(grads) == len(full_grads) > 0
+    assert all(torch.allclose(g, f, atol=1e-6, rtol=1e-5) for g, f in zip(grads, full_grads, strict=True))
+    # The trainer's own step takes the same path.
+    rows.clear()
+    order = EpochOrder(samples.weights, 0)
+    trainer.fit(trainer.loader(samples, order), order, until=1)
+    hook.remove()
+    assert rows and max(rows) < labels.shape[1] / 2

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -18,8 +19,9 @@ from webgym_rollout.agent.policies import PolicyOutput
 from webgym_rollout.agent.protocol import format_response, parse_response
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.protocol import BrowserAction
-from webgym_rollout.env import EnvSettings, EpisodeOver, WebEnv
+from webgym_rollout.env import EpisodeOver, WebEnv
 from webgym_rollout.errors import SessionNotFound
+from webgym_rollout.settings import EnvSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.browser
@@ -49,7 +51,7 @@ def reply(action: AgentAction | str, **sections) -> PolicyOutput:
 
 
 async def test_a_miniwob_episode_is_rewarded_by_its_page(client, sites_url):
-    env = WebEnv(client, EnvSettings(sites_url=sites_url, elements=True, miniwob_horizon=5))
+    env = WebEnv(client, EnvSettings(sites_url=sites_url, elements=True, horizons={"miniwob": 5}))
     observation = await env.reset(miniwob("click-test", 1))
     assert observation.instruction.startswith("Click") and observation.step == 0
     assert observation.viewport == (160, 210)  # the MiniWoB task area, clipped
@@ -90,7 +92,7 @@ async def test_mistakes_are_data_and_the_horizon_truncates(client, sites_url):
 
 
 async def test_a_step_is_one_act_call_and_a_lost_session_raises(client, sites_url):
-    env = WebEnv(client, EnvSettings(sites_url=sites_url, elements=True, miniwob_horizon=5))
+    env = WebEnv(client, EnvSettings(sites_url=sites_url, elements=True, horizons={"miniwob": 5}))
     observation = await env.reset(miniwob("click-button", 2))
     session, sent = env.session, []
     act = session.act
@@ -170,6 +172,20 @@ def test_a_task_that_cannot_run_here_is_refused_before_a_session_opens():
     env = WebEnv(NoClient(), EnvSettings())  # no site server given
     with pytest.raises(ValueError, match="sites_url.*MiniWoB"):
         asyncio.run(env.reset(miniwob("click-test", 0)))
+
+
+def test_a_step_budget_for_a_kind_that_does_not_exist_is_refused():
+    no_client: Any = object()  # the settings are checked before any session opens
+    with pytest.raises(ValueError, match="horizons: no task kind is named 'minwob'; the kinds are miniwob, "):
+        WebEnv(no_client, EnvSettings(horizons={"minwob": 2}))
+    assert WebEnv(no_client, EnvSettings(horizons={"miniwob": 2})).settings.horizons == {"miniwob": 2}
+
+
+def test_the_old_import_path_of_env_settings_warns_and_still_works():
+    moved = r"webgym_rollout\.env\.EnvSettings moved to webgym_rollout\.settings\.EnvSettings"
+    with pytest.warns(DeprecationWarning, match=moved):
+        from webgym_rollout.env import EnvSettings as Old
+    assert Old is EnvSettings
 
 
 def _readme_example() -> str:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from webgym_rollout.env import EnvSettings
 from webgym_rollout.fleet import FleetSettings, FleetUpSettings, ray_environment
 from webgym_rollout.runner import RolloutSettings, RunSettings, run
+from webgym_rollout.settings import EnvSettings
 
 # Before Ray is imported: its constants read these once (loopback stays loopback, no usage report).
 for _key, _value in ray_environment("127.0.0.1:6379").items():
@@ -233,7 +233,7 @@ async def test_a_removed_node_fails_only_its_sessions_and_a_new_node_gets_a_serv
     endpoints, token = await _endpoints(cluster)
     victim = cluster.nodes[-1]
     victim_url = next(e.url for e in endpoints if e.node_id == victim.node_id)
-    env = EnvSettings(viewport="320x240", sites_url=sites_url, miniwob_horizon=8)
+    env = EnvSettings(viewport="320x240", sites_url=sites_url, horizons={"miniwob": 8})
     settings = dataclasses.replace(_settings(tmp_path, cluster, 12, concurrency=4, session_retries=2),
                                    env=env)
     policy = _SlowRandom(0.3)

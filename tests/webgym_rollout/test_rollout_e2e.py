@@ -12,9 +12,9 @@ import pytest_asyncio
 
 from webgym_core.endpoint import Endpoint
 from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
-from webgym_rollout.env import EnvSettings
 from webgym_rollout.judge.judges import JudgeSettings
 from webgym_rollout.runner import RolloutSettings, RunSettings, run
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.trajectory.contract import expand_messages
 
 pytestmark = [pytest.mark.browser]
@@ -80,7 +80,7 @@ async def test_random_policy_on_click_button(tmp_path, sites_url, browser_url):
     out = tmp_path / "out"
     report = await run(RunSettings(
         tasks=tasks, servers=(browser_url,), out=out, progress=False, rollout=RolloutSettings(concurrency=4),
-        env=EnvSettings(sites_url=sites_url, viewport="320x240", miniwob_horizon=5),
+        env=EnvSettings(sites_url=sites_url, viewport="320x240", horizons={"miniwob": 5}),
         policy=PolicySettings(kind="random", random=RandomPolicySettings(seed=3)),
         judge=JudgeSettings(kind="programmatic")))
     assert report.episodes == 8 and not report.errors
@@ -120,7 +120,7 @@ async def test_openai_policy_with_tiny_model(tmp_path, sites_url, browser_url, t
     out = tmp_path / "out"
     settings = RunSettings(
         tasks=tasks, servers=(browser_url,), out=out, progress=False, rollout=RolloutSettings(concurrency=3),
-        env=EnvSettings(sites_url=sites_url, viewport="320x240", miniwob_horizon=3),
+        env=EnvSettings(sites_url=sites_url, viewport="320x240", horizons={"miniwob": 3}),
         policy=PolicySettings(kind="openai",
                               endpoint=Endpoint(base_url=tiny_policy_url, model="tiny-qwen2vl")))
     report = await run(settings)

@@ -17,8 +17,8 @@ import pytest
 import pytest_asyncio
 from click.testing import CliRunner
 
-from webgym_rollout.env import EnvSettings
 from webgym_rollout.runner import RolloutSettings, RunSettings, episode_id, run, run_command
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.trajectory.reader import read_episodes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ async def test_async_mode_has_no_barrier_and_sync_mode_is_lockstep(tmp_path, sit
         probe = ProbePolicy({ids[0]: 1.2})  # the first task's episode is slow and runs 4 steps
         settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), out=tmp_path / mode,
                              rollout={"lockstep": mode == "sync", "concurrency": 3, "batch_size": 3},
-                             env={"sites_url": sites_url, "miniwob_horizon": 4})
+                             env={"sites_url": sites_url, "horizons": {"miniwob": 4}})
         report = await run(settings, policy=probe)
         assert report.episodes == 6 and not report.errors
         rows = _rows(tmp_path / mode)
@@ -187,7 +187,7 @@ async def test_judging_runs_after_the_session_closes_and_overlaps_the_next_episo
     probe = RecordingProbe()
     tasks = write_tasks(tmp_path / "tasks.jsonl", range(2))
     settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), rollout={"concurrency": 1},
-                         env={"sites_url": sites_url, "miniwob_horizon": 2})
+                         env={"sites_url": sites_url, "horizons": {"miniwob": 2}})
     report = await run(settings, policy=probe, judge=SlowJudge())
     assert report.episodes == 2
     second = episode_id("click-button-1", 0, 0)
@@ -209,7 +209,7 @@ async def test_an_undecided_judge_marks_the_episode_as_an_error(tmp_path, sites_
 
     tasks = write_tasks(tmp_path / "tasks.jsonl", range(1))
     settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), rollout={"concurrency": 1},
-                         env={"sites_url": sites_url, "miniwob_horizon": 1})
+                         env={"sites_url": sites_url, "horizons": {"miniwob": 1}})
     await run(settings, policy=ProbePolicy(), judge=UndecidedJudge())
     (row,) = _rows(settings.out)
     # not a failure of the agent (reward 0, status ok): the trainer must not learn from it
@@ -237,7 +237,7 @@ async def test_lost_session_is_retried_on_a_fresh_one_then_recorded(tmp_path, si
             policy = ExpiringPolicy()
             settings = _settings(tmp_path, tasks=tasks, servers=(url,), out=out,
                                  rollout={"session_retries": retries},
-                                 env={"sites_url": sites_url, "miniwob_horizon": 3})
+                                 env={"sites_url": sites_url, "horizons": {"miniwob": 3}})
             report = await run(settings, policy=policy)
             (row,) = _rows(out)
             assert row["episode_id"] == target
@@ -270,7 +270,7 @@ async def test_resume_after_sigkill_has_every_episode_exactly_once(tmp_path, sit
     out = tmp_path / "out"
     command = [sys.executable, "-c", "from webgym_rollout.cli import main; main()", "run",
                "--tasks", str(tasks), "--servers", browser_url, "--sites-url", sites_url, "--out", str(out),
-               "--attempts", "2", "--concurrency", "2", "--shard-episodes", "1", "--miniwob-horizon", "4",
+               "--attempts", "2", "--concurrency", "2", "--shard-episodes", "1", "--horizons", "miniwob=4",
                "--viewport", "320x240", "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     first = await asyncio.create_subprocess_exec(*command, env=env, stdout=asyncio.subprocess.PIPE,
@@ -351,7 +351,7 @@ async def test_the_sampler_picks_the_tasks_of_the_run(tmp_path, sites_url, brows
     sampler = SamplerSettings(kind="epoch", batch_size=2, seed=4)
     expected = sorted(t.task_id for t in TaskSampler(load_tasks(tasks), sampler).batch(1))
     settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), iteration=1, sampler=sampler,
-                         horizon_table="test", env={"sites_url": sites_url, "miniwob_horizon": 1})
+                         horizon_table="test", env={"sites_url": sites_url, "horizons": {"miniwob": 1}})
     report = await run(settings, policy=ProbePolicy())
     assert report.episodes == 2
     rows = _rows(settings.out)
@@ -374,7 +374,7 @@ async def test_skip_invalid_runs_the_valid_rows_and_records_the_others(tmp_path,
     with tasks.open("a", encoding="utf-8") as handle:
         handle.write('{"task_name": "", "website": "x.org"}\n')
     settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), skip_invalid=True,
-                         env={"sites_url": sites_url, "miniwob_horizon": 1})
+                         env={"sites_url": sites_url, "horizons": {"miniwob": 1}})
     report = await run(settings, policy=ProbePolicy())
     assert (report.episodes, report.invalid_rows) == (2, 1)
     (invalid,) = json.loads((tmp_path / "out" / "manifest.json").read_text())["run"]["invalid_task_rows"]
@@ -391,7 +391,8 @@ async def test_a_cancelled_run_gives_its_browser_sessions_back(tmp_path, sites_u
     async with _start_server(chromium_path, sites_url, contexts_per_browser=4) as (browser_url, _), \
             BrowserClient([browser_url]) as client:  # a server of its own: its sessions are this test's
         settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), out=tmp_path / "out",
-                             rollout={"concurrency": 3}, env={"sites_url": sites_url, "miniwob_horizon": 4})
+                             rollout={"concurrency": 3},
+                             env={"sites_url": sites_url, "horizons": {"miniwob": 4}})
         rollout = asyncio.create_task(run(settings, policy=probe))
         while len(probe.calls) < 3:  # all three episodes hold a session and wait for the policy
             await asyncio.sleep(0.05)
@@ -442,7 +443,7 @@ async def test_a_bug_is_recorded_as_error_internal_and_reported_loudly(tmp_path,
 
     tasks = write_tasks(tmp_path / "tasks.jsonl", range(3))
     settings = _settings(tmp_path, tasks=tasks, servers=(browser_url,), rollout={"concurrency": 1},
-                         env={"sites_url": sites_url, "miniwob_horizon": 1})
+                         env={"sites_url": sites_url, "horizons": {"miniwob": 1}})
     with caplog.at_level("INFO", logger="webgym_rollout.runner"):
         report = await run(settings, policy=BuggyPolicy(), judge=BuggyJudge())
     statuses = sorted(row["status"] for row in _rows(settings.out))

@@ -34,10 +34,10 @@ from webgym_rollout.agent.protocol import AgentSettings, Observation
 from webgym_rollout.browser.protocol import CreateSessionRequest
 from webgym_rollout.runner import RunSettings, run
 from webgym_rollout.tasks.sites import SiteServer
-from webgym_rollout.tasks.websites import shop
-from webgym_rollout.tasks.websites.generate import site_tasks
-from webgym_rollout.tasks.websites.state import session_in
 from webgym_rollout.trajectory.reader import read_episodes
+from webgym_sites import shop
+from webgym_sites.generate import site_tasks
+from webgym_sites.state import session_in
 
 STALL_QUERY = "stall the judge"
 

@@ -17,11 +17,11 @@ from webgym_rollout.judge.judges import JudgeSettings
 from webgym_rollout.judge.truth import TRUTH_FILE, read_truth
 from webgym_rollout.runner import RunSettings, run
 from webgym_rollout.tasks.sites import SiteServer
-from webgym_rollout.tasks.websites.generate import site_tasks
-from webgym_rollout.tasks.websites.state import session_in
 from webgym_rollout.trajectory.contract import EpisodeStatus
 from webgym_rollout.trajectory.reader import read_episodes
 from webgym_rollout.trajectory.recordings import RecordSettings
+from webgym_sites.generate import site_tasks
+from webgym_sites.state import session_in
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +137,28 @@ async def test_shortcuts_played_in_chromium_earn_nothing_where_the_expert_earns_
     done = read_truth(tmp_path / "do_everything")
     edits = [facts.reference.edits for _, facts in done.values() if facts.reference and facts.reference.edits]
     assert edits and len(edits[0]) == 4  # every article compared was edited
+
+
+@pytest.mark.browser
+async def test_a_truth_read_that_fails_loses_only_its_truth_line(tmp_path, site_server, site_browser, caplog):
+    # The truth errors are the sites' own (SitesError), not RolloutErrors: the runner still catches
+    # them, keeps the episode and logs what it lost.
+    from webgym_sites.errors import TruthUnavailable
+
+    asked = []
+
+    def truth(session_id: str):
+        asked.append(session_id)
+        raise TruthUnavailable(f"http://127.0.0.2:9/facts: refused ({session_id})")
+
+    tasks = site_tasks(1, seed=5, sites=("shop",))
+    settings = dataclasses.replace(_settings(tmp_path, site_server, site_browser, "expert", tasks),
+                                   judge=JudgeSettings(kind="programmatic"))
+    with caplog.at_level("WARNING", logger="webgym_rollout.runner"):
+        report = await run(settings, truth=truth)
+    (episode,) = read_episodes(tmp_path / "expert")
+    assert report.episodes == 1 and not episode.status.is_error
+    assert asked and asked[0] == _session(tmp_path / "expert")
+    assert not (tmp_path / "expert" / TRUTH_FILE).exists() or read_truth(tmp_path / "expert") == {}
+    assert f"episode {episode.episode_id}: its ground truth could not be read" in caplog.text
+    assert "127.0.0.2:9/facts: refused" in caplog.text

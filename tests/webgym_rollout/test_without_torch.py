@@ -74,7 +74,7 @@ async def test_a_rollout_against_an_openai_endpoint_runs_with_torch_and_transfor
     out = tmp_path / "out"
     command = [sys.executable, "-c", CHILD, "run", "--tasks", str(tasks), "--servers", browser_url,
                "--sites-url", sites_url, "--policy", "openai", "--policy-base-url", llm.base_url,
-               "--policy-model", "served-policy", "--judge", "programmatic", "--miniwob-horizon", "2",
+               "--policy-model", "served-policy", "--judge", "programmatic", "--horizons", "miniwob=2",
                "--viewport", "320x240", "--out", str(out), "--no-progress"]
     # The browser server runs on this test's event loop: wait for the child without blocking it.
     child = await asyncio.create_subprocess_exec(*command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -211,7 +211,7 @@ def import_seed(name: str, source: str | Path, *, mapping: Mapping[str, str] | N
 
 
 def _import_from_hub(importer: SeedImporter, repo_id: str, *, revision: str | None) -> ImportResult:
-    import datasets
+    import datasets  # optional: datasets
 
     result = ImportResult()
     seen: dict[str, str] = {}
@@ -283,7 +283,7 @@ def import_command(name: str, source: str, config: str | None, **flags: Any) -> 
           --mapping task_name=question --mapping website=url --benchmark-name my-set
       webgym-data import mind2web_live iMeanAI/Mind2Web-Live --revision main --out out/m2wl.jsonl
     """
-    from rich.console import Console
+    from rich.console import Console  # lazy: import time
 
     console = Console(stderr=True)
     try:

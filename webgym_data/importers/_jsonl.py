@@ -72,8 +72,8 @@ class JsonlColumns:
 
 def read_jsonl_columns(path: Path) -> JsonlColumns | None:
     """`path` read by columns, or None when it must be read row by row (see the module docstring)."""
-    import pyarrow as pa
-    import pyarrow.json as paj
+    import pyarrow as pa  # optional: pyarrow
+    import pyarrow.json as paj  # optional: pyarrow
 
     try:
         data = Path(path).read_bytes()
@@ -108,8 +108,8 @@ def _finite(array: Any) -> bool:
     """No infinite or NaN float anywhere in `array` (nested values too). Arrow reads an integer of
     more digits than `json.loads` converts (4,300) as an infinite float; the per-row path refuses the
     line naming it."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow as pa  # optional: pyarrow
+    import pyarrow.compute as pc  # optional: pyarrow
 
     if isinstance(array, pa.ChunkedArray):
         return all(_finite(chunk) for chunk in array.chunks)

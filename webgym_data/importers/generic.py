@@ -180,8 +180,8 @@ class GenericImporter(SeedImporter):
 
     def _plain_tasks(self, table: Any, *, file: str) -> list[Task | None]:
         """One task per row of `table` (the rows of `file`), None for a row `convert` must read."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        import pyarrow as pa  # optional: pyarrow
+        import pyarrow.compute as pc  # optional: pyarrow
 
         n = table.num_rows
         shown = display_name(file)
@@ -333,14 +333,14 @@ def _not_metadata(column: str) -> bool:
 # rubric (a key missing from a row reads as null there).
 def _text_type(t: Any) -> bool:
     """Text, or an integer (text and difficulty columns)."""
-    import pyarrow as pa
+    import pyarrow as pa  # optional: pyarrow
 
     return pa.types.is_string(t) or pa.types.is_null(t) or pa.types.is_int64(t)
 
 
 def _strings_type(t: Any) -> bool:
     """One text or a list of them (seed criteria, a group's facts)."""
-    import pyarrow as pa
+    import pyarrow as pa  # optional: pyarrow
 
     if pa.types.is_list(t):
         t = t.value_type
@@ -355,7 +355,7 @@ def _reference_type(t: Any) -> bool:
 def _group_list_type(t: Any) -> bool:
     """A list of rubric groups. Of a group `convert` reads `id`, `description` and `facts`, a
     missing key as a null, so only those need JSON's types."""
-    import pyarrow as pa
+    import pyarrow as pa  # optional: pyarrow
 
     if not (pa.types.is_list(t) and pa.types.is_struct(t.value_type)):
         return False
@@ -366,7 +366,7 @@ def _group_list_type(t: Any) -> bool:
 
 def _json_type(t: Any) -> bool:
     """Values `json.loads` reads the same: text, integers, booleans, nulls, lists and objects of them."""
-    import pyarrow as pa
+    import pyarrow as pa  # optional: pyarrow
 
     if pa.types.is_list(t):
         return _json_type(t.value_type)
@@ -377,7 +377,7 @@ def _json_type(t: Any) -> bool:
 
 def _metadata_type(t: Any) -> bool:
     """Text, an integer, a boolean, or a list of them."""
-    import pyarrow as pa
+    import pyarrow as pa  # optional: pyarrow
 
     if pa.types.is_list(t):
         t = t.value_type
@@ -392,7 +392,7 @@ def _fact_groups(column: Any) -> list[Any]:
     """Each row's rubric from a column of `_group_list_type`: None for a null, else a tuple of
     `FactGroup`s as `normalise_evaluator_reference` makes them from the row's list, or `_UNDECIDED`
     where it would refuse the list. Read from the flat child arrays: a dict per group is slower."""
-    import pyarrow as pa
+    import pyarrow as pa  # optional: pyarrow
 
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     row_nulls = array.is_null().to_pylist()

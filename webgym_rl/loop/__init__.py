@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from webgym_core.lazy import lazy_exports
+from webgym_core.lazy import lazy_exports, moved_names
 
 _EXPORTS = {
     "AsyncSettings": "webgym_rl.loop.settings",
@@ -24,9 +24,9 @@ _EXPORTS = {
     "LoopServices": "webgym_rl.loop.services",
     "LoopSettings": "webgym_rl.loop.settings",
     "LoopState": "webgym_rl.loop.state",
-    "PolicyEndpointSettings": "webgym_rl.loop.services",
+    "PolicyEndpointSettings": "webgym_rl.loop.settings",
+    "ResidentTrainerSettings": "webgym_rl.loop.settings",
     "StalenessManager": "webgym_rl.loop.staleness",
-    "TrainerSettings": "webgym_rl.loop.settings",
     "load_state": "webgym_rl.loop.state",
     "load_recipe": "webgym_rl.loop.recipes",
     "plan": "webgym_rl.loop.recipes",
@@ -35,16 +35,24 @@ _EXPORTS = {
 }
 
 __all__ = ["AsyncSettings", "LoopResult", "LoopServices", "LoopSettings", "LoopState",
-           "PolicyEndpointSettings", "StalenessManager", "TrainerSettings", "load_recipe", "load_state",
-           "plan", "recipe_path", "run_loop"]
+           "PolicyEndpointSettings", "ResidentTrainerSettings", "StalenessManager", "load_recipe",
+           "load_state", "plan", "recipe_path", "run_loop"]
 
 if TYPE_CHECKING:
     from webgym_rl.loop.recipes import load_recipe, plan, recipe_path
     from webgym_rl.loop.run import LoopResult, run_loop
-    from webgym_rl.loop.services import LoopServices, PolicyEndpointSettings
-    from webgym_rl.loop.settings import AsyncSettings, LoopSettings, TrainerSettings
+    from webgym_rl.loop.services import LoopServices
+    from webgym_rl.loop.settings import (
+        AsyncSettings,
+        LoopSettings,
+        PolicyEndpointSettings,
+        ResidentTrainerSettings,
+    )
     from webgym_rl.loop.staleness import StalenessManager
     from webgym_rl.loop.state import LoopState, load_state
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+_lazy, __dir__ = lazy_exports(__name__, _EXPORTS)
+# Renamed in 0.3.0; the old name goes in the next release.
+__getattr__ = moved_names(__name__, {"TrainerSettings": "webgym_rl.loop.settings:ResidentTrainerSettings"},
+                          fallback=_lazy)

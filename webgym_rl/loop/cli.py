@@ -47,10 +47,10 @@ def loop_command(config: str | None, dry_run: bool, **flags: Any) -> None:
           --eval-tasks out/demo/inputs/miniwob_heldout.jsonl --model out/tiny-qwen3vl \\
           --out out/loop --iterations 2 --max-steps 200
     """
-    from webgym_data.schema import TaskValidationError, WebgymDataError
-    from webgym_rl.loop.recipes import plan, recipe_path
-    from webgym_rl.loop.run import run_loop
-    from webgym_rollout.errors import RolloutError
+    from webgym_data.schema import TaskValidationError, WebgymDataError  # lazy: the command starts fast
+    from webgym_rl.loop.recipes import plan, recipe_path  # lazy: the command starts fast
+    from webgym_rl.loop.run import run_loop  # lazy: the command starts fast
+    from webgym_rollout.errors import RolloutError  # lazy: the command starts fast
 
     try:
         settings = load_settings(LoopSettings, recipe_path(config) if config else None, flags)
@@ -75,6 +75,7 @@ def recipes_command(name: str | None) -> None:
       webgym-rl recipes published > my-recipe.yaml     # a starting point of your own
       webgym-rl loop --config my-recipe.yaml --tasks out/tasks --out out/run --dry-run
     """
+    # lazy: the command starts fast
     from webgym_rl.loop.recipes import describe_recipe, recipe_names, recipe_path
 
     try:

@@ -24,12 +24,14 @@ import contextlib
 import dataclasses
 import json
 import logging
+import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from webgym_core.failpoints import failpoint
 from webgym_core.files import write_atomic, write_json_atomic
@@ -38,6 +40,7 @@ from webgym_data.loading import load_tasks
 from webgym_data.sampler import SamplerSettings, TaskHistory, TaskSampler, history_from
 from webgym_data.schema import Task
 from webgym_rl.errors import LoopError, LoopSettingsError, LoopStateError, NoTrainingDataError, PhaseFailed
+from webgym_rl.hub import PushSettings, push_checkpoint
 from webgym_rl.loop.events import (
     CheckpointWritten,
     OnEvent,
@@ -47,6 +50,7 @@ from webgym_rl.loop.events import (
     ResumedFrom,
 )
 from webgym_rl.loop.fence import VersionFence
+from webgym_rl.loop.resident import TrainerSetup, open_trainer
 from webgym_rl.loop.state import (
     CheckpointRecord,
     ErrorRecord,
@@ -59,6 +63,13 @@ from webgym_rl.loop.state import (
     VersionRecord,
     save_state,
 )
+from webgym_rollout.agent.policies import OpenAIPolicy, PolicySettings, RandomPolicySettings, make_policy
+from webgym_rollout.browser.guard import is_loopback_host
+from webgym_rollout.report.charts import CurvePoint, run_colours, write_learning_curve
+from webgym_rollout.report.html import build_report, write_report
+from webgym_rollout.tasks.kind import task_kind
+from webgym_rollout.trajectory.contract import EpisodeColumn, EpisodeStatus, succeeded
+from webgym_rollout.trajectory.reader import read_episodes
 
 if TYPE_CHECKING:
     from webgym_rl.loop.resident import TrainerClient
@@ -173,9 +184,6 @@ def draw_tasks(*, source: str, split: str, sampler: SamplerSettings, index: int,
 def history_of(folders: Iterable[tuple[int, Path]]) -> TaskHistory:
     """What the rollouts in `folders` (``(batch index, trajectory folder)``) did with each task:
     judged episodes only (an infrastructure failure says nothing about the policy)."""
-    from webgym_rollout.trajectory.contract import EpisodeColumn, EpisodeStatus, succeeded
-    from webgym_rollout.trajectory.reader import read_episodes
-
     task_id, reward, status = EpisodeColumn.TASK_ID, EpisodeColumn.REWARD, EpisodeColumn.STATUS
     outcomes = []
     for index, folder in folders:
@@ -191,8 +199,6 @@ def history_of(folders: Iterable[tuple[int, Path]]) -> TaskHistory:
 def check_tasks(settings: LoopSettings, tasks: Sequence[Task], where: str) -> None:
     """Refuse a judge that cannot score these tasks: the programmatic judge reads the environment's
     own reward, which a website does not keep."""
-    from webgym_rollout.tasks.kind import task_kind
-
     if settings.judge.kind != "programmatic":
         return
     without = Counter(task_kind(t).name for t in tasks if not task_kind(t).keeps_reward)
@@ -209,8 +215,6 @@ def check_tasks(settings: LoopSettings, tasks: Sequence[Task], where: str) -> No
 
 def _needs_site_server(tasks: Sequence[Task], settings: LoopSettings) -> bool:
     """Some task's kind cannot run without a site server (its check refuses settings without one)."""
-    from webgym_rollout.tasks.kind import task_kind
-
     without = dataclasses.replace(settings.env, sites_url=None)
     for task in tasks:
         try:
@@ -226,11 +230,7 @@ def run_settings(settings: LoopSettings, services: LoopServices, *, tasks: Path,
     """The settings of one rollout of the loop (train, chunk, evaluation, or a caller's baseline):
     the loop's browsers, sites, environment, judge and episode scheduler; the one place they are
     put together. MiniWoB tasks get the site server (started on first use)."""
-    from urllib.parse import urlsplit
-
-    from webgym_rollout.agent.policies import PolicySettings
-    from webgym_rollout.browser.guard import is_loopback_host
-    from webgym_rollout.runner import RunSettings
+    from webgym_rollout.runner import RunSettings  # lazy: imports playwright, psutil
 
     env = settings.env
     if not env.sites_url and _needs_site_server(load_tasks(tasks, split=split), settings):
@@ -292,8 +292,6 @@ class VersionedPolicy:
         self.model_id = loop.settings.policy.served_name
 
     def _policy(self, version: int) -> Any:
-        from webgym_rollout.agent.policies import OpenAIPolicy
-
         if version not in self._policies:
             endpoint = self._loop.settings.policy
             sampling = endpoint.sampling if self._temperature is None else dataclasses.replace(
@@ -322,23 +320,19 @@ class VersionedPolicy:
 
 def bootstrap_policy(loop: Loop, seed: int) -> Any:
     """The DOM-aware random policy of the first rollouts (``--bootstrap-policy random``)."""
-    from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings, make_policy
-
     return make_policy(PolicySettings(kind="random", agent=loop.settings.policy.agent,
                                       random=RandomPolicySettings(seed=seed)))
 
 
 def play(run: RunSettings, policy: Any, gate: Any = None) -> RunReport:
     """Play one rollout to its end (a resumed folder skips what it has)."""
-    from webgym_rollout.runner import run as run_rollout
+    from webgym_rollout.runner import run as run_rollout  # lazy: imports playwright, psutil
 
     return asyncio.run(run_rollout(run, policy=policy, gate=gate))
 
 
 def rollout_record(run: RunSettings, report: RunReport, policy: str, version: int) -> RolloutRecord:
     """The record of a finished rollout, its figures read back from its folder."""
-    from webgym_rollout.trajectory.reader import read_episodes
-
     stats = read_episodes(run.out).stats().as_dict()  # type: ignore[arg-type]
     return RolloutRecord(out=str(run.out), tasks=str(run.tasks), policy=policy, version=version,
                          steps_per_s=report.steps_per_s, elapsed_s=report.elapsed_s,
@@ -405,7 +399,7 @@ def train_round(loop: Loop, r: int) -> TrainRecord:
 
 
 def publish_path(loop: Loop) -> str:
-    """memory or folder: how new weights reach this loop's endpoint (`TrainerSettings.publish`)."""
+    """memory or folder: how new weights reach this loop's endpoint (`ResidentTrainerSettings.publish`)."""
     assert loop.updater is not None
     wanted = loop.settings.trainer.publish
     if wanted == "auto":
@@ -457,8 +451,6 @@ def checkpoint_due(loop: Loop, r: int, last: bool) -> bool:
 def write_checkpoint(loop: Loop, r: int) -> CheckpointRecord:
     """A full checkpoint of the trainer after round `r` (OUT/trainer/checkpoint-rXXXX), recorded;
     the older ones are deleted (a resume needs only the newest, and each holds the optimizer)."""
-    import shutil
-
     assert loop.trainer is not None
     folder = loop.trainer_dir / f"checkpoint-r{r:04d}"
     began = time.perf_counter()
@@ -500,8 +492,7 @@ def supersede(loop: Loop) -> int:
 def start_trainer(loop: Loop) -> None:
     """Start the resident trainer where the newest full checkpoint left it (the starting model in a
     new folder), in this process, a child process or under --train-launcher."""
-    from webgym_rl.loop.resident import TrainerSetup, open_trainer
-    from webgym_rl.merge import is_adapter
+    from webgym_rl.merge import is_adapter  # lazy: imports transformers
 
     settings, state = loop.settings, loop.state
     last = state.checkpoints[-1] if state.checkpoints else None
@@ -578,8 +569,7 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
     into OUT/evals/v-XXXX, then write its report, the learning curve so far (train success by
     policy version, `train`; test success of every finished evaluation) and its record
     (``eval.json``: the evaluation is done once that file exists)."""
-    from webgym_rollout.runner import run as run_rollout
-    from webgym_rollout.trajectory.reader import read_episodes
+    from webgym_rollout.runner import run as run_rollout  # lazy: imports playwright, psutil
 
     settings = loop.settings
     folder = loop.eval_dir(version)
@@ -609,9 +599,6 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
 
 
 def _report(loop: Loop, record: EvalRecord, train: dict[str, list[int]]) -> None:
-    from webgym_rollout.report.charts import CurvePoint, run_colours, write_learning_curve
-    from webgym_rollout.report.html import build_report, write_report
-
     settings = loop.settings
     label = f"v{record.version}"
     report = build_report([record.out], settings.report, labels=[label])
@@ -645,8 +632,6 @@ def _report(loop: Loop, record: EvalRecord, train: dict[str, list[int]]) -> None
 def push(loop: Loop, r: int) -> PushRecord:
     """Upload version ``r + 1`` (its servable folder, written now if it was published in
     memory) and its model card, with the success rate its evaluation measured."""
-    from webgym_rl.hub import PushSettings, push_checkpoint
-
     record = loop.state.rounds[r]
     if record.train is None or record.train.skipped:
         return PushRecord(skipped="no new weights in this round")

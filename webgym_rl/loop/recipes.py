@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webgym_rl.errors import LoopSettingsError
+from webgym_rollout.tasks.miniwob import MiniWobTask
 
 if TYPE_CHECKING:
     from webgym_rl.loop.settings import LoopSettings
@@ -198,9 +199,10 @@ def plan(settings: LoopSettings) -> Plan:
     # Horizons and the agent.
     env = settings.env
     agent = policy.agent
+    miniwob = env.horizons.get("miniwob", MiniWobTask.default_horizon)
     result.add("horizons", f"train {'/'.join(map(str, env.train_horizons))}, test "
                            f"{'/'.join(map(str, env.test_horizons))} steps (easy/medium/hard); MiniWoB "
-                           f"{env.miniwob_horizon}; prompt {agent.variant} with {agent.full_rounds} image "
+                           f"{miniwob}; prompt {agent.variant} with {agent.full_rounds} image "
                            f"rounds; viewport {env.viewport}")
     # Schedule and training.
     t, selection = settings.training, settings.training.samples

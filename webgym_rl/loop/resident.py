@@ -15,7 +15,7 @@ endpoint without the model being read back from disk.
 - ``checkpoint(r, folder)``: a full checkpoint (weights, optimizer, schedule, RNG), which a
   rerun restores (`TrainerSetup.resume_from`).
 
-It runs where `TrainerSettings` says (`open_trainer`): in this process (`InProcess`), or in a child
+It runs where `ResidentTrainerSettings` says (`open_trainer`): in this process (`InProcess`), or in a child
 process (`TrainerProcess`: ``python -m webgym_rl.loop.resident CONTROL``), or under a launcher
 (``accelerate launch ... -m webgym_rl.loop.resident CONTROL``: every rank runs the same commands
 and stays up across versions; rank 0 answers). The child reads its `TrainerSetup` from
@@ -29,9 +29,13 @@ any other failure of the child is a `LoopError` naming the command and the log f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -43,7 +47,11 @@ from webgym_core.failpoints import failpoint
 from webgym_core.files import write_json_atomic
 from webgym_core.settings import settings_from_dict, settings_to_dict
 from webgym_rl.errors import LoopError, NoTrainingDataError
-from webgym_rl.train import TrainingSettings
+from webgym_rl.loop.services import die_with_parent
+from webgym_rl.pixels import image_processor_config
+from webgym_rl.samples import ListedEpisodes, build_samples, load_trajectories
+from webgym_rl.settings import OptimizationSettings
+from webgym_rl.train import EpochOrder, Trainer, steps_for
 
 __all__ = ["COMMANDS", "InProcess", "ResidentTrainer", "TrainerClient", "TrainerProcess", "TrainerSetup",
            "open_trainer"]
@@ -68,15 +76,13 @@ class TrainerSetup:
     """Optimizer steps of the whole run, when known (sizes a decaying schedule)."""
     resume_from: str | None = None
     """A full checkpoint (`ResidentTrainer.checkpoint`) to restore after building the model."""
-    training: TrainingSettings = field(default_factory=TrainingSettings)
+    training: OptimizationSettings = field(default_factory=OptimizationSettings)
 
 
 class ResidentTrainer:
     """A `webgym_rl.train.Trainer` that trains round after round (see the module docstring)."""
 
     def __init__(self, setup: TrainerSetup):
-        from webgym_rl.train import Trainer
-
         self.setup = setup
         self.trainer = Trainer(model=setup.model, model_revision=setup.model_revision,
                                training=setup.training, out=Path(setup.out), seed=setup.seed,
@@ -99,9 +105,6 @@ class ResidentTrainer:
         round's optimizer steps (``max_steps``, or ``epochs`` passes over its samples); returns the
         round's record fields. Raises `NoTrainingDataError` (nothing trained) when no sample
         survives the selection."""
-        from webgym_rl.samples import ListedEpisodes, build_samples, load_trajectories
-        from webgym_rl.train import EpochOrder, steps_for
-
         t, trainer = self.setup.training, self.trainer
         began = time.perf_counter()
         listed: dict[str, dict[str, int] | None] = {}  # folder -> episode id -> round (None: all)
@@ -137,8 +140,7 @@ class ResidentTrainer:
     def push(self, base_url: str, version: int) -> dict[str, Any]:
         """Send the servable weights to the policy server at `base_url` (``POST /weights``) as
         `version`, in memory."""
-        from webgym_rl.pixels import image_processor_config
-        from webgym_rl.policy_server import push_weights
+        from webgym_rl.policy_server import push_weights  # lazy: imports fastapi, starlette
 
         began = time.perf_counter()
         weights = self.trainer.servable_state_dict()
@@ -164,8 +166,6 @@ class ResidentTrainer:
 
     def checkpoint(self, r: int, folder: str) -> dict[str, Any]:
         """A full checkpoint after round `r` in `folder` (replaced atomically)."""
-        import shutil
-
         target = Path(folder)
         tmp = target.with_name(f".{target.name}.tmp")
         if self.trainer.is_main_process:
@@ -190,8 +190,6 @@ class ResidentTrainer:
                 "settings": settings_to_dict(self.setup.training), **extra}
 
     def _save_adapter(self, folder: Path, state: dict[str, Any]) -> None:
-        import shutil
-
         trainer = self.trainer
         accelerator = trainer.accelerator
         tmp = folder.with_name(f".{folder.name}.tmp")
@@ -246,10 +244,6 @@ class TrainerProcess:
     request and reply files in `control` (see the module docstring)."""
 
     def __init__(self, setup: TrainerSetup, control: Path, *, launcher: str = "", poll_s: float = 0.02):
-        import shlex
-
-        from webgym_rl.loop.services import die_with_parent
-
         self.control, self.poll_s = Path(control), poll_s
         if self.control.exists():
             for stale in self.control.glob("*.json"):  # requests and replies of an earlier run
@@ -301,8 +295,6 @@ class TrainerProcess:
         return self.log_path.read_text(errors="replace")[-2000:]
 
     def close(self) -> None:
-        import signal
-
         stop = self.control / f"request-{self._next + 1:06d}.json"
         try:
             if self._popen.poll() is None and self._busy:
@@ -335,8 +327,6 @@ def open_trainer(setup: TrainerSetup, control: Path, *, in_process: bool, launch
 def _serve(control: Path, poll_s: float = 0.02) -> None:
     """Every rank: build the trainer, then run the commands of the request files in order; rank 0
     writes the replies."""
-    import contextlib
-
     setup = settings_from_dict(TrainerSetup, json.loads((control / "setup.json").read_text()))
     trainer = ResidentTrainer(setup)
     main = trainer.trainer.is_main_process

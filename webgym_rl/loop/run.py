@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from webgym_data.loading import load_tasks
+from webgym_data.sampler import TaskSampler
 from webgym_rl.errors import LoopSettingsError
 from webgym_rl.loop.asynchronous import run_async
 from webgym_rl.loop.events import OnEvent
@@ -44,8 +45,6 @@ class LoopResult:
 def check_recipe(settings: LoopSettings) -> None:
     """Refuse, before anything starts, what cannot work: missing task sources, and a judge that
     cannot score the tasks the samplers may draw (`webgym_rl.loop.phases.check_tasks`)."""
-    from webgym_data.sampler import TaskSampler
-
     if not Path(settings.tasks).exists():
         raise LoopSettingsError(f"--tasks {settings.tasks}: no such file or folder")
     if settings.eval_tasks and not Path(settings.eval_tasks).exists():

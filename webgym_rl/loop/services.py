@@ -8,9 +8,9 @@ on Ctrl-C and on errors):
   whose pages may reach the site server's ``host:port`` and no other local port (not this browser
   server's API, nor the policy server);
 - sites: the site server MiniWoB pages come from (``sites_url``), or one the loop runs on 127.0.0.1;
-- the policy endpoint (`PolicyEndpointSettings`), started once by `start_policy` and switched to
-  each new version by the `webgym_rl.loop.updater.PolicyUpdater` that `updater()` makes
-  (``--policy-updater``), while episodes may keep running:
+- the policy endpoint (`webgym_rl.loop.settings.PolicyEndpointSettings`), started once by
+  `start_policy` and switched to each new version by the `webgym_rl.loop.updater.PolicyUpdater`
+  that `updater()` makes (``--policy-updater``), while episodes may keep running:
 
   - default (no ``base_url``): the CPU policy server (`webgym_rl.policy_server`) runs as a child
     process (generation does not compete with the loop for this process's GIL), with the trainer's
@@ -38,106 +38,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import logging
 import os
-import shlex
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from webgym_core.endpoint import Endpoint
-from webgym_core.settings import flat
+import httpx
+
+from webgym_core.lazy import moved_names
 from webgym_rl.errors import LoopError, LoopSettingsError, PolicyEndpointError
 from webgym_rl.loop.events import OnEvent, ServiceStarted
-from webgym_rollout.agent.policies import SamplingSettings
-from webgym_rollout.agent.protocol import AgentSettings
+from webgym_rl.loop.updater import CpuPolicyUpdater, RestartUpdater, VllmLoraUpdater, VllmWeightUpdater
+from webgym_rollout.tasks.sites import SiteServer
 
 if TYPE_CHECKING:
     from webgym_rl.loop.settings import LoopSettings
     from webgym_rl.loop.updater import PolicyUpdater
     from webgym_rollout.browser.pool import PoolSettings
 
-__all__ = ["LoopServices", "PolicyEndpointSettings", "die_with_parent", "free_port"]
+__all__ = ["LoopServices", "die_with_parent", "free_port"]
+
+# Moved in 0.3.0 to the loop's settings module; the old import path goes in the next release.
+__getattr__ = moved_names(__name__, {"PolicyEndpointSettings": "webgym_rl.loop.settings"})
 
 log = logging.getLogger(__name__)
-
-_SERVED_NAME = "webgym-policy"
-UpdaterKind = Literal["auto", "cpu", "vllm_lora", "vllm_weights", "restart"]
-
-
-@dataclass(frozen=True)
-class PolicyEndpointSettings:
-    """The policy endpoint the loop's rollouts call, and how it is switched to each new checkpoint
-    (the ``--policy-*`` flags of ``webgym-rl loop``)."""
-
-    endpoint: Endpoint = flat(lambda: Endpoint(model=_SERVED_NAME))
-    """Where the policy is served: ``base_url`` ('' = the CPU policy server the loop runs) and
-    ``model``, the name it is served under (vLLM: --served-model-name)."""
-    sampling: SamplingSettings = flat(SamplingSettings)
-    """Sampling of the train rollouts (the evaluation uses ``LoopSettings.eval_temperature``)."""
-    agent: AgentSettings = flat(AgentSettings)
-    command: str = ""
-    """Command that serves a checkpoint, restarted for each new one; placeholders {checkpoint},
-    {port}, {name}. E.g. 'vllm serve {checkpoint} --port {port} --served-model-name {name}'."""
-    reload_url: str | None = None
-    """With --policy-base-url: URL the loop POSTs {"model": CHECKPOINT} to for each new checkpoint."""
-    start_timeout_s: float = 900.0
-    """How long a started --policy-command may take until /v1/models answers (also the reload's bound)."""
-    max_new_tokens: int = 256
-    """CPU policy server: most tokens generated per reply."""
-    updater: UpdaterKind = "auto"
-    """How the loop switches the endpoint to each new version: auto (the CPU policy server, or
-    restart for --policy-command), cpu (POST /weights or /reload), vllm_lora (with --lora: each
-    version's LoRA adapter loaded into a vLLM serving --model), vllm_weights (vLLM's pause / update
-    weights / resume), restart (restart --policy-command)."""
-
-    def __post_init__(self) -> None:
-        base_url = self.endpoint.base_url
-        vllm_updater = self.updater in ("vllm_lora", "vllm_weights")
-        if base_url and not (self.command or self.reload_url or vllm_updater):
-            raise LoopSettingsError(
-                "base_url: needs a way to switch the endpoint to each new checkpoint: --policy-command "
-                "(the loop restarts it), --policy-reload-url (the loop POSTs to it), or --policy-updater "
-                "vllm_lora / vllm_weights")
-        if self.reload_url and not base_url:
-            raise LoopSettingsError("reload_url: goes with --policy-base-url (the endpoint it reloads)")
-        if self.command and not any("{checkpoint}" in arg for arg in self.argv):
-            raise LoopSettingsError("command: must contain {checkpoint} (where the checkpoint folder goes), "
-                                    f"got {self.command!r}")
-        if not self.start_timeout_s > 0:
-            raise LoopSettingsError(f"start_timeout_s: must be > 0, got {self.start_timeout_s}")
-        if self.max_new_tokens < 1:
-            raise LoopSettingsError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
-        if self.updater not in get_args(UpdaterKind):
-            raise LoopSettingsError(f"updater: {self.updater!r} is unknown; choose auto, cpu, vllm_lora, "
-                                    "vllm_weights or restart")
-        if self.updater in ("vllm_lora", "vllm_weights") and not base_url:
-            raise LoopSettingsError(f"updater: {self.updater} needs --policy-base-url (the vLLM server)")
-        if self.updater == "restart" and not self.command:
-            raise LoopSettingsError("updater: restart needs --policy-command (what to restart)")
-
-    @property
-    def served_name(self) -> str:
-        """The model name the policy is served under."""
-        return self.endpoint.model or _SERVED_NAME
-
-    @property
-    def argv(self) -> list[str]:
-        """`command` split into arguments (placeholders not yet replaced)."""
-        return shlex.split(self.command)
-
 
 def die_with_parent() -> None:
     """In a child, before exec: get SIGTERM when the parent dies (Linux), so a SIGKILLed loop leaves
     no policy server or trainer behind."""
-    import ctypes
-
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
@@ -150,8 +88,6 @@ def free_port() -> int:
 
 def _host_port(url: str) -> str:
     """The ``host:port`` allowlist entry of `url` (``http://127.0.0.1:8400`` -> ``127.0.0.1:8400``)."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
@@ -186,6 +122,7 @@ class _BrowserServerThread:
             self._ready.set()
 
     async def _serve(self) -> None:
+        # lazy: imports fastapi, playwright, psutil ...
         from webgym_rollout.browser.server import ServerSettings, running_server
 
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
@@ -274,8 +211,6 @@ class LoopServices:
     def sites_url(self) -> str:
         """The site server's URL (started here on first use unless `sites_url` is set)."""
         if self._sites_url is None:
-            from webgym_rollout.tasks.sites import SiteServer
-
             began = time.perf_counter()
             sites = self._stack.enter_context(SiteServer(host="127.0.0.1", port=0))
             self._sites_url, self._site_server = sites.base_url, sites
@@ -317,8 +252,6 @@ class LoopServices:
         """Start (or reach) the policy endpoint serving `checkpoint` as `version`; returns its base
         URL. Without --policy-base-url / --policy-command the CPU policy server runs as a child
         process (`webgym-rl serve-policy`), switched in place by `updater()`."""
-        import sys
-
         policy = self.settings.policy
         if self._base_url is not None:
             return self._base_url
@@ -351,13 +284,6 @@ class LoopServices:
 
     def updater(self) -> PolicyUpdater:
         """The `PolicyUpdater` of the endpoint `start_policy` started (``--policy-updater``)."""
-        from webgym_rl.loop.updater import (
-            CpuPolicyUpdater,
-            RestartUpdater,
-            VllmLoraUpdater,
-            VllmWeightUpdater,
-        )
-
         policy = self.settings.policy
         base_url = self.base_url
         kind = policy.updater
@@ -374,8 +300,6 @@ class LoopServices:
                                 reload_url=str(policy.reload_url) if policy.reload_url else None)
 
     def _post_reload(self, url: str, checkpoint: str, version: int | None = None) -> None:
-        import httpx
-
         body: dict[str, Any] = {"model": checkpoint} if version is None else {"model": checkpoint,
                                                                                 "version": version}
         try:
@@ -387,8 +311,6 @@ class LoopServices:
                                       f"HTTP {reply.status_code}: {reply.text[:300]}")
 
     def _start_process(self, checkpoint: str, argv_template: list[str] | None = None) -> None:
-        import httpx
-
         policy = self.settings.policy
         if policy.endpoint.base_url and argv_template is None:
             base_url = policy.endpoint.base_url.rstrip("/")

@@ -1,13 +1,14 @@
 """`LoopSettings`: everything ``webgym-rl loop`` needs, composed of the settings of the parts it drives.
 
-Each group is defined once where its part lives and held here as a field: the rollout
-(`RolloutSettings`), the environment (`EnvSettings`), the loop's own browser server (`PoolSettings`,
-flags ``--pool-*``), the policy endpoint (`PolicyEndpointSettings`, ``--policy-*``), the judge
-(`JudgeSettings`, ``--judge*``), the samplers (``--sampler*``, ``--eval-sampler*``), the training
-(`TrainingSettings`). The loop's own groups are here: `AsyncSettings` (the asynchronous schedule)
-and `TrainerSettings` (the resident trainer: where it runs, how often it checkpoints, how it
-publishes). Filled from defaults, then a YAML file or a shipped recipe (`webgym_rl.loop.recipes`),
-then CLI flags (`webgym_core.settings`).
+Each group is defined once where its layer keeps its settings and held here as a field: the rollout
+(`RolloutSettings`), the environment (`webgym_rollout.settings.EnvSettings`), the loop's own
+browser server (`PoolSettings`, flags ``--pool-*``), the judge (`JudgeSettings`, ``--judge*``), the
+samplers (``--sampler*``, ``--eval-sampler*``), the training (`webgym_rl.settings.OptimizationSettings`).
+The loop's own groups are here, in the one module the loop's other modules read them from:
+`PolicyEndpointSettings` (the policy endpoint, ``--policy-*``), `AsyncSettings` (the asynchronous
+schedule) and `ResidentTrainerSettings` (the resident trainer process: where it runs, how often it
+checkpoints, how it publishes). Filled from defaults, then a YAML file or a shipped recipe
+(`webgym_rl.loop.recipes`), then CLI flags (`webgym_core.settings`).
 
 Two names that sound alike: ``schedule`` is the loop's (``sync``: roll out, then train, in turn;
 ``async``: both at once under a staleness bound); ``lockstep`` (of `RolloutSettings`) is how the
@@ -16,24 +17,98 @@ episodes of one rollout are scheduled (the naive lockstep baseline, or each at i
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from webgym_core.endpoint import Endpoint
+from webgym_core.lazy import moved_names
 from webgym_core.settings import flat
 from webgym_data.sampler import SamplerSettings
 from webgym_rl.errors import LoopSettingsError
-from webgym_rl.loop.services import PolicyEndpointSettings
-from webgym_rl.train import TrainingSettings
+from webgym_rl.settings import OptimizationSettings
+from webgym_rollout.agent.policies import SamplingSettings
+from webgym_rollout.agent.protocol import AgentSettings
 from webgym_rollout.browser.pool import PoolSettings
-from webgym_rollout.env import EnvSettings
 from webgym_rollout.fleet import FleetSettings
 from webgym_rollout.judge.judges import JudgeSettings
 from webgym_rollout.report.html import ReportSettings
 from webgym_rollout.runner import RolloutSettings
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import kind_names
 
-__all__ = ["AsyncSettings", "Bootstrap", "LoopSettings", "Publish", "Schedule", "Split", "TrainerSettings"]
+__all__ = ["AsyncSettings", "Bootstrap", "LoopSettings", "PolicyEndpointSettings", "Publish",
+           "ResidentTrainerSettings", "Schedule", "Split", "UpdaterKind"]
+
+# Renamed in 0.3.0 (the resident trainer process's settings); the old name goes in the next release.
+__getattr__ = moved_names(__name__, {"TrainerSettings": "webgym_rl.loop.settings:ResidentTrainerSettings"})
+
+_SERVED_NAME = "webgym-policy"
+UpdaterKind = Literal["auto", "cpu", "vllm_lora", "vllm_weights", "restart"]
+
+
+@dataclass(frozen=True)
+class PolicyEndpointSettings:
+    """The policy endpoint the loop's rollouts call, and how it is switched to each new checkpoint
+    (the ``--policy-*`` flags of ``webgym-rl loop``)."""
+
+    endpoint: Endpoint = flat(lambda: Endpoint(model=_SERVED_NAME))
+    """Where the policy is served: ``base_url`` ('' = the CPU policy server the loop runs) and
+    ``model``, the name it is served under (vLLM: --served-model-name)."""
+    sampling: SamplingSettings = flat(SamplingSettings)
+    """Sampling of the train rollouts (the evaluation uses ``LoopSettings.eval_temperature``)."""
+    agent: AgentSettings = flat(AgentSettings)
+    command: str = ""
+    """Command that serves a checkpoint, restarted for each new one; placeholders {checkpoint},
+    {port}, {name}. E.g. 'vllm serve {checkpoint} --port {port} --served-model-name {name}'."""
+    reload_url: str | None = None
+    """With --policy-base-url: URL the loop POSTs {"model": CHECKPOINT} to for each new checkpoint."""
+    start_timeout_s: float = 900.0
+    """How long a started --policy-command may take until /v1/models answers (also the reload's bound)."""
+    max_new_tokens: int = 256
+    """CPU policy server: most tokens generated per reply."""
+    updater: UpdaterKind = "auto"
+    """How the loop switches the endpoint to each new version: auto (the CPU policy server, or
+    restart for --policy-command), cpu (POST /weights or /reload), vllm_lora (with --lora: each
+    version's LoRA adapter loaded into a vLLM serving --model), vllm_weights (vLLM's pause / update
+    weights / resume), restart (restart --policy-command)."""
+
+    def __post_init__(self) -> None:
+        base_url = self.endpoint.base_url
+        vllm_updater = self.updater in ("vllm_lora", "vllm_weights")
+        if base_url and not (self.command or self.reload_url or vllm_updater):
+            raise LoopSettingsError(
+                "base_url: needs a way to switch the endpoint to each new checkpoint: --policy-command "
+                "(the loop restarts it), --policy-reload-url (the loop POSTs to it), or --policy-updater "
+                "vllm_lora / vllm_weights")
+        if self.reload_url and not base_url:
+            raise LoopSettingsError("reload_url: goes with --policy-base-url (the endpoint it reloads)")
+        if self.command and not any("{checkpoint}" in arg for arg in self.argv):
+            raise LoopSettingsError("command: must contain {checkpoint} (where the checkpoint folder goes), "
+                                    f"got {self.command!r}")
+        if not self.start_timeout_s > 0:
+            raise LoopSettingsError(f"start_timeout_s: must be > 0, got {self.start_timeout_s}")
+        if self.max_new_tokens < 1:
+            raise LoopSettingsError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+        if self.updater not in get_args(UpdaterKind):
+            raise LoopSettingsError(f"updater: {self.updater!r} is unknown; choose auto, cpu, vllm_lora, "
+                                    "vllm_weights or restart")
+        if self.updater in ("vllm_lora", "vllm_weights") and not base_url:
+            raise LoopSettingsError(f"updater: {self.updater} needs --policy-base-url (the vLLM server)")
+        if self.updater == "restart" and not self.command:
+            raise LoopSettingsError("updater: restart needs --policy-command (what to restart)")
+
+    @property
+    def served_name(self) -> str:
+        """The model name the policy is served under."""
+        return self.endpoint.model or _SERVED_NAME
+
+    @property
+    def argv(self) -> list[str]:
+        """`command` split into arguments (placeholders not yet replaced)."""
+        return shlex.split(self.command)
+
 
 Schedule = Literal["sync", "async"]
 Split = Literal["train", "test"]
@@ -69,7 +144,7 @@ class AsyncSettings:
 
 
 @dataclass(frozen=True)
-class TrainerSettings:
+class ResidentTrainerSettings:
     """The resident trainer (`webgym_rl.loop.resident`): the model, optimizer, learning-rate schedule
     and Accelerate state stay in memory from the first round to the last."""
 
@@ -157,7 +232,7 @@ class LoopSettings:
     """Show progress on the terminal."""
     rollout: RolloutSettings = flat(lambda: RolloutSettings(concurrency=4))
     async_loop: AsyncSettings = flat(AsyncSettings)
-    trainer: TrainerSettings = flat(TrainerSettings)
+    trainer: ResidentTrainerSettings = flat(ResidentTrainerSettings)
     env: EnvSettings = flat(EnvSettings)
     sampler: SamplerSettings = field(default_factory=lambda: SamplerSettings(kind="epoch"))
     """Which training tasks each round rolls out (--sampler*: strategy, batch size, filters); by
@@ -170,7 +245,7 @@ class LoopSettings:
     """The loop's own browser server (used when --servers is not given)."""
     policy: PolicyEndpointSettings = field(default_factory=PolicyEndpointSettings)
     judge: JudgeSettings = field(default_factory=JudgeSettings)
-    training: TrainingSettings = flat(TrainingSettings)
+    training: OptimizationSettings = flat(OptimizationSettings)
 
     def __post_init__(self) -> None:
         for name in ("tasks", "model", "out"):

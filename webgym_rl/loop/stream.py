@@ -77,7 +77,7 @@ class TrajectoryStream:
     def _rows(self, position: StreamPosition, *, task_ids: bool = False) -> dict[str, list[_Row]]:
         """Per folder, the committed rows past `position` not taken yet (reads shard footers, and
         the task_id column of the shards holding such rows when `task_ids`)."""
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # optional: pyarrow
 
         rows: dict[str, list[_Row]] = {}
         for folder in self._folders():
@@ -158,7 +158,7 @@ class TrajectoryStream:
     def _advance(self, position: StreamPosition, chosen: list[_Row]) -> StreamPosition:
         """`position` with `chosen` taken: each folder's prefix moves past every row taken in a run
         from its start; the rows taken beyond a gap are recorded as offsets past the new prefix."""
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # optional: pyarrow
 
         after = StreamPosition(position.to_json())
         newly: dict[str, set[int]] = defaultdict(set)

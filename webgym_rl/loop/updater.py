@@ -43,6 +43,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import httpx
+
 from webgym_rl.errors import PolicyEndpointError
 from webgym_rollout.trajectory.contract import version_number
 
@@ -85,8 +87,6 @@ class PolicyUpdater(Protocol):
 
 
 def _request(method: str, url: str, *, timeout: float, **kwargs: Any) -> Any:
-    import httpx
-
     try:
         reply = httpx.request(method, url, timeout=timeout, **kwargs)
     except httpx.HTTPError as exc:

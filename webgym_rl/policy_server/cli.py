@@ -37,9 +37,9 @@ def serve_policy_command(config: str | None, **flags: Any) -> None:
       curl -s -X POST http://127.0.0.1:8500/reload -H 'content-type: application/json' \\
           -d '{"model": "out/checkpoints/iter-0001"}'
     """
-    import uvicorn
+    import uvicorn  # optional: uvicorn
 
-    from webgym_rl.modeling import ModelingError
+    from webgym_rl.modeling import ModelingError  # lazy: imports transformers
 
     try:
         settings = load_settings(PolicyServerSettings, config, flags)

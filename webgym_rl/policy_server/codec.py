@@ -114,7 +114,7 @@ def safetensors_layout(state_dict: Mapping[str, Any],
 
 def _tensor_bytes(tensor: Any) -> memoryview:
     """The bytes of `tensor` (a copy only for a non-contiguous or non-CPU one)."""
-    import torch
+    import torch  # optional: torch
 
     return memoryview(tensor.to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy())
 

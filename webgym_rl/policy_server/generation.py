@@ -45,7 +45,7 @@ class Generation:
 
 def _decode_image_url(url: str, where: str) -> Any:
     """The RGB image of an inline base64 data URL; `BadChatRequest` naming `where` for anything else."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # optional: PIL
 
     if not url.startswith("data:"):
         scheme = url.split(":", 1)[0] if ":" in url else "a bare path"
@@ -91,7 +91,7 @@ def prepare_messages(request: ChatCompletionRequest) -> tuple[list[dict], list]:
 
 @functools.cache
 def _byte_decoder() -> dict[str, int]:
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # optional: transformers
 
     return {char: byte for byte, char in bytes_to_unicode().items()}
 
@@ -127,7 +127,7 @@ def _sampling_config(request: ChatCompletionRequest, max_new_tokens: int, model_
     """The generation config of `request`: every setting that shapes the distribution set here,
     explicitly (transformers would fill the unset ones from its defaults: top_k 50). The vision
     placeholder tokens are never sampled (`webgym_rl.modeling.VISION_PLACEHOLDERS`)."""
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # optional: transformers
 
     greedy = request.temperature < _GREEDY_BELOW
     top_k = request.top_k if request.top_k is not None and request.top_k > 0 else 0
@@ -144,8 +144,8 @@ def generate(policy: ServedPolicy, request: ChatCompletionRequest, messages: lis
              max_new_tokens: int, device: str) -> Generation:
     """Run `request` (its `prepare_messages` output) through `policy` on `device`: on the generation
     worker only (``seed`` seeds torch's global generator)."""
-    import torch
-    from jinja2 import TemplateError
+    import torch  # optional: torch
+    from jinja2 import TemplateError  # optional: jinja2
 
     processor, model = policy.processor, policy.model
     tokenizer = processor.tokenizer
@@ -191,7 +191,7 @@ def _token_logprobs(scores: Any, token_ids: list[int], tokenizer: Any, k: int) -
     """Each sampled token's log-probability in the distribution it was drawn from (the processed
     `scores`: placeholders suppressed, temperature, top-k, top-p applied; -inf outside the cut;
     greedy: the model's at temperature 1), with the `k` most likely alternatives."""
-    import torch
+    import torch  # optional: torch
 
     logprobs = []
     token_text = TokenText(tokenizer)

@@ -41,7 +41,7 @@ class ServedPolicy:
     @functools.cached_property
     def placeholders(self) -> list[int]:
         """The vision placeholder ids replies never get (`webgym_rl.modeling.placeholder_token_ids`)."""
-        from webgym_rl.modeling import placeholder_token_ids
+        from webgym_rl.modeling import placeholder_token_ids  # lazy: imports transformers
 
         return placeholder_token_ids(self.processor.tokenizer)
 
@@ -62,9 +62,9 @@ def load_policy(settings: PolicyServerSettings, checkpoint: str, revision: str |
                 version: int) -> ServedPolicy:
     """Load `checkpoint` (at `revision`) as `version`, on the settings' device and dtype, with the
     settings' image processor bounds."""
-    import torch
+    import torch  # optional: torch
 
-    from webgym_rl.modeling import load_model, load_processor
+    from webgym_rl.modeling import load_model, load_processor  # lazy: imports transformers
 
     dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
     processor = load_processor(checkpoint, revision=revision, min_pixels=settings.images.min_pixels,
@@ -79,6 +79,6 @@ def _plain_generation_config(found: Any) -> Any:
     """A generation config holding only the checkpoint's special token ids: transformers fills what a
     request's config leaves unset from the model's generation config (a checkpoint's top_k, top_p,
     repetition penalty or suppressed tokens would change the distribution sampled from)."""
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # optional: transformers
 
     return GenerationConfig(**{name: getattr(found, name, None) for name in SPECIAL_TOKEN_FIELDS})

@@ -116,7 +116,7 @@ class PolicyService:
         )
 
     async def reload(self, request: ReloadRequest) -> ReloadResponse:
-        from webgym_rl.modeling import ModelingError
+        from webgym_rl.modeling import ModelingError  # lazy: imports transformers
 
         async with self._reload_lock:
             previous, previous_version = self.policy.checkpoint, self.policy.version

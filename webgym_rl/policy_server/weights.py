@@ -125,7 +125,7 @@ def copy_weights(policy: ServedPolicy, body: bytearray | mmap.mmap, slots: dict[
                  version: int) -> tuple[float, float]:
     """Copy checked weights into `policy`'s tensors in place and set its version. Runs on the
     generation worker, so no generation sees half of it. Returns (start, end) perf_counter times."""
-    import torch
+    import torch  # optional: torch
 
     started = time.perf_counter()
     with torch.no_grad():
@@ -170,7 +170,7 @@ def point_weights(policy: ServedPolicy, mapping: mmap.mmap, slots: dict[str, Ten
     or a /reload drops this model (an HTTP push copies into them, in the mapping). The tensors the
     model held before go to `retired`, for the caller to free off the worker (unmapping and freeing
     a previous push's file takes ~20 ms for 400 MB)."""
-    import torch
+    import torch  # optional: torch
 
     targets = policy.model.state_dict(keep_vars=True)  # the Parameters themselves, not detached copies
     groups = view_groups(targets, slots)

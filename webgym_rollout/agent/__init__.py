@@ -4,8 +4,9 @@ The action space is defined once in `webgym_rollout.actions` (the prompt text, t
 the parser come from it; it moved out of this package in 0.3.0 because a trajectory step holds a
 typed action); `protocol` the observation a policy sees at each step and how its reply is read (prompt
 variants, history, memory); `policies` the policies themselves (``await policy.act(observation)``:
-the DOM-aware and pixel random policies, the OpenAI-protocol client of a served model). Imports
-`webgym_core`, the action space, the trajectory contract and `webgym_rollout.errors`: a policy sees
+the DOM-aware and pixel random policies, the OpenAI-protocol client of a served model). May import
+`webgym_core`, `webgym_data`, `webgym_sites` (the expert's plans), the action space
+(`webgym_rollout.actions`), the trajectory contract and `webgym_rollout.errors` only: a policy sees
 observations, never a browser.
 
 The names of `protocol` are re-exported here, so imports written for the former module

@@ -2,7 +2,7 @@
 source.
 
 `ExpertPolicy(tasks)` knows the tasks it may be shown. For an observation it finds the task by its
-instruction, takes the task's plan (`webgym_rollout.tasks.websites.generate.expert_plan`: moves written
+instruction, takes the task's plan (`webgym_sites.generate.expert_plan`: moves written
 from the truth the task generator kept, which no agent sees) and turns the next move into one
 ordinary action of the action space:
 
@@ -21,7 +21,7 @@ marks them as demonstrations in a trajectory dataset.
 
 The expert follows an episode by its ``episode_id``; an observation of step 0 starts the plan over
 (a restarted session). Given another planner (``plan=``, such as a shortcut of
-`webgym_rollout.tasks.websites.shortcuts`) it plays that planner's moves instead, under its own
+`webgym_sites.shortcuts`) it plays that planner's moves instead, under its own
 ``model_id``: only the expert's episodes are demonstrations.
 """
 
@@ -38,8 +38,8 @@ from webgym_data.schema import Task
 from webgym_rollout.actions import AgentAction, pixels_to_grid
 from webgym_rollout.agent.policies import PolicyOutput, element_field, scripted_reply
 from webgym_rollout.agent.protocol import AgentSettings, Observation
-from webgym_rollout.tasks.websites.generate import expert_plan
-from webgym_rollout.tasks.websites.plans import Answer, Choose, Goto, Move, Press
+from webgym_sites.generate import expert_plan
+from webgym_sites.plans import Answer, Choose, Goto, Move, Press
 
 __all__ = ["EXPERT_MODEL_ID", "ExpertPolicy"]
 

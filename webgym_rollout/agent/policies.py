@@ -223,7 +223,7 @@ class PolicySettings:
     expert of the local sites' generated tasks: a demonstration source that reads their truth)."""
     shortcut: str = ""
     """With --policy expert: play this shortcut of the local sites' tasks instead of the task's plan
-    (list_everything, spray_numbers, do_everything: webgym_rollout.tasks.websites.shortcuts); its
+    (list_everything, spray_numbers, do_everything: webgym_sites.shortcuts); its
     episodes' policy is shortcut:NAME, adversarial episodes for testing judges, never demonstrations."""
     endpoint: Endpoint = flat(Endpoint)
     sampling: SamplingSettings = flat(SamplingSettings)
@@ -232,7 +232,7 @@ class PolicySettings:
 
     def __post_init__(self) -> None:
         if self.shortcut:
-            from webgym_rollout.tasks.websites.shortcuts import SHORTCUTS
+            from webgym_sites.shortcuts import SHORTCUTS
 
             if self.kind != "expert":
                 raise ValueError(f"shortcut: a shortcut is played by the scripted expert (--policy expert "

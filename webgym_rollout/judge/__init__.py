@@ -9,8 +9,8 @@ labels (``webgym-rollout judge-eval``): `labels` reads them (human-label files o
 local sites' ground truth a run keeps in ``truth.jsonl``, whose file `truth` writes and reads) and
 `metrics` holds the figures (`JudgeMetrics`). May
 import `webgym_core`, `webgym_data`, `webgym_rollout.errors`, `webgym_rollout.agent` (how replies
-are read), `webgym_rollout.tasks` (the local sites' facts) and `webgym_rollout.trajectory`; never a
-browser.
+are read), `webgym_sites` (the local sites' facts and checks) and `webgym_rollout.trajectory`; never
+a browser.
 
 The names of `judges` are re-exported here, so imports written for the former module
 `webgym_rollout.judge` keep working. ``JudgeRequest`` (what a judge took before it took the

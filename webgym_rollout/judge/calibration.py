@@ -49,8 +49,10 @@ import asyncio
 import dataclasses
 import json
 import logging
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,7 @@ import click
 
 from webgym_core.errors import SettingsError
 from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+from webgym_data.loading import TaskSourceError, load_tasks
 from webgym_data.schema import TASK_DIFFICULTY_LEVELS, Task
 from webgym_rollout.agent.policies import SHORTCUT_MODEL_PREFIX
 from webgym_rollout.errors import LabelError, RolloutError, TruthFileError
@@ -391,8 +394,8 @@ class JudgeEvalReport:
 
     def table(self) -> Any:
         """A rich table: one block per judge, a row per group and one for all."""
-        from rich import box
-        from rich.table import Table
+        from rich import box  # lazy: import time
+        from rich.table import Table  # lazy: import time
 
         table = Table(title=f"judges against {self.labels} ({self.trajectories})", box=box.SIMPLE_HEAD,
                       caption=_CAPTION)
@@ -420,8 +423,6 @@ class JudgeEvalReport:
 
     def html(self) -> str:
         """A page of the table, each judge's pass rate per policy, and a banner per flagged judge."""
-        from html import escape
-
         head = "".join(f"<th>{escape(name)}</th>" for name in _COLUMNS)
         body = "".join(
             f"<tr{' class=all' if group == ALL else ''}>"
@@ -505,8 +506,6 @@ def _truth_labels(settings: JudgeEvalSettings, tasks: Iterable[Task] | None) -> 
 
 def _tasks_of(settings: JudgeEvalSettings) -> list[Task]:
     """The tasks of --tasks, or of the path the run's manifest records."""
-    from webgym_data.loading import TaskSourceError, load_tasks
-
     source = settings.tasks
     if source is None:
         run_dir = settings.trajectories
@@ -659,6 +658,7 @@ class _Bar:
 
     def __enter__(self) -> _Bar:
         if self.enabled:
+            # lazy: import time
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -725,9 +725,7 @@ def judge_eval_command(trajectories: str, config: str | None, **flags: Any) -> N
     if settings.markdown:
         click.echo(report.markdown(), nl=False)
     else:
-        import sys
-
-        from rich.console import Console
+        from rich.console import Console  # lazy: import time
 
         # a pipe or a file gets the whole table; a terminal its own width
         Console(width=None if sys.stdout.isatty() else 200).print(report.table())

@@ -77,9 +77,9 @@ from webgym_data.schema import Task
 from webgym_rollout.errors import LabelError, TruthFileError
 from webgym_rollout.judge.site import site_verdicts
 from webgym_rollout.judge.truth import TRUTH_FILE, read_truth
-from webgym_rollout.tasks.websites.goals import task_checks
 from webgym_rollout.trajectory.contract import Episode
 from webgym_rollout.trajectory.reader import TrajectorySet
+from webgym_sites.goals import task_checks
 
 __all__ = [
     "LABEL_FIELDS",

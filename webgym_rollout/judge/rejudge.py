@@ -41,7 +41,7 @@ from webgym_rollout.judge.judges import JudgeSettings, make_judge, record_failur
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TrajectoryError
 from webgym_rollout.trajectory.reader import read_episodes
 from webgym_rollout.trajectory.recordings import RecordingStore
-from webgym_rollout.trajectory.writer import EpisodeUnstorable
+from webgym_rollout.trajectory.writer import EpisodeUnstorable, TrajectoryWriter
 
 __all__ = ["RejudgeReport", "RejudgeSettings", "rejudge", "rejudge_command"]
 
@@ -131,8 +131,6 @@ async def rejudge(source: str | Path, settings: RejudgeSettings, *, judge: Any =
     """Re-score the episodes of `source` and write them to ``settings.out`` (see the module docstring).
     `judge` overrides the one `settings.judge` describes. Raises `TrajectoryError` naming a source
     that is not a trajectory dataset, or an --out that holds a dataset without --resume."""
-    from webgym_rollout.trajectory.writer import TrajectoryWriter
-
     trajectories = read_episodes(source, split=settings.split, cache_dir=settings.cache_dir)
     judge = judge if judge is not None else make_judge(settings.judge)
     model_id = str(getattr(judge, "model_id", ""))
@@ -202,7 +200,7 @@ async def _rejudge_batch(batch: Sequence[Episode], judge: Any, model_id: str, se
 
 
 def _progress(show: bool, total: int) -> Any:
-    from tqdm import tqdm
+    from tqdm import tqdm  # optional: tqdm
 
     return tqdm(total=total, unit="episode", desc="rejudge", disable=not show)
 

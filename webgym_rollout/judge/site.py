@@ -1,11 +1,11 @@
 """`SiteJudge`: a generated local-site task judged against the site's ground truth, not by a model.
 
-A task from `webgym_rollout.tasks.websites.shop_tasks` carries one machine check per rubric fact
-(`webgym_rollout.tasks.websites.goals`). The judge finds the task among the tasks it was given by
+A task from `webgym_sites.shop_tasks` carries one machine check per rubric fact
+(`webgym_sites.goals`). The judge finds the task among the tasks it was given by
 the request's task id (else by its instruction; a decomposition's subtask is checked on its own fact
 groups, which needs its parent among the tasks), reads the episode's session id from the
 ``session`` parameter of the first visited URL that has one (the toolkit opens the start URL with
-``?session=<id>``, `webgym_rollout.tasks.websites.state.with_session`), asks `facts` for that
+``?session=<id>``, `webgym_sites.state.with_session`), asks `facts` for that
 session's `SessionFacts` (in-process `SiteServer.facts`, or `TruthClient.facts` for a site server
 elsewhere) and checks each fact; a task with a definite answer also needs the final answer to
 state it as its answer facts are stated (`answer_holds`: each value and name it holds, and no other
@@ -16,7 +16,7 @@ A truth read that fails (`TruthUnavailable`: the listener did not answer, or not
 infrastructure failure of the judge, not a verdict: it is tried again ``truth_retries`` times with
 exponential backoff, then `score` raises `JudgeTimeout` (the last try timed out) or
 `JudgeUnavailable`, and the runner records the episode as ``error:judge_timeout`` /
-``error:judge_unavailable``. The facts are a snapshot (`webgym_rollout.tasks.websites.router`), so a
+``error:judge_unavailable``. The facts are a snapshot (`webgym_sites.router`), so a
 request the agent left running does not hold the read up.
 """
 
@@ -27,13 +27,14 @@ import logging
 from collections.abc import Callable, Iterable
 
 from webgym_data.schema import Task
-from webgym_rollout.errors import JudgeTimeout, JudgeUnavailable, TruthTimeout, TruthUnavailable
+from webgym_rollout.errors import JudgeTimeout, JudgeUnavailable
 from webgym_rollout.judge.judges import JudgeResult, judged_episode
-from webgym_rollout.tasks.websites.answers import answer_holds
-from webgym_rollout.tasks.websites.facts import SessionFacts
-from webgym_rollout.tasks.websites.goals import answer_names, check_task, task_checks
-from webgym_rollout.tasks.websites.state import session_in
 from webgym_rollout.trajectory.contract import Episode, Verdict
+from webgym_sites.answers import answer_holds
+from webgym_sites.errors import TruthTimeout, TruthUnavailable
+from webgym_sites.facts import SessionFacts
+from webgym_sites.goals import answer_names, check_task, task_checks
+from webgym_sites.state import session_in
 
 __all__ = ["SiteJudge", "answer_holds", "site_verdicts"]
 

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from webgym_rollout.errors import TruthFileError
-from webgym_rollout.tasks.websites.facts import SessionFacts
+from webgym_sites.facts import SessionFacts
 
 __all__ = ["TRUTH_FILE", "TruthFileError", "append_truth", "read_truth"]
 

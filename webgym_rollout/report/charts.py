@@ -147,9 +147,9 @@ def _iteration_ticks(iterations: Sequence[int], most: int = 12) -> list[int]:
 def _learning_curve_figure(curves: dict[str, list[CurvePoint]], colours: Mapping[str, str], *, title: str,
                            x_label: str, size: tuple[float, float], dpi: int) -> Any:
     """The matplotlib `Figure` of `write_learning_curve` (one axes)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import PercentFormatter
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # optional: matplotlib
+    from matplotlib.figure import Figure  # optional: matplotlib
+    from matplotlib.ticker import PercentFormatter  # optional: matplotlib
 
     figure = Figure(figsize=size, dpi=dpi, layout="constrained")
     FigureCanvasAgg(figure)

@@ -37,7 +37,7 @@ from webgym_rollout.trajectory.contract import TaskOutcome
 
 if TYPE_CHECKING:
     from webgym_rollout.browser.client import BrowserSession
-    from webgym_rollout.env import EnvSettings
+    from webgym_rollout.settings import EnvSettings
 
 __all__ = ["TaskKind", "WebTask", "kind_class", "kind_names", "task_kind"]
 
@@ -51,6 +51,10 @@ class TaskKind:
     page: ClassVar[type[PageHooks]] = PageHooks
     """What the browser server does to this kind's pages (`webgym_rollout.browser.pages`),
     registered with the browser under `name` when the kind is defined."""
+    default_horizon: ClassVar[int | None] = None
+    """This kind's step budget, whatever the task's difficulty (MiniWoB: 6); None: by the task's
+    difficulty, from the split's table (`EnvSettings.train_horizons` / ``test_horizons``).
+    `EnvSettings.horizons` overrides either, per kind."""
     keeps_reward: ClassVar[bool] = False
     """The environment reports its own reward (`validate`), which the programmatic judge reads; a
     website keeps none, so its episodes need a rubric judge."""
@@ -69,7 +73,7 @@ class TaskKind:
         """What follows ``<kind>:`` in the task's ``environment`` (``click-button``)."""
         self.session_id = ""
         """The local site session this episode plays, whose ground truth the toolkit can read
-        (`webgym_rollout.tasks.websites.kind`); "" for kinds without one."""
+        (`webgym_rollout.tasks.site_kind`); "" for kinds without one."""
 
     # ---------------------------------------------------------------- client side (WebEnv)
 
@@ -107,9 +111,15 @@ class TaskKind:
         (a kind whose start URL is drawn per episode takes the recorded one back)."""
 
     def horizon(self, settings: EnvSettings, split: str) -> int:
-        """The step budget: the horizon table of `split`, indexed by the task's difficulty level. A
-        task of unknown difficulty (no rubric, no seed label) gets the table's longest budget: too
-        short a budget would fail a hard task for want of steps."""
+        """The step budget (the environment truncates the episode after that many steps): the
+        kind's budget in `EnvSettings.horizons`, else its `default_horizon`, else the horizon table
+        of `split` indexed by the task's difficulty level. A task of unknown difficulty (no rubric,
+        no seed label) gets the table's longest budget: too short a budget would fail a hard task
+        for want of steps."""
+        if self.name in settings.horizons:
+            return settings.horizons[self.name]
+        if self.default_horizon is not None:
+            return self.default_horizon
         table = settings.test_horizons if split == "test" else settings.train_horizons
         level = self.task.difficulty_level
         if level not in DIFFICULTY_LEVELS:  # "unknown"

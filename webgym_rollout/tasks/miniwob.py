@@ -11,7 +11,7 @@ beside it changes every frame and would defeat the "nothing changed" hash.
 
 A MiniWoB episode's instruction is the page's utterance, its reward the page's raw reward (read
 after every step: an episode ends when the page says it is done), and its step budget
-`EnvSettings.miniwob_horizon` (short, single-page tasks).
+`MiniWobTask.default_horizon`, 6 steps (short, single-page tasks; `--horizons miniwob=N` sets another).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from webgym_rollout.trajectory.contract import TaskOutcome
 
 if TYPE_CHECKING:
     from webgym_rollout.browser.client import BrowserSession
-    from webgym_rollout.env import EnvSettings
+    from webgym_rollout.settings import EnvSettings
 
 __all__ = ["MINIWOB_CLIP", "MiniWobPage", "MiniWobTask", "html_dir", "task_url"]
 
@@ -49,7 +49,7 @@ _STATE = """() => ({
 def html_dir() -> Path:
     """The ``html`` folder shipped in the ``miniwob`` package (raises ImportError naming the fix)."""
     try:
-        import miniwob
+        import miniwob  # optional: miniwob
     except ImportError as exc:
         raise ImportError("the 'miniwob' package is missing: pip install 'webgym[rollout]'") from exc
     folder = Path(miniwob.__file__).resolve().parent / "html"
@@ -86,6 +86,7 @@ class MiniWobTask(TaskKind):
     name = "miniwob"
     page = MiniWobPage
     keeps_reward: ClassVar[bool] = True
+    default_horizon: ClassVar[int | None] = 6  # short, single-page tasks
 
     def check(self, settings: EnvSettings) -> None:
         if not settings.sites_url:
@@ -106,6 +107,3 @@ class MiniWobTask(TaskKind):
     def outcome(self, state: EnvState | None) -> TaskOutcome:
         state = state or EnvState()
         return TaskOutcome(done=state.done, raw_reward=state.raw_reward, reason=state.reason)
-
-    def horizon(self, settings: EnvSettings, split: str) -> int:
-        return settings.miniwob_horizon

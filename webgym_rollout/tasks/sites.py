@@ -6,21 +6,21 @@
   ``site-packages/miniwob/html/``, read in place (never copied);
 - ``/sandbox/form.html``, ``/sandbox/next.html``: a small page with a form, a select, a link and a long
   body to scroll, for smoke tests and demos;
-- ``/shop/...``: the stateful shop (`webgym_rollout.tasks.websites.shop`), its catalogue drawn from
+- ``/shop/...``: the stateful shop (`webgym_sites.shop`), its catalogue drawn from
   ``shop_seed``, with per-session carts, sign-in and orders (a session per ``webgym_session`` cookie,
-  or per ``?session=<id>`` start-URL parameter: see `webgym_rollout.tasks.websites.state`);
-- ``/reference/...``: the stateful encyclopedia (`webgym_rollout.tasks.websites.reference`), its
+  or per ``?session=<id>`` start-URL parameter: see `webgym_sites.state`);
+- ``/reference/...``: the stateful encyclopedia (`webgym_sites.reference`), its
   articles drawn from ``reference_seed``, with per-session articles read, watchlist and edit suggestions;
-- ``/travel/...``: the stateful travel site (`webgym_rollout.tasks.websites.travel`), its airports,
+- ``/travel/...``: the stateful travel site (`webgym_sites.travel`), its airports,
   flights and hotels drawn from ``travel_seed``, with per-session searches and bookings.
 
 The ground truth of a session (`SiteServer.facts`) is never served on that port, which the
 egress guard allowlists: only in-process, and on the truth listener (`truth_url`, on 127.0.0.1 and
-its own port, with the bearer token `truth_token`; `webgym_rollout.tasks.websites.truth`). It is
+its own port, with the bearer token `truth_token`; `webgym_sites.truth`). It is
 the snapshot of each session's last finished request, so a request in flight never holds it up.
 
 Every request to a stateful site gets an answer: a site that fails answers a 500 page (the router,
-`webgym_rollout.tasks.websites.router`), a malformed ``Content-Length`` a 400; the connection is
+`webgym_sites.router`), a malformed ``Content-Length`` a 400; the connection is
 never dropped, so a browser server never reads one episode's bad request as the site being down.
 
 `webgym_rollout.tasks.miniwob.task_url(base, "click-button")` is the page URL of a MiniWoB task.
@@ -38,13 +38,13 @@ import threading
 import click
 
 from webgym_rollout.tasks import miniwob
-from webgym_rollout.tasks.serving import ServerThread
-from webgym_rollout.tasks.websites.facts import SessionFacts
-from webgym_rollout.tasks.websites.reference import ReferenceSite
-from webgym_rollout.tasks.websites.router import MAX_BODY, SiteRouter
-from webgym_rollout.tasks.websites.shop import ShopSite
-from webgym_rollout.tasks.websites.travel import TravelSite
-from webgym_rollout.tasks.websites.truth import TRUTH_TOKEN_ENV, TruthServer
+from webgym_sites.facts import SessionFacts
+from webgym_sites.reference import ReferenceSite
+from webgym_sites.router import MAX_BODY, SiteRouter
+from webgym_sites.serving import ServerThread
+from webgym_sites.shop import ShopSite
+from webgym_sites.travel import TravelSite
+from webgym_sites.truth import TRUTH_TOKEN_ENV, TruthServer
 
 __all__ = ["SANDBOX_PAGES", "TRUTH_TOKEN_ENV", "SiteServer", "serve_sites_command"]
 

@@ -118,7 +118,7 @@ def push_trajectories(out_dir: str | Path, repo_id: str, *, private: bool = Fals
                       revision: str | None = None, token: str | None = None,
                       commit_message: str | None = None) -> str:
     """Upload the card, the manifest and the listed shards to a Hub dataset repo; returns the commit URL."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # optional: huggingface_hub
 
     out_dir = Path(out_dir)
     manifest = read_manifest(out_dir)

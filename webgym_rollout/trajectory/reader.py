@@ -96,7 +96,7 @@ class TrajectorySet:
         """The rows as a `datasets.Dataset` (screenshots decode to PIL images on access)."""
         if self._dataset is not None:
             return self._dataset
-        import datasets
+        import datasets  # optional: datasets
 
         if not self.files:
             features = trajectory_features()
@@ -111,7 +111,7 @@ class TrajectorySet:
 
     def __len__(self) -> int:
         if self._dataset is None:
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # optional: pyarrow
 
             total = 0
             for path in self.files:
@@ -126,7 +126,7 @@ class TrajectorySet:
         """Arrow record batches of the rows (only `columns` when given). A shard that turns out
         unreadable part way (corrupt pages, changed on disk) raises `TrajectoryError` naming it."""
         if self._dataset is None:
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # optional: pyarrow
 
             for path in self.files:
                 try:
@@ -152,7 +152,7 @@ class TrajectorySet:
 
     def stats(self) -> TrajectoryStats:
         """Episode and step counts, read from the reward, status and action columns only."""
-        import pyarrow.compute as pc
+        import pyarrow.compute as pc  # optional: pyarrow
 
         counts = dict.fromkeys(
             ("episodes", "successes", "errors", "steps", "valid_actions", "internal_errors"), 0)
@@ -233,7 +233,7 @@ def _folder_files(folder: Path, split: str | None) -> tuple[list[Path], str]:
         files = [p for p in files if p.name.startswith(f"{split}-")]
     if not files:
         return files, TRAJECTORY_SCHEMA_VERSION
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # optional: pyarrow
 
     try:
         schema = pq.read_schema(files[0])
@@ -264,8 +264,8 @@ def read_episodes(source: str | Path, *, split: str | None = None,
     revision = revision or "main"
     if repo_id.count("/") != 1:
         raise TrajectoryError(f"{source}: no such folder, and not a Hub dataset id (org/name[@revision])")
-    import datasets
-    from huggingface_hub import HfApi
+    import datasets  # optional: datasets
+    from huggingface_hub import HfApi  # optional: huggingface_hub
 
     try:
         loaded = datasets.load_dataset(repo_id, revision=revision, cache_dir=cache)

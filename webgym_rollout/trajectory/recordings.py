@@ -219,7 +219,7 @@ def _download(source: str, cache_dir: str | Path | None) -> Path:
     repo_id, _, revision = source.partition("@")
     if repo_id.count("/") != 1:
         raise TrajectoryError(f"{source}: no such folder, and not a Hub dataset id (org/name[@revision])")
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # optional: huggingface_hub
 
     try:
         path = snapshot_download(repo_id, repo_type="dataset", revision=revision or "main",

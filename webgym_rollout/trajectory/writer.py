@@ -82,7 +82,7 @@ _SHARD_NAME = re.compile(r"^(?P<split>[a-z][a-z0-9_]*)-(?:(?P<run>[0-9a-f]{8})-)
 # ------------------------------------------------------------------------------------------ manifest
 
 def _shard_keys(path: Path) -> list[list[Any]]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # optional: pyarrow
 
     table = pq.read_table(path, columns=["task_id", "attempt", "episode_id"])
     return [[r["task_id"], int(r["attempt"]), r["episode_id"]] for r in table.to_pylist()]
@@ -90,7 +90,7 @@ def _shard_keys(path: Path) -> list[list[Any]]:
 
 def _shard_problem(path: Path) -> str:
     """Why `path` is not a complete shard of the schema this version writes ("" when it is one)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # optional: pyarrow
 
     try:
         schema = pq.read_schema(path)
@@ -249,7 +249,7 @@ class TrajectoryWriter:
 
     def _encode(self, episode: Episode) -> Any:
         """`episode` as a one-row Arrow table of the trajectory columns, or `EpisodeUnstorable`."""
-        import pyarrow as pa
+        import pyarrow as pa  # optional: pyarrow
 
         try:
             row = self._features.encode_example(episode.to_row())
@@ -259,8 +259,8 @@ class TrajectoryWriter:
                                     f"stored: {type(exc).__name__}: {exc}") from exc
 
     def _flush_split(self, split: str) -> Path | None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # optional: pyarrow
+        import pyarrow.parquet as pq  # optional: pyarrow
 
         buffered = self._buffer.get(split, [])
         if not buffered:

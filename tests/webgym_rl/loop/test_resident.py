@@ -20,14 +20,15 @@ from tests.webgym_rl.synthetic import standard_iteration, tiny_checkpoint
 from webgym_rl.errors import NoTrainingDataError
 from webgym_rl.loop.resident import ResidentTrainer, TrainerProcess, TrainerSetup
 from webgym_rl.samples import SampleSelection, build_samples, load_trajectories
-from webgym_rl.train import EpochOrder, Trainer, TrainingSettings
+from webgym_rl.settings import OptimizationSettings
+from webgym_rl.train import EpochOrder, Trainer
 
 ROUNDS, STEPS, SEED = 3, 2, 3
 # Each round trains only its own batch (last K = 1): the rounds' batches are b0, b1, b2 in order.
 # A linear schedule with warm-up: a run that restarted it each round would show.
-TRAINING = TrainingSettings(max_steps=STEPS, per_device_batch_size=2, learning_rate=5e-3,
-                            lr_scheduler="linear", warmup_steps=1, log_with="none",
-                            samples=SampleSelection(last_k_iterations=1))
+TRAINING = OptimizationSettings(max_steps=STEPS, per_device_batch_size=2, learning_rate=5e-3,
+                                lr_scheduler="linear", warmup_steps=1, log_with="none",
+                                samples=SampleSelection(last_k_iterations=1))
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 
 from tests.webgym_rl.loops import loop_settings as _settings
 from webgym_rl.errors import PolicyEndpointError
-from webgym_rl.loop.services import PolicyEndpointSettings
+from webgym_rl.loop.settings import PolicyEndpointSettings
 
 
 def test_the_policy_endpoint_settings_compose_the_rollouts_own():

@@ -217,7 +217,7 @@ def test_web_tasks_with_the_programmatic_judge_are_refused_naming_the_kind_and_t
 
 def test_the_groups_check_themselves_when_built_in_python():
     from webgym_core.endpoint import Endpoint
-    from webgym_rl.loop.services import PolicyEndpointSettings
+    from webgym_rl.loop.settings import PolicyEndpointSettings
 
     with pytest.raises(LoopSettingsError, match="base_url: needs a way to switch"):
         PolicyEndpointSettings(endpoint=Endpoint(base_url="http://127.0.0.1:8000/v1"))

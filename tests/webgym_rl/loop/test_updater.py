@@ -96,9 +96,9 @@ def test_the_loop_drives_a_vllm_endpoint_under_either_schedule(tmp_path):
 
     from webgym_core.endpoint import Endpoint
     from webgym_rl.errors import LoopSettingsError
-    from webgym_rl.loop.services import LoopServices, PolicyEndpointSettings
-    from webgym_rl.loop.settings import LoopSettings, TrainerSettings
-    from webgym_rl.train import TrainingSettings
+    from webgym_rl.loop.services import LoopServices
+    from webgym_rl.loop.settings import LoopSettings, PolicyEndpointSettings, ResidentTrainerSettings
+    from webgym_rl.settings import OptimizationSettings
 
     calls: list[tuple[str, dict, dict]] = []
     with _serving(_stand_in(calls)) as base_url:
@@ -120,11 +120,11 @@ def test_the_loop_drives_a_vllm_endpoint_under_either_schedule(tmp_path):
     with pytest.raises(LoopSettingsError, match=r"policy.updater: vllm_lora .* needs training.lora"):
         LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=lora_policy)
     LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=lora_policy,
-                 training=TrainingSettings(lora=True))
+                 training=OptimizationSettings(lora=True))
     # Weights in memory go to the CPU policy server only: a vLLM endpoint loads folders.
     with pytest.raises(LoopSettingsError, match="trainer.publish: memory sends the weights to the CPU"):
         LoopSettings(tasks="tasks.jsonl", model="base", out=str(tmp_path / "loop"), policy=policy,
-                     trainer=TrainerSettings(publish="memory"))
+                     trainer=ResidentTrainerSettings(publish="memory"))
 
 
 def test_the_cpu_policy_server_takes_weights_in_memory_unless_behind_a_hook_of_its_own():

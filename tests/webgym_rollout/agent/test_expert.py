@@ -9,8 +9,8 @@ from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.expert import EXPERT_MODEL_ID, ExpertPolicy
 from webgym_rollout.agent.protocol import Observation
 from webgym_rollout.browser.protocol import Element
-from webgym_rollout.tasks.websites.generate import expert_plan, site_tasks
-from webgym_rollout.tasks.websites.plans import Answer, Choose, Fill, Goto, Press
+from webgym_sites.generate import expert_plan, site_tasks
+from webgym_sites.plans import Answer, Choose, Fill, Goto, Press
 
 _PNG = b"\x89PNG\r\n\x1a\n"
 _START = "http://127.0.0.1:8400/shop/?session=abcdefgh1"

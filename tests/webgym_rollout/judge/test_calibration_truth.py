@@ -26,11 +26,11 @@ from webgym_rollout.judge.judges import JudgeResult, JudgeSettings, Programmatic
 from webgym_rollout.judge.metrics import JudgeMetrics
 from webgym_rollout.judge.truth import TRUTH_FILE, TruthFileError, append_truth
 from webgym_rollout.tasks.sites import SiteServer
-from webgym_rollout.tasks.websites.facts import SessionFacts
-from webgym_rollout.tasks.websites.shop_tasks import shop_tasks
-from webgym_rollout.tasks.websites.state import new_session_id, with_session
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step
 from webgym_rollout.trajectory.writer import TrajectoryWriter
+from webgym_sites.facts import SessionFacts
+from webgym_sites.shop_tasks import shop_tasks
+from webgym_sites.state import new_session_id, with_session
 
 # ------------------------------------------------------------------------------------ a small run
 

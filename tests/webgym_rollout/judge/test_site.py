@@ -17,12 +17,12 @@ from webgym_data.schema import Task
 from webgym_rollout.errors import JudgeTimeout, JudgeUnavailable
 from webgym_rollout.judge.site import SiteJudge, answer_holds, site_verdicts
 from webgym_rollout.tasks.sites import SiteServer
-from webgym_rollout.tasks.websites.facts import SessionFacts
-from webgym_rollout.tasks.websites.shop_tasks import TEMPLATES, shop_tasks
-from webgym_rollout.tasks.websites.shortcuts import SPRAY
-from webgym_rollout.tasks.websites.state import new_session_id, session_in, with_session
-from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
 from webgym_rollout.trajectory.contract import EpisodeStatus
+from webgym_sites.facts import SessionFacts
+from webgym_sites.shop_tasks import TEMPLATES, shop_tasks
+from webgym_sites.shortcuts import SPRAY
+from webgym_sites.state import new_session_id, session_in, with_session
+from webgym_sites.truth import TruthClient, TruthServer
 
 
 def _play(sites: SiteServer, task: Task) -> str:

@@ -21,12 +21,12 @@ from webgym_data.decompose import decompose_tasks
 from webgym_data.schema import Task
 from webgym_rollout.judge.site import SiteJudge
 from webgym_rollout.tasks.sites import SiteServer
-from webgym_rollout.tasks.websites.catalogue import catalogue
-from webgym_rollout.tasks.websites.encyclopedia import encyclopedia
-from webgym_rollout.tasks.websites.generate import site_tasks
-from webgym_rollout.tasks.websites.goals import task_checks
-from webgym_rollout.tasks.websites.state import new_session_id, with_session
-from webgym_rollout.tasks.websites.travel_catalogue import travel_world
+from webgym_sites.catalogue import catalogue
+from webgym_sites.encyclopedia import encyclopedia
+from webgym_sites.generate import site_tasks
+from webgym_sites.goals import task_checks
+from webgym_sites.state import new_session_id, with_session
+from webgym_sites.travel_catalogue import travel_world
 
 PER_SITE = 36
 """Four tasks of each template."""

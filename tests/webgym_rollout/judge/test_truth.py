@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from webgym_rollout.judge.truth import TRUTH_FILE, TruthFileError, append_truth, read_truth
-from webgym_rollout.tasks.websites.facts import SessionFacts, ShopFacts
+from webgym_sites.facts import SessionFacts, ShopFacts
 
 
 def facts_of(session: str, *, cart: int = 0) -> SessionFacts:

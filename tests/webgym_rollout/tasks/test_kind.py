@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from webgym_data.schema import Task
-from webgym_rollout.env import EnvSettings
 from webgym_rollout.errors import InvalidRequest
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import WebTask, kind_class, kind_names, task_kind
 from webgym_rollout.tasks.miniwob import MiniWobTask
-from webgym_rollout.tasks.websites.kind import SiteTask
+from webgym_rollout.tasks.site_kind import SiteTask
 
 
 def test_environment_strings_pick_the_kind():
@@ -39,6 +39,9 @@ def test_a_web_task_opens_its_start_url_and_has_a_horizon_per_difficulty():
         "https://shop.example/search", (800, 600), "web")
     assert [task_kind(task(n)).horizon(settings, "train") for n in (1, 5, 9)] == [10, 20, 30]
     assert [task_kind(task(n)).horizon(settings, "test") for n in (2, 6, 7)] == [30, 50, 70]
+    # A budget set for the kind overrides the difficulty tables; one set for another kind does not.
+    assert task_kind(task(9)).horizon(EnvSettings(horizons={"web": 4}), "test") == 4
+    assert task_kind(task(9)).horizon(EnvSettings(horizons={"miniwob": 4}), "test") == 70
 
 
 def test_a_task_of_unknown_difficulty_gets_the_longest_budget_of_its_split():

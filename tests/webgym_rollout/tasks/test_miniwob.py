@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from webgym_data.schema import Task
-from webgym_rollout.env import EnvSettings
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks.kind import task_kind
 from webgym_rollout.tasks.miniwob import MiniWobPage, MiniWobTask, task_url
 from webgym_rollout.tasks.sites import SiteServer
@@ -26,7 +26,12 @@ def test_the_kind_needs_the_site_server_and_opens_the_seeded_page():
     assert request.start_url == "http://127.0.0.1:8400/miniwob/click-button.html" == task_url(
         "http://127.0.0.1:8400", "click-button")
     assert (request.environment, request.seed, request.viewport) == ("miniwob:click-button", 7, (160, 210))
-    assert kind.horizon(EnvSettings(miniwob_horizon=4), "test") == 4
+    # The kind's own step budget, whatever the split and the difficulty tables; the settings may set another.
+    assert MiniWobTask.default_horizon == 6
+    tables = EnvSettings(train_horizons=(1, 2, 3), test_horizons=(40, 50, 60))
+    assert kind.horizon(tables, "train") == kind.horizon(tables, "test") == 6
+    assert kind.horizon(EnvSettings(horizons={"miniwob": 4}), "test") == 4
+    assert kind.horizon(EnvSettings(horizons={"web": 4}), "test") == 6  # another kind's budget
 
 
 @pytest.mark.browser

@@ -23,9 +23,10 @@ from webgym_rollout.agent.protocol import format_response
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.protocol import RecordedExchange, ReplayOptions
 from webgym_rollout.browser.traffic import BodyStore, TrafficReplayer, post_sha256
-from webgym_rollout.env import EnvSettings, WebEnv
+from webgym_rollout.env import WebEnv
 from webgym_rollout.errors import InvalidRequest
 from webgym_rollout.runner import RolloutSettings, RunSettings, run
+from webgym_rollout.settings import EnvSettings
 from webgym_rollout.trajectory.contract import TrajectoryError
 from webgym_rollout.trajectory.reader import read_episodes
 from webgym_rollout.trajectory.recordings import RecordingStore, RecordSettings, ReplayLibrary, ReplaySource

@@ -1,38 +1,34 @@
-"""The stateful local sites: pages with per-session state, and the ground truth of each session.
+"""Deprecated: the local sites are the `webgym_sites` package now (issue 38); this path goes in 0.4.0.
 
-Served by the site server (`webgym_rollout.tasks.sites`) under their mounts (``/shop/``). The
-shared base: `state` (sessions keyed by the ``webgym_session`` cookie or a ``?session=`` start-URL
-parameter), `base` (request, response, `Site`, page layout), `router` (a raw request to a site's
-page), `facts` (the typed ground-truth records), `truth` (the token-guarded listener on its own
-port that serves them to the toolkit, never to a page). The shop: `catalogue`, `accounts`,
-`checkout` (the form's validation) and `shop` (the pages). The reference site (an encyclopedia):
-`encyclopedia` (the articles) and `reference` (the pages). The travel site (``/travel/``):
-`travel_catalogue` (airports, flights, hotels), `travel_forms` (the booking forms' validation),
-`travel` (the pages). The generated tasks: `shop_tasks`, `travel_tasks`, `reference_tasks` (each
-site's templates and the expert's plan), `drawing` (the draw loop and row they share), `goals` (the
-machine check of each fact), `answers` (what a final answer states, read as a grader reads it),
-`plans` (the expert's moves), `generate` (all sites at once, ``webgym-rollout site-tasks``),
-`shortcuts` (the plans of the shortcuts the judge must refuse) and `kind` (the ``site:<name>`` task
-kind: a fresh session per episode). Same imports as `webgym_rollout.tasks`.
+``webgym_rollout.tasks.websites.<module>`` is ``webgym_sites.<module>`` (the same module, with a
+DeprecationWarning on first import), except ``webgym_rollout.tasks.websites.kind``, the site task
+kind, which stayed in the rollout package as `webgym_rollout.tasks.site_kind`. The names this
+package exported (``from webgym_rollout.tasks.websites import ShopSite``) are those of
+`webgym_sites`, with a DeprecationWarning.
 """
 
-from webgym_rollout.tasks.websites.facts import (
-    EditFacts,
-    FlightBookingFacts,
-    HotelBookingFacts,
-    LineFacts,
-    OrderFacts,
-    ReferenceFacts,
-    SessionFacts,
-    ShopFacts,
-    TravelFacts,
-)
-from webgym_rollout.tasks.websites.reference import ReferenceSite
-from webgym_rollout.tasks.websites.shop import ShopSite
-from webgym_rollout.tasks.websites.state import new_session_id, with_session
-from webgym_rollout.tasks.websites.travel import TravelSite
-from webgym_rollout.tasks.websites.truth import TruthClient, TruthServer
+from __future__ import annotations
 
-__all__ = ["EditFacts", "FlightBookingFacts", "HotelBookingFacts", "LineFacts", "OrderFacts",
-           "ReferenceFacts", "ReferenceSite", "SessionFacts", "ShopFacts", "ShopSite", "TravelFacts",
-           "TravelSite", "TruthClient", "TruthServer", "new_session_id", "with_session"]
+from typing import Any
+
+import webgym_sites
+from webgym_rollout.tasks._moved import Forwarder, moved_warning
+
+_EXPORTED = ("EditFacts", "FlightBookingFacts", "HotelBookingFacts", "LineFacts", "OrderFacts",
+             "ReferenceFacts", "ReferenceSite", "SessionFacts", "ShopFacts", "ShopSite", "TravelFacts",
+             "TravelSite", "TruthClient", "TruthServer", "new_session_id", "with_session")
+
+_MODULES = ("accounts", "answers", "base", "catalogue", "checkout", "drawing", "encyclopedia", "facts",
+            "generate", "goals", "plans", "reference", "reference_tasks", "router", "shop", "shop_tasks",
+            "shortcuts", "state", "travel", "travel_catalogue", "travel_forms", "travel_tasks", "truth")
+"""The modules this package had, each now ``webgym_sites.<module>``."""
+
+Forwarder.install(__name__, {"kind": "webgym_rollout.tasks.site_kind",
+                             **{module: f"webgym_sites.{module}" for module in _MODULES}})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    moved_warning(f"{__name__}.{name}", f"webgym_sites.{name}")
+    return getattr(webgym_sites, name)

@@ -1,0 +1,69 @@
+"""`EnvSettings`: how an episode is played in the browser (the viewport, the local sites, the step
+budgets), read by the environment (`webgym_rollout.env`) and by the task kinds it plays
+(`webgym_rollout.tasks`). This module imports nothing of webgym_rollout: both import it, and the
+kinds need not import the environment for its settings.
+
+Step budgets: each task kind declares its own (`TaskKind.default_horizon`; MiniWoB: 6), or takes
+one by the task's difficulty from the split's table (``train_horizons`` / ``test_horizons``: web
+and local-site tasks); ``horizons`` overrides a kind's budget (``--horizons miniwob=2``). The
+environment truncates the episode once it has taken that many steps (Gymnasium's time limit).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+__all__ = ["EnvSettings"]
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    """How an episode is played in the browser: the viewport, the local sites, the step budgets."""
+
+    viewport: str = "1280x720"
+    """Browser viewport WIDTHxHEIGHT in pixels."""
+    sites_url: str | None = None
+    """Base URL of the local site server (webgym-rollout serve-sites); MiniWoB tasks need it."""
+    train_horizons: tuple[int, int, int] = (10, 20, 30)
+    """Step budget of easy / medium / hard tasks in the train split (kinds whose budget goes by
+    difficulty: web, site)."""
+    test_horizons: tuple[int, int, int] = (30, 50, 70)
+    """Step budget of easy / medium / hard tasks in the test split (kinds whose budget goes by
+    difficulty: web, site)."""
+    horizons: dict[str, int] = field(default_factory=dict)
+    """Step budget per task kind, over the kind's own and the difficulty tables (KIND=STEPS, e.g.
+    miniwob=2; MiniWoB's own is 6)."""
+    miniwob_horizon: int | None = None
+    """Deprecated: use --horizons miniwob=N (YAML: horizons: {miniwob: N})."""
+    busy_wait_s: float = 120.0
+    """How long reset waits for a free session slot while every server answers 'busy'."""
+    elements: bool = field(default=False, metadata={"cli": False})
+    """Read the page's interactive elements into each observation (one more call per step; the
+    random policy needs them). Set by the runner from the policy."""
+
+    def __post_init__(self) -> None:
+        try:
+            width, height = self.viewport_size
+        except ValueError:
+            raise ValueError(f"viewport: expected WIDTHxHEIGHT, e.g. 1280x720, got {self.viewport!r}"
+                             ) from None
+        if width < 1 or height < 1:
+            raise ValueError(f"viewport: both sides must be >= 1, got {self.viewport!r}")
+        for name in ("train_horizons", "test_horizons"):
+            if any(h < 1 for h in getattr(self, name)):
+                raise ValueError(f"{name}: every horizon must be >= 1, got {list(getattr(self, name))}")
+        if self.miniwob_horizon is not None:
+            warnings.warn("miniwob_horizon (--miniwob-horizon) is deprecated: use horizons "
+                          "(--horizons miniwob=N); it goes in the next release", DeprecationWarning,
+                          stacklevel=3)
+            object.__setattr__(self, "horizons", {"miniwob": self.miniwob_horizon, **self.horizons})
+            object.__setattr__(self, "miniwob_horizon", None)
+        for kind, steps in self.horizons.items():
+            if steps < 1:
+                raise ValueError(f"horizons: the budget of {kind!r} must be >= 1, got {steps}")
+
+    @property
+    def viewport_size(self) -> tuple[int, int]:
+        width, _, height = self.viewport.lower().partition("x")
+        return int(width), int(height)
