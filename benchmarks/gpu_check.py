@@ -122,7 +122,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -592,26 +592,19 @@ def screenshot(seed: int, size: tuple[int, int] = (1280, 720)) -> bytes:
 
 def _episode(index: int, kept_steps: int, size: tuple[int, int]) -> Any:
     from webgym_data.schema import FactGroup, Task
-    from webgym_rollout.agent.actions import parse_arguments
-    from webgym_rollout.agent.protocol import (
-        AgentSettings,
-        Observation,
-        Round,
-        build_messages,
-        format_response,
-    )
+    from webgym_rollout.actions import parse_arguments
+    from webgym_rollout.agent.protocol import AgentSettings, Observation, build_messages, format_response
     from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Latency, Step, TokenUsage, Verdict
 
     task_id = f"gpu-check-{index}"
     instruction = f"Find the price of the cheapest flight from Paris to Berlin on day {index + 1}."
     settings = AgentSettings(variant="memory", full_rounds=CONTEXT_STEPS)
-    rounds: list[Any] = []
-    steps = []
+    steps: list[Step] = []
     for i in range(CONTEXT_STEPS + kept_steps):
         shot = screenshot(1000 * index + i, size)
         url, title = f"http://127.0.0.1:8400/{task_id}/{i}", f"Flights, page {i}"
         observation = Observation(instruction=instruction, screenshot=shot, viewport=size, step=i, url=url,
-                                  title=title, history=tuple(rounds))
+                                  title=title, history=tuple(steps))
         messages = build_messages(observation, settings)
         coordinate = [100 + 37 * i, 200 + 11 * (index % 50)]  # on the 0-1000 grid
         action = parse_arguments({"action": "left_click", "coordinate": coordinate})
@@ -619,14 +612,12 @@ def _episode(index: int, kept_steps: int, size: tuple[int, int]) -> Any:
         response = format_response(action, variant="memory", memory=memory,
                                    progress=f"Checked {i} result pages of the search.",
                                    intention="Open the next page of results to compare prices.")
-        context = i < CONTEXT_STEPS  # marked same_as_next: the selection drops it, it only fills rounds
+        context = i < CONTEXT_STEPS  # marked same_as_next: the selection drops it, it only fills the context
         steps.append(Step(index=i, screenshot=shot, messages=json.dumps(messages), response=response,
                           action=action.to_json(), memory=memory, url=url, title=title,
                           same_as_next=context, finish_reason="stop",
                           usage=TokenUsage(prompt_tokens=5000, completion_tokens=120),
                           latency=Latency(policy_s=1.0, execute_s=0.1, screenshot_s=0.05)))
-        rounds.append(Round(step=i, screenshot=shot, response=response, action=action, url=url, title=title,
-                            page_changed=not context))
     task = Task(task_id=task_id, task_name=instruction, website="127.0.0.1", benchmark_name="synthetic",
                 start_url=f"http://127.0.0.1:8400/{task_id}", domain="travel", subdomain="flights",
                 evaluator_reference=(FactGroup(id="g0", description="price", facts=("the price is given",)),))
@@ -650,20 +641,17 @@ def observation_request(size: tuple[int, int] = (1280, 720), *, steps: int = 6, 
                         seed: int = 0) -> dict[str, Any]:
     """The chat request the rollout's policy client sends at step `steps` of an episode (memory
     variant, 4 full rounds, the older steps as summaries): messages with inline screenshots."""
-    from webgym_rollout.agent.actions import AgentAction
     from webgym_rollout.agent.protocol import (
         AgentSettings,
         Observation,
-        Round,
         build_messages,
         inline_images,
         observation_images,
     )
 
     episode = _episode(99, max(0, steps - CONTEXT_STEPS), size)
-    rounds = tuple(Round(step=s.index, screenshot=s.screenshot, response=s.response,
-                         action=AgentAction.from_json(s.action), url=s.url, title=s.title)
-                   for s in episode.steps)
+    # The request shows every earlier step as one that changed the page.
+    rounds = tuple(replace(s, same_as_next=False) for s in episode.steps)
     observation = Observation(instruction=episode.instruction, screenshot=screenshot(424242, size),
                               viewport=size, step=len(rounds), url="http://127.0.0.1:8400/now",
                               title="Flights", history=rounds)

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.webgym_rollout.replay_sites import ReplaySite  # noqa: E402
-from webgym_rollout.agent.actions import AgentAction  # noqa: E402
+from webgym_rollout.actions import AgentAction  # noqa: E402
 from webgym_rollout.agent.policies import PolicyOutput  # noqa: E402
 from webgym_rollout.browser.pool import PoolSettings  # noqa: E402
 from webgym_rollout.browser.server import ServerSettings, running_server  # noqa: E402

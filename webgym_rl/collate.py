@@ -46,7 +46,7 @@ import torch
 from webgym_rl.errors import CollationError, PromptPrefixError, TokenMismatchError
 from webgym_rl.modeling import placeholder_token_ids
 from webgym_rl.samples import Sample
-from webgym_rollout.trajectory.contract import prompt_token_digest, version_number
+from webgym_rollout.trajectory.contract import prompt_token_digest
 
 __all__ = ["IGNORE_INDEX", "NOT_MODEL_INPUTS", "CollationError", "Collator", "PromptPrefixError",
            "TokenMismatchError"]
@@ -117,7 +117,7 @@ class Collator:
         temperature = 1.0 if sampling is None or sampling.greedy else sampling.temperature
         out["temperatures"] = torch.tensor([temperature], dtype=torch.float32)
         out["exact"] = torch.tensor([exact])
-        version = version_number(sample.policy_version)
+        version = sample.policy_version
         out["versions"] = torch.tensor([-1 if version is None else version])
         return out
 

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -70,6 +70,7 @@ from webgym_rollout.trajectory.contract import (
     StepField,
     TrajectoryError,
     expand_messages,
+    policy_version_number,
     untrainable,
 )
 from webgym_rollout.trajectory.reader import TrajectorySet, read_episodes
@@ -77,6 +78,7 @@ from webgym_rollout.trajectory.reader import TrajectorySet, read_episodes
 __all__ = [
     "MissingColumnError",
     "NoTrainingDataError",
+    "ListedEpisodes",
     "Objective",
     "Sample",
     "SampleCounts",
@@ -89,6 +91,19 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ListedEpisodes:
+    """The episodes of a trajectory set that a batch manifest lists, each read as an episode of the
+    round the manifest puts it in (the asynchronous loop's batch: episodes of several rollout
+    folders, recorded as (folder, episode id) instead of copied; `webgym_rl.loop.phases.window`).
+    `build_samples` takes it where it takes a `TrajectorySet`: the set's other episodes are not
+    read, and a listed episode's ``iteration`` is its round (the window, recency and groups)."""
+
+    trajectories: TrajectorySet
+    rounds: Mapping[str, int]
+    """Episode id -> the round whose batch holds it."""
 
 
 class Objective(StrEnum):
@@ -149,7 +164,8 @@ class SampleSelection:
         return reward >= self.success_threshold
 
 
-# The columns the selection and the samples read, at the Arrow level, named by the contract.
+# The columns the selection and the samples read, at the Arrow level, named by the contract (the
+# reader checked that every shard has them: they are columns of every schema version).
 # Reading `steps` this way touches only the struct fields asked for, never a decoded image.
 _EPISODE_COLUMNS = (EpisodeColumn.EPISODE_ID, EpisodeColumn.ITERATION, EpisodeColumn.TASK_ID,
                     EpisodeColumn.SPLIT, EpisodeColumn.REWARD, EpisodeColumn.STATUS, EpisodeColumn.STEPS)
@@ -191,8 +207,8 @@ class Sample:
     """How the reply was sampled (`Step.sampling`; None unknown)."""
     finish_reason: str = ""
     """``stop``, ``length`` (cut at max_tokens: no end-of-turn token) or "" (unknown)."""
-    policy_version: str = ""
-    """The version that produced the reply (`Step.policy_version`)."""
+    policy_version: int | None = None
+    """The version that produced the reply (`Step.policy_version`; None unknown)."""
 
     @property
     def where(self) -> str:
@@ -269,7 +285,7 @@ class _StepFlags:
     """How many behaviour log-probabilities it has."""
     token_ids: int
     """How many sampled token ids it has."""
-    policy_version: str = ""
+    policy_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -303,7 +319,8 @@ class StepSamples:
         """The iteration (loop round) each sample's episode belongs to: its provenance."""
         steps = list(steps) if steps is not None else [_StepFlags(False, 0, 0)] * len(self._refs)
         self.policy_versions = [step.policy_version for step in steps]
-        """The policy version that sampled each sample's reply (read without decoding anything)."""
+        """The policy version that sampled each sample's reply (None: unknown; read without decoding
+        anything)."""
         self.exact = [bool(step.token_ids and step.logprobs) for step in steps]
         """Whether each sample carries its sampled token ids and their log-probabilities (trained on
         exactly; what the on-policy check compares)."""
@@ -353,37 +370,16 @@ class StepSamples:
                       prompt_token_hash=extra.get(StepField.PROMPT_TOKEN_HASH) or "",
                       sampling=Sampling(**sampling) if sampling else None,
                       finish_reason=extra.get(StepField.FINISH_REASON) or "",
-                      policy_version=extra.get(StepField.POLICY_VERSION) or "")
+                      policy_version=policy_version_number(extra.get(StepField.POLICY_VERSION)))
 
 
 # ------------------------------------------------------------------------------------------ reading
 
-def _check_columns(names: Sequence[str], step_names: Sequence[str] | None, where: str) -> None:
-    for column in _EPISODE_COLUMNS:
-        if column not in names:
-            raise MissingColumnError(f"{where}: missing column '{column}' (the trainer reads "
-                                     f"{', '.join(_EPISODE_COLUMNS)}; see "
-                                     "webgym_rollout.trajectory.contract)")
-    for name in _STEP_FIELDS:
-        if step_names is not None and name not in step_names:
-            raise MissingColumnError(f"{where}: missing step field 'steps.{name}'")
-
-
-def _arrow_step_names(schema) -> list[str] | None:
-    import pyarrow as pa  # optional: pyarrow
-
-    if EpisodeColumn.STEPS not in schema.names:
-        return None
-    steps = schema.field(EpisodeColumn.STEPS).type
-    if (pa.types.is_list(steps) or pa.types.is_large_list(steps)) and pa.types.is_struct(steps.value_type):
-        inner = steps.value_type
-        return [inner.field(i).name for i in range(inner.num_fields)]
-    return []
-
-
 def _load(source: str | Path, cache_dir: str | None) -> TrajectorySet:
     import pyarrow.parquet as pq  # optional: pyarrow
 
+    # The columns are checked once, by the reader: every shard (a Hub dataset: its features) against
+    # its schema version's, which hold every column and step field the trainer reads.
     try:
         found = read_episodes(source, cache_dir=cache_dir)
     except ShardSchemaError as exc:
@@ -392,21 +388,12 @@ def _load(source: str | Path, cache_dir: str | None) -> TrajectorySet:
         raise TrainingDataError(str(exc)) from exc
     if found.files:
         # A shard with no rows says nothing (and may not even carry the schema): leave it out.
-        # Every other shard is checked before `datasets` reads any of them.
         shards = [path for path in found.files if pq.read_metadata(path).num_rows > 0]
-        for path in shards:
-            schema = pq.read_schema(path)
-            _check_columns(schema.names, _arrow_step_names(schema), str(path))
         if shards and len(shards) < len(found.files):
             found = TrajectorySet(found.id, found.version, found.schema_version, files=shards,
                                   cache_dir=cache_dir)
         elif not shards:
             found = TrajectorySet(found.id, found.version, found.schema_version, cache_dir=cache_dir)
-    elif len(found):  # a Hub dataset
-        # datasets.List(...) of a dict
-        inner = getattr(found.dataset.features.get(EpisodeColumn.STEPS), "feature", None)
-        _check_columns(found.dataset.column_names, list(inner) if isinstance(inner, dict) else None,
-                       f"Hub dataset {found.id}@{found.version}")
     if len(found) == 0:
         raise NoTrainingDataError(f"no trajectories in {source}: the trajectory set is empty (no parquet "
                                   "shards found, or only empty ones; expected <folder>/data/*.parquet)")
@@ -451,8 +438,9 @@ def _step_flags(steps_column) -> list[list[_StepFlags]]:
         lengths = chunk.value_lengths().fill_null(0).to_pylist()
         inner = chunk.flatten()
         same = inner.field(StepField.SAME_AS_NEXT).fill_null(False).to_pylist()
-        versions = (inner.field(StepField.POLICY_VERSION).fill_null("").to_pylist()
-                    if inner.type.get_field_index(StepField.POLICY_VERSION) >= 0 else [""] * len(same))
+        # An integer since schema 1.5, the endpoint's name for it before: read as the integer.
+        versions = ([policy_version_number(v) for v in inner.field(StepField.POLICY_VERSION).to_pylist()]
+                    if inner.type.get_field_index(StepField.POLICY_VERSION) >= 0 else [None] * len(same))
         counts = {}
         for name in (StepField.LOGPROBS, StepField.TOKEN_IDS):
             present = inner.type.get_field_index(name) >= 0
@@ -466,16 +454,21 @@ def _step_flags(steps_column) -> list[list[_StepFlags]]:
     return flags
 
 
-def _candidates(sources: Sequence[TrajectorySet], counts: SampleCounts,
+def _candidates(sources: Sequence[TrajectorySet | ListedEpisodes], counts: SampleCounts,
                 skipped: Counter[str]) -> list[_Candidate]:
     found = []
-    for s, source in enumerate(sources):
+    for s, listed in enumerate(sources):
+        rounds = listed.rounds if isinstance(listed, ListedEpisodes) else None
+        source = listed.trajectories if isinstance(listed, ListedEpisodes) else listed
         table = source.dataset.with_format("arrow")[:]
         flags = _step_flags(table.column(EpisodeColumn.STEPS))
-        names = (EpisodeColumn.EPISODE_ID, EpisodeColumn.ITERATION, EpisodeColumn.TASK_ID,
-                 EpisodeColumn.SPLIT, EpisodeColumn.REWARD, EpisodeColumn.STATUS)
+        names = [name for name in _EPISODE_COLUMNS if name != EpisodeColumn.STEPS]
         rows = zip(*(table.column(name).to_pylist() for name in names), strict=True)
         for row, (episode_id, iteration, task_id, split, reward, status) in enumerate(rows):
+            if rounds is not None:
+                if episode_id not in rounds:
+                    continue  # not in the batch
+                iteration = rounds[episode_id]
             counts.trajectories_read += 1
             counts.steps_read += len(flags[row])
             reason = untrainable(split, _episode_status(status, source, episode_id), reward)
@@ -519,7 +512,7 @@ def _advantages(objective: Objective, episodes: list[_Candidate], selection: Sam
     return kept
 
 
-def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
+def build_samples(sources: Sequence[TrajectorySet | ListedEpisodes], objective: Objective | str,
                   selection: SampleSelection | None = None, *, newest: int | None = None) -> StepSamples:
     """Select the training samples of `objective` from `sources` (see the module docstring).
 
@@ -534,7 +527,8 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
         raise TrainingDataError(f"unknown objective '{objective}'; "
                                 f"choose one of {', '.join(o.value for o in Objective)}") from None
     selection = selection or SampleSelection()
-    names = ", ".join(source.id for source in sources)
+    sets = [s.trajectories if isinstance(s, ListedEpisodes) else s for s in sources]
+    names = ", ".join(dict.fromkeys(source.id for source in sets))
     counts = SampleCounts(objective=objective.value)
     skipped: Counter[str] = Counter()
     episodes = _candidates(sources, counts, skipped)
@@ -561,7 +555,7 @@ def build_samples(sources: Sequence[TrajectorySet], objective: Objective | str,
                                   f"steps ({counts.same_as_next_dropped} same_as_next steps dropped"
                                   f"{without})")
     log.info("%s", counts.summary())
-    return StepSamples(sources, samples.refs, samples.advantages, samples.weights, counts, samples.provenance,
+    return StepSamples(sets, samples.refs, samples.advantages, samples.weights, counts, samples.provenance,
                        samples.flags)
 
 

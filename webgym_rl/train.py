@@ -432,7 +432,7 @@ class Trainer:
 
         chosen: dict[str, list[int]] = {}
         for index, (version, exact) in enumerate(zip(samples.policy_versions, samples.exact, strict=True)):
-            picked = chosen.setdefault(version or "unknown", [])
+            picked = chosen.setdefault("unknown" if version is None else f"v{version}", [])
             if exact and len(picked) < per_version:
                 picked.append(index)
         found: dict[str, dict[str, float]] = {}

@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any
 from webgym_core.lazy import moved_names
 from webgym_data.schema import Task
 from webgym_rollout import settings as rollout_settings
-from webgym_rollout.agent.actions import AgentAction
+from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.policies import PolicyOutput
-from webgym_rollout.agent.protocol import Observation, ParsedResponse, Round
+from webgym_rollout.agent.protocol import Observation, ParsedResponse
 from webgym_rollout.browser.client import BrowserClient, BrowserSession
 from webgym_rollout.browser.protocol import (
     ActResult,
@@ -118,7 +118,6 @@ class WebEnv:
         self.horizon = 0
         self.done = True
         self._episode_id = ""
-        self._rounds: list[Round] = []
         self._shot: Screenshot | None = None
         self._shot_s = 0.0
         self._url = self._title = ""
@@ -223,9 +222,6 @@ class WebEnv:
         over = terminated or truncated
         if not over:
             step.same_as_next = self._shot.sha256 == step.screenshot_sha256
-        self._rounds.append(Round(step=step.index, screenshot=step.screenshot, response=step.response,
-                                  action=agent_action, url=step.url, title=step.title,
-                                  page_changed=over or not step.same_as_next, action_error=step.action_error))
         self._last_error = step.action_error
         if over:
             self.done = True
@@ -273,7 +269,7 @@ class WebEnv:
         # (a clipped screenshot, e.g. MiniWoB's task area, is shot at (0, 0) and scale 1).
         return Observation(instruction=self.instruction, screenshot=shot.data,
                            viewport=(shot.width, shot.height), step=len(self.steps), url=self._url,
-                           title=self._title, history=tuple(self._rounds), elements=self._elements,
+                           title=self._title, history=tuple(self.steps), elements=self._elements,
                            last_action_error=self._last_error, episode_id=self._episode_id)
 
     async def _collect_recording(self, session: BrowserSession) -> RecordingIndex:

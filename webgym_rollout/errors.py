@@ -33,7 +33,7 @@ export it (``from webgym_rollout.judge.judges import JudgeTimeout`` works).
      ├── ResolutionFailed (OSError)   the egress proxy's resolver found no address for a name
      │                                (`browser.egress`; the proxy answers ``unresolved``)
      ├── ActionParseError (ValueError) a policy reply without one valid ``computer_use`` call
-     │                                (`agent.actions`; `parse_response` records it on the step)
+     │                                (`webgym_rollout.actions`; `parse_response` records it on the step)
      ├── PolicyError                  the policy endpoint (`agent.policies`); the CPU policy server's
      │    │                           errors (`webgym_rl.errors.PolicyServerError`) are PolicyErrors too
      │    ├── PolicyUnavailable       unreachable, or 5xx/429 through every retry

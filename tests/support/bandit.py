@@ -32,7 +32,7 @@ from webgym_rollout.agent.protocol import AgentSettings
 AREA = (160, 210)
 """The task area (`webgym_rollout.tasks.miniwob.MINIWOB_CLIP`): what the screenshot shows."""
 GRID = 1000
-"""Coordinates are on a 0-1000 grid over the task area (`webgym_rollout.agent.actions.GRID_SIZE`)."""
+"""Coordinates are on a 0-1000 grid over the task area (`webgym_rollout.actions.GRID_SIZE`)."""
 INSTRUCTION = "Click the red box."
 
 _PAGE = """<!DOCTYPE html>
@@ -98,7 +98,7 @@ class Bandit:
 
     def hits(self, grid_x: int, grid_y: int) -> bool:
         """Whether a click at (`grid_x`, `grid_y`) on the 0-1000 grid over the task area lands on the box."""
-        from webgym_rollout.agent.actions import grid_to_pixels
+        from webgym_rollout.actions import grid_to_pixels
 
         x, y = grid_to_pixels((grid_x, grid_y), AREA)
         left, top, width, height = self.box
@@ -186,7 +186,7 @@ def demonstrations(screenshot: bytes, out: Path, *, repeat: int = 3, seed: int =
     in random order, each reply written as a model writes it. No browser is needed: the page is
     the same in every episode, `screenshot` is it."""
     from tests.webgym_rl.synthetic import task, write_shards
-    from webgym_rollout.agent.actions import AgentAction
+    from webgym_rollout.actions import AgentAction
     from webgym_rollout.agent.policies import scripted_reply
     from webgym_rollout.agent.protocol import Observation
     from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step

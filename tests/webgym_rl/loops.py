@@ -52,6 +52,11 @@ def check_finished_async_run(out: Path, iterations: int) -> dict:
     ids = [i for r in rounds for i in r["batch"]["episodes"]]
     committed = committed_episodes(out)
     assert len(ids) == len(set(ids)) and set(ids) <= set(committed)
+    for record in rounds:  # each batch's manifest lists its episodes less the stale ones, as committed
+        members = record["batch"]["members"]
+        assert [i for _, i in members] == [i for i in record["batch"]["episodes"]
+                                           if i not in record["batch"]["dropped_stale"]]
+        assert all(any(e.episode_id == i for e in read_episodes(folder)) for folder, i in members)
     rows = sum(len(read_episodes(c)) for c in (out / "rollouts").glob("chunk-*") if c.is_dir())
     assert rows == len(committed)
     assert rounds[-1]["train"]["trainer_step"] == sum(r["train"]["steps"] for r in rounds)

@@ -109,7 +109,7 @@ def _sampled(processor, text='{"action": "click"}', **changes) -> Sample:
                            return_tensors="pt")["input_ids"][0].tolist()
     values = dict(token_ids=tuple(ids), behaviour_logprobs=tuple(-0.01 * (i + 1) for i in range(len(ids))),
                   prompt_tokens=len(prompt_ids), prompt_token_hash=prompt_token_digest(prompt_ids),
-                  sampling=Sampling(temperature=0.7), finish_reason="stop", policy_version="v4")
+                  sampling=Sampling(temperature=0.7), finish_reason="stop", policy_version=4)
     values["behaviour_logprob"] = sum(values["behaviour_logprobs"]) / len(values["behaviour_logprobs"])
     import dataclasses
 

@@ -21,7 +21,7 @@ from PIL import Image
 from tests.webgym_rl.synthetic import task, write_shards
 from webgym_rl.settings import GRPOSettings, OptimizationSettings
 from webgym_rl.tiny import TinyModelSettings, build_tiny_model
-from webgym_rollout.agent.actions import AgentAction
+from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.protocol import AgentSettings, Observation, build_messages, format_response
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,6 +12,7 @@ from tests.webgym_rl.synthetic import episode, response_for, shard_paths, step_i
 from webgym_rl.samples import (
     _EPISODE_COLUMNS,
     _STEP_FIELDS,
+    ListedEpisodes,
     MissingColumnError,
     NoTrainingDataError,
     Objective,
@@ -21,6 +22,7 @@ from webgym_rl.samples import (
     describe_sources,
     load_trajectories,
 )
+from webgym_rollout.trajectory.contract import TRAJECTORY_SCHEMA_VERSION
 
 
 def _load(*folders, **kw):
@@ -190,28 +192,62 @@ def test_a_schema_1_1_folder_gives_the_same_samples_as_today(tmp_path):
     episodes = [episode(task_id="a", attempt=0, reward=1.0, num_steps=3, same_as_next=[False, True, False]),
                 episode(task_id="a", attempt=1, reward=0.0, num_steps=2)]
     old = write_1_1(tmp_path / "v1.1", episodes)
-    new = write_shards(tmp_path / "v1.4", episodes)
+    new = write_shards(tmp_path / "today", episodes)
     (shard,) = _load(old, cache_dir=tmp_path / "c")[0].files
     assert "policy_version" not in str(pq.read_schema(shard)) and "outcome" not in pq.read_schema(shard).names
     samples = {}
     everything = SampleSelection(success_threshold=0.0)
-    for name, folder in (("1.1", old), ("1.4", new)):
+    for name, folder, version in (("1.1", old, "1.1"), ("today", new, TRAJECTORY_SCHEMA_VERSION)):
         (found,) = _load(folder, cache_dir=tmp_path / f"c{name}")
-        assert found.schema_version == name
+        assert found.schema_version == version
         samples[name] = build_samples([found], "filtered_bc", everything)
-    assert _kept(samples["1.1"]) == _kept(samples["1.4"]) == [("a-it0-a0", 0), ("a-it0-a0", 2),
+    assert _kept(samples["1.1"]) == _kept(samples["today"]) == [("a-it0-a0", 0), ("a-it0-a0", 2),
                                                                ("a-it0-a1", 0), ("a-it0-a1", 1)]
     # Schema 1.1 kept no log-probabilities: a policy-gradient objective cannot weigh its steps, and says so.
     with pytest.raises(NoTrainingDataError, match="4 without behaviour log-probabilities"):
         build_samples(_load(old, cache_dir=tmp_path / "c-pg"), "reinforce")
     for i in range(len(samples["1.1"])):
-        old_sample, new_sample = samples["1.1"][i], samples["1.4"][i]
+        old_sample, new_sample = samples["1.1"][i], samples["today"][i]
         assert old_sample.response == new_sample.response and old_sample.advantage == new_sample.advantage
         old_parts, new_parts = old_sample.messages[1]["content"], new_sample.messages[1]["content"]
         assert [p.get("text") for p in old_parts] == [p.get("text") for p in new_parts]
         for a, b in zip(old_parts, new_parts, strict=True):
             if a["type"] == "image":
                 assert ImageChops.difference(a["image"], b["image"]).getbbox() is None
+
+
+def test_a_schema_1_4_folder_gives_integer_policy_versions(tmp_path):
+    # Schema 1.4 stored the endpoint's name for the weights; the trainer reads the number.
+    from tests.support.schema_1_4 import write_1_4
+
+    episodes = [episode(task_id="a", attempt=0, reward=1.0, num_steps=2),
+                episode(task_id="b", attempt=0, reward=1.0, num_steps=1)]
+    old = write_1_4(tmp_path / "v1.4", episodes, [["webgym-policy-v2", "v3"], [""]])
+    (found,) = _load(old, cache_dir=tmp_path / "c")
+    assert found.schema_version == "1.4"
+    samples = build_samples([found], "filtered_bc", SampleSelection(success_threshold=0.0))
+    assert samples.policy_versions == [2, 3, None]
+    assert [samples[i].policy_version for i in range(len(samples))] == [2, 3, None]
+
+
+def test_listed_episodes_are_read_where_they_are_as_episodes_of_their_round(tmp_path):
+    # Two rollout folders (chunks) that drew the same task; a batch manifest lists some episodes of
+    # each and puts them in rounds 3 and 4: only those are read, each as an episode of its round.
+    first = write_shards(tmp_path / "chunk-0000", [episode(task_id="a", attempt=0, reward=1.0),
+                                                   episode(task_id="b", attempt=0, reward=1.0)])
+    second = write_shards(tmp_path / "chunk-0001", [episode(task_id="a", iteration=1, attempt=0, reward=1.0),
+                                                    episode(task_id="a", iteration=1, attempt=1, reward=0.0)])
+    sets = _load(first, second, cache_dir=tmp_path / "c")
+    listed = [ListedEpisodes(sets[0], {"a-it0-a0": 3}),
+              ListedEpisodes(sets[1], {"a-it1-a0": 3, "a-it1-a1": 4})]
+    samples = build_samples(listed, "filtered_bc", SampleSelection(success_threshold=0.0), newest=4)
+    assert samples.counts.trajectories_read == 3 and samples.counts.iterations_kept == [3, 4]
+    assert sorted({(samples[i].episode_id, it) for i, it in enumerate(samples.iterations)}) == [
+        ("a-it0-a0", 3), ("a-it1-a0", 3), ("a-it1-a1", 4)]
+    # reinforce groups by (round, task): round 3's two attempts at task a are one group.
+    grouped = build_samples(listed[:1] + [ListedEpisodes(sets[1], {"a-it1-a0": 3, "a-it1-a1": 3})],
+                            "reinforce", SampleSelection(), newest=3)
+    assert grouped.counts.group_sizes == {"3": 1}
 
 
 def test_a_status_outside_the_contract_is_named(tmp_path):

@@ -274,7 +274,7 @@ def _fresh_episode(checkpoint, tmp_path, *, episode_id: str, steps: int = 3):
     from webgym_core.endpoint import Endpoint
     from webgym_rl.policy_server import PolicyServerSettings, running_policy_server
     from webgym_rollout.agent.policies import OpenAIPolicy, SamplingSettings
-    from webgym_rollout.agent.protocol import AgentSettings, Observation, Round
+    from webgym_rollout.agent.protocol import AgentSettings, Observation
     from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step, TokenUsage
 
     server = PolicyServerSettings(model=str(checkpoint), port=0, max_new_tokens=32, served_model_name="tiny")
@@ -282,20 +282,20 @@ def _fresh_episode(checkpoint, tmp_path, *, episode_id: str, steps: int = 3):
     async def play(base_url: str) -> list:
         sampling = SamplingSettings(temperature=1.0, max_tokens=32, sampling_seed=None)
         agent = AgentSettings(variant="memory", full_rounds=2)
-        recorded, history = [], []
+        recorded: list[Step] = []  # the episode's steps: also the policy's history
         endpoint = Endpoint(base_url=base_url, model="tiny")
         async with OpenAIPolicy(endpoint, sampling=sampling, agent=agent) as p:
             for i in range(steps):
                 shot = png(screenshot(100 + i, (112, 84)))
                 output = await p.act(Observation(instruction="Open the second tab.", screenshot=shot,
-                                                 viewport=(112, 84), step=i, history=tuple(history)))
+                                                 viewport=(112, 84), step=i, history=tuple(recorded)))
                 recorded.append(Step(index=i, screenshot=shot, messages=output.messages_json,
                                      response=output.response, finish_reason=output.finish_reason,
+                                     action=output.action.to_json() if output.action is not None else "",
                                      usage=TokenUsage(output.prompt_tokens, output.completion_tokens),
                                      policy_version=output.policy_version, logprobs=output.logprobs,
                                      token_ids=output.token_ids, prompt_token_hash=output.prompt_token_hash,
                                      sampling=output.sampling))
-                history.append(Round(step=i, screenshot=shot, response=output.response, action=output.action))
         return recorded
 
     with running_policy_server(server) as base_url:
@@ -319,7 +319,7 @@ def test_the_trainer_scores_fresh_samples_as_the_policy_that_sampled_them(family
     assert all(step.token_ids and len(step.token_ids) == len(step.logprobs) for step in fresh.steps)
     assert fresh.steps[-1].messages.count('"type": "image"') == 3  # two earlier rounds and the current one
     misstated = dataclasses.replace(fresh, episode_id="misstated", attempt=1, steps=[
-        dataclasses.replace(step, policy_version="v9", sampling=Sampling(temperature=0.5))
+        dataclasses.replace(step, policy_version=9, sampling=Sampling(temperature=0.5))
         for step in fresh.steps])
     data = write_shards(tmp_path / "fresh", [fresh, misstated])
     samples = build_samples(load_trajectories([data], cache_dir=tmp_path / "cache"), "filtered_bc")

@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 
 from webgym_data.schema import Task
-from webgym_rollout.agent.actions import AgentAction, pixels_to_grid
+from webgym_rollout.actions import AgentAction, pixels_to_grid
 from webgym_rollout.agent.policies import PolicyOutput
 from webgym_rollout.agent.protocol import format_response, parse_response
 from webgym_rollout.browser.client import BrowserClient

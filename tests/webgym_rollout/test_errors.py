@@ -38,7 +38,7 @@ MOVED = {  # where these were defined before errors.py held them all: those impo
     "webgym_rollout.browser.http": ["ConnectionBroke"],
     "webgym_rollout.browser.guard": ["AllowlistError"],
     "webgym_rollout.browser.egress": ["ResolutionFailed"],
-    "webgym_rollout.agent.actions": ["ActionParseError"],
+    "webgym_rollout.actions": ["ActionParseError"],
     "webgym_rollout.agent.policies": ["PolicyRejected", "PolicyTimeout", "PolicyUnavailable"],
     "webgym_rollout.judge.judges": ["JudgeRejected", "JudgeReplyInvalid", "JudgeTimeout", "JudgeUnavailable"],
     "webgym_rollout.judge.calibration": ["LabelError"],

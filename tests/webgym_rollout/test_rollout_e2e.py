@@ -142,7 +142,7 @@ async def test_openai_policy_with_tiny_model(tmp_path, sites_url, browser_url, t
             assert step["usage"]["prompt_tokens"] > 50 and step["usage"]["completion_tokens"] > 0
             assert step["finish_reason"] in ("stop", "length")
             # the behaviour policy's version and its token log-probabilities, as the endpoint returned them
-            assert step["policy_version"] == "v0"  # the server names the weights' version
+            assert step["policy_version"] == 0  # the server names the weights' version: v0
             assert len(step["logprobs"]) == step["usage"]["completion_tokens"]
             assert all(lp <= 0 for lp in step["logprobs"])
     parse_errors = sum(1 for row in ds for s in row["steps"] if not s["action"])

@@ -311,7 +311,7 @@ async def test_resume_after_sigkill_has_every_episode_exactly_once(tmp_path, sit
 @pytest.mark.browser
 async def test_agent_mistakes_are_data_and_answer_ends_the_episode(tmp_path, sites_url, browser_url,
                                                                    scripted_openai):
-    from webgym_rollout.agent.actions import AgentAction
+    from webgym_rollout.actions import AgentAction
     from webgym_rollout.agent.protocol import format_response
 
     replies = [

@@ -27,7 +27,7 @@ import pytest
 import pytest_asyncio
 
 from webgym_core.settings import load_settings
-from webgym_rollout.agent.actions import AgentAction, pixels_to_grid
+from webgym_rollout.actions import AgentAction, pixels_to_grid
 from webgym_rollout.agent.expert import ExpertPolicy
 from webgym_rollout.agent.policies import PolicyOutput, element_field, scripted_reply
 from webgym_rollout.agent.protocol import AgentSettings, Observation

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from webgym_rollout.agent.actions import AgentAction
+from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.protocol import format_response
 from webgym_rollout.trajectory.reader import read_episodes
 

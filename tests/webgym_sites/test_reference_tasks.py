@@ -13,8 +13,8 @@ from urllib.parse import urljoin
 import httpx
 import pytest
 
+from tests.support.episodes import played
 from webgym_data.schema import Task
-from webgym_rollout.judge.judges import JudgeRequest
 from webgym_rollout.judge.site import SiteJudge
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_sites.encyclopedia import encyclopedia
@@ -186,7 +186,7 @@ def test_the_experts_moves_over_http_meet_every_fact_and_an_idle_session_does_no
                 if check["type"] == "answer_value":
                     assert any(check["value"] in page for page in player.seen), task.task_name
             urls = (with_session(task.start_url, session),)
-            request = JudgeRequest(task_name=task.task_name, answer=answer, urls=urls)
+            request = played(task, answer=answer, urls=urls)
             result = asyncio.run(judge.score(request))
             assert result.reward == 1.0, (task.task_name, result.verdicts)
             idle = new_session_id()

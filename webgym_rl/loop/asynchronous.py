@@ -18,7 +18,8 @@ runs beside the trainer instead of before it:
   (`webgym_rl.loop.stream.TrajectoryStream`: each committed episode once; for reinforce and grpo
   whole groups, the ``--attempts`` attempts at one task of one chunk, once all are committed, so no
   group is split across two batches; two groups of one task in a batch count as one group),
-  writes them as round r's batch (``OUT/batches/round-XXXX``, the round's episodes tagged with r),
+  records them as round r's batch (a manifest of (chunk folder, episode id) in the loop state: the
+  trainer reads each where the rollout wrote it, as an episode of round r; nothing is copied),
   trains the resident trainer on the last K rounds' batches and publishes version r + 1 while
   episodes keep running. With ``--overprovision N`` the rollout keeps N episodes more in flight,
   so a batch takes the first episodes to finish, not the slowest; when the run ends the episodes
@@ -57,10 +58,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import queue
-import shutil
 import threading
 import time
 from collections import Counter
@@ -378,29 +377,24 @@ def _group(loop: Loop) -> int:
     return settings.rollout.attempts if grouped else 1
 
 
-def _compose(loop: Loop, staleness: StalenessManager, episodes: list[Episode], r: int) -> BatchRecord:
-    """Write round `r`'s batch (OUT/batches/round-XXXX), tagged with the round, leaving out the
-    episodes staler than the bound (every objective; `staleness` counts each as accepted or
-    rejected); returns its record."""
+def _compose(loop: Loop, staleness: StalenessManager, taken: list[tuple[Path, Episode]], r: int
+             ) -> BatchRecord:
+    """Round `r`'s batch: the manifest of the `taken` episodes (with their chunk folders) less those
+    staler than the bound (every objective; `staleness` counts each as accepted or rejected)."""
     from webgym_rl.samples import Objective
-    from webgym_rollout.trajectory.writer import TrajectoryWriter
 
     settings = loop.settings
     filtered = Objective(settings.training.objective) is Objective.FILTERED_BC
-    kept, dropped = [], []
-    for episode in episodes:
+    episodes = [episode for _, episode in taken]
+    kept, dropped, members = [], [], []
+    for folder, episode in taken:
         oldest = oldest_version(episode)
         version = r if oldest is None else oldest  # an episode without steps: as new as the trainer
         stale = staleness.too_stale(version, r)
         (staleness.reject if stale else staleness.accept)(version)
         (dropped if stale else kept).append(episode)
-    folder = loop.batch_dir(r)
-    shutil.rmtree(folder, ignore_errors=True)  # a batch never recorded: built again from scratch
-    with TrajectoryWriter(folder, max_shard_episodes=max(1, len(kept)), run_info={"batch": r}) as writer:
-        # The attempt numbers only keep the writer's (task, attempt) keys apart when two chunks drew
-        # the same task.
-        for i, episode in enumerate(kept):
-            writer.add(dataclasses.replace(episode, iteration=r, attempt=i))
+        if not stale:
+            members.append([str(folder), episode.episode_id])
     samples = settings.training.samples
     histogram: Counter[int] = Counter()
     for episode in kept:
@@ -408,7 +402,8 @@ def _compose(loop: Loop, staleness: StalenessManager, episodes: list[Episode], r
         for step in episode.steps if trainable else ():
             if not (step.same_as_next and samples.drop_same_as_next):
                 histogram[r - step_version(step.policy_version)] += 1
-    return BatchRecord(folder=str(folder), episodes=[e.episode_id for e in episodes],
+    return BatchRecord(folder=str(_rollouts(loop)), members=members,
+                       episodes=[e.episode_id for e in episodes],
                        dropped_stale=[e.episode_id for e in dropped],
                        staleness={str(k): v for k, v in sorted(histogram.items())},
                        successes_by_version=successes_by_version(episodes), composed_at=time.time())
@@ -421,7 +416,7 @@ def _take_batch(loop: Loop, stream: TrajectoryStream, board: _Board, size: int, 
     state = loop.state
     position = StreamPosition.from_json(state.position)
     began = time.monotonic()
-    while (taken := stream.take(size, position, group=_group(loop))) is None:
+    while (taken := stream.take_from(size, position, group=_group(loop))) is None:
         loop.services.check_policy()
         with board.cond:
             board.check()

@@ -9,7 +9,6 @@ Folders of a loop (``OUT``)::
 
     rollouts/round-XXXX[-tasks.jsonl]   sync: round r's rollout (and the tasks it drew)
     rollouts/chunk-XXXX[-tasks.jsonl]   async: the rollout's task batches, played without a break
-    batches/round-XXXX                  async: the committed episodes round r trained on
     checkpoints/v-XXXX, adapters/v-XXXX a version's servable weights (written when a folder is
                                         needed: folder publish, Hub push, the final version)
     evals/v-XXXX                        tasks.jsonl, trajectories, report/, eval.json
@@ -64,7 +63,6 @@ from webgym_rl.loop.state import (
     VersionRecord,
     save_state,
 )
-from webgym_rl.loop.updater import version_of
 from webgym_rollout.agent.policies import OpenAIPolicy, PolicySettings, RandomPolicySettings, make_policy
 from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.report.charts import CurvePoint, run_colours, write_learning_curve
@@ -142,9 +140,6 @@ class Loop:
 
     def chunk_dir(self, chunk: int) -> Path:
         return self.out / "rollouts" / f"chunk-{chunk:04d}"
-
-    def batch_dir(self, r: int) -> Path:
-        return self.out / "batches" / f"round-{r:04d}"
 
     def eval_dir(self, version: int) -> Path:
         return self.out / "evals" / f"v-{version:04d}"
@@ -262,10 +257,10 @@ def run_settings(settings: LoopSettings, services: LoopServices, *, tasks: Path,
         policy=PolicySettings(agent=settings.policy.agent))
 
 
-def step_version(policy_version: str) -> int:
-    """The version of a step's policy (0 for the random bootstrap and replies naming none)."""
-    found = version_of(policy_version)
-    return 0 if found is None else found
+def step_version(policy_version: int | None) -> int:
+    """The version of a step's policy (`Step.policy_version`; 0 for the random bootstrap, whose steps
+    name none)."""
+    return 0 if policy_version is None else policy_version
 
 
 def oldest_version(episode: Episode) -> int | None:
@@ -314,8 +309,8 @@ class VersionedPolicy:
         async with self._loop.fence.request():
             version = self._current()
             output = await self._policy(version if self._pinned is None else self._pinned).act(observation)
-        if self._updater.stamps_versions or version_of(output.policy_version) is None:
-            output = dataclasses.replace(output, policy_version=f"v{version}")
+        if self._updater.stamps_versions or output.policy_version is None:
+            output = dataclasses.replace(output, policy_version=version)
         return output
 
     async def close(self) -> None:
@@ -359,19 +354,26 @@ def successes_by_version(episodes: Iterable[Episode]) -> dict[str, list[int]]:
 # --------------------------------------------------------------------------------------- training
 
 def window(loop: Loop, r: int) -> list[list[Any]]:
-    """The batches round `r` trains on: ``[[round, folder], ...]`` for the last --last-k-iterations
-    rounds up to `r` (all with 0), oldest first; rounds without a batch folder are left out, and so
-    are async batches whose every episode was too stale (an empty folder would stop the round)."""
+    """The batches round `r` trains on, for the last --last-k-iterations rounds up to `r` (all with
+    0), oldest first: ``[round, folder]`` for a batch that is a whole folder (a sync round's
+    rollout), ``[round, folder, [episode id, ...]]`` per folder of an async batch's manifest
+    (`BatchRecord.members`: those episodes only, each as one of that round). Rounds without a batch
+    are left out, and so are async batches whose every episode was too stale (nothing to read would
+    stop the round)."""
     last_k = loop.settings.training.samples.last_k_iterations
     first = 0 if last_k == 0 else max(0, r - last_k + 1)
-    found = []
+    found: list[list[Any]] = []
     for earlier in range(first, r + 1):
         batch = loop.state.rounds.get(earlier, RoundRecord()).batch
-        if batch is None or not (Path(batch.folder) / "manifest.json").is_file():
+        if batch is None or (batch.episodes and len(batch.dropped_stale) >= len(batch.episodes)):
             continue
-        if batch.episodes and len(batch.dropped_stale) >= len(batch.episodes):
-            continue
-        found.append([earlier, batch.folder])
+        if batch.members:
+            listed: dict[str, list[str]] = {}
+            for folder, episode_id in batch.members:
+                listed.setdefault(folder, []).append(episode_id)
+            found.extend([earlier, folder, ids] for folder, ids in listed.items())
+        elif (Path(batch.folder) / "manifest.json").is_file():
+            found.append([earlier, batch.folder])
     return found
 
 
@@ -389,8 +391,10 @@ def train_round(loop: Loop, r: int) -> TrainRecord:
         if not loop.settings.skip_empty_train:
             raise
         log.warning("round %d: nothing to train on (%s); the weights stay as they are", r, exc)
-        return TrainRecord(skipped=" ".join(str(exc).split()), data=[str(f) for _, f in sources],
-                           window=[r for r, _ in sources], started_at=started, done_at=time.time())
+        return TrainRecord(skipped=" ".join(str(exc).split()),
+                           data=list(dict.fromkeys(str(entry[1]) for entry in sources)),
+                           window=list(dict.fromkeys(entry[0] for entry in sources)),
+                           started_at=started, done_at=time.time())
     return TrainRecord(**result, started_at=started, done_at=time.time())
 
 

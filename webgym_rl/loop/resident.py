@@ -49,7 +49,7 @@ from webgym_core.settings import settings_from_dict, settings_to_dict
 from webgym_rl.errors import LoopError, NoTrainingDataError
 from webgym_rl.loop.services import die_with_parent
 from webgym_rl.pixels import image_processor_config
-from webgym_rl.samples import build_samples, load_trajectories
+from webgym_rl.samples import ListedEpisodes, build_samples, load_trajectories
 from webgym_rl.settings import OptimizationSettings
 from webgym_rl.train import EpochOrder, Trainer, steps_for
 
@@ -100,14 +100,26 @@ class ResidentTrainer:
                 "pid": os.getpid(), "base_model": trainer.base_model}
 
     def train_round(self, r: int, sources: list[list[Any]]) -> dict[str, Any]:
-        """Train on the window `sources` (``[[r, folder], ...]``) for one round's optimizer steps
-        (``max_steps``, or ``epochs`` passes over its samples); returns the round's record fields.
-        Raises `NoTrainingDataError` (nothing trained) when no sample survives the selection."""
+        """Train on the window `sources` (`webgym_rl.loop.phases.window`: ``[r, folder]`` for a whole
+        folder, ``[r, folder, [episode id, ...]]`` for the episodes a batch manifest lists) for one
+        round's optimizer steps (``max_steps``, or ``epochs`` passes over its samples); returns the
+        round's record fields. Raises `NoTrainingDataError` (nothing trained) when no sample
+        survives the selection."""
         t, trainer = self.setup.training, self.trainer
         began = time.perf_counter()
+        listed: dict[str, dict[str, int] | None] = {}  # folder -> episode id -> round (None: all)
+        for earlier, folder, *ids in sources:
+            if ids:
+                rounds = listed.get(str(folder)) or {}
+                rounds.update(dict.fromkeys(ids[0], int(earlier)))
+                listed[str(folder)] = rounds
+            else:
+                listed[str(folder)] = None
         with trainer.accelerator.main_process_first():
-            sets = load_trajectories([folder for _, folder in sources], cache_dir=None)
-        samples = build_samples(sets, t.objective, t.samples, newest=r)
+            sets = load_trajectories(list(listed), cache_dir=None)
+        read = [found if rounds is None else ListedEpisodes(found, rounds)
+                for found, rounds in zip(sets, listed.values(), strict=True)]
+        samples = build_samples(read, t.objective, t.samples, newest=r)
         trainer.check(samples[0])
         on_policy = trainer.on_policy_check(samples)
         order = EpochOrder(samples.weights, self.setup.seed * 1000 + r)
@@ -120,7 +132,7 @@ class ResidentTrainer:
         losses = [entry["loss"] for entry in fitted.log_history]
         return {"window": list(counts.iterations_kept), "weights": dict(counts.iteration_weights),
                 "samples_by_round": dict(counts.samples_by_iteration),
-                "data": [str(folder) for _, folder in sources], "steps": fitted.steps,
+                "data": list(listed), "steps": fitted.steps,
                 "trainer_step": trainer.step, "counts": samples.counts.as_dict(), "samples": len(samples),
                 "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                 "on_policy": on_policy, "seconds": time.perf_counter() - began}

@@ -122,9 +122,16 @@ class RolloutRecord(_Record):
 
 class BatchRecord(_Record):
     """The episodes a round adds to the training data: a sync round's rollout folder, or the
-    committed episodes an async round took from the stream (written before it trains)."""
+    committed episodes an async round took from the stream, listed in `members` (recorded before
+    it trains; nothing is copied)."""
 
     folder: str
+    """A sync round's rollout folder; async: the folder of the rollout's chunks (the members'
+    parent; a batch recorded before `members` existed: the folder its episodes were copied to)."""
+    members: list[list[str]] = Field(default_factory=list)
+    """Async: the batch's manifest, ``[chunk folder, episode id]`` per episode trained on (the taken
+    episodes less the stale ones), in the order taken; the trainer reads them where the rollout
+    wrote them, each as an episode of this round."""
     episodes: list[str] = Field(default_factory=list)
     """Async: the episode ids taken, in order (each committed episode belongs to one batch)."""
     dropped_stale: list[str] = Field(default_factory=list)

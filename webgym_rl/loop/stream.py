@@ -108,6 +108,12 @@ class TrajectoryStream:
         fewer than `n` are committed (with ``group`` > 1: while the ready groups of `group` attempts
         hold fewer than `n` episodes; whole groups are taken, so a batch may hold a few more).
         `position` itself is not changed."""
+        taken = self.take_from(n, position, group=group)
+        return None if taken is None else ([episode for _, episode in taken[0]], taken[1])
+
+    def take_from(self, n: int, position: StreamPosition, *, group: int = 1
+                  ) -> tuple[list[tuple[Path, Episode]], StreamPosition] | None:
+        """`take`, each episode with the folder that holds it."""
         rows = self._rows(position, task_ids=group > 1)
         chosen: list[_Row] = []
         if group <= 1:
@@ -126,7 +132,10 @@ class TrajectoryStream:
                 chosen.extend(members)
         if len(chosen) < n:
             return None
-        return self._read(chosen), self._advance(position, chosen)
+        folders = {folder.name: folder for folder in self._folders()}
+        episodes = self._read(chosen)
+        return ([(folders[row.folder], episode) for row, episode in zip(chosen, episodes, strict=True)],
+                self._advance(position, chosen))
 
     @staticmethod
     def _read(chosen: list[_Row]) -> list[Episode]:

@@ -60,7 +60,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 version_of = version_number
-"""The integer version a step's ``policy_version`` names (``v3``, ``webgym-policy-v3``), or None
+"""The integer version an endpoint's name for its weights says (``v3``, ``policy-v3``), or None
 when it names none (`webgym_rollout.trajectory.contract.version_number`)."""
 
 

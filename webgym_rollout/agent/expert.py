@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from webgym_data.schema import Task
-from webgym_rollout.agent.actions import AgentAction, pixels_to_grid
+from webgym_rollout.actions import AgentAction, pixels_to_grid
 from webgym_rollout.agent.policies import PolicyOutput, element_field, scripted_reply
 from webgym_rollout.agent.protocol import AgentSettings, Observation
 from webgym_sites.generate import expert_plan

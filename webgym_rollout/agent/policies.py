@@ -63,7 +63,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from webgym_core.completion import ChatReply, clean_text
 from webgym_core.endpoint import ChatClient, Endpoint, EndpointErrors, Usage
 from webgym_core.settings import flat
-from webgym_rollout.agent.actions import GRID_SIZE, AgentAction, pixels_to_grid
+from webgym_rollout.actions import GRID_SIZE, AgentAction, pixels_to_grid
 from webgym_rollout.agent.protocol import (
     AgentSettings,
     Observation,
@@ -75,7 +75,7 @@ from webgym_rollout.agent.protocol import (
     parse_response,
 )
 from webgym_rollout.errors import PolicyRejected, PolicyTimeout, PolicyUnavailable
-from webgym_rollout.trajectory.contract import Sampling, prompt_token_digest
+from webgym_rollout.trajectory.contract import Sampling, prompt_token_digest, version_number
 
 __all__ = [
     "OpenAIPolicy",
@@ -114,9 +114,11 @@ class PolicyOutput:
     completion_tokens: int = 0
     finish_reason: str = ""
     latency_s: float = 0.0
-    policy_version: str = ""
-    """The checkpoint that produced the reply, as the endpoint named it (its reply's
-    ``system_fingerprint`` when it sets one, e.g. the CPU policy server's ``v3``; else its ``model``)."""
+    policy_version: int | None = None
+    """The version of the weights that produced the reply (`Step.policy_version`), read from the name
+    the endpoint gave them (its reply's ``system_fingerprint`` when it sets one, e.g. the CPU policy
+    server's ``v3``; else the model it answered as, a vLLM adapter's ``name-v3``); None when that
+    names no version, and for a policy without a model."""
     logprobs: tuple[float, ...] = ()
     """Log-probability of each reply token, when the endpoint returned them."""
     token_ids: tuple[int, ...] = ()
@@ -135,7 +137,7 @@ class PolicyOutput:
         """The output of a policy that chose `action` without a model (scripted play, tests)."""
         response = action.to_tool_call()
         return cls(response=response, parsed=ParsedResponse(action=action), messages=[], model=model,
-                   finish_reason="stop", policy_version=model)
+                   finish_reason="stop")
 
     @property
     def messages_json(self) -> str:
@@ -312,9 +314,9 @@ class OpenAIPolicy:
             completion_tokens=reply.completion_tokens,
             finish_reason=reply.finish_reason,
             latency_s=latency,
-            # The weights' version when the server names it (the CPU policy server: ``v<N>``), else the
-            # model it answered as (a vLLM LoRA adapter per version: ``name-v<N>``).
-            policy_version=reply.system_fingerprint or reply.served_model or self.model_id,
+            # The weights' version as the server names it (the CPU policy server: ``v<N>``), else as
+            # the model it answered as (a vLLM LoRA adapter per version: ``name-v<N>``): read once, here.
+            policy_version=version_number(reply.system_fingerprint or reply.served_model or self.model_id),
             logprobs=reply.logprobs,
             token_ids=reply.token_ids,
             prompt_token_hash=prompt_token_digest(reply.prompt_token_ids) if reply.prompt_token_ids else "",
@@ -353,7 +355,7 @@ def scripted_reply(action: AgentAction, observation: Observation, agent: AgentSe
                                progress=f"Step {observation.step}.", intention=intention)
     return PolicyOutput(response=response, parsed=parse_response(response, agent.variant),
                         messages=build_messages(observation, agent), model=model_id, finish_reason="stop",
-                        latency_s=time.perf_counter() - started, policy_version=model_id)
+                        latency_s=time.perf_counter() - started)
 
 
 _INTERACTIVE_TAGS = {"a", "button", "input", "select", "textarea", "option", "label", "summary"}

@@ -16,10 +16,11 @@ system prompt (action names and one example, no JSON schema) and a user turn wit
 Only the tool call is required: a reply without a valid one is recorded on the step as a parse error
 and counts as a no-op (`parse_response` never raises).
 
-Context at step *i*: the system prompt (generated from `webgym_rollout.agent.actions`), then the last
+Context at step *i*: the system prompt (generated from `webgym_rollout.actions`), then the last
 ``full_rounds`` (default 4) earlier steps as full (screenshot, reply) turns, older steps as one-line
 summaries (action, whether the page changed, page title), then the current screenshot. ``<think>``
-blocks are removed from replies put back into the history.
+blocks are removed from replies put back into the history. The history is the episode's own
+trajectory `Step`s (`Observation.history`): a step is recorded once, and the context reads it.
 
 `build_messages` returns the messages with each image as ``{"type": "image", "step": j}`` (the
 convention of `webgym_rollout.trajectory.contract`, so a trajectory stores each screenshot once);
@@ -33,11 +34,12 @@ import copy
 import json
 import re
 import typing
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from webgym_rollout.agent.actions import (
+from webgym_rollout.actions import (
     ACTIONS,
     GRID_SIZE,
     TOOL_NAME,
@@ -48,13 +50,13 @@ from webgym_rollout.agent.actions import (
     parse_tool_call,
     tool_schema,
 )
+from webgym_rollout.trajectory.contract import Step
 
 __all__ = [
     "VARIANTS",
     "AgentSettings",
     "Observation",
     "ParsedResponse",
-    "Round",
     "build_messages",
     "format_response",
     "image_data_url",
@@ -92,23 +94,6 @@ class AgentSettings:
 
 
 @dataclass(frozen=True)
-class Round:
-    """One earlier step of the episode, as the context shows it."""
-
-    step: int
-    screenshot: bytes
-    response: str
-    action: AgentAction | None = None
-    """The parsed action, None when the reply could not be parsed."""
-    url: str = ""
-    title: str = ""
-    page_changed: bool = True
-    """Whether the screenshot after this step's action differs from this step's (not ``same_as_next``)."""
-    action_error: str = ""
-    """Parse error or failed-action text of this step ("" when it went fine)."""
-
-
-@dataclass(frozen=True)
 class Observation:
     """Everything a policy sees at one step."""
 
@@ -119,8 +104,10 @@ class Observation:
     step: int = 0
     url: str = ""
     title: str = ""
-    history: tuple[Round, ...] = ()
-    """Earlier steps, oldest first."""
+    history: Sequence[Step] = ()
+    """The episode's earlier steps, oldest first: the very `Step` records the trajectory stores
+    (the context reads their screenshot, reply, typed action, URL, title, error and whether the
+    page changed; it never changes them)."""
     elements: tuple[Any, ...] = ()
     """Interactive elements (``PageInfo.elements``: x, y, width, height, tag, role, text in viewport
     pixels), as objects or dicts; only policies that need them (the random one) read them."""
@@ -258,13 +245,13 @@ def format_response(action: AgentAction, *, variant: str = "memory", memory: str
     return "".join(lines) + action.to_tool_call()
 
 
-def _summary(round_: Round, chars: int) -> str:
-    action = round_.action.describe(chars) if round_.action is not None else "no valid action"
-    parts = [f"Step {round_.step}: {action}"]
-    if round_.action_error:
-        parts.append("failed" if round_.action is not None else "reply could not be parsed")
-    parts.append("page changed" if round_.page_changed else "page unchanged")
-    parts.append(f"title {json.dumps(round_.title, ensure_ascii=False)}")
+def _summary(step: Step, chars: int) -> str:
+    action = step.parsed_action
+    parts = [f"Step {step.index}: {action.describe(chars) if action is not None else 'no valid action'}"]
+    if step.action_error:
+        parts.append("failed" if action is not None else "reply could not be parsed")
+    parts.append("page changed" if step.page_changed else "page unchanged")
+    parts.append(f"title {json.dumps(step.title, ensure_ascii=False)}")
     return "; ".join(parts)
 
 
@@ -290,14 +277,14 @@ def build_messages(observation: Observation, settings: AgentSettings | None = No
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(settings.variant)}]
     # Each observation shows the error of the action before it, as the policy saw it at the time.
     previous_error = older[-1].action_error if older else ""
-    for index, round_ in enumerate(recent):
-        text = _observation_text(round_.step, round_.url, round_.title, previous_error, settings.variant)
-        previous_error = round_.action_error
+    for index, step in enumerate(recent):
+        text = _observation_text(step.index, step.url, step.title, previous_error, settings.variant)
+        previous_error = step.action_error
         if index == 0:
             text = f"{intro}\n\n{text}"
         messages.append({"role": "user", "content": [{"type": "text", "text": text},
-                                                     {"type": "image", "step": round_.step}]})
-        messages.append({"role": "assistant", "content": strip_think(round_.response)})
+                                                     {"type": "image", "step": step.index}]})
+        messages.append({"role": "assistant", "content": strip_think(step.response)})
     current = _observation_text(observation.step, observation.url, observation.title,
                                 observation.last_action_error, settings.variant)
     if not recent:
@@ -309,7 +296,7 @@ def build_messages(observation: Observation, settings: AgentSettings | None = No
 
 def observation_images(observation: Observation) -> dict[int, bytes]:
     """Step index -> screenshot bytes, for every step an observation's messages can refer to."""
-    images = {round_.step: round_.screenshot for round_ in observation.history}
+    images = {step.index: step.screenshot for step in observation.history}
     images[observation.step] = observation.screenshot
     return images
 
@@ -350,3 +337,20 @@ def inline_images(messages: Sequence[Mapping[str, Any]],
             message["content"] = parts
         out.append(message)
     return out
+
+
+def _round(step: int, screenshot: bytes, response: str, action: AgentAction | None = None, url: str = "",
+           title: str = "", page_changed: bool = True, action_error: str = "") -> Step:
+    """The `Step` that the former ``Round(...)`` described (deprecated: build `Step`s)."""
+    return Step(index=step, screenshot=screenshot, response=response,
+                action=action.to_json() if action is not None else "", url=url, title=title,
+                same_as_next=not page_changed, action_error=action_error)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Round":
+        warnings.warn("webgym_rollout.agent.Round is gone: an observation's history is the episode's "
+                      "trajectory Steps (Round(...) now builds a Step); it goes away in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return _round
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

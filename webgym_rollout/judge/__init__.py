@@ -1,6 +1,7 @@
-"""Judges: ``await judge.score(JudgeRequest) -> JudgeResult`` after an episode has ended.
+"""Judges: ``await judge.score(episode) -> JudgeResult`` after an episode has ended.
 
-`judges` holds the request and result types, the rubric judge (an OpenAI-protocol VLM shown key
+A judge takes the `Episode` (its `Task`, answer and steps) and builds what its model needs inside.
+`judges` holds the result type, the rubric judge (an OpenAI-protocol VLM shown key
 screenshots and the visited pages), the programmatic judge (the environment's own reward) and
 `make_judge`; `site` the `SiteJudge` (a local-site task checked against the site's ground truth);
 `rejudge` scores stored episodes again without browsers; `calibration` measures judges against
@@ -12,15 +13,18 @@ are read), `webgym_sites` (the local sites' facts and checks) and `webgym_rollou
 a browser.
 
 The names of `judges` are re-exported here, so imports written for the former module
-`webgym_rollout.judge` keep working.
+`webgym_rollout.judge` keep working. ``JudgeRequest`` (what a judge took before it took the
+episode) is deprecated: the name still works, with a DeprecationWarning, for one release.
 """
 
+from typing import Any
+
+from webgym_rollout.judge import judges as _judges
 from webgym_rollout.judge.judges import (
     SYSTEM_PROMPT,
     Judge,
     JudgeRejected,
     JudgeReplyInvalid,
-    JudgeRequest,
     JudgeResult,
     JudgeSettings,
     JudgeTimeout,
@@ -42,7 +46,6 @@ __all__ = [
     "Judge",
     "JudgeRejected",
     "JudgeReplyInvalid",
-    "JudgeRequest",
     "JudgeResult",
     "JudgeSettings",
     "JudgeTimeout",
@@ -60,3 +63,9 @@ __all__ = [
     "task_question",
     "visited_pages",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "JudgeRequest":
+        return _judges.JudgeRequest  # warns
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 The episodes come from a trajectory dataset (`read_episodes`: a rollout folder or a Hub dataset id).
 Each judge named by ``--judges`` scores them again, without a browser, seeing what it sees in a run
-(`JudgeRequest.from_episode`: the task, the answer, the stored screenshots, URLs and titles):
+(`Judge.score(episode)`: the task, the answer, the stored screenshots, URLs and titles):
 
 - ``stored``: the rewards stored in the dataset (`StoredReward`: the judge that ran with the rollout,
   or a ``rejudge``); no judge is called. ``--no-rescore`` is another name for ``--judges stored``;
@@ -64,7 +64,7 @@ from webgym_data.loading import TaskSourceError, load_tasks
 from webgym_data.schema import TASK_DIFFICULTY_LEVELS, Task
 from webgym_rollout.agent.policies import SHORTCUT_MODEL_PREFIX
 from webgym_rollout.errors import LabelError, RolloutError, TruthFileError
-from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, ProgrammaticJudge, make_judge
+from webgym_rollout.judge.judges import JudgeSettings, ProgrammaticJudge, make_judge
 from webgym_rollout.judge.labels import (
     EpisodeLabel,
     HumanLabels,
@@ -592,8 +592,7 @@ async def _judge_all(trajectories: TrajectorySet, source: HumanLabels | TruthLab
             on_progress(done, total)
 
     async def measure(position: int, episode: Episode, label: EpisodeLabel) -> None:
-        request = JudgeRequest.from_episode(episode)
-        scored = await asyncio.gather(*(_judge_one(name, judge, episode, request, settings.exclude_errors)
+        scored = await asyncio.gather(*(_judge_one(name, judge, episode, settings.exclude_errors)
                                         for name, judge in judges.items()))
         keep = [(name, passed, error, verdicts) for name, passed, error, verdicts in scored
                 if not (error and settings.exclude_errors)]
@@ -630,14 +629,14 @@ async def _judge_all(trajectories: TrajectorySet, source: HumanLabels | TruthLab
     return [results[position] for position in sorted(results)]
 
 
-async def _judge_one(name: str, judge: Any, episode: Episode, request: JudgeRequest,
+async def _judge_one(name: str, judge: Any, episode: Episode,
                      keep_going: bool) -> tuple[str, bool, str, dict[str, bool]]:
     """(name, passed, error, verdict per criterion) of one judge on one episode. An exception is
     raised, or with `keep_going` an error of the judge on this episode."""
     if isinstance(judge, StoredReward):
         return (name, *judge.verdict(episode), {})
     try:
-        result = await judge.score(request)
+        result = await judge.score(episode)
     except Exception as exc:  # a judge endpoint down after its retries, or a bug
         if not keep_going:
             raise

@@ -1,4 +1,4 @@
-"""Judges: ``await judge.score(JudgeRequest) -> JudgeResult`` after an episode has ended.
+"""Judges: ``await judge.score(episode) -> JudgeResult`` after an episode has ended.
 
 `RubricJudge` asks an LLM (any OpenAI-compatible endpoint, same client as the policy), one question
 per criterion, in this order:
@@ -16,17 +16,18 @@ The reward is 1 only if every criterion passes. Each reply must end with the lin
 that final line, or with conflicting verdict lines is a judge error: the criterion fails, the
 result carries ``error`` (kind ``judge_reply_invalid``), and it is never read as a pass.
 
-What the judge sees (`JudgeRequest.from_episode`): the task (its rubric as the task's own
-`FactGroup`s, turned into prompt text only when a question is written), the final answer, the pages the agent
-visited in order (each step's URL and title, consecutive repeats collapsed) and the key screenshots,
-each labelled with its step, URL and title. The key screenshots (`select_key_screenshots`, at most
-``max_screenshots``) come from the whole episode, in this order of priority: the last screenshot,
-the first, those the answer cites (the last step of each visit to a page whose title or URL the
-answer quotes; the most recent first), those right after a page change (the URL differs from the previous
-step's; without URLs, the screenshot does), then the other screen changes; a group that does not
-fit is thinned evenly over the episode, and a screenshot identical to one already chosen is not
-sent twice. The rubric-fact and task questions carry the visited pages, so URL facts ("visits a
-URL whose store parameter is 2630") can be checked.
+A judge takes the ended `Episode` itself (its `Task` and its `Step`s) and builds what its model
+needs from it. What the rubric judge sees: the task's instruction (``Task.task_name``; its rubric as
+the task's own `FactGroup`s, turned into prompt text only when a question is written), the final
+answer, the pages the agent visited in order (each step's URL and title, consecutive repeats
+collapsed) and the key screenshots, each labelled with its step, URL and title. The key
+screenshots (`select_key_screenshots`, at most ``max_screenshots``) come from the whole episode,
+in this order of priority: the last screenshot, the first, those the answer cites (the last step of
+each visit to a page whose title or URL the answer quotes; the most recent first), those right
+after a page change (the URL differs from the previous step's; without URLs, the screenshot does),
+then the other screen changes; a group that does not fit is thinned evenly over the episode, and a
+screenshot identical to one already chosen is not sent twice. The rubric-fact and task questions
+carry the visited pages, so URL facts ("visits a URL whose store parameter is 2630") can be checked.
 
 `ProgrammaticJudge` uses the reward an environment reports (MiniWoB++: raw reward 1 -> reward 1).
 
@@ -56,6 +57,7 @@ import asyncio
 import hashlib
 import re
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -66,14 +68,13 @@ from webgym_core.settings import flat
 from webgym_data.schema import FactGroup, Task
 from webgym_rollout.agent.protocol import image_data_url, strip_think
 from webgym_rollout.errors import JudgeRejected, JudgeReplyInvalid, JudgeTimeout, JudgeUnavailable
-from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TaskOutcome, Verdict, succeeded
+from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step, TaskOutcome, Verdict, succeeded
 
 __all__ = [
     "SYSTEM_PROMPT",
     "Judge",
     "JudgeRejected",
     "JudgeReplyInvalid",
-    "JudgeRequest",
     "JudgeResult",
     "JudgeSettings",
     "JudgeTimeout",
@@ -133,33 +134,24 @@ def record_failure(episode: Episode, kind: str) -> None:
 
 
 @dataclass(frozen=True)
-class JudgeRequest:
-    """What a judge needs from an ended episode."""
+class _JudgeRequest:
+    """Deprecated (0.3.0): what a judge took before it took the `Episode`. ``JudgeRequest`` still
+    names it, with a DeprecationWarning, for one release; a judge given one judges `to_episode()`."""
 
     task_name: str
     evaluator_reference: tuple[FactGroup, ...] = ()
-    """The task's rubric fact groups; empty: the task is judged as stated."""
     definite_answer: str = ""
     answer: str = ""
-    """The agent's final answer ("" if it never answered)."""
     screenshots: tuple[bytes, ...] = ()
-    """Every screenshot of the episode in order (PNG/JPEG bytes); the judge picks the key ones."""
     urls: tuple[str, ...] = ()
-    """The page's URL at each screenshot (one per step, "" where unknown)."""
     titles: tuple[str, ...] = ()
-    """The page's title at each screenshot (one per step, "" where unknown)."""
     outcome: TaskOutcome | None = None
-    """What the environment itself reported (MiniWoB++: done and raw reward 1 / -1), if anything."""
     task_id: str = ""
-    """The task's id ("" when unknown): judges that keep their own record of each task (the local
-    sites' `SiteJudge`) find it by this id."""
 
     @classmethod
     def from_task(cls, task: Task, *, answer: str = "", screenshots: Sequence[bytes] = (),
                   urls: Sequence[str] = (), titles: Sequence[str] = (),
-                  outcome: TaskOutcome | None = None) -> JudgeRequest:
-        """What the judge needs of `task` (a row becomes a `Task` through `Task.from_row` first)
-        and of the episode played on it."""
+                  outcome: TaskOutcome | None = None) -> _JudgeRequest:
         return cls(task_name=task.task_name, task_id=task.task_id,
                    evaluator_reference=tuple(task.evaluator_reference),
                    definite_answer=task.definite_answer, answer=answer or "",
@@ -167,31 +159,55 @@ class JudgeRequest:
                    titles=tuple(t or "" for t in titles), outcome=outcome)
 
     @classmethod
-    def from_episode(cls, episode: Episode) -> JudgeRequest:
-        """Everything the judge sees of an ended episode: its task, answer, and each step's
-        screenshot, URL and title."""
+    def from_episode(cls, episode: Episode) -> _JudgeRequest:
         steps = episode.steps
         return cls.from_task(episode.task, answer=episode.answer,
                              screenshots=[step.screenshot for step in steps],
                              urls=[step.url for step in steps], titles=[step.title for step in steps],
                              outcome=episode.outcome)
 
-    def url(self, index: int) -> str:
-        """The URL of step `index` ("" when unknown)."""
-        return self.urls[index] if index < len(self.urls) else ""
+    def to_episode(self) -> Episode:
+        """The episode this request described (a task of these fields, one step per screenshot,
+        URL or title)."""
+        task = Task(task_id=self.task_id, task_name=self.task_name, website="", benchmark_name="",
+                    evaluator_reference=self.evaluator_reference, definite_answer=self.definite_answer)
+        count = max(len(self.screenshots), len(self.urls), len(self.titles))
 
-    def title(self, index: int) -> str:
-        """The page title of step `index` ("" when unknown)."""
-        return self.titles[index] if index < len(self.titles) else ""
+        def at(values: Sequence[Any], i: int, empty: Any) -> Any:
+            return values[i] if i < len(values) else empty
+
+        steps = [Step(index=i, screenshot=at(self.screenshots, i, b""), url=at(self.urls, i, ""),
+                      title=at(self.titles, i, "")) for i in range(count)]
+        return Episode(task=task, episode_id=self.task_id or "judge-request", answer=self.answer,
+                       outcome=self.outcome or TaskOutcome(), steps=steps)
+
+
+def judged_episode(value: Episode | _JudgeRequest) -> Episode:
+    """`value` as the episode a judge scores: an `Episode` as it is; a deprecated ``JudgeRequest``
+    as its `to_episode()`, with a DeprecationWarning (judges outside this package call this too)."""
+    if isinstance(value, _JudgeRequest):
+        warnings.warn("Judge.score takes the Episode (JudgeRequest is deprecated and goes away in the "
+                      "next release)", DeprecationWarning, stacklevel=3)
+        return value.to_episode()
+    return value
+
+
+def __getattr__(name: str) -> Any:
+    if name == "JudgeRequest":
+        warnings.warn("webgym_rollout.judge.JudgeRequest is deprecated: Judge.score takes the Episode; "
+                      "it goes away in the next release", DeprecationWarning, stacklevel=2)
+        return _JudgeRequest
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @runtime_checkable
 class Judge(Protocol):
-    """Anything that scores an ended episode."""
+    """Anything that scores an ended episode: reads the `Episode` (its task, answer, steps and the
+    environment's outcome), never changes it (`record_result` puts the result on it)."""
 
     model_id: str
 
-    async def score(self, request: JudgeRequest) -> JudgeResult: ...
+    async def score(self, episode: Episode) -> JudgeResult: ...
 
 
 # ---------------------------------------------------------------------------- key screenshots
@@ -417,15 +433,17 @@ class RubricJudge:
     async def close(self) -> None:
         await self._client.close()
 
-    async def score(self, request: JudgeRequest) -> JudgeResult:
+    async def score(self, episode: Episode) -> JudgeResult:
+        episode = judged_episode(episode)
         started = time.perf_counter()
         tokens = [0, 0]  # per call: several episodes may be judged at once
         verdicts: list[Verdict] = []
         errors: list[str] = []
-        settings = self.settings
-        keys = select_key_screenshots(request.screenshots, settings.max_screenshots, urls=request.urls,
-                                      titles=request.titles, answer=request.answer)
-        images = [(_screenshot_label(request, i, n + 1, len(keys)), request.screenshots[i])
+        settings, steps, task = self.settings, episode.steps, episode.task
+        keys = select_key_screenshots([step.screenshot for step in steps], settings.max_screenshots,
+                                      urls=[step.url for step in steps],
+                                      titles=[step.title for step in steps], answer=episode.answer)
+        images = [(_screenshot_label(episode, i, n + 1, len(keys)), steps[i].screenshot)
                   for n, i in enumerate(keys)]
 
         async def ask(criterion: str, question: str, with_images: bool) -> Verdict:
@@ -439,18 +457,18 @@ class RubricJudge:
         def done() -> bool:
             return settings.short_circuit and any(not v.passed for v in verdicts)
 
-        if not request.answer.strip() and settings.require_answer:
+        if not episode.answer.strip() and settings.require_answer:
             verdicts.append(Verdict("answer_grounded", False, "the episode ended without a final answer"))
         else:
-            verdicts.append(await ask("answer_grounded", grounding_question(request), True))
+            verdicts.append(await ask("answer_grounded", grounding_question(episode), True))
         if not done():
-            questions = [(f"fact:{group.id}:{n}", fact_question(request, group, n))
-                         for group in request.evaluator_reference for n in range(len(group.facts))]
+            questions = [(f"fact:{group.id}:{n}", fact_question(episode, group, n))
+                         for group in task.evaluator_reference for n in range(len(group.facts))]
             if not questions:  # no rubric: the task itself is the criterion (task-only evaluation)
-                questions = [("task", task_question(request))]
+                questions = [("task", task_question(episode))]
             verdicts.extend(await asyncio.gather(*(ask(c, q, True) for c, q in questions)))
-        if request.definite_answer.strip() and not done():
-            verdicts.append(await ask("definite_answer", reference_question(request), False))
+        if task.definite_answer.strip() and not done():
+            verdicts.append(await ask("definite_answer", reference_question(episode), False))
         passed = all(v.passed for v in verdicts) and not errors
         return JudgeResult(reward=1.0 if passed else 0.0, verdicts=tuple(verdicts), judge_model=self.model_id,
                            error="; ".join(errors), prompt_tokens=tokens[0],
@@ -487,51 +505,54 @@ def _clip(url: str) -> str:
     return url if len(url) <= _MAX_URL else url[:_MAX_URL] + "..."
 
 
-def _page(request: JudgeRequest, index: int) -> str:
-    url, title = request.url(index), " ".join(request.title(index).split())
+def _page(step: Step) -> str:
+    url, title = step.url or "", " ".join((step.title or "").split())
     if url and title:
         return f"{_clip(url)} (title: {title!r})"
     return _clip(url) or (f"(no URL; title: {title!r})" if title else "(no URL recorded)")
 
 
-def visited_pages(request: JudgeRequest) -> str:
+def visited_pages(episode: Episode) -> str:
     """The pages the agent visited, one line per visit (consecutive steps on one page are one
     visit): ``step 3: https://... (title: '...')``; "" when no step recorded a URL or title."""
-    pages = [(request.url(i), request.title(i)) for i in range(max(len(request.urls), len(request.titles)))]
+    steps = episode.steps
+    pages = [(step.url or "", step.title or "") for step in steps]
     visits = [i for i, page in enumerate(pages) if any(page) and (i == 0 or page != pages[i - 1])]
     if not visits:
         return ""
-    lines = [f"step {i}: {_page(request, i)}" for i in visits]
+    lines = [f"step {i}: {_page(steps[i])}" for i in visits]
     if len(lines) > _MAX_VISITS:
         head, tail = _MAX_VISITS // 3, _MAX_VISITS - _MAX_VISITS // 3
         lines = lines[:head] + [f"... ({len(lines) - head - tail} more visits) ..."] + lines[-tail:]
     return "\n".join(lines)
 
 
-def _screenshot_label(request: JudgeRequest, index: int, n: int, total: int) -> str:
-    return f"Screenshot {n} of {total}: step {index}, {_page(request, index)}"
+def _screenshot_label(episode: Episode, index: int, n: int, total: int) -> str:
+    return f"Screenshot {n} of {total}: step {index}, {_page(episode.steps[index])}"
 
 
-def _header(request: JudgeRequest, *, pages: bool = True) -> str:
-    answer = request.answer.strip() or "(no answer)"
-    text = f"Task: {request.task_name}\n\nThe agent's final answer:\n{answer}\n"
-    visits = visited_pages(request) if pages else ""
+def _header(episode: Episode, *, pages: bool = True) -> str:
+    """The task's instruction (``Task.task_name``: the task as the task set states it), the answer
+    and the visited pages."""
+    answer = episode.answer.strip() or "(no answer)"
+    text = f"Task: {episode.task.task_name}\n\nThe agent's final answer:\n{answer}\n"
+    visits = visited_pages(episode) if pages else ""
     if visits:
         text += f"\nPages the agent visited, in order (step: URL and title):\n{visits}\n"
     return text
 
 
-def grounding_question(request: JudgeRequest) -> str:
+def grounding_question(episode: Episode) -> str:
     """Criterion ``answer_grounded``: is every claim of the answer shown?"""
-    return (_header(request) + "\nQuestion: is every claim in the final answer visible in the screenshots "
+    return (_header(episode) + "\nQuestion: is every claim in the final answer visible in the screenshots "
             "(or stated by a visited page's URL or title)? A claim counts as visible only if a screenshot "
             "or a visited page shows it; a claim you cannot find, or one they contradict, fails the check.")
 
 
-def fact_question(request: JudgeRequest, group: FactGroup, index: int) -> str:
+def fact_question(episode: Episode, group: FactGroup, index: int) -> str:
     """Criterion ``fact:<group>:<n>``: does rubric fact `index` of `group` hold?"""
     facts = "\n".join(f"{n + 1}. {fact}" for n, fact in enumerate(group.facts))
-    return (_header(request)
+    return (_header(episode)
             + f"\nRubric group: {group.description or group.id}\nFacts of this group:\n{facts}\n\n"
             f"Question: does the episode establish fact {index + 1} ({group.facts[index]!r}), as "
             "shown by the screenshots, the visited pages (their URLs and titles) and the final answer, "
@@ -539,9 +560,9 @@ def fact_question(request: JudgeRequest, group: FactGroup, index: int) -> str:
             "one of them holds.")
 
 
-def task_question(request: JudgeRequest) -> str:
+def task_question(episode: Episode) -> str:
     """Criterion ``task`` of a task without a rubric: is the task accomplished as stated?"""
-    return (_header(request)
+    return (_header(episode)
             + "\nQuestion: does the episode accomplish the task as stated? Check every requirement the "
             "task states (the item, its attributes, filters, sort order, place, dates, quantities, the "
             "action asked for) against the screenshots and the visited pages: a URL's parameters can "
@@ -551,9 +572,9 @@ def task_question(request: JudgeRequest) -> str:
             "met, and a partly done task fails.")
 
 
-def reference_question(request: JudgeRequest) -> str:
+def reference_question(episode: Episode) -> str:
     """Criterion ``definite_answer``: does the answer agree with the reference answer?"""
-    return (_header(request, pages=False) + f"\nReference answer: {request.definite_answer}\n\n"
+    return (_header(episode, pages=False) + f"\nReference answer: {episode.task.definite_answer}\n\n"
             "Question: does the final answer agree with the reference answer (same facts; wording, "
             "formatting and extra correct detail do not matter)?")
 
@@ -563,11 +584,11 @@ class ProgrammaticJudge:
 
     model_id = "programmatic"
 
-    async def score(self, request: JudgeRequest) -> JudgeResult:
-        outcome = request.outcome
-        raw = outcome.raw_reward if outcome is not None else None
-        passed = bool(outcome is not None and outcome.done and raw is not None and raw >= 1)
-        if outcome is None or raw is None:
+    async def score(self, episode: Episode) -> JudgeResult:
+        outcome = judged_episode(episode).outcome
+        raw = outcome.raw_reward
+        passed = bool(outcome.done and raw is not None and raw >= 1)
+        if raw is None:
             reason = "the environment reported no reward"
         elif not outcome.done:
             reason = f"the episode did not finish (raw reward {raw:g})"

@@ -37,7 +37,7 @@ import click
 from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_options
 from webgym_rollout.errors import RolloutError
-from webgym_rollout.judge.judges import JudgeRequest, JudgeSettings, make_judge, record_failure, record_result
+from webgym_rollout.judge.judges import JudgeSettings, make_judge, record_failure, record_result
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TrajectoryError
 from webgym_rollout.trajectory.reader import read_episodes
 from webgym_rollout.trajectory.recordings import RecordingStore
@@ -115,7 +115,7 @@ async def _score(episode: Episode, judge: Any, model_id: str, semaphore: asyncio
     failed = False
     try:
         async with semaphore:
-            result = await judge.score(JudgeRequest.from_episode(episode))
+            result = await judge.score(episode)
     except RolloutError as exc:  # JudgeError: the judge endpoint failed
         log.warning("judging episode %s failed: %s", episode.episode_id, exc)
         record_failure(episode, exc.kind)

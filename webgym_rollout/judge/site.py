@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable
 
 from webgym_data.schema import Task
 from webgym_rollout.errors import JudgeTimeout, JudgeUnavailable
-from webgym_rollout.judge.judges import JudgeRequest, JudgeResult
-from webgym_rollout.trajectory.contract import Verdict
+from webgym_rollout.judge.judges import JudgeResult, judged_episode
+from webgym_rollout.trajectory.contract import Episode, Verdict
 from webgym_sites.answers import answer_holds
 from webgym_sites.errors import TruthTimeout, TruthUnavailable
 from webgym_sites.facts import SessionFacts
@@ -57,17 +57,21 @@ class SiteJudge:
         self._by_id = {task.task_id: task for task in tasks}
         self._by_name = {task.task_name: task for task in tasks}
 
-    async def score(self, request: JudgeRequest) -> JudgeResult:
-        task = self._by_id.get(request.task_id) or self._by_name.get(request.task_name)
+    async def score(self, episode: Episode) -> JudgeResult:
+        """The verdicts of the judge's own record of the episode's task (found by its id, else by
+        its instruction), checked against the truth of the session the visited URLs name."""
+        episode = judged_episode(episode)
+        played = episode.task
+        task = self._by_id.get(played.task_id) or self._by_name.get(played.task_name)
         if task is None:
             return JudgeResult(0.0, (Verdict("task", False, "not one of the judge's site tasks"),),
                                self.model_id)
-        session = session_in(request.urls)
+        session = session_in([step.url for step in episode.steps])
         if not session:
             return JudgeResult(0.0, (Verdict("session", False, "no visited URL carries ?session="),),
                                self.model_id)
         facts = await self._read_facts(session)
-        verdicts = site_verdicts(task, facts, request.answer, self._by_id.get(task.parent_task_id))
+        verdicts = site_verdicts(task, facts, episode.answer, self._by_id.get(task.parent_task_id))
         reward = 1.0 if verdicts and all(v.passed for v in verdicts) else 0.0
         return JudgeResult(reward, tuple(verdicts), self.model_id)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from webgym_rollout.agent.actions import GRID_SIZE, ActionParseError, AgentAction
+from webgym_rollout.actions import GRID_SIZE, ActionParseError
 from webgym_rollout.trajectory.contract import Episode, Step, TrajectoryError
 from webgym_rollout.trajectory.reader import read_episodes, read_manifest
 
@@ -115,7 +115,7 @@ def _step_html(step: Step, image_src: str | None) -> str:
     marker, action_line = "", ""
     if step.action:
         try:
-            action = AgentAction.from_json(step.action)
+            action = step.parsed_action
         except ActionParseError:
             action_line = f"<div class='action'>{_e(step.action)}</div>"
         else:

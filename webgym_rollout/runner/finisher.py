@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from webgym_rollout.errors import RolloutError
-from webgym_rollout.judge.judges import Judge, JudgeRequest, JudgeResult, record_failure, record_result
+from webgym_rollout.judge.judges import Judge, JudgeResult, record_failure, record_result
 from webgym_rollout.judge.truth import append_truth
 from webgym_rollout.runner.episode import LiveEpisode, RunStats
 from webgym_rollout.runner.settings import RunSettings
@@ -68,7 +68,7 @@ class EpisodeFinisher:
 
     async def _score(self, episode: Episode) -> JudgeResult:
         """The judge's verdict on `episode`: the one place the runner calls the judge."""
-        return await self.judge.score(JudgeRequest.from_episode(episode))
+        return await self.judge.score(episode)
 
     async def _judge(self, episode: Episode) -> None:
         """Judge `episode` (at most `judge_concurrency` at once) and record the verdict on it; a

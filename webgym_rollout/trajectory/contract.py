@@ -20,12 +20,15 @@ Schema versions
 as the endpoint returned them, and per episode the environment's own outcome (`TaskOutcome`).
 Shards are named after the run that wrote them. 1.3 adds, per step, the popups the browser
 server closed (`Step.popups`) and, per episode, the task's `seed_difficulty_level` and
-`rubric_source`. 1.4 (written now) adds, per step, the token ids the policy sampled
+`rubric_source`. 1.4 adds, per step, the token ids the policy sampled
 (`Step.token_ids`, one per log-probability), a digest of the prompt's token ids as the endpoint
 tokenised it (`Step.prompt_token_hash`; `prompt_token_digest` computes it) and the sampling settings
 of the request (`Step.sampling`): the trainer trains on exactly those tokens
-(`webgym_rl.collate`). Schema 1.1 to 1.3 datasets are read unchanged: the new fields take their
-defaults (no token ids: the trainer re-tokenises the reply text, and says so).
+(`webgym_rl.collate`). 1.5 (written now) stores `Step.policy_version` as the integer version
+(null: unknown) where 1.2 to 1.4 stored the endpoint's name for it (``"v3"``,
+``"webgym-policy-v3"``, ``""``). Schema 1.1 to 1.4 datasets are read unchanged: the new fields take
+their defaults (no token ids: the trainer re-tokenises the reply text, and says so), and a stored
+version name becomes its number on reading (`policy_version_number`).
 
 Success and trainability
 ------------------------
@@ -72,6 +75,7 @@ from typing import Any
 from webgym_core.completion import clean_text
 from webgym_data.features import feature_of
 from webgym_data.schema import Task
+from webgym_rollout.actions import AgentAction
 from webgym_rollout.errors import ShardSchemaError, TrajectoryError
 
 __all__ = [
@@ -93,8 +97,10 @@ __all__ = [
     "Verdict",
     "expand_messages",
     "check_shard",
+    "policy_version_number",
     "prompt_token_digest",
     "shard_schema_problem",
+    "schema_version_of",
     "step_field_names",
     "succeeded",
     "untrainable",
@@ -105,8 +111,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TRAJECTORY_SCHEMA_VERSION = "1.4"
-READABLE_SCHEMA_VERSIONS = ("1.1", "1.2", "1.3", "1.4")
+TRAJECTORY_SCHEMA_VERSION = "1.5"
+READABLE_SCHEMA_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5")
 MANIFEST = "manifest.json"
 
 # What each version added to the row (``steps.x``: a field of each step); a shard of an older
@@ -115,6 +121,10 @@ _ADDED_IN = {
     "1.2": ("outcome", "steps.policy_version", "steps.logprobs"),
     "1.3": ("seed_difficulty_level", "rubric_source", "recording", "steps.popups"),
     "1.4": ("steps.token_ids", "steps.prompt_token_hash", "steps.sampling"),
+}
+# What each version changed the type of: a shard of an older version has the type given here.
+_RETYPED_IN = {
+    "1.5": {"steps.policy_version": "string"},
 }
 
 # The task fields a trajectory row carries (the rest of a task row, e.g. its provenance, stays in
@@ -264,12 +274,26 @@ class Sampling:
 _VERSION = re.compile(r"(?:^|[-@_])v(\d+)$")
 
 
-def version_number(policy_version: str) -> int | None:
-    """The integer version a step's `Step.policy_version` names (``v3``, ``webgym-policy-v3``: the CPU
-    policy server's fingerprint, a vLLM adapter's name), or None when it names none (the random
-    policy, an endpoint that does not say)."""
-    match = _VERSION.search(policy_version or "")
+def version_number(name: str) -> int | None:
+    """The integer version an endpoint's name for its weights says (``v3``, ``webgym-policy-v3``: the
+    CPU policy server's fingerprint, a vLLM adapter's name), or None when it names none (a served
+    model without versions). Read once, where a reply arrives (`webgym_rollout.agent.policies`), and
+    where a row of schema 1.2 to 1.4 stored the name (`policy_version_number`)."""
+    match = _VERSION.search(name or "")
     return int(match.group(1)) if match else None
+
+
+def policy_version_number(stored: int | str | None) -> int | None:
+    """A stored ``policy_version`` of any schema as `Step.policy_version`: an integer (1.5) as it is,
+    a name (1.2 to 1.4: ``"v3"``, ``""``) through `version_number`, null as None. Code that reads the
+    column at the Arrow level calls this, as `Step.from_row` does."""
+    if stored is None or isinstance(stored, bool):
+        return None
+    if isinstance(stored, int):
+        return stored
+    if isinstance(stored, str):
+        return version_number(stored)
+    raise ValueError(f"policy_version: expected an integer or a version name, got {type(stored).__name__}")
 
 
 def prompt_token_digest(token_ids: Sequence[int]) -> str:
@@ -327,7 +351,8 @@ class Step:
     response: str = ""
     """The policy's raw reply: the training target."""
     action: str = ""
-    """The parsed action as JSON (`AgentAction.to_json`); "" when the reply held no valid action."""
+    """The parsed action as JSON (`AgentAction.to_json`); "" when the reply held no valid action.
+    Read it typed through `parsed_action`."""
     action_error: str = ""
     """Why the reply did not parse, or why the action failed ("" when it went fine)."""
     memory: str = ""
@@ -344,8 +369,11 @@ class Step:
     """Tokens of the policy call."""
     latency: Latency = field(default_factory=Latency)
     """Seconds per phase of the step."""
-    policy_version: str = ""
-    """The policy checkpoint that produced the reply, as the endpoint named it (schema 1.2)."""
+    policy_version: int | None = None
+    """The version of the policy's weights that produced the reply (the RL loop's version: 0 the
+    model it started from, N after N updates); None when unknown: a policy without a model (random,
+    scripted, expert) or an endpoint whose replies name no version (schema 1.2; an integer since 1.5,
+    an endpoint's name for it before)."""
     logprobs: tuple[float, ...] = ()
     """Log-probability of each reply token as the endpoint returned it; empty if it returned none
     (schema 1.2)."""
@@ -369,6 +397,17 @@ class Step:
         if self.screenshot and not self.screenshot_sha256:
             self.screenshot_sha256 = hashlib.sha256(self.screenshot).hexdigest()
 
+    @property
+    def parsed_action(self) -> AgentAction | None:
+        """The step's action, typed; None when the reply held no valid action (``action == ""``).
+        An `action` this version's action space does not read raises `ActionParseError`."""
+        return AgentAction.from_json(self.action) if self.action else None
+
+    @property
+    def page_changed(self) -> bool:
+        """The action changed the page: the next screenshot differs (``not same_as_next``)."""
+        return not self.same_as_next
+
     def to_row(self) -> dict[str, Any]:
         row = _plain(self)
         row["screenshot"] = {"bytes": self.screenshot or None, "path": None}
@@ -380,6 +419,8 @@ class Step:
         fit (`Episode.from_row` reports it as a `TrajectoryError`)."""
         if not isinstance(row, Mapping):
             raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
+        if isinstance(row.get("policy_version"), str):  # schema 1.2 to 1.4: the endpoint's name
+            row = {**row, "policy_version": policy_version_number(row["policy_version"])}
         values = _from_plain(cls, row, where=where)
         values["screenshot"] = _image_bytes(row.get("screenshot"), f"{where}.screenshot")
         return cls(**values)
@@ -463,7 +504,7 @@ class Episode:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Episode:
-        """An episode from a stored row (schema 1.1 to 1.4; screenshots as bytes, ``{"bytes", "path"}``
+        """An episode from a stored row (schema 1.1 to 1.5; screenshots as bytes, ``{"bytes", "path"}``
         or PIL images). Raises `TrajectoryError` naming the episode when the row does not fit."""
         if not isinstance(row, Mapping):
             raise TrajectoryError(f"a trajectory row must be an object, got {type(row).__name__}")
@@ -666,11 +707,14 @@ def _expected_schema(version: str) -> Any:
         return tuple(int(part) for part in v.split("."))
 
     later = [name for v, names in _ADDED_IN.items() if key(v) > key(version) for name in names]
+    retyped = {name.split(".", 1)[1]: getattr(pa, kind)() for v, changes in _RETYPED_IN.items()
+               if key(v) > key(version) for name, kind in changes.items()}
     schema = trajectory_features().arrow_schema
     columns = [f for f in schema if f.name not in later]
     step_type = schema.field("steps").type.value_type
     dropped = {name.split(".", 1)[1] for name in later if name.startswith("steps.")}
-    steps = pa.list_(pa.struct([f for f in step_type if f.name not in dropped]))
+    steps = pa.list_(pa.struct([f.with_type(retyped[f.name]) if f.name in retyped else f
+                                for f in step_type if f.name not in dropped]))
     return pa.schema([pa.field("steps", steps) if f.name == "steps" else f for f in columns])
 
 
@@ -727,12 +771,26 @@ def _type_problem(actual: Any, expected: Any, name: str) -> str | None:
     return None if actual == expected else f"column '{name}' is {actual}, expected {expected}"
 
 
-def version_of(columns: Sequence[str], step_fields: Sequence[str] = ()) -> str:
+def version_of(columns: Sequence[str], step_fields: Sequence[str] = (),
+               integer_versions: bool = False) -> str:
     """The schema version of rows with these columns and these fields in each step (for rows
-    without a manifest to say)."""
+    without a manifest to say); `integer_versions`: their ``steps.policy_version`` is an integer
+    (`schema_version_of` reads all three from an Arrow schema)."""
     if "token_ids" in step_fields:
-        return "1.4"
+        return "1.5" if integer_versions else "1.4"
     return "1.3" if "rubric_source" in columns else "1.2" if "outcome" in columns else "1.1"
+
+
+def schema_version_of(schema: Any) -> str:
+    """The schema version of an Arrow `schema` (a shard's, a Hub dataset's) that has no manifest to
+    say: read from its columns, its steps' fields and the type of ``steps.policy_version``."""
+    import pyarrow as pa
+
+    names = step_field_names(schema)
+    integer = False
+    if "policy_version" in names:
+        integer = pa.types.is_integer(schema.field("steps").type.value_type.field("policy_version").type)
+    return version_of(schema.names, names, integer)
 
 
 def step_field_names(schema: Any) -> list[str]:

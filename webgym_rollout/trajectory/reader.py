@@ -30,8 +30,8 @@ from webgym_rollout.trajectory.contract import (
     StepField,
     TrajectoryError,
     check_shard,
+    schema_version_of,
     shard_schema_problem,
-    step_field_names,
     succeeded,
     trajectory_features,
     version_of,
@@ -239,7 +239,7 @@ def _folder_files(folder: Path, split: str | None) -> tuple[list[Path], str]:
         schema = pq.read_schema(files[0])
     except Exception:  # reported, naming the file, by the check of each shard
         return files, version_of([])
-    return files, version_of(schema.names, step_field_names(schema))
+    return files, schema_version_of(schema)
 
 
 def read_episodes(source: str | Path, *, split: str | None = None,
@@ -283,7 +283,7 @@ def read_episodes(source: str | Path, *, split: str | None = None,
         version = HfApi().dataset_info(repo_id, revision=revision).sha or revision
     except Exception:  # the version is informative only; the data did load
         version = revision
-    schema = version_of(dataset.column_names, step_field_names(dataset.features.arrow_schema))
+    schema = schema_version_of(dataset.features.arrow_schema)
     problem = shard_schema_problem(dataset.features.arrow_schema, schema)
     if problem:
         raise ShardSchemaError(f"Hub dataset {repo_id}@{revision}: not a trajectory schema {schema} "

@@ -112,3 +112,46 @@ def test_a_batch_whose_episodes_were_all_too_stale_leaves_the_window(tmp_path):
     loop = SimpleNamespace(state=state, settings=SimpleNamespace(
         training=SimpleNamespace(samples=SimpleNamespace(last_k_iterations=3))))
     assert [r for r, _ in window(loop, 2)] == [0, 2]
+
+
+def test_an_async_batch_is_a_manifest_the_window_reads_by_folder(tmp_path):
+    """An async batch lists (chunk folder, episode id) of the episodes it trains on; the window
+    names each folder once per round with its listed episodes (nothing is copied)."""
+    from types import SimpleNamespace
+
+    from webgym_rl.loop.phases import window
+    from webgym_rl.loop.state import BatchRecord, LoopState
+
+    state = LoopState()
+    a, b = str(tmp_path / "chunk-0000"), str(tmp_path / "chunk-0001")
+    state.round(0).batch = BatchRecord(folder=str(tmp_path), episodes=["e1", "e2", "e3"],
+                                       members=[[a, "e1"], [b, "e2"], [a, "e3"]])
+    state.round(1).batch = BatchRecord(folder=str(tmp_path), episodes=["e4", "e5"], dropped_stale=["e4"],
+                                       members=[[b, "e5"]])
+    state.round(2).batch = BatchRecord(folder=str(tmp_path), episodes=["e6"], dropped_stale=["e6"])
+    loop = SimpleNamespace(state=state, settings=SimpleNamespace(
+        training=SimpleNamespace(samples=SimpleNamespace(last_k_iterations=3))))
+    assert window(loop, 2) == [[0, a, ["e1", "e3"]], [0, b, ["e2"]], [1, b, ["e5"]]]
+
+
+def test_a_round_with_nothing_to_train_on_records_its_manifest_window(tmp_path):
+    # A skipped round records the folders and rounds of its window once each, whatever its shape.
+    from types import SimpleNamespace
+
+    from webgym_rl.errors import NoTrainingDataError
+    from webgym_rl.loop.phases import train_round
+    from webgym_rl.loop.state import BatchRecord, LoopState
+
+    def nothing(*_, **__):
+        raise NoTrainingDataError("every episode failed")
+
+    state = LoopState()
+    a, b = str(tmp_path / "chunk-0000"), str(tmp_path / "chunk-0001")
+    state.round(0).batch = BatchRecord(folder=str(tmp_path), episodes=["e1", "e2", "e3"],
+                                       members=[[a, "e1"], [b, "e2"], [a, "e3"]])
+    state.round(1).batch = BatchRecord(folder=str(tmp_path), episodes=["e4"], members=[[b, "e4"]])
+    loop = SimpleNamespace(state=state, trainer=SimpleNamespace(call=nothing), settings=SimpleNamespace(
+        skip_empty_train=True, training=SimpleNamespace(samples=SimpleNamespace(last_k_iterations=2))))
+    record = train_round(loop, 1)
+    assert record.window == [0, 1] and record.data == [a, b]
+    assert "every episode failed" in record.skipped

@@ -95,3 +95,17 @@ def test_taking_whole_groups_then_one_by_one_hands_each_episode_out_once(rollout
         seen += ids(taken)
     assert sorted(seen) == sorted(f"{t}-it0-a{a}" for t, a in order) and len(set(seen)) == len(seen)
     assert position.to_json() == {"chunk-0000": [8, 0]}
+
+
+def test_take_from_names_the_folder_of_each_episode(rollout):
+    # Two chunks drew the same task: the episodes keep their ids, and each its folder.
+    rollout.commit("chunk-0000", "A", 0)
+    rollout.commit("chunk-0001", "A", 0)
+    rollout.commit("chunk-0001", "B", 0)
+    stream = TrajectoryStream(rollout.folders)
+    taken, after = stream.take_from(3, StreamPosition())
+    assert [(folder.name, e.episode_id) for folder, e in taken] == [
+        ("chunk-0000", "A-it0-a0"), ("chunk-0001", "A-it0-a0"), ("chunk-0001", "B-it0-a0")]
+    assert all(folder.parent == rollout.root for folder, _ in taken)
+    assert ids(stream.take(3, StreamPosition())[0]) == [e.episode_id for _, e in taken]
+    assert stream.available(after) == 0

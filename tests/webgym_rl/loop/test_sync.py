@@ -100,7 +100,7 @@ def test_two_rounds_then_resume_after_a_train_failure(tmp_path, tiny_qwen2_vl, m
     assert _fingerprint(out / "rollouts" / "round-0000") == before0
     assert _fingerprint(out / "rollouts" / "round-0001") == before1
     rollout1 = list(read_episodes(out / "rollouts" / "round-0001"))
-    assert {s.policy_version for e in rollout1 for s in e.steps} == {"v1"}
+    assert {s.policy_version for e in rollout1 for s in e.steps} == {1}
 
     state = json.loads((out / "loop_state.json").read_text())
     assert state["last_error"] is None
@@ -121,7 +121,7 @@ def test_two_rounds_then_resume_after_a_train_failure(tmp_path, tiny_qwen2_vl, m
     measured = state["rounds"]["1"]["eval"]
     assert measured["version"] == 2 and measured["episodes"] == len(evaluation)
     assert measured["successes"] == sum(e.reward >= 1.0 for e in evaluation)
-    assert {s.policy_version for e in evaluation for s in e.steps} == {"v2"}
+    assert {s.policy_version for e in evaluation for s in e.steps} == {2}
     # The evaluation's report and the learning curve so far (x: the policy version that played).
     figures = json.loads((out / "evals" / "v-0002" / "report" / "report.json").read_text())
     assert figures["runs"][0]["overall"]["successes"] == measured["evaluated"][0] == measured["successes"]

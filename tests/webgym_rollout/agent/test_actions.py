@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.untrusted_input import JSON_VALUES, ODD_TEXT, deeply_nested, json_text
-from webgym_rollout.agent.actions import (
+from webgym_rollout.actions import (
     ACTIONS,
     GRID_SIZE,
     TOOL_NAME,

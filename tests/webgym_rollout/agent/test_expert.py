@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from webgym_rollout.agent.actions import AgentAction
+from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.expert import EXPERT_MODEL_ID, ExpertPolicy
 from webgym_rollout.agent.protocol import Observation
 from webgym_rollout.browser.protocol import Element

@@ -9,7 +9,7 @@ import pytest
 
 from tests.webgym_rollout.agent.test_protocol import observation_with_history, png
 from webgym_core.endpoint import Endpoint
-from webgym_rollout.agent.actions import AgentAction, grid_to_pixels
+from webgym_rollout.actions import AgentAction, grid_to_pixels
 from webgym_rollout.agent.policies import (
     OpenAIPolicy,
     PixelRandomPolicy,
@@ -69,16 +69,17 @@ async def test_images_go_inline_and_usage_is_recorded(scripted_openai):
 
 
 async def test_the_policy_version_and_token_logprobs_are_kept(scripted_openai):
-    server = scripted_openai([{"content": GOOD_REPLY, "model": "checkpoint-7", "logprobs": [-0.5, -0.25]}])
+    server = scripted_openai([{"content": GOOD_REPLY, "model": "checkpoint-v7", "logprobs": [-0.5, -0.25]}])
     async with OpenAIPolicy(endpoint(server)) as policy:
         output = await policy.act(observation_with_history(0))
     assert server.requests[0]["logprobs"] is True
-    assert output.policy_version == "checkpoint-7" and output.logprobs == (-0.5, -0.25)
+    # The version the reply's model name gives, read once where the reply arrives.
+    assert output.policy_version == 7 and output.logprobs == (-0.5, -0.25)
     server = scripted_openai([GOOD_REPLY])
     async with OpenAIPolicy(endpoint(server), sampling=SamplingSettings(logprobs=False)) as policy:
         output = await policy.act(observation_with_history(0))
     assert "logprobs" not in server.requests[0] and output.logprobs == ()
-    assert output.policy_version == "policy-model"  # the model name the reply carries
+    assert output.policy_version is None  # the model name the reply carries names no version
 
 
 def test_policy_settings_build_the_policy_they_describe():
@@ -310,7 +311,7 @@ async def test_odd_fields_of_a_completion_are_read_as_nothing(scripted_openai):
     output.response.encode("utf-8")  # the lone surrogate was replaced: the step can be stored
     assert "\ufffd" in output.response
     assert (output.prompt_tokens, output.completion_tokens, output.finish_reason) == (0, 0, "")
-    assert output.logprobs == () and output.policy_version == "policy-model"
+    assert output.logprobs == () and output.policy_version is None
 
 
 @pytest.mark.parametrize("call", [

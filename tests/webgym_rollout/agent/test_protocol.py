@@ -12,13 +12,12 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from tests.support.untrusted_input import JSON_VALUES, ODD_TEXT, json_text
-from webgym_rollout.agent.actions import ACTIONS, AgentAction, example_action, tool_schema
+from webgym_rollout.actions import ACTIONS, AgentAction, example_action, tool_schema
 from webgym_rollout.agent.protocol import (
     VARIANTS,
     AgentSettings,
     Observation,
     ParsedResponse,
-    Round,
     build_messages,
     format_response,
     image_data_url,
@@ -28,7 +27,7 @@ from webgym_rollout.agent.protocol import (
     strip_think,
     system_prompt,
 )
-from webgym_rollout.trajectory.contract import expand_messages
+from webgym_rollout.trajectory.contract import Step, expand_messages
 
 
 def png(color: str, size=(64, 48)) -> bytes:
@@ -42,11 +41,11 @@ COLORS = ["red", "green", "blue", "yellow", "purple", "orange", "white", "black"
 
 def observation_with_history(n: int, **kwargs) -> Observation:
     history = tuple(
-        Round(step=j, screenshot=png(COLORS[j]),
-              response=f"<think>secret reasoning {j}</think>Memory: m{j}\nAction: click\n"
-                       + AgentAction("left_click", coordinate=(10 * j, 20 * j)).to_tool_call(),
-              action=AgentAction("left_click", coordinate=(10 * j, 20 * j)),
-              url=f"http://127.0.0.1/p{j}", title=f"Page {j}", page_changed=j % 2 == 0)
+        Step(index=j, screenshot=png(COLORS[j]),
+             response=f"<think>secret reasoning {j}</think>Memory: m{j}\nAction: click\n"
+                      + AgentAction("left_click", coordinate=(10 * j, 20 * j)).to_tool_call(),
+             action=AgentAction("left_click", coordinate=(10 * j, 20 * j)).to_json(),
+             url=f"http://127.0.0.1/p{j}", title=f"Page {j}", same_as_next=j % 2 == 1)
         for j in range(n))
     return Observation(instruction="Find the cheapest flight", screenshot=png(COLORS[n]), step=n,
                        url=f"http://127.0.0.1/p{n}", title=f"Page {n}", history=history, **kwargs)
@@ -90,8 +89,8 @@ def test_window_size_is_a_setting_and_short_histories_are_all_full():
 
 
 def test_a_failed_action_and_a_parse_error_are_shown_to_the_policy():
-    history = (Round(step=0, screenshot=png("red"), response="gibberish", action=None,
-                     action_error="the reply has no <tool_call> block", title="T0"),)
+    history = (Step(index=0, screenshot=png("red"), response="gibberish",
+                    action_error="the reply has no <tool_call> block", title="T0"),)
     obs = Observation(instruction="x", screenshot=png("blue"), step=1, history=history,
                       last_action_error="the reply has no <tool_call> block")
     messages = build_messages(obs, AgentSettings(full_rounds=0))
@@ -178,9 +177,9 @@ def test_the_system_prompt_is_generated_from_the_action_definitions():
 
 
 def test_each_full_round_shows_the_error_of_the_action_before_it():
-    history = (Round(step=0, screenshot=png("red"), response="r0", action=AgentAction("go_back"),
-                     action_error="no page to go back to"),
-               Round(step=1, screenshot=png("green"), response="r1", action=AgentAction("go_back")))
+    history = (Step(index=0, screenshot=png("red"), response="r0", action=AgentAction("go_back").to_json(),
+                    action_error="no page to go back to"),
+               Step(index=1, screenshot=png("green"), response="r1", action=AgentAction("go_back").to_json()))
     obs = Observation(instruction="x", screenshot=png("blue"), step=2, history=history)
     texts = [m["content"][0]["text"] for m in build_messages(obs) if m["role"] == "user"]
     assert len(texts) == 3
@@ -266,3 +265,33 @@ def test_many_unclosed_think_tags_are_read_in_one_pass():
     assert strip_think(reply) == "Action: go back"
     assert parse_response(reply).error == "the reply has no <tool_call> block"
     assert strip_think("a<think>b</think>c<think>d</think>e</think>f<think>g") == "f"
+
+
+def test_the_history_is_the_episodes_steps_read_typed():
+    # The context reads a step's typed action and whether the page changed from the Step itself.
+    action = AgentAction("type", text="Paris", press_enter=True)
+    unchanged = Step(index=0, screenshot=png("red"), response="r0", action=action.to_json(), title="Search",
+                     same_as_next=True)
+    assert unchanged.parsed_action == action and not unchanged.page_changed
+    assert Step(index=1).parsed_action is None
+    obs = Observation(instruction="x", screenshot=png("blue"), step=1, history=(unchanged,))
+    text = build_messages(obs, AgentSettings(full_rounds=0))[-1]["content"][0]["text"]
+    assert 'Step 0: type "Paris" + Enter; page unchanged; title "Search"' in text
+
+
+def test_round_is_deprecated_and_builds_a_step():
+    import webgym_rollout.agent as agent
+
+    with pytest.warns(DeprecationWarning, match="Round"):
+        round_ = agent.Round(step=2, screenshot=png("red"), response="r", action=AgentAction("go_back"),
+                             page_changed=False)
+    assert isinstance(round_, Step)
+    assert (round_.index, round_.parsed_action, round_.same_as_next) == (2, AgentAction("go_back"), True)
+
+
+def test_the_action_space_moved_and_the_old_path_warns():
+    import webgym_rollout.actions as actions
+    import webgym_rollout.agent.actions as old
+
+    with pytest.warns(DeprecationWarning, match="webgym_rollout.actions.AgentAction"):
+        assert old.AgentAction is actions.AgentAction

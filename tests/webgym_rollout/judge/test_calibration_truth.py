@@ -180,9 +180,9 @@ class FlakyJudge:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             await asyncio.sleep(0.01)
-            if "cheapest" in request.task_name:
+            if "cheapest" in request.task.task_name:
                 raise JudgeUnavailable("http://127.0.0.1:1/v1: connection refused")
-            if "rated" in request.task_name:
+            if "rated" in request.task.task_name:
                 return JudgeResult(0.0, (), self.model_id, error="judge_reply_invalid: no verdict line")
             return await ProgrammaticJudge().score(request)
         finally:

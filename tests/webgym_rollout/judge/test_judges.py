@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.episodes import played
 from tests.support.untrusted_input import JSON_VALUES, ODD_TEXT
 from tests.webgym_rollout.agent.test_protocol import png
 from webgym_core.endpoint import Endpoint
@@ -19,7 +20,6 @@ from webgym_data.schema import FactGroup, Task
 from webgym_rollout.judge.judges import (
     SYSTEM_PROMPT,
     JudgeReplyInvalid,
-    JudgeRequest,
     JudgeResult,
     JudgeSettings,
     JudgeUnavailable,
@@ -92,8 +92,9 @@ def judge_for(server, **kwargs) -> RubricJudge:
     return judge
 
 
-def request(answer: str = ANSWER) -> JudgeRequest:
-    return JudgeRequest.from_task(TASK, answer=answer, screenshots=SHOTS)
+def request(answer: str = ANSWER) -> Episode:
+    """The flight episode, ended with `answer`: what a judge scores."""
+    return played(TASK, answer=answer, screenshots=SHOTS)
 
 
 async def test_all_criteria_pass_gives_reward_one(scripted_openai):
@@ -160,7 +161,7 @@ async def test_a_reply_without_the_verdict_line_is_a_judge_error(scripted_openai
 async def test_an_invalid_reply_is_asked_again(scripted_openai):
     server = scripted_openai(["no verdict here", "VERDICT: PASS"])
     async with judge_for(server, reply_retries=1) as judge:
-        result = await judge.score(JudgeRequest(task_name="t", answer="a", screenshots=(png("red"),)))
+        result = await judge.score(played("t", answer="a", screenshots=[png("red")]))
     # grounding asked twice (the first reply had no verdict), then the task itself once
     assert result.reward == 1.0 and len(server.requests) == 3
     assert [v.criterion for v in result.verdicts] == ["answer_grounded", "task"]
@@ -216,13 +217,13 @@ async def test_programmatic_judge_uses_the_environment_reward():
     judge = ProgrammaticJudge()
     cases = [(True, 1.0, 1.0), (True, -1.0, 0.0), (False, 1.0, 0.0), (True, None, 0.0), (False, None, 0.0)]
     for done, raw, reward in cases:
-        result = await judge.score(JudgeRequest(task_name="click", outcome=TaskOutcome(
-            done=done, raw_reward=raw, reason="clicked")))
+        result = await judge.score(played("click", outcome=TaskOutcome(done=done, raw_reward=raw,
+                                                                       reason="clicked")))
         assert result.reward == reward, (done, raw)
         assert result.verdicts[0].criterion == "environment"
         assert result.verdicts[0].passed is (reward == 1.0)
     assert result.judge_model == "programmatic"
-    assert (await judge.score(JudgeRequest(task_name="web task"))).reward == 0.0  # no outcome at all
+    assert (await judge.score(played("web task"))).reward == 0.0  # no outcome at all
     with pytest.raises(ValueError, match="base_url: the rubric judge needs"):
         JudgeSettings(kind="rubric")
 
@@ -265,7 +266,7 @@ def task_only_judge(body: dict) -> str:
 async def test_a_task_without_rubric_is_judged_against_the_task_itself(scripted_openai):
     server = scripted_openai(task_only_judge)
     async with judge_for(server, max_screenshots=4) as judge:
-        result = await judge.score(JudgeRequest.from_episode(shop_episode()))
+        result = await judge.score(shop_episode())
     assert result.reward == 1.0 and result.error == ""
     assert [(v.criterion, v.passed) for v in result.verdicts] == [("answer_grounded", True), ("task", True)]
     assert "store=2630" in result.verdicts[1].reason
@@ -278,7 +279,7 @@ async def test_a_task_without_rubric_never_passes_on_grounding_alone(scripted_op
     steps = [s for s in SHOP_STEPS if "store=" not in s[0]]
     server = scripted_openai(task_only_judge)
     async with judge_for(server) as judge:
-        result = await judge.score(JudgeRequest.from_episode(shop_episode(steps)))
+        result = await judge.score(shop_episode(steps))
     assert result.reward == 0.0 and result.error == ""
     assert [(v.criterion, v.passed) for v in result.verdicts] == [("answer_grounded", True), ("task", False)]
 
@@ -287,22 +288,20 @@ async def test_a_rubric_whose_groups_hold_no_facts_is_judged_as_a_task(scripted_
     # (a task row refuses such a rubric; a task built in code may still carry one)
     task = dataclasses.replace(Task.from_row(SHOP_TASK), evaluator_reference=(FactGroup("g1", "empty", ()),))
     episode = shop_episode()
-    request = JudgeRequest.from_task(task, answer=episode.answer, urls=[s.url for s in episode.steps],
-                                     screenshots=[s.screenshot for s in episode.steps])
     server = scripted_openai(task_only_judge)
     async with judge_for(server) as judge:
-        result = await judge.score(request)
+        result = await judge.score(dataclasses.replace(episode, task=task))
     assert [v.criterion for v in result.verdicts] == ["answer_grounded", "task"] and result.reward == 1.0
 
 
 async def test_visited_urls_and_titles_reach_the_judge(scripted_openai):
     task = {**SHOP_TASK, "evaluator_reference": [
         {"id": "store", "description": "the store", "facts": ["Visits a URL whose store parameter is 2630"]}]}
-    request = JudgeRequest.from_episode(shop_episode(task=task))
-    assert request.urls[3].endswith("store=2630") and request.titles[5] == "WANDA Dress, size M"
+    episode = shop_episode(task=task)
+    assert episode.steps[3].url.endswith("store=2630") and episode.steps[5].title == "WANDA Dress, size M"
     server = scripted_openai(task_only_judge)
     async with judge_for(server, max_screenshots=4) as judge:
-        result = await judge.score(request)
+        result = await judge.score(episode)
     assert result.reward == 1.0
     assert [v.criterion for v in result.verdicts] == ["answer_grounded", "fact:store:0"]
     for body in server.requests:
@@ -329,14 +328,14 @@ async def test_visited_urls_and_titles_reach_the_judge(scripted_openai):
 
 def test_key_screenshots_are_first_last_cited_and_page_changes_within_the_budget():
     episode = shop_episode()
-    request = JudgeRequest.from_episode(episode)
+    shots = [step.screenshot for step in episode.steps]
+    urls, titles = [step.url for step in episode.steps], [step.title for step in episode.steps]
 
     def keys(n: int, answer: str = SHOP_ANSWER) -> list[int]:
-        return select_key_screenshots(request.screenshots, n, urls=request.urls, titles=request.titles,
-                                      answer=answer)
+        return select_key_screenshots(shots, n, urls=urls, titles=titles, answer=answer)
 
     # The answer quotes step 3-4's title: the last step of that visit (4) is cited.
-    assert cited_steps(SHOP_ANSWER, request.urls, request.titles) == [4]
+    assert cited_steps(SHOP_ANSWER, urls, titles) == [4]
     assert keys(1) == [6]                      # the last screen first
     assert keys(2) == [0, 6]                   # then the first
     assert keys(3) == [0, 4, 6]                # then what the answer cites
@@ -348,21 +347,22 @@ def test_key_screenshots_are_first_last_cited_and_page_changes_within_the_budget
         assert len(keys(budget)) <= budget
     # Without a citation the page changes fill the budget; a quoted URL cites its page's last step.
     assert keys(3, answer="$39.90") == [0, 3, 6]
-    assert cited_steps("see shop.example/p/wanda-dress-m", request.urls, request.titles) == [6]
-    assert cited_steps("at https://shop.example/search?q=wanda+dress", request.urls, request.titles) == [2]
-    assert cited_steps("Home", request.urls, request.titles) == []  # too short to be a citation
-    assert cited_steps("on shop.example", request.urls, request.titles) == []  # a site, not a page
+    assert cited_steps("see shop.example/p/wanda-dress-m", urls, titles) == [6]
+    assert cited_steps("at https://shop.example/search?q=wanda+dress", urls, titles) == [2]
+    assert cited_steps("Home", urls, titles) == []  # too short to be a citation
+    assert cited_steps("on shop.example", urls, titles) == []  # a site, not a page
     # a URL that another one extends is cited only when quoted whole
-    assert cited_steps("shop.example/search?q=wanda+dress&store=2630.", request.urls, request.titles) == [4]
-    assert cited_steps("the 'WANDA Dress, size Medium'", request.urls, request.titles) == []
+    assert cited_steps("shop.example/search?q=wanda+dress&store=2630.", urls, titles) == [4]
+    assert cited_steps("the 'WANDA Dress, size Medium'", urls, titles) == []
 
 
 def test_key_screenshots_skip_repeated_images():
     # The agent came back to the first page: its screenshot is sent once, not twice.
     steps = [("https://a.example/", "A start", "white"), ("https://a.example/x", "X page", "red"),
              ("https://a.example/", "A start", "white")]
-    request = JudgeRequest.from_episode(shop_episode(steps))
-    assert select_key_screenshots(request.screenshots, 3, urls=request.urls) == [1, 2]
+    episode = shop_episode(steps)
+    assert select_key_screenshots([s.screenshot for s in episode.steps], 3,
+                                  urls=[s.url for s in episode.steps]) == [1, 2]
     # A step whose screenshot was not taken has nothing to show.
     assert select_key_screenshots([png("white"), b"", png("red")], 3) == [0, 2]
 
@@ -398,7 +398,7 @@ _BROKEN_BODIES = [
 async def test_a_malformed_completion_is_a_judge_error_never_a_pass(scripted_openai, body):
     server = scripted_openai([{"body": body}])
     async with judge_for(server, reply_retries=1) as judge:
-        result = await judge.score(JudgeRequest(task_name="t", answer="a", screenshots=(png("red"),)))
+        result = await judge.score(played("t", answer="a", screenshots=[png("red")]))
     assert result.reward == 0.0 and result.error_kind == "judge_reply_invalid"
     assert len(server.requests) == 2  # asked again once, as for any invalid reply
 
@@ -408,7 +408,7 @@ async def test_odd_usage_and_finish_reason_fields_do_not_stop_the_judge(scripted
             "usage": {"prompt_tokens": "many", "completion_tokens": None}}
     server = scripted_openai([{"body": body}])
     async with judge_for(server) as judge:
-        result = await judge.score(JudgeRequest(task_name="t", answer="a", screenshots=(png("red"),)))
+        result = await judge.score(played("t", answer="a", screenshots=[png("red")]))
     assert result.reward == 1.0 and result.prompt_tokens == 0
     for verdict in result.verdicts:  # the reason is stored with the episode: it must be valid text
         verdict.reason.encode("utf-8")
@@ -428,8 +428,9 @@ async def test_a_body_that_is_not_json_is_an_unavailable_judge_naming_the_url(sc
 # ------------------------------------------------- the request's wire format: the bodies the LLM gets
 
 WIRE_GOLDEN = Path(__file__).with_name("judge_requests.json")
-"""The bodies the judge sent for the requests below, recorded before `JudgeRequest` carried typed
-`FactGroup`s (and before any later change): the typed request must send exactly the same JSON."""
+"""The bodies the judge sent for the episodes below, recorded before the judge took typed
+`FactGroup`s (and before it took the `Episode`, and any later change): it must send exactly the same
+JSON."""
 
 
 def wire_bodies(bodies: list[dict]) -> list[str]:
@@ -450,11 +451,11 @@ def wire_bodies(bodies: list[dict]) -> list[str]:
 async def recorded_wire_bodies(scripted_openai) -> dict[str, list[str]]:
     recorded = {}
     cases = {"rubric": (scripted_judge(), request()),
-             "task_only": (task_only_judge, JudgeRequest.from_episode(shop_episode())),
-             "url_fact": (task_only_judge, JudgeRequest.from_episode(shop_episode(task={
+             "task_only": (task_only_judge, shop_episode()),
+             "url_fact": (task_only_judge, shop_episode(task={
                  **SHOP_TASK, "evaluator_reference": [
                      {"id": "store", "description": "the store",
-                      "facts": ["Visits a URL whose store parameter is 2630"]}]})))}
+                      "facts": ["Visits a URL whose store parameter is 2630"]}]}))}
     for name, (replies, judged) in cases.items():
         server = scripted_openai(replies)
         async with judge_for(server, max_screenshots=3) as judge:
@@ -470,14 +471,14 @@ async def test_the_bodies_sent_to_the_judge_model_are_unchanged(scripted_openai)
 
 def test_the_request_carries_the_tasks_fact_groups_as_they_are():
     judged = request()
-    assert judged.evaluator_reference == TASK.evaluator_reference
-    assert all(isinstance(group, FactGroup) for group in judged.evaluator_reference)
+    assert judged.task.evaluator_reference == TASK.evaluator_reference
+    assert all(isinstance(group, FactGroup) for group in judged.task.evaluator_reference)
     episode = shop_episode(task={**SHOP_TASK, "evaluator_reference": [
         {"id": 7, "description": "the store", "facts": ["store 2630 is chosen", "the price is given"]}]})
-    (group,) = JudgeRequest.from_episode(episode).evaluator_reference
+    (group,) = episode.task.evaluator_reference
     assert group is episode.task.evaluator_reference[0] and group.id == "7"
     # turned into text only in the question: the group's description, its facts numbered, the one asked
-    question = fact_question(JudgeRequest.from_episode(episode), group, 1)
+    question = fact_question(episode, group, 1)
     assert ("Rubric group: the store\nFacts of this group:\n1. store 2630 is chosen\n"
             "2. the price is given\n\nQuestion: does the episode establish fact 2 ('the price is given')"
             ) in question
@@ -502,3 +503,18 @@ def test_a_result_goes_onto_its_episode_the_same_way_wherever_it_is_judged():
     record_result(episode, passed)
     record_failure(episode, "judge_timeout")
     assert (episode.status, episode.reward, episode.verdicts) == (EpisodeStatus.JUDGE_TIMEOUT, 0.0, [])
+
+
+async def test_a_judge_request_is_deprecated_and_still_judged(scripted_openai):
+    import webgym_rollout.judge as judge_package
+
+    with pytest.warns(DeprecationWarning, match="JudgeRequest"):
+        legacy = judge_package.JudgeRequest.from_task(TASK, answer=ANSWER, screenshots=SHOTS)
+    server = scripted_openai(scripted_judge())
+    async with judge_for(server, max_screenshots=3) as judge:
+        with pytest.warns(DeprecationWarning, match="takes the Episode"):
+            old = await judge.score(legacy)
+        new = await judge.score(request())
+    assert old.reward == new.reward == 1.0 and old.verdicts == new.verdicts
+    half = len(server.requests) // 2
+    assert wire_bodies(server.requests[:half]) == wire_bodies(server.requests[half:])

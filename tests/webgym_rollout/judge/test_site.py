@@ -12,9 +12,9 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
+from tests.support.episodes import played
 from webgym_data.schema import Task
 from webgym_rollout.errors import JudgeTimeout, JudgeUnavailable
-from webgym_rollout.judge.judges import JudgeRequest
 from webgym_rollout.judge.site import SiteJudge, answer_holds, site_verdicts
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_rollout.trajectory.contract import EpisodeStatus
@@ -55,11 +55,11 @@ async def test_every_template_played_right_passes_and_idle_fails():
         for task in tasks:
             session = _play(sites, task)
             urls = ["about:blank", with_session(task.start_url, session)]
-            done = await judge.score(JudgeRequest.from_task(task, urls=urls, answer=task.definite_answer))
+            done = await judge.score(played(task, urls=urls, answer=task.definite_answer))
             assert done.reward == 1.0, (task.task_name, [v for v in done.verdicts if not v.passed])
             assert len(done.verdicts) == task.num_facts + bool(task.definite_answer)
             idle_urls = [with_session(task.start_url, idle)]
-            undone = await judge.score(JudgeRequest.from_task(task, urls=idle_urls))
+            undone = await judge.score(played(task, urls=idle_urls))
             assert undone.reward == 0.0 and not any(v.passed for v in undone.verdicts), task.task_name
 
 
@@ -71,10 +71,10 @@ async def test_answers_and_missing_sessions():
         session = _play(sites, task)
         urls = [with_session(task.start_url, session)]
         said = f"It costs {task.definite_answer}."
-        right = await judge.score(JudgeRequest.from_task(task, urls=urls, answer=said))
-        wrong = await judge.score(JudgeRequest.from_task(task, urls=urls, answer="It costs $1.00."))
-        nobody = await judge.score(JudgeRequest.from_task(task, urls=[task.start_url], answer=said))
-        other = await judge.score(JudgeRequest(task_name="something else", urls=tuple(urls)))
+        right = await judge.score(played(task, urls=urls, answer=said))
+        wrong = await judge.score(played(task, urls=urls, answer="It costs $1.00."))
+        nobody = await judge.score(played(task, urls=[task.start_url], answer=said))
+        other = await judge.score(played("something else", urls=urls))
     assert right.reward == 1.0 and wrong.reward == 0.0
     assert nobody.reward == 0.0 and nobody.verdicts[0].criterion == "session"
     assert other.reward == 0.0 and other.verdicts[0].criterion == "task"
@@ -124,7 +124,7 @@ async def test_a_truth_read_that_fails_is_retried_then_raised_as_the_judges_fail
     (task,) = shop_tasks(1)
     with SiteServer(shop_seed=0) as sites:
         session = _play(sites, task)
-        request = JudgeRequest.from_task(task, urls=[with_session(task.start_url, session)],
+        request = played(task, urls=[with_session(task.start_url, session)],
                                          answer=f"It costs {task.definite_answer}.")
         expected = await SiteJudge(sites.facts, [task]).score(request)
         release, stalls = threading.Event(), [2]

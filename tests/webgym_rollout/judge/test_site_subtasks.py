@@ -16,9 +16,9 @@ from dataclasses import replace
 import httpx
 import pytest
 
+from tests.support.episodes import played
 from webgym_data.decompose import decompose_tasks
 from webgym_data.schema import Task
-from webgym_rollout.judge.judges import JudgeRequest
 from webgym_rollout.judge.site import SiteJudge
 from webgym_rollout.tasks.sites import SiteServer
 from webgym_sites.catalogue import catalogue
@@ -60,7 +60,7 @@ class Echo:
         self.client.get(start)       # the episode's start page, as every episode opens it
         for path in named_pages(task.task_name) if self.browse else ():
             assert self.client.get(path).status_code == 200
-        request = JudgeRequest.from_task(task, urls=[start], answer=task.task_name)
+        request = played(task, urls=[start], answer=task.task_name)
         return (await self.judge.score(request)).reward
 
 

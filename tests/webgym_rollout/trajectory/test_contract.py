@@ -19,12 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.schema_1_1 import write_1_1
+from tests.support.schema_1_4 import write_1_4
 from tests.webgym_rollout.agent.test_protocol import png
 from webgym_data.schema import Task, task_features
 from webgym_rollout.errors import BrowserError, JudgeError, PolicyError
 from webgym_rollout.trajectory.contract import (
     SUCCESS_REWARD,
     TASK_COLUMNS,
+    TRAJECTORY_SCHEMA_VERSION,
     Episode,
     EpisodeColumn,
     EpisodeStatus,
@@ -36,6 +38,8 @@ from webgym_rollout.trajectory.contract import (
     TrajectoryError,
     Untrainable,
     Verdict,
+    policy_version_number,
+    shard_schema_problem,
     succeeded,
     trajectory_features,
     untrainable,
@@ -63,7 +67,7 @@ def _episode(task_id: str = "t0", *, attempt: int = 0, name: str = "Find the pri
         steps=[Step(index=i, screenshot=png("red" if i else "blue"), messages="[]", response=f"reply {i}",
                     action='{"action":"wait"}', url=f"http://shop.example/{i}", title="Shop",
                     same_as_next=bool(i), finish_reason="stop", usage=TokenUsage(10, 2),
-                    latency=Latency(0.5, 0.25, 0.125), policy_version="ckpt-3", logprobs=(-0.5, -1.0),
+                    latency=Latency(0.5, 0.25, 0.125), policy_version=3, logprobs=(-0.5, -1.0),
                     popups=("http://shop.example/ad",) if i else ())
                for i in range(steps)])
 
@@ -168,7 +172,8 @@ def test_read_episodes_reads_a_run_folder_and_counts_without_screenshots(tmp_pat
         failed.status, failed.reward, failed.steps = EpisodeStatus.BROWSER_CRASHED, 0.0, []
         writer.add(failed)
     episodes = read_episodes(out)
-    assert len(episodes) == 4 and episodes.schema_version == "1.4" and len(episodes.files) == 2
+    assert len(episodes) == 4 and len(episodes.files) == 2
+    assert episodes.schema_version == TRAJECTORY_SCHEMA_VERSION
     assert sorted(e.episode_id for e in episodes) == ["t0-0", "t1-0", "t2-0", "t9-0"]
     stats = episodes.stats()
     counts = (stats.episodes, stats.successes, stats.errors, stats.steps, stats.valid_actions)
@@ -189,10 +194,54 @@ def test_a_schema_1_1_folder_is_read_with_defaults_for_the_new_fields(tmp_path):
     first, second = list(episodes)
     assert (first.episode_id, second.episode_id) == ("a-0", "b-0")
     assert first.outcome == TaskOutcome()
-    assert first.steps[0].policy_version == "" and first.steps[0].logprobs == ()
+    assert first.steps[0].policy_version is None and first.steps[0].logprobs == ()
     assert first.steps[0].popups == ()
     assert first.steps[1].response == "reply 1" and first.steps[0].screenshot == png("blue")
     assert episodes.stats().steps == 3
+
+
+def test_a_schema_1_4_folder_reads_its_version_names_as_numbers(tmp_path):
+    # 1.2 to 1.4 stored the endpoint's name for the weights; 1.5 the number. The old names migrate on
+    # reading, through the contract (`Episode`) and at the Arrow level (`policy_version_number`).
+    names = [["v0", "webgym-policy-v3"], ["", "random"]]
+    out = write_1_4(tmp_path / "old", [_episode("a"), _episode("b")], names)
+    episodes = read_episodes(out)
+    assert episodes.schema_version == "1.4"
+    assert [[step.policy_version for step in e.steps] for e in episodes] == [[0, 3], [None, None]]
+    stored = episodes.dataset.with_format("arrow")["steps"].to_pylist()
+    assert [[policy_version_number(step["policy_version"]) for step in row] for row in stored] == [
+        [0, 3], [None, None]]
+    # Without its manifest the shard is still known as 1.4 (a string policy_version), and read.
+    (out / "manifest.json").unlink()
+    again = read_episodes(out)
+    assert again.schema_version == "1.4" and [s.policy_version for s in next(iter(again)).steps] == [0, 3]
+
+
+def test_schema_1_5_stores_the_policy_version_as_an_integer(tmp_path):
+    episode = _episode("a")
+    episode.steps[1].policy_version = None
+    with TrajectoryWriter(tmp_path / "new") as writer:
+        writer.add(episode)
+    found = read_episodes(tmp_path / "new")
+    assert found.schema_version == TRAJECTORY_SCHEMA_VERSION == "1.5"
+    (shard,) = found.files
+    steps = pq.read_schema(shard).field("steps").type.value_type
+    assert pa.types.is_integer(steps.field("policy_version").type)
+    assert [s.policy_version for s in next(iter(found)).steps] == [3, None]
+    (tmp_path / "new" / "manifest.json").unlink()
+    assert read_episodes(tmp_path / "new").schema_version == "1.5"
+    # A 1.5 shard whose versions are names is not a 1.5 shard.
+    assert "policy_version" in (shard_schema_problem(_string_versions(shard), "1.5") or "")
+    assert policy_version_number("webgym-policy-v12") == 12 and policy_version_number(4) == 4
+    with pytest.raises(ValueError, match="policy_version"):
+        policy_version_number(1.5)
+
+
+def _string_versions(shard: Path) -> pa.Schema:
+    schema = pq.read_schema(shard)
+    steps = schema.field("steps").type.value_type
+    retyped = pa.struct([f.with_type(pa.string()) if f.name == "policy_version" else f for f in steps])
+    return schema.set(schema.get_field_index("steps"), pa.field("steps", pa.list_(retyped)))
 
 
 # Plain `load_dataset(folder)`, as the README and the card tell users to call it, in a process with the
@@ -291,13 +340,13 @@ SHARD_FAULTS = {
     "zero bytes": (lambda p: p.write_bytes(b""), r"not a readable parquet shard, it is empty \(0 bytes\)"),
     "not parquet": (lambda p: p.write_text("PAR1 hello"), r"not a readable parquet shard"),
     "missing column": (lambda p: _rewrite(p, lambda t: t.drop_columns(["reward"])),
-                       r"not a trajectory schema 1\.4 shard: missing column 'reward'"),
+                       r"not a trajectory schema 1\.5 shard: missing column 'reward'"),
     "wrong type": (lambda p: _rewrite(p, lambda t: _set(t, "reward", pa.array(["1"] * t.num_rows))),
-                   r"not a trajectory schema 1\.4 shard: column 'reward' is string, expected a number"),
+                   r"not a trajectory schema 1\.5 shard: column 'reward' is string, expected a number"),
     "wrong nested type": (lambda p: _rewrite(p, lambda t: _map_steps(t, lambda s: {**s, "latency": "slow"})),
                           r"not a .* shard: column 'steps.latency' is string, expected a struct of policy_s"),
     "missing step field": (lambda p: _rewrite(p, lambda t: _map_steps(t, _without({"memory"}))),
-                           r"not a trajectory schema 1\.4 shard: column 'steps' has no field 'memory'"),
+                           r"not a trajectory schema 1\.5 shard: column 'steps' has no field 'memory'"),
 }
 
 
@@ -340,6 +389,13 @@ def test_a_manifest_that_does_not_fit_is_refused_naming_it(tmp_path, change, mes
 
 def test_an_older_schema_reads_without_its_later_columns_but_not_without_its_own(tmp_path):
     out, manifest = _run(tmp_path / "run")
+    # What 1.5 changed: the policy version was the endpoint's name for it.
+    for shard in manifest["shards"]:
+        _rewrite(out / shard["path"], lambda t: _map_steps(t, lambda s: {**s, "policy_version": "v3"}))
+    with pytest.raises(TrajectoryError, match=r"schema 1\.5 shard: column 'steps.policy_version' is string"):
+        read_episodes(out)
+    (out / "manifest.json").write_text(json.dumps({**manifest, "schema_version": "1.4"}))
+    assert {s.policy_version for e in read_episodes(out) for s in e.steps} == {3}
     tokens = {"token_ids", "prompt_token_hash", "sampling"}  # what 1.4 added, all in the steps
     for shard in manifest["shards"]:
         _rewrite(out / shard["path"], lambda t: _map_steps(t, _without(tokens)))

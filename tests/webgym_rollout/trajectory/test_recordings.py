@@ -17,7 +17,7 @@ import pytest_asyncio
 from tests.webgym_rollout.replay_sites import ReplaySite
 from webgym_core.endpoint import Endpoint
 from webgym_data.schema import Task
-from webgym_rollout.agent.actions import AgentAction
+from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.policies import PolicySettings
 from webgym_rollout.agent.protocol import format_response
 from webgym_rollout.browser.client import BrowserClient

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.webgym_rollout.agent.test_protocol import png
 from webgym_data.schema import Task
-from webgym_rollout.agent.actions import AgentAction
+from webgym_rollout.actions import AgentAction
 from webgym_rollout.trajectory import hub
 from webgym_rollout.trajectory.contract import (
     Episode,
@@ -161,7 +161,7 @@ def test_a_folder_of_another_schema_is_not_resumed(tmp_path):
         writer.add(make_episode("a"))
     manifest = json.loads((out / "manifest.json").read_text())
     (out / "manifest.json").write_text(json.dumps({**manifest, "schema_version": "1.1"}))
-    with pytest.raises(DatasetExists, match="schema 1.1.*writes 1.4"):
+    with pytest.raises(DatasetExists, match="schema 1.1.*writes 1.5"):
         TrajectoryWriter(out, resume=True)
 
 
