@@ -171,13 +171,6 @@ def test_each_package_reexports_its_core_api():
     assert done.stdout.strip() == "[]"  # the core API imports none of the heavy libraries
 
 
-# Modules whose long functions other work of issue 38 is splitting; their imports get their comments there.
-LOCAL_IMPORTS_PENDING = {
-    "webgym_rl/loop/asynchronous.py", "webgym_rl/policy_server/app.py", "webgym_rollout/agent/policies.py",
-    "webgym_rollout/trajectory/contract.py",
-}
-
-
 def unexplained_local_imports(path: Path, text: str) -> list[str]:
     """The imports inside functions of `text` that say nothing of why they are not at the top: no
     comment on their line nor on a comment line just above their run of imports, and not the import
@@ -225,8 +218,7 @@ def test_an_import_inside_a_function_says_why_it_is_not_at_the_top():
     for package in PACKAGES:
         for path in sorted((REPO_ROOT / package).rglob("*.py")):
             relative = path.relative_to(REPO_ROOT).as_posix()
-            if relative not in LOCAL_IMPORTS_PENDING:
-                found += unexplained_local_imports(Path(relative), path.read_text(encoding="utf-8"))
+            found += unexplained_local_imports(Path(relative), path.read_text(encoding="utf-8"))
     reason = "imports inside functions without a reason (# optional: X / # lazy: ...):\n"
     assert not found, reason + "\n".join(found)
 

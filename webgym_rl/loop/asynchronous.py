@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webgym_data.loading import load_tasks
+from webgym_data.sampler import TaskSampler
 from webgym_rl.errors import LoopError, LoopSettingsError
 from webgym_rl.loop.events import (
     BatchReady,
@@ -101,6 +102,7 @@ from webgym_rl.loop.phases import (
 from webgym_rl.loop.staleness import StalenessManager
 from webgym_rl.loop.state import AsyncMetrics, BatchRecord
 from webgym_rl.loop.stream import StreamPosition, TrajectoryStream
+from webgym_rl.samples import Objective
 
 if TYPE_CHECKING:
     from webgym_rollout.trajectory.contract import Episode
@@ -269,7 +271,7 @@ class _Rollout:
         await asyncio.gather(*running, return_exceptions=True)
 
     async def _chunk(self, k: int) -> None:
-        from webgym_rollout.runner import run
+        from webgym_rollout.runner import run  # lazy: the runner imports playwright
 
         loop, settings = self.loop, self.loop.settings
         out = loop.chunk_dir(k)
@@ -350,8 +352,6 @@ class _Evaluations:
 
 def _batch_size(loop: Loop) -> tuple[int, int]:
     """(episodes per chunk: one sampler batch x attempts, episodes per training round)."""
-    from webgym_data.sampler import TaskSampler
-
     settings = loop.settings
     tasks = TaskSampler(load_tasks(settings.tasks, split=settings.split), settings.sampler).batch(0)
     if not tasks:
@@ -370,8 +370,6 @@ def _batch_size(loop: Loop) -> tuple[int, int]:
 def _group(loop: Loop) -> int:
     """Attempts that make one group in a batch: --attempts for the objectives with group baselines
     (reinforce, grpo), 1 for filtered_bc (which takes episodes one by one, in commit order)."""
-    from webgym_rl.samples import Objective
-
     settings = loop.settings
     grouped = Objective(settings.training.objective) is not Objective.FILTERED_BC
     return settings.rollout.attempts if grouped else 1
@@ -381,8 +379,6 @@ def _compose(loop: Loop, staleness: StalenessManager, taken: list[tuple[Path, Ep
              ) -> BatchRecord:
     """Round `r`'s batch: the manifest of the `taken` episodes (with their chunk folders) less those
     staler than the bound (every objective; `staleness` counts each as accepted or rejected)."""
-    from webgym_rl.samples import Objective
-
     settings = loop.settings
     filtered = Objective(settings.training.objective) is Objective.FILTERED_BC
     episodes = [episode for _, episode in taken]

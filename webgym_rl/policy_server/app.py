@@ -31,9 +31,11 @@ import time
 from collections.abc import Iterator
 from typing import Annotated
 
+import uvicorn
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from webgym_rl.errors import PolicyServerError, PolicyUnauthorized, WeightsRejected
@@ -194,8 +196,6 @@ async def _read_weights_body(request: Request, limit: int) -> bytearray:
 
 async def _read_shared_request(request: Request) -> SharedWeightsRequest:
     """The JSON body of a shared-memory push (64 KiB at most), validated."""
-    from pydantic import ValidationError
-
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -250,8 +250,6 @@ def running_policy_server(settings: PolicyServerSettings) -> Iterator[str]:
 
     With ``settings.port == 0`` the socket is bound to a free port first, so there is no race.
     """
-    import uvicorn
-
     check_bind(settings)
     app = create_app(settings)
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET, socket.SOCK_STREAM)

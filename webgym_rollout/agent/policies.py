@@ -232,7 +232,7 @@ class PolicySettings:
 
     def __post_init__(self) -> None:
         if self.shortcut:
-            from webgym_sites.shortcuts import SHORTCUTS
+            from webgym_sites.shortcuts import SHORTCUTS  # lazy: only a shortcut run loads the sites
 
             if self.kind != "expert":
                 raise ValueError(f"shortcut: a shortcut is played by the scripted expert (--policy expert "

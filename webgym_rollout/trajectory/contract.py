@@ -74,7 +74,7 @@ from typing import Any
 
 from webgym_core.completion import clean_text
 from webgym_data.features import feature_of
-from webgym_data.schema import Task
+from webgym_data.schema import Task, task_features
 from webgym_rollout.actions import AgentAction
 from webgym_rollout.errors import ShardSchemaError, TrajectoryError
 
@@ -662,9 +662,8 @@ def _image_bytes(value: Any, name: str = "screenshot") -> bytes:
 
 def trajectory_features():
     """The `datasets.Features` of an episode row, derived from `Episode` and `Step`."""
-    from datasets import Features, Value
+    from datasets import Features, Value  # lazy: datasets takes about a second to import
 
-    from webgym_data.schema import task_features
 
     tasks = task_features()
     hints = typing.get_type_hints(Episode)
@@ -701,7 +700,7 @@ def expand_messages(messages_json: str, image_for_step: Callable[[int], Any]) ->
 @functools.cache
 def _expected_schema(version: str) -> Any:
     """The Arrow schema of a row of trajectory schema `version` (today's, less what came later)."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: reading a row needs no Arrow
 
     def key(v: str) -> tuple[int, ...]:
         return tuple(int(part) for part in v.split("."))
@@ -736,7 +735,7 @@ def shard_schema_problem(schema: Any, version: str) -> str | None:
 
 
 def _type_problem(actual: Any, expected: Any, name: str) -> str | None:
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: reading a row needs no Arrow
 
     types_ = pa.types
     if types_.is_null(actual):
@@ -784,7 +783,7 @@ def version_of(columns: Sequence[str], step_fields: Sequence[str] = (),
 def schema_version_of(schema: Any) -> str:
     """The schema version of an Arrow `schema` (a shard's, a Hub dataset's) that has no manifest to
     say: read from its columns, its steps' fields and the type of ``steps.policy_version``."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: reading a row needs no Arrow
 
     names = step_field_names(schema)
     integer = False
@@ -795,7 +794,7 @@ def schema_version_of(schema: Any) -> str:
 
 def step_field_names(schema: Any) -> list[str]:
     """The field names of a step in an Arrow `schema`'s ``steps`` column ([] when it has none)."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: reading a row needs no Arrow
 
     if "steps" not in schema.names:
         return []
@@ -809,7 +808,7 @@ def check_shard(path: Path, version: str) -> None:
     """Raise `TrajectoryError` naming `path` unless it is a readable parquet file of `version`
     (`ShardSchemaError` when it is readable but its columns do not fit). A shard without rows holds
     no episode, so its columns are not checked (a writer may leave out the schema of an empty file)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: reading a row needs no Arrow
 
     try:
         metadata = pq.read_metadata(path)
