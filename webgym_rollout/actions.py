@@ -15,10 +15,31 @@ maps them to viewport pixels and returns the browser protocol's typed ``BrowserA
 - `tool_schema()`: the OpenAI ``tools`` entry for ``computer_use`` (also embedded in the prompt);
 - `parse_tool_call()` / `parse_arguments()`: the parser, which accepts exactly what the schema allows.
 
+Element actions act on an element of the page by its id instead of a point: the id is the element's
+1-based position in the step's list of interactive elements (``BrowserSession.page_info(elements=True)``;
+the numbers the set-of-marks labels, the element list and the accessibility tree show)::
+
+    {"name": "computer_use", "arguments": {"action": "click_element", "element": 3}}
+
+They are ``click_element``, ``type_element`` (click the element, then type), ``select_element``
+(choose an option of a ``<select>``) and ``hover_element``: actions of their own rather than
+``left_click`` with an ``element`` argument in place of ``coordinate``, so that every action keeps one
+fixed set of required arguments (the schema's, the prompt's and the parser's rule stays "these
+arguments, of these types", never "this one or that one"), the name alone says whether a step acted
+on a point or on an element (history summaries, filters, statistics), and leaving them out of the
+prompt is leaving names out. A prompt offers them only when asked (``element_actions=True`` of
+`tool_schema`, `action_space_text` and `offered_actions`; `element_actions_for` says which
+observation modes call for them); the parser always reads them, so a stored step parses whatever
+its prompt offered. `AgentAction.to_browser_actions` resolves an element to the centre of its box
+(the part inside the screenshot) with the browser's ordinary coordinate actions, so the browser
+server's contract does not change.
+
 A reply the parser rejects raises `ActionParseError` (a ``ValueError``): an agent mistake that the
-caller records on the step, not an infrastructure failure. The parser is total: whatever the text
-or the JSON value (lists where a name goes, huge numbers, NaN, nesting a thousand deep, lone
-surrogates), it returns an action or raises `ActionParseError`, nothing else.
+caller records on the step, not an infrastructure failure. An element id the step's list does not
+hold is one too (`AgentAction.to_browser_actions` raises it; the parser cannot know the list).
+The parser is total: whatever the text or the JSON value (lists where a name goes, huge numbers,
+NaN, nesting a thousand deep, lone surrogates), it returns an action or raises `ActionParseError`,
+nothing else.
 """
 
 from __future__ import annotations
@@ -27,23 +48,29 @@ import json
 import math
 import re
 import reprlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webgym_rollout.browser.protocol import BrowserAction
+from webgym_rollout.browser.protocol import BrowserAction, Element
 from webgym_rollout.errors import ActionParseError
 
 __all__ = [
     "ACTIONS",
+    "ELEMENT_MODES",
     "GRID_SIZE",
+    "MAX_ELEMENT_ID",
     "TOOL_NAME",
     "ActionParseError",
     "ActionSpec",
     "AgentAction",
     "Param",
     "action_space_text",
+    "element_actions_for",
+    "element_centre",
     "example_action",
     "grid_to_pixels",
+    "offered_actions",
     "parse_arguments",
     "parse_tool_call",
     "pixels_to_grid",
@@ -58,6 +85,10 @@ MAX_WAIT_S = 10.0
 DEFAULT_WAIT_S = 2.0
 # A scroll moves this fraction of the viewport height: most of a screen, keeping some context.
 SCROLL_FRACTION = 0.6
+# Element ids run from 1 (the first element of the step's list); a viewport lists far fewer.
+MAX_ELEMENT_ID = 9999
+# The observation modes that show element ids to the policy: with any of them, element actions are offered.
+ELEMENT_MODES = frozenset({"som", "axtree", "elements"})
 
 
 @dataclass(frozen=True)
@@ -65,7 +96,7 @@ class Param:
     """One argument of the ``computer_use`` tool."""
 
     name: str
-    type: str  # "coordinate" | "string" | "number" | "boolean"
+    type: str  # "coordinate" | "element" | "string" | "number" | "boolean"
     description: str
     example: Any
     enum: tuple[str, ...] = ()
@@ -84,6 +115,11 @@ class ActionSpec:
     def params(self) -> tuple[Param, ...]:
         return self.required + self.optional
 
+    @property
+    def on_element(self) -> bool:
+        """True for an element action: it names an element of the step's list, not a point."""
+        return any(param.type == "element" for param in self.params)
+
 
 _COORDINATE = Param("coordinate", "coordinate",
                     f"[x, y] on a 0-{GRID_SIZE} grid over the screenshot: [0, 0] is the top-left corner, "
@@ -97,6 +133,9 @@ _URL = Param("url", "string", "the address to open, with http:// or https://", "
 _KEYS = Param("keys", "string", "the key to press, or a combination joined by '+' (Enter, Escape, Tab, "
               "PageDown, Control+a)", "Enter")
 _OPTION = Param("option", "string", "the visible text of the option to choose", "Blue")
+_ELEMENT = Param("element", "element",
+                 "the element's number in the page's element list: [1] is the first", 3)
+_FIELD_TEXT = Param("text", "string", "the text to type into the element", "hello world")
 _ANSWER_TEXT = Param("text", "string",
                      "the final answer: every fact the task asks for, as found on the pages",
                      "The cheapest flight costs $120.")
@@ -114,8 +153,27 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("go_back", "Go back to the previous page, like the browser's back button."),
     ActionSpec("navigate", "Open a web address directly.", (_URL,)),
     ActionSpec("answer", "Finish the task and report the answer; the episode ends.", (_ANSWER_TEXT,)),
+    ActionSpec("click_element", "Click the middle of an element of the page's element list.", (_ELEMENT,)),
+    ActionSpec("type_element", "Click an element of the list (a text field) and type text into it.",
+               (_ELEMENT, _FIELD_TEXT), (_PRESS_ENTER,)),
+    ActionSpec("select_element", "Choose an option of a drop-down list (a <select>) of the element list.",
+               (_ELEMENT, _OPTION)),
+    ActionSpec("hover_element", "Move the mouse over an element of the list without clicking (opens "
+               "menus and tooltips that appear on hover).", (_ELEMENT,)),
 )
 _BY_NAME = {spec.name: spec for spec in ACTIONS}
+
+
+def offered_actions(element_actions: bool = False) -> tuple[ActionSpec, ...]:
+    """The actions a prompt offers: the coordinate actions, and the element actions too when
+    `element_actions` (the parser reads all of `ACTIONS` either way)."""
+    return tuple(spec for spec in ACTIONS if element_actions or not spec.on_element)
+
+
+def element_actions_for(modes: Iterable[str]) -> bool:
+    """Whether observation `modes` show the policy element ids (`ELEMENT_MODES`: set-of-marks
+    labels, the accessibility tree, the element list), so its prompt should offer element actions."""
+    return any(mode in ELEMENT_MODES for mode in modes)
 
 
 def grid_to_pixels(coordinate: tuple[int, int], viewport: tuple[int, int]) -> tuple[int, int]:
@@ -146,12 +204,19 @@ class AgentAction:
     url: str = ""
     keys: str = ""
     option: str = ""
+    element: int | None = None
+    """An element action's element: its 1-based position in the step's element list."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def ends_episode(self) -> bool:
         """True for ``answer``: the episode ends with `text` as the final answer."""
         return self.name == "answer"
+
+    @property
+    def on_element(self) -> bool:
+        """True for an element action (``click_element``, ...): it needs the step's element list."""
+        return _BY_NAME[self.name].on_element
 
     def arguments(self) -> dict[str, Any]:
         """The tool-call ``arguments`` object: ``action`` plus the parameters this action uses."""
@@ -202,16 +267,28 @@ class AgentAction:
         if self.name == "select" and self.coordinate:
             option = json.dumps(self.option, ensure_ascii=False)
             return f"select [{self.coordinate[0]}, {self.coordinate[1]}] {option}"
+        if self.name == "type_element":
+            text = self.text if len(self.text) <= max_chars else self.text[: max_chars - 3] + "..."
+            suffix = " + Enter" if self.press_enter else ""
+            return f"type_element [{self.element}] {json.dumps(text, ensure_ascii=False)}{suffix}"
+        if self.name == "select_element":
+            return f"select_element [{self.element}] {json.dumps(self.option, ensure_ascii=False)}"
+        if self.on_element:
+            return f"{self.name} [{self.element}]"
         if self.name == "wait":
             return f"wait {self.time if self.time is not None else DEFAULT_WAIT_S:g}s"
         return self.name
 
     def to_browser_action(self, viewport: tuple[int, int]) -> BrowserAction | None:
-        """The `BrowserAction` (viewport pixels) for this action.
+        """The `BrowserAction` (viewport pixels) for this coordinate action.
 
         Returns None for the two actions that are not page inputs: ``navigate`` (call
-        ``BrowserSession.navigate(action.url)``) and ``answer`` (the episode ends).
+        ``BrowserSession.navigate(action.url)``) and ``answer`` (the episode ends). An element
+        action needs the step's elements: `to_browser_actions` (a ``ValueError`` here).
         """
+        if self.on_element:
+            raise ValueError(f"'{self.name}' acts on an element: resolve it with "
+                             "to_browser_actions(viewport, elements)")
         if self.name == "left_click":
             x, y = grid_to_pixels(self.coordinate, viewport)  # type: ignore[arg-type]
             return BrowserAction.click(x, y)
@@ -234,6 +311,69 @@ class AgentAction:
         if self.name == "go_back":
             return BrowserAction.back()
         return None
+
+    def to_browser_actions(self, viewport: tuple[int, int],
+                           elements: Sequence[Element | dict[str, Any]] = ()) -> tuple[BrowserAction, ...]:
+        """The `BrowserAction`s (viewport pixels) that carry out this action, in order.
+
+        A coordinate action gives its one `to_browser_action` (none for ``navigate`` and ``answer``).
+        An element action is resolved on `elements`, the step's element list (id ``n`` is
+        ``elements[n - 1]``), to the centre of the element's box, clipped to the screenshot frame
+        `viewport` where it sticks out, with the browser's ordinary actions:
+
+        - ``click_element``: a click there;
+        - ``type_element``: a click there, then the typing (two actions);
+        - ``select_element``: the browser's ``select`` there (the ``<select>`` under the point);
+        - ``hover_element``: the browser's scroll there by its smallest step (one pixel, up): it moves
+          the mouse onto the element, and the browser contract has no bare mouse move.
+
+        Raises `ActionParseError` (an agent mistake, for the step's ``action_error``) for an id the
+        list does not hold, and for ``select_element`` on an element that is not a ``<select>``.
+        """
+        if not self.on_element:
+            single = self.to_browser_action(viewport)
+            return () if single is None else (single,)
+        element = self.target(elements)
+        x, y = element_centre(element, viewport)
+        if self.name == "click_element":
+            return (BrowserAction.click(x, y),)
+        if self.name == "type_element":
+            return BrowserAction.click(x, y), BrowserAction.type_text(self.text, self.press_enter)
+        if self.name == "select_element":
+            tag = _field(element, "tag")
+            if tag != "select":
+                raise ActionParseError(f"element {self.element} is a <{tag}>, not a drop-down list "
+                                       "(<select>): select_element needs one")
+            return (BrowserAction.select_option(x, y, self.option),)
+        if self.name == "hover_element":
+            return (BrowserAction.scroll_by("up", 1, x, y),)
+        raise AssertionError(f"element action {self.name} has no browser actions")  # a bug in ACTIONS
+
+    def target(self, elements: Sequence[Element | dict[str, Any]]) -> Element | dict[str, Any]:
+        """The element of `elements` this element action names (raises `ActionParseError` when the
+        list does not hold it)."""
+        count = len(elements)
+        if self.element is None or not 1 <= self.element <= count:
+            listed = (f"the page lists {count} element{'' if count == 1 else 's'}" if count
+                      else "the page lists no interactive elements")
+            raise ActionParseError(f"element {self.element} does not exist: {listed}")
+        return elements[self.element - 1]
+
+
+def _field(element: Element | dict[str, Any], name: str) -> Any:
+    return element[name] if isinstance(element, dict) else getattr(element, name)
+
+
+def element_centre(element: Element | dict[str, Any], viewport: tuple[int, int]) -> tuple[float, float]:
+    """The centre of `element`'s box in viewport pixels; of the part inside the frame `viewport`
+    (the screenshot's) when the box sticks out of it and part of it is inside."""
+    x, y = float(_field(element, "x")), float(_field(element, "y"))
+    right, bottom = x + float(_field(element, "width")), y + float(_field(element, "height"))
+    left, top = max(x, 0.0), max(y, 0.0)
+    right_in, bottom_in = min(right, float(viewport[0])), min(bottom, float(viewport[1]))
+    if left < right_in and top < bottom_in:
+        x, y, right, bottom = left, top, right_in, bottom_in
+    return (x + right) / 2, (y + bottom) / 2
 
 
 class _ShortRepr(reprlib.Repr):
@@ -279,6 +419,14 @@ def _is_text(value: str) -> bool:
 
 def _check_value(action: str, param: Param, value: Any) -> Any:
     where = f"'{action}' argument '{param.name}'"
+    if param.type == "element":
+        if not _is_number(value) or not _is_finite(value) or value != math.floor(value):
+            raise ActionParseError(f"{where} must be an element's number in the element list (a whole "
+                                   f"number from 1), got {_show(value)}")
+        if not 1 <= value <= MAX_ELEMENT_ID:
+            raise ActionParseError(f"{where} must be from 1 (the first element of the list) to "
+                                   f"{MAX_ELEMENT_ID}, got {_show(value)}")
+        return int(value)
     if param.type == "coordinate":
         if not isinstance(value, (list, tuple)) or len(value) != 2 or not all(_is_number(v) for v in value):
             raise ActionParseError(f"{where} must be [x, y] (two numbers), got {_show(value)}")
@@ -394,6 +542,8 @@ def example_action(name: str) -> AgentAction:
 
 
 def _json_type(param: Param) -> dict[str, Any]:
+    if param.type == "element":
+        return {"type": "integer", "minimum": 1, "maximum": MAX_ELEMENT_ID}
     if param.type == "coordinate":
         return {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": GRID_SIZE},
                 "minItems": 2, "maxItems": 2}
@@ -405,14 +555,16 @@ def _json_type(param: Param) -> dict[str, Any]:
     return schema
 
 
-def tool_schema() -> dict[str, Any]:
-    """The OpenAI ``tools`` entry for ``computer_use`` generated from `ACTIONS`."""
+def tool_schema(element_actions: bool = False) -> dict[str, Any]:
+    """The OpenAI ``tools`` entry for ``computer_use`` generated from `ACTIONS` (the element
+    actions only with `element_actions`)."""
+    offered = offered_actions(element_actions)
     properties: dict[str, Any] = {
-        "action": {"type": "string", "enum": [spec.name for spec in ACTIONS],
+        "action": {"type": "string", "enum": [spec.name for spec in offered],
                    "description": "The action to perform:\n" + "\n".join(
-                       f"* `{spec.name}`: {spec.description}" for spec in ACTIONS)},
+                       f"* `{spec.name}`: {spec.description}" for spec in offered)},
     }
-    for spec in ACTIONS:
+    for spec in offered:
         for param in spec.params:
             entry = properties.setdefault(param.name, {**_json_type(param), "description": "", "_used": []})
             kind = "required" if param in spec.required else "optional"
@@ -423,21 +575,25 @@ def tool_schema() -> dict[str, Any]:
         used = entry.pop("_used")
         entry["description"] = "; ".join(
             f"{desc} ({kind} for action={action})" for action, kind, desc in used)
+    description = ("Control a web browser with the mouse and keyboard by looking at screenshots. "
+                   f"Coordinates are on a 0-{GRID_SIZE} grid over the screenshot.")
+    if element_actions:
+        description += " Elements are named by their number in the page's element list."
     return {
         "type": "function",
         "function": {
             "name": TOOL_NAME,
-            "description": ("Control a web browser with the mouse and keyboard by looking at screenshots. "
-                            f"Coordinates are on a 0-{GRID_SIZE} grid over the screenshot."),
+            "description": description,
             "parameters": {"type": "object", "properties": properties, "required": ["action"]},
         },
     }
 
 
-def action_space_text() -> str:
-    """One line per action for the system prompt: signature, meaning and an example call."""
+def action_space_text(element_actions: bool = False) -> str:
+    """One line per action for the system prompt: signature, meaning and an example call (the
+    element actions only with `element_actions`)."""
     lines = []
-    for spec in ACTIONS:
+    for spec in offered_actions(element_actions):
         params = [p.name for p in spec.required] + [f"{p.name}?" for p in spec.optional]
         example = json.dumps({"name": TOOL_NAME, "arguments": example_action(spec.name).arguments()},
                              ensure_ascii=False)

@@ -18,7 +18,11 @@ scripted play), carries out its action, records a trajectory `Step` (``result.in
 returns the next observation. A page action and the observation after it are one call to the
 browser server (`BrowserSession.act`: the screenshot, the page's own state for the outcome, the
 elements when `EnvSettings.elements`); a navigation, or a reply without an action, reads the page
-with separate calls. The result carries
+with separate calls. An element action (``click_element``, ...: `webgym_rollout.actions`) is
+resolved on the elements of the observation the policy saw (read with ``page_info`` first when the
+env had not read them) to the element's centre, and carried out with the browser's ordinary
+coordinate actions (``type_element``: a click, then the typing with the observation: two calls);
+the step keeps the action as the policy wrote it. The result carries
 
 - ``reward``: the environment's own reward (a MiniWoB page's raw reward once it is done; a website
   gives none: its reward comes from the judge after the episode);
@@ -27,14 +31,15 @@ with separate calls. The result carries
   `TaskKind.horizon`: the kind's own budget, or the split's table by difficulty, or
   `EnvSettings.horizons`);
 - ``info``: ``step`` (the recorded `Step`), ``timings`` (seconds per phase), ``outcome`` (the
-  environment's `TaskOutcome`, if it keeps one) and ``answer``.
+  environment's `TaskOutcome`, if it keeps one), ``answer`` and ``browser_actions`` (the
+  `BrowserAction`s the step sent, in viewport pixels: where an element action landed).
 
 An agent's mistake is data on the step, never an exception: a reply without a valid action is a
-no-op step with ``action_error`` saying why, a click on nothing or a refused URL likewise. An
-infrastructure failure raises a `BrowserError` (a crashed browser, a lost session, an unreachable
-server); `reset` again starts the episode over on a fresh session. How a task opens and whether it
-keeps its own reward is its kind's business (`webgym_rollout.tasks.kind`); the environment never asks
-which kind it plays.
+no-op step with ``action_error`` saying why, a click on nothing, a refused URL or an element id the
+page does not list likewise. An infrastructure failure raises a `BrowserError` (a crashed browser,
+a lost session, an unreachable server); `reset` again starts the episode over on a fresh session.
+How a task opens and whether it keeps its own reward is its kind's business
+(`webgym_rollout.tasks.kind`); the environment never asks which kind it plays.
 """
 
 from __future__ import annotations
@@ -48,12 +53,13 @@ from typing import TYPE_CHECKING, Any
 from webgym_core.lazy import moved_names
 from webgym_data.schema import Task
 from webgym_rollout import settings as rollout_settings
-from webgym_rollout.actions import AgentAction
+from webgym_rollout.actions import ActionParseError, AgentAction
 from webgym_rollout.agent.policies import PolicyOutput
 from webgym_rollout.agent.protocol import Observation, ParsedResponse
 from webgym_rollout.browser.client import BrowserClient, BrowserSession
 from webgym_rollout.browser.protocol import (
     ActResult,
+    BrowserAction,
     CreateSessionRequest,
     RecordingIndex,
     Screenshot,
@@ -89,7 +95,7 @@ class StepResult:
     truncated: bool
     """The step budget ran out."""
     info: dict[str, Any]
-    """``step`` (the recorded `Step`), ``timings``, ``outcome``, ``answer``."""
+    """``step`` (the recorded `Step`), ``timings``, ``outcome``, ``answer``, ``browser_actions``."""
 
 
 class WebEnv:
@@ -185,22 +191,24 @@ class WebEnv:
         terminated = False
         acted: ActResult | None = None
         outcome: TaskOutcome | None = None
+        sent: tuple[BrowserAction, ...] = ()
         truncated = len(self.steps) >= self.horizon
         if agent_action is not None and agent_action.ends_episode:
             self.answer, terminated, truncated = agent_action.text, True, False
+        elif agent_action is not None and agent_action.name == "navigate":
+            began = time.perf_counter()
+            step.action_error = await self._navigate(agent_action.url)
+            execute_s = time.perf_counter() - began
         elif agent_action is not None:
             began = time.perf_counter()
-            browser_action = agent_action.to_browser_action((shot.width, shot.height))
-            if browser_action is None:  # navigate
-                step.action_error = await self._navigate(agent_action.url)
-                execute_s = time.perf_counter() - began
+            try:
+                sent = agent_action.to_browser_actions((shot.width, shot.height),
+                                                       await self._elements_for(agent_action))
+            except ActionParseError as exc:  # an element the page does not list: a no-op step
+                step.action_error = str(exc)
             else:
-                # The action and the next observation in one call (no screenshot after the last step).
-                acted = await self.session.act(browser_action, screenshot=None if truncated else _SCREENSHOT,
-                                               elements=self.settings.elements and not truncated)
-                execute_s = time.perf_counter() - began - acted.observe_s
-                step.action_error, step.popups = acted.error, tuple(acted.popups)
-                self._url, self._title = acted.url, acted.title
+                acted = await self._act(step, sent, truncated)
+                execute_s = time.perf_counter() - began - (acted.observe_s if acted is not None else 0.0)
         step.latency = Latency(policy_s=float(output.latency_s), execute_s=execute_s,
                                screenshot_s=self._shot_s)
         if acted is not None:
@@ -234,6 +242,7 @@ class WebEnv:
         return StepResult(observation=self._observation(), reward=reward, terminated=terminated,
                           truncated=truncated,
                           info={"step": step, "outcome": outcome, "answer": self.answer,
+                                "browser_actions": sent,
                                 "timings": {"policy_s": step.latency.policy_s, "execute_s": execute_s,
                                             "observe_s": observe_s}})
 
@@ -303,6 +312,36 @@ class WebEnv:
         began = time.perf_counter()
         self._shot = await self.session.screenshot()
         self._shot_s = time.perf_counter() - began
+
+    async def _act(self, step: Step, actions: tuple[BrowserAction, ...], truncated: bool) -> ActResult | None:
+        """Send the inputs of one agent action, the last one with the next observation in the same
+        call (no screenshot after the last step). An earlier input that fails (the click of
+        ``type_element``) ends the action there with its error on the step: None, and the page is
+        read as after a no-op."""
+        assert self.session is not None
+        popups: list[str] = []
+        for action in actions[:-1]:
+            done = await self.session.act(action, screenshot=None, env_state=False)
+            popups += done.popups
+            self._url, self._title = done.url, done.title
+            if done.error:
+                step.action_error, step.popups = done.error, tuple(popups)
+                return None
+        acted = await self.session.act(actions[-1], screenshot=None if truncated else _SCREENSHOT,
+                                       elements=self.settings.elements and not truncated)
+        step.action_error, step.popups = acted.error, tuple(popups + acted.popups)
+        self._url, self._title = acted.url, acted.title
+        return acted
+
+    async def _elements_for(self, action: AgentAction) -> tuple[Any, ...]:
+        """The elements an element action's id refers to: those of the observation the policy saw,
+        read now when the env had read none (`EnvSettings.elements` off); () for other actions."""
+        if not action.on_element:
+            return ()
+        if self._elements:
+            return self._elements
+        assert self.session is not None
+        return tuple((await self.session.page_info(elements=True)).elements)
 
     async def _read_elements(self) -> None:
         assert self.session is not None

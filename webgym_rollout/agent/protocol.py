@@ -16,6 +16,10 @@ system prompt (action names and one example, no JSON schema) and a user turn wit
 Only the tool call is required: a reply without a valid one is recorded on the step as a parse error
 and counts as a no-op (`parse_response` never raises).
 
+The system prompt offers the coordinate actions; with ``AgentSettings.element_actions`` (for
+observations that number the page's elements) the element actions too (``click_element`` and the
+others, `webgym_rollout.actions`), and says how elements are named.
+
 Context at step *i*: the system prompt (generated from `webgym_rollout.actions`), then the last
 ``full_rounds`` (default 4) earlier steps as full (screenshot, reply) turns, older steps as one-line
 summaries (action, whether the page changed, page title), then the current screenshot. ``<think>``
@@ -40,13 +44,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webgym_rollout.actions import (
-    ACTIONS,
     GRID_SIZE,
     TOOL_NAME,
     ActionParseError,
     AgentAction,
     action_space_text,
     example_action,
+    offered_actions,
     parse_tool_call,
     tool_schema,
 )
@@ -85,6 +89,10 @@ class AgentSettings:
     """How many earlier steps are shown in full (screenshot + reply); older ones become summaries."""
     summary_chars: int = 80
     """Longest text quoted from an action (typed text, answer) in a one-line summary."""
+    element_actions: bool = False
+    """Offer the element actions (click, type into, select an option of, hover an element by its
+    number in the page's element list) beside the coordinate actions: for observations that show
+    element numbers (set-of-marks, accessibility tree, element list)."""
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -130,12 +138,13 @@ class ParsedResponse:
     sections: dict[str, str] = field(default_factory=dict, repr=False)
 
 
-def system_prompt(variant: str = "memory") -> str:
-    """The system prompt of `variant`, generated from the action definitions."""
+def system_prompt(variant: str = "memory", *, element_actions: bool = False) -> str:
+    """The system prompt of `variant`, generated from the action definitions (the element actions
+    among them with `element_actions`)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown agent variant {variant!r}; expected one of {', '.join(VARIANTS)}")
     if variant == "compact":
-        return _compact_system_prompt()
+        return _compact_system_prompt(element_actions)
     guide = {
         "Memory": "every fact you have found so far that the task needs, with where you saw it. Rewrite "
                   "it in full at each step: it is all you keep from pages you have left.",
@@ -144,7 +153,7 @@ def system_prompt(variant: str = "memory") -> str:
         "Action": "the next action, in words.",
     }
     sections = "\n".join(f"{name}: {guide[name]}" for name in _SECTIONS[variant])
-    schema = json.dumps(tool_schema(), ensure_ascii=False)
+    schema = json.dumps(tool_schema(element_actions), ensure_ascii=False)
     return (
         "You are a web agent. You see a screenshot of a web browser and complete the user's task by "
         "acting on the page, one action per reply.\n\n"
@@ -152,22 +161,29 @@ def system_prompt(variant: str = "memory") -> str:
         f"{sections}\n"
         f"<tool_call>\n{{\"name\": \"{TOOL_NAME}\", \"arguments\": {{\"action\": ..., ...}}}}\n"
         "</tool_call>\n\n"
-        f"Actions of the `{TOOL_NAME}` tool:\n{action_space_text()}\n\n"
+        f"Actions of the `{TOOL_NAME}` tool:\n{action_space_text(element_actions)}\n\n"
         f"Coordinates are [x, y] on a 0-{GRID_SIZE} grid over the screenshot, whatever its size: "
         f"[0, 0] is the top-left corner and [{GRID_SIZE}, {GRID_SIZE}] the bottom-right. Click the centre "
-        "of what you want to press. When the task is done, or cannot be done, use `answer` with every "
+        f"of what you want to press.{_ELEMENT_NOTE if element_actions else ''} "
+        "When the task is done, or cannot be done, use `answer` with every "
         "fact the task asks for, as seen on the pages; say so if something could not be found.\n\n"
         f"# Tools\n\n<tools>\n{schema}\n</tools>"
     )
 
 
-def _compact_system_prompt() -> str:
+_ELEMENT_NOTE = (" An element action names an element by its number in the page's element list (`element`: "
+                 "3 is the element marked [3]) and acts on its middle.")
+
+
+def _compact_system_prompt(element_actions: bool = False) -> str:
     """The short prompt of the compact variant: the same actions, by name, and one example call."""
-    names = ", ".join(spec.name for spec in ACTIONS)
+    names = ", ".join(spec.name for spec in offered_actions(element_actions))
     example = json.dumps({"name": TOOL_NAME, "arguments": example_action("left_click").arguments()},
                          ensure_ascii=False)
+    elements = " Elements by their number [n] in the element list." if element_actions else ""
     return (f"You are a web agent. Reply with one tool call, e.g.\n<tool_call>\n{example}\n</tool_call>\n"
-            f"Actions: {names}. Coordinates are [x, y] on a 0-{GRID_SIZE} grid over the screenshot.")
+            f"Actions: {names}. Coordinates are [x, y] on a 0-{GRID_SIZE} grid over the screenshot."
+            f"{elements}")
 
 
 _OPEN, _CLOSE = "<think>", "</think>"
@@ -274,7 +290,8 @@ def build_messages(observation: Observation, settings: AgentSettings | None = No
     intro = f"Task: {observation.instruction}"
     if older:
         intro += "\n\nEarlier steps:\n" + "\n".join(_summary(r, settings.summary_chars) for r in older)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(settings.variant)}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(
+        settings.variant, element_actions=settings.element_actions)}]
     # Each observation shows the error of the action before it, as the policy saw it at the time.
     previous_error = older[-1].action_error if older else ""
     for index, step in enumerate(recent):
