@@ -32,8 +32,10 @@ export it (``from webgym_rollout.judge.judges import JudgeTimeout`` works).
      │                                or a whole local host (`browser.guard`; names the entry)
      ├── ResolutionFailed (OSError)   the egress proxy's resolver found no address for a name
      │                                (`browser.egress`; the proxy answers ``unresolved``)
-     ├── ActionParseError (ValueError) a policy reply without one valid ``computer_use`` call
-     │                                (`webgym_rollout.actions`; `parse_response` records it on the step)
+     ├── ActionParseError (ValueError) a policy reply without one valid ``computer_use`` call, or an
+     │                                element action naming an element the page does not list
+     │                                (`webgym_rollout.actions`; `parse_response` and the env record it
+     │                                on the step)
      ├── PolicyError                  the policy endpoint (`agent.policies`); the CPU policy server's
      │    │                           errors (`webgym_rl.errors.PolicyServerError`) are PolicyErrors too
      │    ├── PolicyUnavailable       unreachable, or 5xx/429 through every retry
@@ -232,7 +234,8 @@ class ResolutionFailed(RolloutError, OSError):
 # --------------------------------------------------------------------------------------- agent
 
 class ActionParseError(RolloutError, ValueError):
-    """The policy's reply holds no valid ``computer_use`` call; the message says what is wrong."""
+    """The policy's reply holds no valid ``computer_use`` call, or its element action names an element
+    the step's list does not hold; the message says what is wrong."""
 
     kind = "action_parse_error"
 

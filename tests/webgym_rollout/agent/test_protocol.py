@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from tests.support.untrusted_input import JSON_VALUES, ODD_TEXT, json_text
-from webgym_rollout.actions import ACTIONS, AgentAction, example_action, tool_schema
+from webgym_rollout.actions import ACTIONS, AgentAction, example_action, offered_actions, tool_schema
 from webgym_rollout.agent.protocol import (
     VARIANTS,
     AgentSettings,
@@ -171,7 +171,7 @@ def test_the_system_prompt_is_generated_from_the_action_definitions():
         prompt = system_prompt(variant)
         embedded = prompt.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
         assert json.loads(embedded) == tool_schema()
-        for spec in ACTIONS:
+        for spec in offered_actions():
             assert f"- {spec.name}(" in prompt
         assert ("Memory:" in prompt) == (variant == "memory")
 
@@ -191,7 +191,7 @@ def test_each_full_round_shows_the_error_of_the_action_before_it():
 def test_the_compact_variant_is_short_and_names_every_action():
     compact, full = system_prompt("compact"), system_prompt("vanilla")
     assert len(compact) * 5 < len(full)
-    for spec in ACTIONS:
+    for spec in offered_actions():
         assert spec.name in compact
     # Its one example is a call the parser accepts.
     example = "<tool_call>" + compact.split("<tool_call>", 1)[1].split("</tool_call>", 1)[0] + "</tool_call>"
@@ -206,6 +206,37 @@ def test_the_compact_variant_is_short_and_names_every_action():
     failed = Observation(instruction="x", screenshot=png("red"), step=1, last_action_error="no such element")
     last = build_messages(failed, AgentSettings(variant="compact"))[-1]["content"][0]["text"]
     assert "no such element" in last
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_element_actions_are_offered_only_when_the_settings_ask(variant):
+    element_names = [spec.name for spec in ACTIONS if spec.on_element]
+    assert len(element_names) == 4
+    plain, offered = system_prompt(variant), system_prompt(variant, element_actions=True)
+    assert plain == system_prompt(variant, element_actions=False)
+    assert not any(name in plain for name in element_names) and "element list" not in plain
+    assert all(name in offered for name in element_names) and "element list" in offered
+    # The coordinate actions stay offered beside them.
+    assert all(spec.name in offered for spec in offered_actions())
+    if variant != "compact":
+        embedded = offered.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
+        assert json.loads(embedded) == tool_schema(element_actions=True)
+    # build_messages follows AgentSettings.element_actions.
+    observation = observation_with_history(1)
+    on = build_messages(observation, AgentSettings(variant=variant, element_actions=True))
+    off = build_messages(observation, AgentSettings(variant=variant))
+    assert on[0]["content"] == offered and off[0]["content"] == plain
+    assert on[1:] == off[1:]  # only the system prompt differs
+
+
+def test_a_reply_with_an_element_action_parses_whatever_the_prompt_offered():
+    action = AgentAction("type_element", element=2, text="hello", press_enter=True)
+    parsed = parse_response(format_response(action, memory="the form is open"))
+    assert parsed.action == action and parsed.error == "" and parsed.memory == "the form is open"
+    assert parsed.action_text == 'type_element [2] "hello" + Enter'
+    bad = parse_response('<tool_call>{"name": "computer_use", "arguments": {"action": "click_element", '
+                         '"element": 0}}</tool_call>')
+    assert bad.action is None and "'element' must be from 1" in bad.error
 
 
 # ------------------------------------------------------------ untrusted input: parse_response is total

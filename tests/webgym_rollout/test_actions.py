@@ -1,4 +1,5 @@
-"""The action space: prompt text, tool schema and parser come from one definition and agree."""
+"""The action space: prompt text, tool schema and parser come from one definition and agree; element
+actions resolve to the element's centre on the step's element list."""
 
 from __future__ import annotations
 
@@ -12,29 +13,47 @@ from tests.support.untrusted_input import JSON_VALUES, ODD_TEXT, deeply_nested, 
 from webgym_rollout.actions import (
     ACTIONS,
     GRID_SIZE,
+    MAX_ELEMENT_ID,
     TOOL_NAME,
     ActionParseError,
     AgentAction,
     action_space_text,
+    element_actions_for,
+    element_centre,
     example_action,
     grid_to_pixels,
+    offered_actions,
     parse_arguments,
     parse_tool_call,
     pixels_to_grid,
     tool_schema,
 )
-from webgym_rollout.browser.protocol import BrowserAction
+from webgym_rollout.browser.protocol import BrowserAction, Element
 
 NAMES = [spec.name for spec in ACTIONS]
+COORDINATE_NAMES = ["left_click", "type", "key", "select", "scroll", "wait", "go_back", "navigate", "answer"]
+ELEMENT_NAMES = ["click_element", "type_element", "select_element", "hover_element"]
+
+
+def box(x, y, width, height, tag="button", text="OK", role="button") -> Element:
+    return Element(x=x, y=y, width=width, height=height, tag=tag, role=role, text=text)
+
+
+# A page's element list as the env reads it (ids 1, 2, 3), inside a MiniWoB task area (160x210).
+PAGE = (box(10, 20, 100, 40), box(10, 80, 140, 30, tag="input", role="textbox", text=""),
+        box(10, 140, 120, 24, tag="select", role="combobox", text="Red"))
 
 
 def test_the_action_set_is_the_one_the_protocol_names():
-    assert NAMES == ["left_click", "type", "key", "select", "scroll", "wait", "go_back", "navigate", "answer"]
+    assert NAMES == COORDINATE_NAMES + ELEMENT_NAMES
+    assert [spec.name for spec in offered_actions()] == COORDINATE_NAMES
+    assert [spec.name for spec in offered_actions(element_actions=True)] == NAMES
+    assert [spec.name for spec in ACTIONS if spec.on_element] == ELEMENT_NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_action_of_the_schema_parses_from_its_generated_example(name):
-    schema = tool_schema()["function"]
+    schema = tool_schema(element_actions=True)["function"]
     assert name in schema["parameters"]["properties"]["action"]["enum"]
     example = example_action(name)
     # The example tool call as the prompt shows it parses back to the same action.
@@ -46,18 +65,22 @@ def test_every_action_of_the_schema_parses_from_its_generated_example(name):
     for key, value in example.arguments().items():
         assert key in properties, f"{name}: argument {key} is not in the tool schema"
         declared = properties[key]["type"]
-        python_type = {"string": str, "number": (int, float), "boolean": bool, "array": list}[declared]
+        python_type = {"string": str, "number": (int, float), "boolean": bool, "array": list,
+                       "integer": int}[declared]
         assert isinstance(value, python_type), (name, key, value, declared)
         if "enum" in properties[key]:
             assert value in properties[key]["enum"]
 
 
-def test_schema_prompt_and_parser_cover_the_same_parameters():
-    properties = tool_schema()["function"]["parameters"]["properties"]
-    declared = {p.name for spec in ACTIONS for p in spec.params} | {"action"}
+@pytest.mark.parametrize("element_actions", [False, True])
+def test_schema_prompt_and_parser_cover_the_same_parameters(element_actions):
+    offered = offered_actions(element_actions)
+    properties = tool_schema(element_actions)["function"]["parameters"]["properties"]
+    declared = {p.name for spec in offered for p in spec.params} | {"action"}
     assert set(properties) == declared
-    text = action_space_text()
-    for spec in ACTIONS:
+    assert ("element" in properties) is element_actions
+    text = action_space_text(element_actions)
+    for spec in offered:
         line = next(line for line in text.splitlines() if line.startswith(f"- {spec.name}("))
         for param in spec.params:
             assert param.name in line
@@ -76,12 +99,15 @@ def test_schema_prompt_and_parser_cover_the_same_parameters():
             assert parse_arguments(args).name == spec.name
 
 
-def test_the_example_lines_of_the_prompt_are_valid_tool_calls():
-    lines = action_space_text().splitlines()
+@pytest.mark.parametrize(("element_actions", "names"), [(False, COORDINATE_NAMES), (True, NAMES)])
+def test_the_example_lines_of_the_prompt_are_valid_tool_calls(element_actions, names):
+    lines = action_space_text(element_actions).splitlines()
     examples = [line.split("Example: ", 1)[1] for line in lines if "Example: " in line]
-    assert len(examples) == len(ACTIONS)
     parsed = [parse_tool_call(f"<tool_call>{example}</tool_call>").name for example in examples]
-    assert parsed == NAMES
+    assert parsed == names
+    schema = tool_schema(element_actions)["function"]
+    assert schema["parameters"]["properties"]["action"]["enum"] == names
+    assert ("element list" in schema["description"]) is element_actions
 
 
 CALL = '<tool_call>{"name": "computer_use", "arguments": '
@@ -177,16 +203,18 @@ def test_json_form_round_trips(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_browser_actions_satisfy_the_browser_client_contract(name):
     for viewport in ((1280, 720), (160, 210)):
-        action = example_action(name).to_browser_action(viewport)
+        actions = example_action(name).to_browser_actions(viewport, PAGE)
         if name in ("navigate", "answer"):
-            assert action is None
+            assert actions == ()
             continue
-        # The typed model, and one that survives the trip over the wire unchanged.
-        assert isinstance(action, BrowserAction)
-        validated = BrowserAction.model_validate_json(action.model_dump_json(exclude_none=True))
-        assert validated == action
-        if validated.x is not None:
-            assert 0 <= validated.x < viewport[0] and 0 <= validated.y < viewport[1]
+        assert 1 <= len(actions) <= 2
+        for action in actions:
+            # The typed model, and one that survives the trip over the wire unchanged.
+            assert isinstance(action, BrowserAction)
+            validated = BrowserAction.model_validate_json(action.model_dump_json(exclude_none=True))
+            assert validated == action
+            if validated.x is not None:
+                assert 0 <= validated.x < viewport[0] and 0 <= validated.y < viewport[1]
 
 
 # ------------------------------------------------------------------ untrusted input: the parser is total
@@ -205,9 +233,14 @@ def _well_formed(action: AgentAction) -> None:
     assert AgentAction.from_json(stored) == action
     action.describe()
     action.to_tool_call()
-    browser = action.to_browser_action((1280, 720))
-    if browser is not None and browser.x is not None:
-        assert 0 <= browser.x < 1280 and 0 <= browser.y < 720
+    try:
+        sent = action.to_browser_actions((1280, 720), PAGE)
+    except ActionParseError as exc:  # an element the page does not list, or not a <select>
+        assert action.on_element and len(str(exc)) < 400
+        return
+    for browser in sent:
+        if browser.x is not None:
+            assert 0 <= browser.x < 1280 and 0 <= browser.y < 720
 
 
 @pytest.mark.parametrize("name", [[1, 2], {"left_click": 1}, None, 3, 1.5, True, ""])
@@ -293,3 +326,114 @@ def test_a_long_run_of_spaces_in_a_tool_call_is_read_in_one_pass():
     fenced = "<tool_call>```json\n" + json.dumps({"name": TOOL_NAME, "arguments": {"action": "go_back"}}) + \
         " " * 1_000_000 + "```</tool_call>"
     assert parse_tool_call(fenced).name == "go_back"
+
+
+# ------------------------------------------------------------------ element actions
+
+
+@pytest.mark.parametrize(("value", "expected"), [(1, 1), (3, 3), (7.0, 7), (MAX_ELEMENT_ID, MAX_ELEMENT_ID)])
+def test_an_element_id_is_a_whole_number_from_one(value, expected):
+    call = json.dumps({"action": "click_element", "element": value})
+    action = parse_tool_call(f"{CALL}{call}}}</tool_call>")
+    assert action.name == "click_element" and action.element == expected and action.on_element
+    assert action.to_json() == f'{{"action":"click_element","element":{expected}}}'
+    assert AgentAction.from_json(action.to_json()) == action
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (0, "from 1"), (-2, "from 1"), (MAX_ELEMENT_ID + 1, f"to {MAX_ELEMENT_ID}"), (2.5, "whole number"),
+    ("3", "whole number"), ("[3]", "whole number"), (True, "whole number"), (None, "whole number"),
+    ([3], "whole number"), ({"id": 3}, "whole number"),
+])
+def test_a_malformed_element_id_is_refused_by_the_parser(value, message):
+    with pytest.raises(ActionParseError, match=rf"'click_element' argument 'element' must .*{message}"):
+        parse_tool_call(CALL + json.dumps({"action": "click_element", "element": value}) + "}</tool_call>")
+
+
+@pytest.mark.parametrize("name", ELEMENT_NAMES)
+def test_an_element_action_needs_its_element(name):
+    args = example_action(name).arguments()
+    del args["element"]
+    with pytest.raises(ActionParseError, match=f"'{name}' needs the argument 'element'"):
+        parse_arguments(args)
+    # The coordinate form is no substitute: the element action's arguments are its own.
+    with pytest.raises(ActionParseError, match="'element'"):
+        parse_arguments({**args, "coordinate": [500, 500]})
+
+
+def test_element_actions_resolve_to_the_centre_of_the_element_on_the_list():
+    viewport = (1280, 720)
+    click = AgentAction("click_element", element=1).to_browser_actions(viewport, PAGE)
+    assert click == (BrowserAction.click(60, 40),)
+    typed = AgentAction("type_element", element=2, text="hi", press_enter=True)
+    assert typed.to_browser_actions(viewport, PAGE) == \
+        (BrowserAction.click(80, 95), BrowserAction.type_text("hi", press_enter=True))
+    chosen = AgentAction("select_element", element=3, option="Blue").to_browser_actions(viewport, PAGE)
+    assert chosen == (BrowserAction.select_option(70, 152, "Blue"),)
+    hovered = AgentAction("hover_element", element=1).to_browser_actions(viewport, PAGE)
+    assert hovered == (BrowserAction.scroll_by("up", 1, 60, 40),)  # the mouse moves there
+    # Elements as dicts (what an Observation may hold) resolve alike.
+    as_dicts = [element.model_dump() for element in PAGE]
+    assert AgentAction("click_element", element=1).to_browser_actions(viewport, as_dicts) == click
+    # A coordinate action ignores the list.
+    assert AgentAction("left_click", coordinate=(500, 500)).to_browser_actions(viewport, PAGE) == \
+        (BrowserAction.click(640, 360),)
+    assert AgentAction("left_click", coordinate=(500, 500)).to_browser_actions(viewport) == \
+        (BrowserAction.click(640, 360),)
+
+
+def test_an_element_click_lands_where_the_coordinate_click_at_its_centre_lands():
+    viewport = (160, 210)
+    element = box(17, 63, 41, 19)
+    (click,) = AgentAction("click_element", element=1).to_browser_actions(viewport, [element])
+    grid = pixels_to_grid(element.x + element.width / 2, element.y + element.height / 2, viewport)
+    (coordinate_click,) = AgentAction("left_click", coordinate=grid).to_browser_actions(viewport)
+    assert abs(click.x - coordinate_click.x) <= 1 and abs(click.y - coordinate_click.y) <= 1
+
+
+def test_an_element_that_sticks_out_of_the_screenshot_is_acted_on_in_its_visible_part():
+    # The part of the box inside the 160x210 frame is x 100-160, y 0-30.
+    assert element_centre(box(100, -30, 200, 60), (160, 210)) == (130, 15)
+    # Wholly outside: the box's own centre (the click lands outside the screenshot, where the page is).
+    assert element_centre(box(200, 300, 20, 10), (160, 210)) == (210, 305)
+    assert element_centre({"x": 0, "y": 0, "width": 10, "height": 4}, (160, 210)) == (5, 2)
+
+
+@pytest.mark.parametrize(("element", "elements", "message"), [
+    (12, PAGE, "element 12 does not exist: the page lists 3 elements"),
+    (2, PAGE[:1], "element 2 does not exist: the page lists 1 element$"),
+    (1, (), "element 1 does not exist: the page lists no interactive elements"),
+    (0, PAGE, "element 0 does not exist"),  # built in code, not parsed: still no crash
+])
+def test_an_element_the_page_does_not_list_is_an_agent_mistake(element, elements, message):
+    for name in ELEMENT_NAMES:
+        action = parse_arguments({**example_action(name).arguments(), "element": max(1, element)})
+        action = AgentAction(**{**action.__dict__, "element": element})
+        with pytest.raises(ActionParseError, match=message):
+            action.to_browser_actions((1280, 720), elements)
+
+
+def test_select_element_on_something_that_is_not_a_select_is_an_agent_mistake():
+    with pytest.raises(ActionParseError, match=r"element 1 is a <button>, not a drop-down list"):
+        AgentAction("select_element", element=1, option="Blue").to_browser_actions((1280, 720), PAGE)
+
+
+def test_an_element_action_has_no_single_browser_action_without_its_list():
+    with pytest.raises(ValueError, match="to_browser_actions"):
+        AgentAction("click_element", element=1).to_browser_action((1280, 720))
+
+
+def test_element_actions_describe_themselves_by_their_id():
+    assert AgentAction("click_element", element=4).describe() == "click_element [4]"
+    assert AgentAction("hover_element", element=2).describe() == "hover_element [2]"
+    assert AgentAction("type_element", element=3, text="x" * 100, press_enter=True).describe(10) == \
+        'type_element [3] "xxxxxxx..." + Enter'
+    assert AgentAction("select_element", element=5, option="Blue").describe() == 'select_element [5] "Blue"'
+
+
+@pytest.mark.parametrize(("modes", "offered"), [
+    (("screenshot",), False), ((), False), (("som",), True), (("axtree",), True),
+    (("screenshot", "elements"), True), (["screenshot", "som"], True),
+])
+def test_the_observation_modes_that_number_elements_call_for_element_actions(modes, offered):
+    assert element_actions_for(modes) is offered
