@@ -13,7 +13,7 @@ from tests.webgym_rollout.test_env import miniwob, reply
 from webgym_data.schema import Task
 from webgym_rollout.actions import AgentAction, pixels_to_grid
 from webgym_rollout.browser.client import BrowserClient
-from webgym_rollout.browser.protocol import BrowserAction, Element
+from webgym_rollout.browser.protocol import ActResult, BrowserAction, Element
 from webgym_rollout.env import WebEnv
 from webgym_rollout.settings import EnvSettings
 
@@ -79,8 +79,18 @@ async def test_type_element_clicks_the_field_and_types_into_it(client, sites_url
         observation = await env.reset(miniwob("enter-text", 3))
         wanted = observation.instruction.split('"')[1]
         field = element_id(observation.elements, tag="input", text="")
+        session, calls = env.session, []
+        act = session.act
+
+        async def counted(action, **options):
+            calls.append((action.kind, options.get("screenshot", "default") is not None))
+            return await act(action, **options)
+
+        session.act = counted
         typed = await env.step(reply(AgentAction("type_element", element=field, text=wanted)))
         assert typed.info["step"].action_error == "" and not typed.terminated
+        # Two calls: the click without an observation, then the typing with the next one.
+        assert calls == [("click", False), ("type", True)]
         click, keys = typed.info["browser_actions"]
         assert click == BrowserAction.click(*centre(observation.elements[field - 1]))
         assert keys == BrowserAction.type_text(wanted)
@@ -154,3 +164,29 @@ async def test_an_element_the_page_does_not_list_is_an_agent_error_and_the_episo
                                                element=element_id(result.observation.elements,
                                                                   tag="button", text=target))))
         assert won.terminated and won.reward == 1.0 and [s.index for s in env.steps] == [0, 1]
+
+
+async def test_type_element_stops_at_a_click_that_fails(client, sites_url):
+    """The browser reports the click of a ``type_element`` as failed (a stand-in answers for it): the
+    text is not typed, the step carries the click's error and the page is read as after a no-op."""
+    settings = EnvSettings(sites_url=sites_url, elements=True, horizons={"miniwob": 5})
+    async with WebEnv(client, settings) as env:
+        observation = await env.reset(miniwob("enter-text", 3))
+        session, kinds = env.session, []
+        act = session.act
+
+        async def failing_click(action, **options):
+            kinds.append(action.kind)
+            if action.kind == "click":
+                return ActResult(ok=False, error="the click did not land", url=observation.url,
+                                 title=observation.title)
+            return await act(action, **options)
+
+        session.act = failing_click
+        field = element_id(observation.elements, tag="input", text="")
+        result = await env.step(reply(AgentAction("type_element", element=field, text="never typed")))
+        assert kinds == ["click"]
+        assert result.info["step"].action_error == "the click did not land" and not result.terminated
+        assert result.info["step"].same_as_next  # nothing was typed
+        after = result.observation.elements
+        assert after[element_id(after, tag="input") - 1].text == ""
