@@ -18,11 +18,7 @@ scripted play), carries out its action, records a trajectory `Step` (``result.in
 returns the next observation. A page action and the observation after it are one call to the
 browser server (`BrowserSession.act`: the screenshot, the page's own state for the outcome, the
 elements when `EnvSettings.elements`); a navigation, or a reply without an action, reads the page
-with separate calls. An element action (``click_element``, ...: `webgym_rollout.actions`) is
-resolved on the elements of the observation the policy saw (read with ``page_info`` first when the
-env had not read them) to the element's centre, and carried out with the browser's ordinary
-coordinate actions (``type_element``: a click, then the typing with the observation: two calls);
-the step keeps the action as the policy wrote it. The result carries
+with separate calls. The result carries
 
 - ``reward``: the environment's own reward (a MiniWoB page's raw reward once it is done; a website
   gives none: its reward comes from the judge after the episode);
@@ -34,12 +30,20 @@ the step keeps the action as the policy wrote it. The result carries
   environment's `TaskOutcome`, if it keeps one), ``answer`` and ``browser_actions`` (the
   `BrowserAction`s the step sent, in viewport pixels: where an element action landed).
 
+An element action (``click_element``, ``type_element``, ``select_element``, ``hover_element``:
+`webgym_rollout.actions`) names an element by its number in the elements of the observation the
+policy saw (read with ``page_info`` first when the env had read none). The env resolves it to the
+element's centre and sends the browser's ordinary coordinate actions, so the browser server's
+contract does not change (``type_element``: the click alone, then the typing with the next
+observation: two calls); the step keeps the action as the policy wrote it. A number the page does
+not list is the agent's mistake: a no-op step whose ``action_error`` says so.
+
 An agent's mistake is data on the step, never an exception: a reply without a valid action is a
-no-op step with ``action_error`` saying why, a click on nothing, a refused URL or an element id the
-page does not list likewise. An infrastructure failure raises a `BrowserError` (a crashed browser,
-a lost session, an unreachable server); `reset` again starts the episode over on a fresh session.
-How a task opens and whether it keeps its own reward is its kind's business
-(`webgym_rollout.tasks.kind`); the environment never asks which kind it plays.
+no-op step with ``action_error`` saying why, a click on nothing or a refused URL likewise. An
+infrastructure failure raises a `BrowserError` (a crashed browser, a lost session, an unreachable
+server); `reset` again starts the episode over on a fresh session. How a task opens and whether it
+keeps its own reward is its kind's business (`webgym_rollout.tasks.kind`); the environment never asks
+which kind it plays.
 """
 
 from __future__ import annotations
@@ -195,20 +199,22 @@ class WebEnv:
         truncated = len(self.steps) >= self.horizon
         if agent_action is not None and agent_action.ends_episode:
             self.answer, terminated, truncated = agent_action.text, True, False
-        elif agent_action is not None and agent_action.name == "navigate":
-            began = time.perf_counter()
-            step.action_error = await self._navigate(agent_action.url)
-            execute_s = time.perf_counter() - began
         elif agent_action is not None:
             began = time.perf_counter()
-            try:
-                sent = agent_action.to_browser_actions((shot.width, shot.height),
-                                                       await self._elements_for(agent_action))
-            except ActionParseError as exc:  # an element the page does not list: a no-op step
-                step.action_error = str(exc)
+            sent, browser_action, popups = await self._inputs(step, agent_action, (shot.width, shot.height))
+            if agent_action.name == "navigate":
+                step.action_error = await self._navigate(agent_action.url)
+                execute_s = time.perf_counter() - began
+            elif browser_action is None:  # an element the page does not list, or a first input that failed
+                execute_s = time.perf_counter() - began
             else:
-                acted = await self._act(step, sent, truncated)
-                execute_s = time.perf_counter() - began - (acted.observe_s if acted is not None else 0.0)
+                # The action and the next observation in one call (no screenshot after the last step).
+                acted = await self.session.act(browser_action, screenshot=None if truncated else _SCREENSHOT,
+                                               elements=self.settings.elements and not truncated)
+                execute_s = time.perf_counter() - began - acted.observe_s
+                step.action_error, step.popups = acted.error, tuple(acted.popups)
+                self._url, self._title = acted.url, acted.title
+                step.popups = popups + step.popups
         step.latency = Latency(policy_s=float(output.latency_s), execute_s=execute_s,
                                screenshot_s=self._shot_s)
         if acted is not None:
@@ -313,29 +319,35 @@ class WebEnv:
         self._shot = await self.session.screenshot()
         self._shot_s = time.perf_counter() - began
 
-    async def _act(self, step: Step, actions: tuple[BrowserAction, ...], truncated: bool) -> ActResult | None:
-        """Send the inputs of one agent action, the last one with the next observation in the same
-        call (no screenshot after the last step). An earlier input that fails (the click of
-        ``type_element``) ends the action there with its error on the step: None, and the page is
-        read as after a no-op."""
+    async def _inputs(self, step: Step, action: AgentAction, frame: tuple[int, int],
+                      ) -> tuple[tuple[BrowserAction, ...], BrowserAction | None, tuple[str, ...]]:
+        """The browser inputs of a page action (`AgentAction.to_browser_actions` in the screenshot's
+        frame; an element action resolved on the elements the policy saw), with every input before
+        the last one already sent, alone (``type_element``'s click). Returns the inputs sent or to
+        send, the last one (the caller sends it with the next observation) and the popups the
+        earlier ones reported. The last is None when there is nothing to send: ``navigate``, an
+        element the page does not list, or an earlier input that failed (the error is on the step)."""
+        if action.name == "navigate":
+            return (), None, ()
+        try:
+            inputs = action.to_browser_actions(frame, await self._elements_for(action))
+        except ActionParseError as exc:  # an element the page does not list: a no-op step
+            step.action_error = str(exc)
+            return (), None, ()
         assert self.session is not None
         popups: list[str] = []
-        for action in actions[:-1]:
-            done = await self.session.act(action, screenshot=None, env_state=False)
+        for index, earlier in enumerate(inputs[:-1]):
+            done = await self.session.act(earlier, screenshot=None, env_state=False)
             popups += done.popups
             self._url, self._title = done.url, done.title
             if done.error:
                 step.action_error, step.popups = done.error, tuple(popups)
-                return None
-        acted = await self.session.act(actions[-1], screenshot=None if truncated else _SCREENSHOT,
-                                       elements=self.settings.elements and not truncated)
-        step.action_error, step.popups = acted.error, tuple(popups + acted.popups)
-        self._url, self._title = acted.url, acted.title
-        return acted
+                return inputs[:index + 1], None, tuple(popups)
+        return inputs, inputs[-1], tuple(popups)
 
     async def _elements_for(self, action: AgentAction) -> tuple[Any, ...]:
-        """The elements an element action's id refers to: those of the observation the policy saw,
-        read now when the env had read none (`EnvSettings.elements` off); () for other actions."""
+        """The elements an element action's number refers to: those of the observation the policy
+        saw, read now when the env had read none (`EnvSettings.elements` off); () for other actions."""
         if not action.on_element:
             return ()
         if self._elements:
