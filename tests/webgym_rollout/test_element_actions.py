@@ -159,11 +159,16 @@ async def test_an_element_the_page_does_not_list_is_an_agent_error_and_the_episo
         assert not (result.terminated or result.truncated) and result.reward == 0.0
         assert result.info["browser_actions"] == () and step.same_as_next
         assert result.observation.last_action_error == step.action_error  # shown to the policy
+        # Scripted play (an AgentAction, not a reply) alike; every element action checks the number.
+        scripted = await env.step(AgentAction("hover_element", element=count + 1))
+        assert scripted.info["step"].action_error == \
+            f"element {count + 1} does not exist: the page lists {count} elements"
+        assert not scripted.terminated
         target = observation.instruction.split('"')[1]
         won = await env.step(reply(AgentAction("click_element",
                                                element=element_id(result.observation.elements,
                                                                   tag="button", text=target))))
-        assert won.terminated and won.reward == 1.0 and [s.index for s in env.steps] == [0, 1]
+        assert won.terminated and won.reward == 1.0 and [s.index for s in env.steps] == [0, 1, 2]
 
 
 async def test_type_element_stops_at_a_click_that_fails(client, sites_url):
