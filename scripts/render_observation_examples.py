@@ -40,15 +40,15 @@ async def render(task: str, seed: int, out: Path, budget_tokens: int) -> str:
     with SiteServer() as sites:
         pool = PoolSettings(browsers=1, contexts_per_browser=1,
                             allow_hosts=(sites.base_url.removeprefix("http://"),))
-        async with running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)) as (url, _):
-            async with BrowserClient(url) as client:
-                session = await client.create_session(task_url(sites.base_url, task),
-                                                      environment=f"miniwob:{task}", seed=seed)
-                try:
-                    shot = await session.screenshot()
-                    info = await session.page_info(elements=True, axtree=True)
-                finally:
-                    await session.close()
+        server = running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool))
+        async with server as (url, _), BrowserClient(url) as client:
+            session = await client.create_session(task_url(sites.base_url, task),
+                                                  environment=f"miniwob:{task}", seed=seed)
+            try:
+                shot = await session.screenshot()
+                info = await session.page_info(elements=True, axtree=True)
+            finally:
+                await session.close()
     out.mkdir(parents=True, exist_ok=True)
     png = out / f"som-{task}.png"
     # The MiniWoB screenshot is the task area shot at (0, 0) and scale 1: its size is the viewport frame.

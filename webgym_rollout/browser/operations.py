@@ -126,13 +126,18 @@ _ELEMENTS_SCRIPT = """(withTree) => {
     if (explicit) return explicit;
     if (el.tagName === 'INPUT') return inputRoles[el.type] || 'textbox';
     if (el.tagName === 'A' && !el.hasAttribute('href')) return '';
+    // A label of nothing is just text.
+    if (el.tagName === 'LABEL' && !el.htmlFor && !el.querySelector('input, select, textarea')) return '';
     return tagRoles[el.tagName] || '';
   };
-  // A node's own text: all of it when its children are inline (a sentence with a bold word stays
-  // one sentence), else only its direct text (the blocks below it come as nodes of their own).
-  const inline = (el) => Array.from(el.children).every(c => getComputedStyle(c).display.startsWith('inline'));
-  const ownText = (el) => inline(el) ? clean(el.innerText || el.textContent)
-    : clean(Array.from(el.childNodes).filter(n => n.nodeType === 3).map(n => n.textContent).join(' '));
+  // A node's own text: its text nodes and those of its inline children without a role (a sentence
+  // with a bold word stays one sentence); children with a role, elements and blocks are nodes of
+  // their own. `plain` says which children the text took in, so they do not repeat it.
+  const plain = (c) => !ids.has(c) && !roleOf(c) && !skipTags.has(c.tagName) && !hidden(c)
+    && getComputedStyle(c).display.startsWith('inline');
+  const rawText = (el) => Array.from(el.childNodes).map(n => n.nodeType === 3 ? n.textContent
+    : (n.nodeType === 1 && plain(n) ? ' ' + rawText(n) + ' ' : ' ')).join('');
+  const ownText = (el) => clean(rawText(el));
   const nameOf = (el, role) => {
     const aria = el.getAttribute('aria-label');
     if (aria && aria.trim()) return clean(aria);
@@ -174,7 +179,7 @@ _ELEMENTS_SCRIPT = """(withTree) => {
     let keep = Boolean(role), name = keep ? nameOf(el, role) : '', ownsText = false;
     if (!name && !named && !fromContent.has(role) && element === null) {
       name = ownText(el);
-      ownsText = name !== '' && inline(el);
+      ownsText = name !== '';
       if (name && !keep) { role = 'text'; keep = true; }
     }
     // Inside text already named, a node named by its content alone would only repeat it.
@@ -182,8 +187,8 @@ _ELEMENTS_SCRIPT = """(withTree) => {
     if (keep) nodes.push({depth, role, name, element});
     const childDepth = keep ? depth + 1 : depth;
     // Text already in a name is not repeated by the nodes below (nodes with a role still follow).
-    const childNamed = named || ownsText || (keep && name !== '' && fromContent.has(role));
-    for (const child of el.children) walk(child, childDepth, childNamed);
+    const childNamed = named || (keep && name !== '' && fromContent.has(role));
+    for (const child of el.children) walk(child, childDepth, childNamed || (ownsText && plain(child)));
   };
   if (document.body) walk(document.body, 0, false);
   return {elements: out, axtree: nodes};
