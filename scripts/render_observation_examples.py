@@ -1,8 +1,8 @@
 """Regenerate the observation-mode examples of docs/guides/rollout.md from a real MiniWoB++ page.
 
-    .venv/bin/python scripts/render_observation_examples.py            # write docs/images/som-miniwob.png,
-                                                                       # print the text examples
-    .venv/bin/python scripts/render_observation_examples.py --task click-checkboxes --seed 3 --out /tmp/x
+    .venv/bin/python scripts/render_observation_examples.py   # write docs/assets/som-miniwob.png,
+                                                              # print the text examples
+    .venv/bin/python scripts/render_observation_examples.py --task click-checkboxes --seed 3 --png /tmp/x.png
 
 Starts a local site server and a browser server (127.0.0.1 only), opens the seeded MiniWoB++ task,
 reads the page's elements and accessibility tree with one ``page_info`` call, draws the set-of-marks
@@ -26,7 +26,7 @@ from webgym_rollout.observations import draw_marks, render_axtree
 from webgym_rollout.tasks.miniwob import task_url
 from webgym_rollout.tasks.sites import SiteServer
 
-DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+DOCS_PNG = Path(__file__).resolve().parents[1] / "docs" / "assets" / "som-miniwob.png"
 
 
 def element_line(number: int, element: Element) -> str:
@@ -35,8 +35,8 @@ def element_line(number: int, element: Element) -> str:
     return f"[{number}] {element.role or element.tag} {json.dumps(element.text, ensure_ascii=False)}{name}"
 
 
-async def render(task: str, seed: int, out: Path, budget_tokens: int) -> str:
-    """Write the set-of-marks PNG of `task` under `out`; the text examples, as printed."""
+async def render(task: str, seed: int, png: Path, budget_tokens: int) -> str:
+    """Write the set-of-marks PNG of `task` to `png`; the text examples, as printed."""
     with SiteServer() as sites:
         pool = PoolSettings(browsers=1, contexts_per_browser=1,
                             allow_hosts=(sites.base_url.removeprefix("http://"),))
@@ -49,8 +49,7 @@ async def render(task: str, seed: int, out: Path, budget_tokens: int) -> str:
                 info = await session.page_info(elements=True, axtree=True)
             finally:
                 await session.close()
-    out.mkdir(parents=True, exist_ok=True)
-    png = out / f"som-{task}.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
     # The MiniWoB screenshot is the task area shot at (0, 0) and scale 1: its size is the viewport frame.
     png.write_bytes(draw_marks(shot.data, info.elements, viewport=(shot.width, shot.height)))
     axtree = render_axtree(info.axtree, info.elements, budget_tokens=budget_tokens)
@@ -61,13 +60,13 @@ async def render(task: str, seed: int, out: Path, budget_tokens: int) -> str:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--task", default="login-user", show_default=True, help="MiniWoB++ task to open.")
 @click.option("--seed", default=7, show_default=True, type=int, help="Seed of the task's episode.")
-@click.option("--out", default=str(DOCS_IMAGES), show_default=True, type=click.Path(file_okay=False),
-              help="Folder the set-of-marks PNG goes to (som-<task>.png).")
+@click.option("--png", default=str(DOCS_PNG), show_default="docs/assets/som-miniwob.png",
+              type=click.Path(dir_okay=False), help="Where the set-of-marks PNG goes.")
 @click.option("--budget-tokens", default=2000, show_default=True, type=int,
               help="Token budget of the axtree text (4 characters a token).")
-def main(task: str, seed: int, out: str, budget_tokens: int) -> None:
+def main(task: str, seed: int, png: str, budget_tokens: int) -> None:
     """Draw a set-of-marks PNG of a MiniWoB++ page and print its axtree and elements text."""
-    click.echo(asyncio.run(render(task, seed, Path(out), budget_tokens)))
+    click.echo(asyncio.run(render(task, seed, Path(png), budget_tokens)))
 
 
 if __name__ == "__main__":
