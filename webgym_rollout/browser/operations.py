@@ -136,7 +136,7 @@ _ELEMENTS_SCRIPT = """(withTree) => {
   const plain = (c) => !ids.has(c) && !roleOf(c) && !skipTags.has(c.tagName) && !hidden(c)
     && getComputedStyle(c).display.startsWith('inline');
   const rawText = (el) => Array.from(el.childNodes).map(n => n.nodeType === 3 ? n.textContent
-    : (n.nodeType === 1 && plain(n) ? ' ' + rawText(n) + ' ' : ' ')).join('');
+    : (n.nodeType === 1 && plain(n) ? rawText(n) : ' ')).join('');
   const ownText = (el) => clean(rawText(el));
   const nameOf = (el, role) => {
     const aria = el.getAttribute('aria-label');
