@@ -432,8 +432,9 @@ class PageInfoRequest(BaseModel):
     elements: bool = False
     """Also list the interactive elements in the viewport (`Element`)."""
     axtree: bool = False
-    """Also read the page's accessibility tree (`AxNode`), from the same in-page evaluation as the
-    elements, so a node's `AxNode.element` is an id into this reply's `PageInfo.elements`."""
+    """Also read the page's accessibility tree (`AxNode`, the whole document in document order, at
+    most 2000 nodes and 60 levels), from the same in-page evaluation as the elements, so a node's
+    `AxNode.element` is an id into this reply's `PageInfo.elements`."""
 
 
 class PageInfo(BaseModel):
