@@ -368,13 +368,13 @@ SHARD_FAULTS = {
     "zero bytes": (lambda p: p.write_bytes(b""), r"not a readable parquet shard, it is empty \(0 bytes\)"),
     "not parquet": (lambda p: p.write_text("PAR1 hello"), r"not a readable parquet shard"),
     "missing column": (lambda p: _rewrite(p, lambda t: t.drop_columns(["reward"])),
-                       r"not a trajectory schema 1\.5 shard: missing column 'reward'"),
+                       r"not a trajectory schema 1\.6 shard: missing column 'reward'"),
     "wrong type": (lambda p: _rewrite(p, lambda t: _set(t, "reward", pa.array(["1"] * t.num_rows))),
-                   r"not a trajectory schema 1\.5 shard: column 'reward' is string, expected a number"),
+                   r"not a trajectory schema 1\.6 shard: column 'reward' is string, expected a number"),
     "wrong nested type": (lambda p: _rewrite(p, lambda t: _map_steps(t, lambda s: {**s, "latency": "slow"})),
                           r"not a .* shard: column 'steps.latency' is string, expected a struct of policy_s"),
     "missing step field": (lambda p: _rewrite(p, lambda t: _map_steps(t, _without({"memory"}))),
-                           r"not a trajectory schema 1\.5 shard: column 'steps' has no field 'memory'"),
+                           r"not a trajectory schema 1\.6 shard: column 'steps' has no field 'memory'"),
 }
 
 
@@ -417,6 +417,13 @@ def test_a_manifest_that_does_not_fit_is_refused_naming_it(tmp_path, change, mes
 
 def test_an_older_schema_reads_without_its_later_columns_but_not_without_its_own(tmp_path):
     out, manifest = _run(tmp_path / "run")
+    # What 1.6 added: the text observation, a field of each step.
+    for shard in manifest["shards"]:
+        _rewrite(out / shard["path"], lambda t: _map_steps(t, _without({"observation_text"})))
+    with pytest.raises(TrajectoryError, match=r"1\.6 shard: column 'steps' has no field 'observation_text'"):
+        read_episodes(out)
+    (out / "manifest.json").write_text(json.dumps({**manifest, "schema_version": "1.5"}))
+    assert {s.observation_text for e in read_episodes(out) for s in e.steps} == {""}
     # What 1.5 changed: the policy version was the endpoint's name for it.
     for shard in manifest["shards"]:
         _rewrite(out / shard["path"], lambda t: _map_steps(t, lambda s: {**s, "policy_version": "v3"}))
