@@ -4,6 +4,8 @@ a YAML key."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import pytest_asyncio
 
@@ -14,8 +16,9 @@ from webgym_rollout.actions import AgentAction, pixels_to_grid
 from webgym_rollout.agent.protocol import build_messages
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.protocol import Element
-from webgym_rollout.env import ELEMENTS_HEADER, WebEnv
+from webgym_rollout.env import AXTREE_HEADER, ELEMENTS_HEADER, WebEnv
 from webgym_rollout.observations import render_elements
+from webgym_rollout.observations.marks import draw_marks
 from webgym_rollout.runner.settings import RunSettings
 from webgym_rollout.settings import EnvSettings, ObservationSettings
 from webgym_sites.generate import site_tasks
@@ -154,3 +157,62 @@ def test_the_modes_are_a_flag_and_a_yaml_key_and_a_bad_mode_is_named(tmp_path):
         ObservationSettings(axtree_tokens=0)
     help_text = CliRunner().invoke(main, ["run", "--help"], terminal_width=200).output
     assert "--observation-modes" in help_text and "--observation-axtree-tokens" in help_text
+
+
+# -------------------------------------------------------------------------- som and axtree
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", ["miniwob", "site"])
+async def test_the_som_mode_shows_and_records_the_screenshot_marked_with_the_listed_elements(
+        client, sites_url, page):
+    from PIL import Image
+
+    env = WebEnv(client, settings(sites_url, "som", "elements"))
+    observation = await env.reset(login_user() if page == "miniwob" else shop(sites_url))
+    raw = env._shot
+    assert raw is not None and observation.image
+    # The image shown is the screenshot with the step's elements drawn, numbered as the list is.
+    assert observation.screenshot != raw.data
+    assert observation.screenshot == draw_marks(raw.data, observation.elements, viewport=observation.viewport)
+    assert len(element_lines(observation.text)) == len(observation.elements) > 0
+    marked, plain = (Image.open(io.BytesIO(data)).convert("RGB")
+                     for data in (observation.screenshot, raw.data))
+    assert marked.size == plain.size
+    scale = plain.size[0] / observation.viewport[0]
+    for element in observation.elements:  # each element's box is drawn on (its outline differs)
+        box = [round(v * scale) for v in (element.x, element.y, element.x + element.width,
+                                          element.y + element.height)]
+        box = [max(0, box[0]), max(0, box[1]), min(plain.size[0], box[2]), min(plain.size[1], box[3])]
+        if box[2] > box[0] and box[3] > box[1]:
+            assert marked.crop(box).tobytes() != plain.crop(box).tobytes(), element
+    result = await env.step(AgentAction("wait"))
+    (step,) = env.steps
+    assert step.screenshot == observation.screenshot and step.observation_text == observation.text
+    assert step.same_as_next == (env._shot.sha256 == raw.sha256)
+    assert result.observation.screenshot != env._shot.data
+    await env.close()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", ["miniwob", "site"])
+async def test_the_axtree_mode_shows_the_tree_before_the_list_with_the_same_numbers(client, sites_url, page):
+    env = WebEnv(client, settings(sites_url, "screenshot", "axtree", "elements"))
+    observation = await env.reset(login_user() if page == "miniwob" else shop(sites_url))
+    tree, _, listed = observation.text.partition("\n\n" + ELEMENTS_HEADER + "\n")
+    assert tree.startswith(AXTREE_HEADER + "\n") and listed
+    assert listed.splitlines() == render_elements(observation.elements).splitlines()
+    # Every element of the list is in the tree under its number, named as the list names it.
+    for number, element in enumerate(observation.elements, start=1):
+        assert f"[{number}] {element.role or element.tag}" in tree
+    if page == "miniwob":
+        assert '[3] button "Login"' in tree
+    else:
+        assert "Search products" in tree and "Sign in" in tree
+    small = WebEnv(client, EnvSettings(sites_url=sites_url, observation=ObservationSettings(
+        modes=("axtree",), axtree_tokens=40)))
+    cut = await small.reset(shop(sites_url))
+    assert len(cut.text) <= len(AXTREE_HEADER) + 1 + 40 * 4 and "cut to fit 40 tokens" in cut.text
+    assert not cut.image
+    await small.close()
+    await env.close()
