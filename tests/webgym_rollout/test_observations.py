@@ -5,6 +5,7 @@ a YAML key."""
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 import pytest_asyncio
@@ -25,14 +26,19 @@ from webgym_sites.generate import site_tasks
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def client(chromium_path, sites):
+async def browser_url(chromium_path, sites):
     from webgym_rollout.browser.pool import PoolSettings
     from webgym_rollout.browser.server import ServerSettings, running_server
 
-    pool = PoolSettings(executable_path=chromium_path, browsers=1, contexts_per_browser=2,
+    pool = PoolSettings(executable_path=chromium_path, browsers=1, contexts_per_browser=3,
                         allow_hosts=(f"{sites.host}:{sites.port}",))
-    async with running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)) as (url, _), \
-            BrowserClient(url) as client:
+    async with running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)) as (url, _):
+        yield url
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def client(browser_url):
+    async with BrowserClient(browser_url) as client:
         yield client
 
 
@@ -116,6 +122,26 @@ async def test_the_elements_mode_lists_the_links_of_a_local_site_page(client, si
     assert env.steps[0].screenshot and env.steps[0].observation_text == observation.text
     assert all(part["type"] == "text" for part in build_messages(result.observation)[-1]["content"])
     await env.close()
+
+
+@pytest.mark.browser
+async def test_a_run_with_the_flag_records_what_each_step_showed(tmp_path, browser_url, sites_url):
+    from webgym_rollout.runner import run
+    from webgym_rollout.trajectory.reader import read_episodes
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(login_user(seed).to_row()) + "\n" for seed in (1, 2)))
+    settings = load_settings(RunSettings, None, {"env__observation__modes": ("elements",)},
+                             tasks=str(tasks), servers=(browser_url,), out=str(tmp_path / "out"),
+                             env__sites_url=sites_url, policy__kind="random", progress=False,
+                             env__horizons={"miniwob": 2})
+    await run(settings)
+    steps = [step for episode in read_episodes(tmp_path / "out") for step in episode.steps]
+    assert len(steps) >= 2
+    for step in steps:  # login-user's fields and button, whatever the random policy did
+        assert step.observation_text.startswith(ELEMENTS_HEADER + "\n")
+        assert '(id=subbtn)' in step.observation_text
+        assert json.loads(step.messages)[-1]["content"][0]["text"].endswith(step.observation_text)
 
 
 # ------------------------------------------------------------------------------ the element list
