@@ -117,7 +117,9 @@ class Observation:
     page changed; it never changes them)."""
     elements: tuple[Any, ...] = ()
     """Interactive elements (``PageInfo.elements``: x, y, width, height, tag, role, text in viewport
-    pixels), as objects or dicts; only policies that need them (the random one) read them."""
+    pixels), as objects or dicts, numbered from 1 in this order (the numbers of the set-of-marks
+    labels, the text observation and the element actions); read at every step by the observation
+    modes som, axtree and elements, and for policies that need them (the random one)."""
     last_action_error: str = ""
     """Why the previous action failed ("" if it did not); shown to the policy."""
     episode_id: str = ""
