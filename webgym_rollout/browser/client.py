@@ -324,8 +324,11 @@ class BrowserSession:
         )
         return decode_act(response.headers, response.content)
 
-    async def page_info(self, *, elements: bool = False) -> PageInfo:
-        body = PageInfoRequest(elements=elements).model_dump()
+    async def page_info(self, *, elements: bool = False, axtree: bool = False) -> PageInfo:
+        """The page's URL and title and, when asked for, the interactive elements in the viewport and
+        the accessibility tree (read together: an `AxNode.element` is an id into `PageInfo.elements`,
+        filled only when `elements` is asked for too)."""
+        body = PageInfoRequest(elements=elements, axtree=axtree).model_dump()
         return PageInfo.model_validate(await self._post("page_info", body, idempotent=True))
 
     async def env_state(self) -> EnvState:

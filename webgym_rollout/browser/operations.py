@@ -50,6 +50,7 @@ from webgym_rollout.browser.processes import ChromiumProcesses
 from webgym_rollout.browser.protocol import (
     ActRequest,
     ActResult,
+    AxNode,
     BrowserAction,
     CreateSessionRequest,
     Element,
@@ -77,7 +78,9 @@ __all__ = ["Operations"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_ELEMENTS_SCRIPT = """() => {
+# Reads the interactive elements in the viewport and, with `withTree`, the accessibility tree in one
+# evaluation: a tree node that is one of the listed elements carries its 1-based id in that list.
+_ELEMENTS_SCRIPT = """(withTree) => {
   const selector = 'a[href], button, input, select, textarea, summary, label[for], [role=button], ' +
     '[role=link], [role=checkbox], [role=radio], [role=tab], [role=menuitem], [role=option], ' +
     '[role=textbox], [role=combobox], [onclick], [contenteditable=""], [contenteditable=true], ' +
@@ -85,6 +88,7 @@ _ELEMENTS_SCRIPT = """() => {
   const implicit = {A: 'link', BUTTON: 'button', INPUT: 'textbox', SELECT: 'combobox', TEXTAREA: 'textbox',
                     SUMMARY: 'button', LABEL: 'label'};
   const out = [];
+  const ids = new Map();
   const vw = window.innerWidth, vh = window.innerHeight;
   for (const el of document.querySelectorAll(selector)) {
     const r = el.getBoundingClientRect();
@@ -99,8 +103,95 @@ _ELEMENTS_SCRIPT = """() => {
                   || el.getAttribute('title') || el.getAttribute('alt') || '').trim().replace(/\\s+/g, ' ');
     out.push({x: r.x, y: r.y, width: r.width, height: r.height, tag: el.tagName.toLowerCase(), role,
               text: text.slice(0, 200), name: (el.id || el.getAttribute('name') || '').slice(0, 100)});
+    ids.set(el, out.length);
   }
-  return out;
+  if (!withTree) return {elements: out, axtree: []};
+
+  const MAX_NODES = 2000, MAX_DEPTH = 60, MAX_NAME = 200;
+  const clean = (s) => (s || '').replace(/\\s+/g, ' ').trim().slice(0, MAX_NAME);
+  const skipTags = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD', 'META', 'LINK', 'svg', 'SVG']);
+  const tagRoles = {A: 'link', BUTTON: 'button', SELECT: 'combobox', TEXTAREA: 'textbox', SUMMARY: 'button',
+    LABEL: 'label', IMG: 'img', H1: 'heading', H2: 'heading', H3: 'heading', H4: 'heading', H5: 'heading',
+    H6: 'heading', UL: 'list', OL: 'list', LI: 'listitem', TABLE: 'table', TR: 'row', TD: 'cell',
+    TH: 'columnheader', NAV: 'navigation', MAIN: 'main', FORM: 'form', HEADER: 'banner',
+    FOOTER: 'contentinfo', ASIDE: 'complementary', OPTION: 'option', FIELDSET: 'group', LEGEND: 'legend',
+    DIALOG: 'dialog', P: 'paragraph', PROGRESS: 'progressbar', HR: 'separator'};
+  const inputRoles = {checkbox: 'checkbox', radio: 'radio', button: 'button', submit: 'button',
+    reset: 'button', image: 'button', range: 'slider', number: 'spinbutton', search: 'searchbox'};
+  // Roles whose name is their text content: their text is not repeated as text nodes below them.
+  const fromContent = new Set(['link', 'button', 'heading', 'option', 'tab', 'menuitem', 'label', 'cell',
+    'columnheader', 'checkbox', 'radio', 'legend']);
+  const roleOf = (el) => {
+    const explicit = (el.getAttribute('role') || '').trim().split(/\\s+/)[0];
+    if (explicit) return explicit;
+    if (el.tagName === 'INPUT') return inputRoles[el.type] || 'textbox';
+    if (el.tagName === 'A' && !el.hasAttribute('href')) return '';
+    // A label of nothing is just text.
+    if (el.tagName === 'LABEL' && !el.htmlFor && !el.querySelector('input, select, textarea')) return '';
+    return tagRoles[el.tagName] || '';
+  };
+  // A node's own text: its text nodes and those of its inline children without a role (a sentence
+  // with a bold word stays one sentence); children with a role, elements and blocks are nodes of
+  // their own. `plain` says which children the text took in, so they do not repeat it.
+  const plain = (c) => !ids.has(c) && !roleOf(c) && !skipTags.has(c.tagName) && !hidden(c)
+    && getComputedStyle(c).display.startsWith('inline');
+  const rawText = (el) => Array.from(el.childNodes).map(n => n.nodeType === 3 ? n.textContent
+    : (n.nodeType === 1 && plain(n) ? rawText(n) : ' ')).join('');
+  const ownText = (el) => clean(rawText(el));
+  const nameOf = (el, role) => {
+    const aria = el.getAttribute('aria-label');
+    if (aria && aria.trim()) return clean(aria);
+    const by = el.getAttribute('aria-labelledby');
+    if (by) {
+      const named = by.split(/\\s+/).map(id => document.getElementById(id)).filter(Boolean)
+        .map(n => n.innerText || n.textContent).join(' ');
+      if (clean(named)) return clean(named);
+    }
+    if (el.id && ['INPUT', 'SELECT', 'TEXTAREA'].includes(el.tagName)) {
+      const label = document.querySelector('label[for="' + CSS.escape(el.id) + '"]');
+      if (label && clean(label.innerText)) return clean(label.innerText);
+    }
+    if (['INPUT', 'SELECT', 'TEXTAREA'].includes(el.tagName) && el.closest('label')) {
+      const wrapping = clean(el.closest('label').innerText);
+      if (wrapping) return wrapping;
+    }
+    for (const attr of ['alt', 'title', 'placeholder']) {
+      const value = el.getAttribute(attr);
+      if (value && value.trim()) return clean(value);
+    }
+    if (el.tagName === 'INPUT' && ['button', 'submit', 'reset'].includes(el.type)) return clean(el.value);
+    if (el.tagName === 'SELECT') return '';
+    if (fromContent.has(role) || ids.has(el)) return clean(el.innerText || el.textContent);
+    return '';
+  };
+  const hidden = (el) => {
+    if (el.getAttribute('aria-hidden') === 'true' || el.hidden) return true;
+    const style = getComputedStyle(el);
+    return style.display === 'none' || style.visibility === 'hidden';
+  };
+  const nodes = [];
+  const walk = (el, depth, named) => {
+    if (nodes.length >= MAX_NODES || depth > MAX_DEPTH || skipTags.has(el.tagName)) return;
+    if (el.tagName !== 'OPTION' && hidden(el)) return;
+    const element = ids.get(el) || null;
+    let role = roleOf(el);
+    if (element !== null) role = out[element - 1].role || role || 'generic';
+    let keep = Boolean(role), name = keep ? nameOf(el, role) : '', ownsText = false;
+    if (!name && !named && !fromContent.has(role) && element === null) {
+      name = ownText(el);
+      ownsText = name !== '';
+      if (name && !keep) { role = 'text'; keep = true; }
+    }
+    // Inside text already named, a node named by its content alone would only repeat it.
+    if (keep && named && element === null && fromContent.has(role)) keep = false;
+    if (keep) nodes.push({depth, role, name, element});
+    const childDepth = keep ? depth + 1 : depth;
+    // Text already in a name is not repeated by the nodes below (nodes with a role still follow).
+    const childNamed = named || (keep && name !== '' && fromContent.has(role));
+    for (const child of el.children) walk(child, childDepth, childNamed || (ownsText && plain(child)));
+  };
+  if (document.body) walk(document.body, 0, false);
+  return {elements: out, axtree: nodes};
 }"""
 _SELECT_SCRIPT = """([x, y, value]) => {
   let el = document.elementFromPoint(x, y);
@@ -579,9 +670,17 @@ class Operations:
 
     async def _page_info(self, session: Session, request: PageInfoRequest) -> PageInfo:
         page = session.page
-        elements = [Element(**e) for e in await page.evaluate(_ELEMENTS_SCRIPT)] if request.elements else []
+        elements: list[Element] = []
+        axtree: list[AxNode] = []
+        if request.elements or request.axtree:
+            read = await page.evaluate(_ELEMENTS_SCRIPT, request.axtree)
+            if request.elements:
+                elements = [Element(**e) for e in read["elements"]]
+            # Without the element list a node's id would point at nothing the caller holds.
+            axtree = [AxNode(**n) if request.elements else AxNode(**{**n, "element": None})
+                      for n in read["axtree"]]
         title = session.navigation.title = await _title(page)
-        return PageInfo(url=page.url, title=title, elements=elements)
+        return PageInfo(url=page.url, title=title, elements=elements, axtree=axtree)
 
     async def env_state(self, session: Session) -> EnvState:
         async with session.lock:

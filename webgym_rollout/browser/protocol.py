@@ -26,6 +26,7 @@ __all__ = [
     "ActionKind",
     "BlocklistLifted",
     "BodyHashes",
+    "AxNode",
     "BrowserAction",
     "CreateSessionRequest",
     "Element",
@@ -259,6 +260,24 @@ class Element(BaseModel):
     """The element's ``id``, else its ``name`` attribute ("" when it has neither)."""
 
 
+class AxNode(BaseModel):
+    """One node of the page's accessibility tree, in document order (``page_info`` with ``axtree``).
+
+    Invisible nodes are left out and layout wrappers without a role or text of their own collapse
+    into their children, so `depth` counts the nodes kept above this one (0 at the top)."""
+
+    depth: int
+    role: str
+    """The ``role`` attribute, else the role the tag (and an input's type) implies; "text" for a
+    run of text without one, "generic" for an interactive element without any."""
+    name: str
+    """The accessible name: aria-label, aria-labelledby, a ``label[for]``, alt, title, placeholder,
+    else the text content (trimmed, whitespace collapsed, capped at 200 characters)."""
+    element: int | None = None
+    """The node's 1-based id in the same call's element list (`PageInfo.elements`); None when it is
+    not one of those interactive elements (or they were not asked for)."""
+
+
 class ScreenshotResponse(BaseModel):
     data_b64: str
     sha256: str
@@ -412,12 +431,17 @@ def decode_act(headers: dict[str, str], body: bytes) -> ActResult:
 class PageInfoRequest(BaseModel):
     elements: bool = False
     """Also list the interactive elements in the viewport (`Element`)."""
+    axtree: bool = False
+    """Also read the page's accessibility tree (`AxNode`, the whole document in document order, at
+    most 2000 nodes and 60 levels), from the same in-page evaluation as the elements, so a node's
+    `AxNode.element` is an id into this reply's `PageInfo.elements`."""
 
 
 class PageInfo(BaseModel):
     url: str
     title: str
     elements: list[Element] = []
+    axtree: list[AxNode] = []
 
 
 class ServerHealth(BaseModel):

@@ -12,6 +12,7 @@ from webgym_rollout.browser.protocol import (
     CreateSessionRequest,
     Element,
     EnvState,
+    PageInfo,
     PageInfoRequest,
     RecordedExchange,
     ReplayOptions,
@@ -66,7 +67,9 @@ def test_requests_keep_their_bounds():
     for bad in ({"format": "gif"}, {"quality": 0}, {"quality": 101}, {"scale": 0}, {"scale": 1.5}):
         with pytest.raises(ValidationError):
             ScreenshotRequest.model_validate(bad)
-    assert PageInfoRequest().model_dump() == {"elements": False}
+    assert PageInfoRequest().model_dump() == {"elements": False, "axtree": False}
+    # A reply from a server without the tree (or a request without it) reads as an empty tree.
+    assert PageInfo.model_validate({"url": "http://127.0.0.1/", "title": ""}).axtree == []
     with pytest.raises(ValidationError, match="outside 64..4096"):
         CreateSessionRequest(start_url="http://127.0.0.1/", viewport=(32, 720))
     assert CreateSessionRequest(start_url="http://127.0.0.1/").environment == "web"
