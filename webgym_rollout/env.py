@@ -76,9 +76,7 @@ from webgym_rollout.browser.protocol import (
     ScreenshotRequest,
 )
 from webgym_rollout.errors import EpisodeOver, NavigationRefused, RolloutError, ServerBusy, SiteBlocked
-from webgym_rollout.observations import render_elements
-from webgym_rollout.observations.axtree import render_axtree
-from webgym_rollout.observations.marks import draw_marks
+from webgym_rollout.observations import draw_marks, render_axtree, render_elements
 from webgym_rollout.tasks.kind import TaskKind, kind_names, task_kind
 from webgym_rollout.trajectory.contract import Latency, Step, TaskOutcome, TokenUsage
 from webgym_rollout.trajectory.recordings import RecordingStore, ReplaySource
