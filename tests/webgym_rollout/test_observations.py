@@ -66,11 +66,13 @@ def element_lines(text: str) -> list[str]:
 
 
 @pytest.mark.browser
-async def test_the_screenshot_mode_shows_what_it_showed_before(client, sites_url):
+@pytest.mark.parametrize("page", ["miniwob", "site"])
+async def test_the_screenshot_mode_shows_what_it_showed_before(client, sites_url, page):
     plain = WebEnv(client, EnvSettings(sites_url=sites_url))
     assert EnvSettings().observation.modes == ("screenshot",)
-    observation = await plain.reset(login_user())
+    observation = await plain.reset(login_user() if page == "miniwob" else shop(sites_url))
     assert observation.text == "" and observation.image and observation.elements == ()
+    assert plain._shot is not None and observation.screenshot == plain._shot.data  # the screenshot as shot
     result = await plain.step(AgentAction("wait"))
     (step,) = plain.steps
     assert step.observation_text == "" and step.screenshot == observation.screenshot
