@@ -16,7 +16,7 @@ from webgym_rollout.browser.client import BrowserClient, BrowserSession
 from webgym_rollout.env import StepResult, WebEnv
 from webgym_rollout.errors import RolloutError
 from webgym_rollout.judge.judges import ProgrammaticJudge, RubricJudge
-from webgym_rollout.settings import EnvSettings
+from webgym_rollout.settings import EnvSettings, ObservationSettings
 from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, Step
 from webgym_rollout.trajectory.reader import read_episodes
 
@@ -28,6 +28,7 @@ __all__ = [
     "EnvSettings",
     "Episode",
     "EpisodeStatus",
+    "ObservationSettings",
     "OpenAIPolicy",
     "ProgrammaticJudge",
     "RandomPolicy",

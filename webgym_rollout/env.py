@@ -11,14 +11,14 @@
         observation = result.observation
     await env.close()                                  # closes the session
 
-`reset(task, seed=...)` opens a browser session on a `BrowserClient` (waiting while every server
-is busy) and returns the first `Observation` (the screenshot, the instruction, the page's URL and
-title). `step(output)` takes the policy's reply (a `PolicyOutput`, or an `AgentAction` for
-scripted play), carries out its action, records a trajectory `Step` (``result.info["step"]``) and
-returns the next observation. A page action and the observation after it are one call to the
-browser server (`BrowserSession.act`: the screenshot, the page's own state for the outcome, the
-elements when `EnvSettings.elements`); a navigation, or a reply without an action, reads the page
-with separate calls. The result carries
+`reset(task, seed=...)` opens a browser session on a `BrowserClient` (waiting while every server is
+busy) and returns the first `Observation` (the screenshot, the instruction, the page's URL and
+title, and what the observation modes add). `step(output)` takes the policy's reply (a
+`PolicyOutput`, or an `AgentAction` for scripted play), carries out its action, records a trajectory
+`Step` (``result.info["step"]``) and returns the next observation. A page action and the observation
+after it are one call to the browser server (`BrowserSession.act`: the screenshot, the page's own
+state for the outcome, the elements when `EnvSettings.elements`); a navigation, or a reply without
+an action, reads the page with separate calls. The result carries
 
 - ``reward``: the environment's own reward (a MiniWoB page's raw reward once it is done; a website
   gives none: its reward comes from the judge after the episode);
@@ -44,11 +44,27 @@ infrastructure failure raises a `BrowserError` (a crashed browser, a lost sessio
 server); `reset` again starts the episode over on a fresh session. How a task opens and whether it
 keeps its own reward is its kind's business (`webgym_rollout.tasks.kind`); the environment never asks
 which kind it plays.
+
+What the policy is shown follows the observation modes (`EnvSettings.observation`,
+`webgym_rollout.settings.ObservationSettings`). Modes other than ``screenshot`` read the viewport's
+interactive elements at every step (numbered from 1 in the order of that step's list) and build
+
+- ``som``: the observation's screenshot is the screenshot with each element's box and number drawn
+  on it (`webgym_rollout.observations.marks.draw_marks`); the step records that marked image;
+- the text observation (`Observation.text`, recorded as `Step.observation_text`), its parts in this
+  order, each under its header line: ``Accessibility tree:`` (``axtree``:
+  `webgym_rollout.observations.axtree.render_axtree`, cut to ``axtree_tokens``), then
+  ``Interactive elements:`` (``elements``: `webgym_rollout.observations.render_elements`), parts
+  separated by a blank line; "" when neither mode is on.
+
+Elements and the accessibility tree come from one reading of the page (``page_info``), so their
+numbers agree.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -70,6 +86,7 @@ from webgym_rollout.browser.protocol import (
     ScreenshotRequest,
 )
 from webgym_rollout.errors import EpisodeOver, NavigationRefused, RolloutError, ServerBusy, SiteBlocked
+from webgym_rollout.observations import draw_marks, render_axtree, render_elements
 from webgym_rollout.tasks.kind import TaskKind, kind_names, task_kind
 from webgym_rollout.trajectory.contract import Latency, Step, TaskOutcome, TokenUsage
 from webgym_rollout.trajectory.recordings import RecordingStore, ReplaySource
@@ -84,6 +101,10 @@ __getattr__ = moved_names(__name__, {"EnvSettings": "webgym_rollout.settings"})
 
 log = logging.getLogger(__name__)
 _SCREENSHOT = ScreenshotRequest()
+AXTREE_HEADER = "Accessibility tree:"
+"""The header line of the accessibility tree in the text observation (mode ``axtree``)."""
+ELEMENTS_HEADER = "Interactive elements:"
+"""The header line of the element list in the text observation (mode ``elements``)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +134,9 @@ class WebEnv:
         if unknown:
             raise ValueError(f"horizons: no task kind is named {', '.join(map(repr, unknown))}; the kinds "
                              f"are {', '.join(sorted(kinds))}")
+        modes = self.settings.observation.modes
+        self._som, self._axtree = "som" in modes, "axtree" in modes
+        self._wants_elements = self.settings.elements or self.settings.observation.needs_elements
         self.task: Task | None = None
         self.kind: TaskKind | None = None
         self.session: BrowserSession | None = None
@@ -132,6 +156,8 @@ class WebEnv:
         self._shot_s = 0.0
         self._url = self._title = ""
         self._elements: tuple[Any, ...] = ()
+        self._axnodes: tuple[Any, ...] = ()
+        self._shown: tuple[bytes, str, str] = (b"", "", "")  # what the policy is shown: image, its sha, text
         self._last_error = ""
         self._record: RecordingStore | None = None
         self._traffic = False
@@ -167,7 +193,7 @@ class WebEnv:
         self._url, self._title = self.session.url, self.session.title
         self.instruction = await kind.setup(self.session)
         await self._take_screenshot()
-        if self.settings.elements:
+        if self._wants_elements:
             await self._read_elements()
         self.done = False
         return self._observation()
@@ -181,8 +207,9 @@ class WebEnv:
         parsed: ParsedResponse = output.parsed
         agent_action: AgentAction | None = parsed.action
         shot = self._shot
-        step = Step(index=len(self.steps), screenshot=shot.data, screenshot_sha256=shot.sha256,
-                    messages=output.messages_json, response=output.response,
+        image, image_sha, text = self._shown
+        step = Step(index=len(self.steps), screenshot=image, screenshot_sha256=image_sha,
+                    observation_text=text, messages=output.messages_json, response=output.response,
                     action=agent_action.to_json() if agent_action is not None else "",
                     action_error=parsed.error, memory=parsed.memory, url=self._url, title=self._title,
                     finish_reason=output.finish_reason,
@@ -209,8 +236,10 @@ class WebEnv:
                 execute_s = time.perf_counter() - began
             else:
                 # The action and the next observation in one call (no screenshot after the last step).
+                # The accessibility tree is read with the elements by page_info below (one reading).
                 acted = await self.session.act(browser_action, screenshot=None if truncated else _SCREENSHOT,
-                                               elements=self.settings.elements and not truncated)
+                                               elements=self._wants_elements and not self._axtree
+                                               and not truncated)
                 execute_s = time.perf_counter() - began - acted.observe_s
                 step.action_error, step.popups = acted.error, tuple(acted.popups)
                 self._url, self._title = acted.url, acted.title
@@ -235,13 +264,13 @@ class WebEnv:
                 terminated, truncated = True, False
         over = terminated or truncated
         if not over:
-            step.same_as_next = self._shot.sha256 == step.screenshot_sha256
+            step.same_as_next = self._shot.sha256 == shot.sha256
         self._last_error = step.action_error
         if over:
             self.done = True
         elif acted is not None and acted.elements is not None:
             self._elements = tuple(acted.elements)
-        elif self.settings.elements:
+        elif self._wants_elements:
             await self._read_elements()
         outcome = self.outcome
         reward = float(outcome.raw_reward or 0.0) if outcome is not None and outcome.done else 0.0
@@ -280,12 +309,34 @@ class WebEnv:
     def _observation(self) -> Observation:
         shot = self._shot
         assert shot is not None
+        self._shown = (*self._image(shot), self._text())
         # Grid coordinates refer to the screenshot: its size is the pixel frame actions are given in
         # (a clipped screenshot, e.g. MiniWoB's task area, is shot at (0, 0) and scale 1).
-        return Observation(instruction=self.instruction, screenshot=shot.data,
+        return Observation(instruction=self.instruction, screenshot=self._shown[0],
                            viewport=(shot.width, shot.height), step=len(self.steps), url=self._url,
                            title=self._title, history=tuple(self.steps), elements=self._elements,
-                           last_action_error=self._last_error, episode_id=self._episode_id)
+                           last_action_error=self._last_error, episode_id=self._episode_id,
+                           text=self._shown[2], image=self.settings.observation.image)
+
+    def _image(self, shot: Screenshot) -> tuple[bytes, str]:
+        """The image the policy is shown and its SHA-256: the screenshot, or in ``som`` mode the
+        screenshot with the elements' numbers drawn on it. The boxes are in the pixel frame actions
+        are given in, the screenshot's size (a clipped screenshot is shot at (0, 0) and scale 1)."""
+        if not self._som:
+            return shot.data, shot.sha256
+        marked = draw_marks(shot.data, self._elements, viewport=(shot.width, shot.height))
+        return marked, hashlib.sha256(marked).hexdigest()
+
+    def _text(self) -> str:
+        """The text observation of the current page (see the module docstring); "" in image-only modes."""
+        parts = []
+        if self._axtree:
+            tree = render_axtree(self._axnodes, self._elements,
+                                 budget_tokens=self.settings.observation.axtree_tokens)
+            parts.append(f"{AXTREE_HEADER}\n{tree or '(empty)'}")
+        if "elements" in self.settings.observation.modes:
+            parts.append(f"{ELEMENTS_HEADER}\n{render_elements(self._elements) or '(none in view)'}")
+        return "\n\n".join(parts)
 
     async def _collect_recording(self, session: BrowserSession) -> RecordingIndex:
         """The session's recording index; with a store, its bodies the store lacks are fetched."""
@@ -356,8 +407,14 @@ class WebEnv:
         return tuple((await self.session.page_info(elements=True)).elements)
 
     async def _read_elements(self) -> None:
+        """The viewport's interactive elements (and, in ``axtree`` mode, the accessibility tree of the
+        same reading, so that the numbers agree)."""
         assert self.session is not None
-        info = await self.session.page_info(elements=True)
+        if self._axtree:
+            info = await self.session.page_info(elements=True, axtree=True)
+            self._axnodes = tuple(info.axtree)
+        else:
+            info = await self.session.page_info(elements=True)
         self._elements = tuple(info.elements)
         self._url, self._title = info.url, info.title
 

@@ -265,9 +265,12 @@ def test_a_schema_1_3_dataset_still_trains_and_says_its_steps_were_re_tokenised(
 # ----------------------------------------------------------------------------- the on-policy check
 
 
-def _fresh_episode(checkpoint, tmp_path, *, episode_id: str, steps: int = 3):
+def _fresh_episode(checkpoint, tmp_path, *, episode_id: str, steps: int = 3, text: str = "",
+                   image: bool = True):
     """An episode of `steps` steps whose replies a real policy server sampled from `checkpoint` at
-    temperature 1 (prompts with the screenshots of up to two earlier rounds and their replies)."""
+    temperature 1 (prompts with the screenshots of up to two earlier rounds and their replies);
+    `text`: each step's text observation (step i's ends in its number), as the env records it;
+    `image`: whether the prompts show the screenshots (False: a text-only observation mode)."""
     import asyncio
 
     from tests.webgym_rl.synthetic import png, screenshot, task
@@ -287,9 +290,12 @@ def _fresh_episode(checkpoint, tmp_path, *, episode_id: str, steps: int = 3):
         async with OpenAIPolicy(endpoint, sampling=sampling, agent=agent) as p:
             for i in range(steps):
                 shot = png(screenshot(100 + i, (112, 84)))
+                shown = f"{text}{i + 1}" if text else ""
                 output = await p.act(Observation(instruction="Open the second tab.", screenshot=shot,
-                                                 viewport=(112, 84), step=i, history=tuple(recorded)))
-                recorded.append(Step(index=i, screenshot=shot, messages=output.messages_json,
+                                                 viewport=(112, 84), step=i, history=tuple(recorded),
+                                                 text=shown, image=image))
+                recorded.append(Step(index=i, screenshot=shot, observation_text=shown,
+                                     messages=output.messages_json,
                                      response=output.response, finish_reason=output.finish_reason,
                                      action=output.action.to_json() if output.action is not None else "",
                                      usage=TokenUsage(output.prompt_tokens, output.completion_tokens),
@@ -332,6 +338,41 @@ def test_the_trainer_scores_fresh_samples_as_the_policy_that_sampled_them(family
     assert check["v0"]["samples"] == 3 and check["v0"]["tokens"] == tokens
     assert check["v0"]["max_abs"] < 1e-3 and check["v0"]["mean_abs"] < 1e-4, check
     assert check["v9"]["max_abs"] > 0.05, check  # scored at temperature 0.5, sampled at 1
+
+
+@pytest.mark.parametrize("image", [True, False], ids=["with-screenshot", "text-only"])
+def test_a_trajectory_with_a_text_observation_trains_on_the_prompt_the_policy_saw(tmp_path_factory, tmp_path,
+                                                                                   image):
+    """Steps whose policy was shown a text observation (the element list): the stored messages carry
+    it, the collator's prompt tokens are the policy server's token for token (its digest checks
+    every step, and a step whose text is left out of the prompt is refused), and the run trains."""
+    import dataclasses
+
+    from webgym_rl.collate import TokenMismatchError
+    checkpoint = tiny_checkpoint(tmp_path_factory, "qwen2_vl")
+    text = 'Interactive elements:\n[1] tab "Tab #1" (id=tab1)\n[2] tab "Tab #2" (id=tab2)\n[3] link "Go" '
+    fresh = _fresh_episode(checkpoint, tmp_path, episode_id="text", text=text, image=image)
+    assert all(('"type": "image"' in step.messages) == image for step in fresh.steps)
+    assert [step.observation_text for step in fresh.steps] == [f"{text}{i}" for i in (1, 2, 3)]
+    assert all(json.loads(step.messages)[-1]["content"][0]["text"].endswith("\n\n" + step.observation_text)
+               for step in fresh.steps)
+    data = write_shards(tmp_path / "fresh", [fresh])
+    samples = build_samples(load_trajectories([data], cache_dir=tmp_path / "cache"), "filtered_bc")
+    assert samples.counts.retokenised == 0 and all(samples.exact) and len(samples) == 3
+    processor = load_processor(checkpoint)
+    collator = Collator(processor)
+    batch = collator([samples[i] for i in range(len(samples))])  # checks each prompt's digest
+    assert batch["exact"].all()
+    # The same step with the text left out of its prompt is not the prompt the server tokenised.
+    first = samples[0]
+    without = [dict(m) for m in first.messages]
+    without[-1]["content"] = [({**part, "text": part["text"].replace(fresh.steps[0].observation_text, "")}
+                               if part.get("type") == "text" else part) for part in without[-1]["content"]]
+    with pytest.raises(TokenMismatchError, match="the trainer's prompt"):
+        collator([dataclasses.replace(first, messages=without)])
+    result = train(_settings(checkpoint, [data], tmp_path / "out", max_steps=1, save_every=0,
+                             log_with="none"))
+    assert result.steps == 1 and result.counts["steps_kept"] == 3
 
 
 @pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])

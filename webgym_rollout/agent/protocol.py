@@ -23,7 +23,14 @@ others, `webgym_rollout.actions`), and says how elements are named.
 Context at step *i*: the system prompt (generated from `webgym_rollout.actions`), then the last
 ``full_rounds`` (default 4) earlier steps as full (screenshot, reply) turns, older steps as one-line
 summaries (action, whether the page changed, page title), then the current screenshot. ``<think>``
-blocks are removed from replies put back into the history. The history is the episode's own
+blocks are removed from replies put back into the history.
+
+The text observation (`Observation.text`: the accessibility tree and/or the element list, per the
+observation modes of `webgym_rollout.settings.ObservationSettings`) is shown in the current user turn
+of every variant, after the step's header line(s) and a blank line, before the image; earlier turns
+show only their header (and image), so a long page text is in the context once. With the default
+``screenshot`` mode it is "" and the prompts are as before. Text-only modes (`Observation.image`
+False) leave out the image parts. The history is the episode's own
 trajectory `Step`s (`Observation.history`): a step is recorded once, and the context reads it.
 
 `build_messages` returns the messages with each image as ``{"type": "image", "step": j}`` (the
@@ -118,11 +125,20 @@ class Observation:
     page changed; it never changes them)."""
     elements: tuple[Any, ...] = ()
     """Interactive elements (``PageInfo.elements``: x, y, width, height, tag, role, text in viewport
-    pixels), as objects or dicts; only policies that need them (the random one) read them."""
+    pixels), as objects or dicts, numbered from 1 in this order (the numbers of the set-of-marks
+    labels, the text observation and the element actions); read at every step by the observation
+    modes som, axtree and elements, and for policies that need them (the random one)."""
     last_action_error: str = ""
     """Why the previous action failed ("" if it did not); shown to the policy."""
     episode_id: str = ""
     """Identifies the episode (seeds the random policy; makes no difference to the prompt)."""
+    text: str = ""
+    """The text observation: the page as text (observation modes ``axtree`` and ``elements``, built
+    by the environment with a header per part), "" when the modes show only an image. Shown in the
+    current step's user turn, after its header and before its image."""
+    image: bool = True
+    """Whether the prompt shows `screenshot` (False when the observation modes are text only; the
+    screenshot is still recorded on the step)."""
 
 
 @dataclass(frozen=True)
@@ -299,16 +315,23 @@ def build_messages(observation: Observation, settings: AgentSettings | None = No
         previous_error = step.action_error
         if index == 0:
             text = f"{intro}\n\n{text}"
-        messages.append({"role": "user", "content": [{"type": "text", "text": text},
-                                                     {"type": "image", "step": step.index}]})
+        messages.append({"role": "user", "content": _user_content(text, step.index, observation.image)})
         messages.append({"role": "assistant", "content": strip_think(step.response)})
     current = _observation_text(observation.step, observation.url, observation.title,
                                 observation.last_action_error, settings.variant)
     if not recent:
         current = f"{intro}\n\n{current}"
-    messages.append({"role": "user", "content": [{"type": "text", "text": current},
-                                                 {"type": "image", "step": observation.step}]})
+    if observation.text:
+        current = f"{current}\n\n{observation.text}"
+    messages.append({"role": "user", "content": _user_content(current, observation.step, observation.image)})
     return messages
+
+
+def _user_content(text: str, step: int, image: bool) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    if image:
+        parts.append({"type": "image", "step": step})
+    return parts
 
 
 def observation_images(observation: Observation) -> dict[int, bytes]:

@@ -5,8 +5,9 @@ steps), each linking to its section below, sortable by any column (click its hea
 filtered by benchmark, difficulty level, status, outcome and a text search. A small inline script
 does the sorting and filtering; without it the table and its links still work. Then per episode:
 the task, status, reward, final answer and the judge's verdicts; per step: the screenshot with the
-click point marked, the action (or the parse/action error), the memory, the URL and title, and the
-raw reply (folded). Screenshots are written as files next to the HTML (``report_files/``), so the
+click point marked, the action (or the parse/action error), the memory, the URL and title, the text
+observation the policy was shown (folded; observation modes axtree and elements) and the raw reply
+(folded). Screenshots are written as files next to the HTML (``report_files/``), so the
 report opens from disk or any static file server.
 """
 
@@ -136,6 +137,9 @@ def _step_html(step: Step, image_src: str | None) -> str:
     if step.memory:
         parts.append(f"<div class='memory'>Memory: {_e(step.memory)}</div>")
     parts.append(f"<div class='where'>{_e(step.title)} &mdash; {_e(step.url)}</div>")
+    if step.observation_text:
+        parts.append(f"<details class='observation'><summary>text observation</summary>"
+                     f"<pre>{_e(step.observation_text)}</pre></details>")
     parts.append(f"<details><summary>reply</summary><pre>{_e(step.response)}</pre></details>")
     parts.append("</div>")
     return "".join(parts)

@@ -24,11 +24,14 @@ server closed (`Step.popups`) and, per episode, the task's `seed_difficulty_leve
 (`Step.token_ids`, one per log-probability), a digest of the prompt's token ids as the endpoint
 tokenised it (`Step.prompt_token_hash`; `prompt_token_digest` computes it) and the sampling settings
 of the request (`Step.sampling`): the trainer trains on exactly those tokens
-(`webgym_rl.collate`). 1.5 (written now) stores `Step.policy_version` as the integer version
+(`webgym_rl.collate`). 1.5 stores `Step.policy_version` as the integer version
 (null: unknown) where 1.2 to 1.4 stored the endpoint's name for it (``"v3"``,
-``"webgym-policy-v3"``, ``""``). Schema 1.1 to 1.4 datasets are read unchanged: the new fields take
-their defaults (no token ids: the trainer re-tokenises the reply text, and says so), and a stored
-version name becomes its number on reading (`policy_version_number`).
+``"webgym-policy-v3"``, ``""``). 1.6 (written now) adds, per step, the text observation the policy
+was shown (`Step.observation_text`: the accessibility tree and/or the element list; "" in the
+screenshot mode); in the set-of-marks mode the step's screenshot is the marked image, the one the
+policy saw. Schema 1.1 to 1.5 datasets are read unchanged: the new fields take
+their defaults (no token ids: the trainer re-tokenises the reply text, and says so; no text
+observation: ""), and a stored version name becomes its number on reading (`policy_version_number`).
 
 Success and trainability
 ------------------------
@@ -111,8 +114,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TRAJECTORY_SCHEMA_VERSION = "1.5"
-READABLE_SCHEMA_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5")
+TRAJECTORY_SCHEMA_VERSION = "1.6"
+READABLE_SCHEMA_VERSIONS = ("1.1", "1.2", "1.3", "1.4", "1.5", "1.6")
 MANIFEST = "manifest.json"
 
 # What each version added to the row (``steps.x``: a field of each step); a shard of an older
@@ -121,6 +124,7 @@ _ADDED_IN = {
     "1.2": ("outcome", "steps.policy_version", "steps.logprobs"),
     "1.3": ("seed_difficulty_level", "rubric_source", "recording", "steps.popups"),
     "1.4": ("steps.token_ids", "steps.prompt_token_hash", "steps.sampling"),
+    "1.6": ("steps.observation_text",),
 }
 # What each version changed the type of: a shard of an older version has the type given here.
 _RETYPED_IN = {
@@ -343,7 +347,8 @@ class Step:
     index: int
     """Position in the episode, from 0."""
     screenshot: bytes = field(default=b"", metadata={"feature": "image"})
-    """The screenshot the policy was shown (PNG or JPEG bytes)."""
+    """The screenshot the policy was shown (PNG or JPEG bytes): in the set-of-marks observation mode,
+    the marked one."""
     screenshot_sha256: str = ""
     """SHA-256 of `screenshot` (equal for pixel-identical pages); filled in when left empty."""
     messages: str = "[]"
@@ -392,6 +397,10 @@ class Step:
     """URLs of the pages (popups, new tabs) opened since the previous action, by this action or by
     the page on its own, that the browser server closed at once: a session has one page
     (`webgym_rollout.browser.protocol.ExecuteResult.popups`); empty in rows written before it."""
+    observation_text: str = ""
+    """The text observation the policy was shown at this step (`Observation.text`: the accessibility
+    tree and/or the element list, with their headers); "" in the screenshot mode and in rows written
+    before schema 1.6."""
 
     def __post_init__(self) -> None:
         if self.screenshot and not self.screenshot_sha256:
@@ -504,7 +513,7 @@ class Episode:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Episode:
-        """An episode from a stored row (schema 1.1 to 1.5; screenshots as bytes, ``{"bytes", "path"}``
+        """An episode from a stored row (schema 1.1 to 1.6; screenshots as bytes, ``{"bytes", "path"}``
         or PIL images). Raises `TrajectoryError` naming the episode when the row does not fit."""
         if not isinstance(row, Mapping):
             raise TrajectoryError(f"a trajectory row must be an object, got {type(row).__name__}")
@@ -775,6 +784,8 @@ def version_of(columns: Sequence[str], step_fields: Sequence[str] = (),
     """The schema version of rows with these columns and these fields in each step (for rows
     without a manifest to say); `integer_versions`: their ``steps.policy_version`` is an integer
     (`schema_version_of` reads all three from an Arrow schema)."""
+    if "observation_text" in step_fields:
+        return "1.6"
     if "token_ids" in step_fields:
         return "1.5" if integer_versions else "1.4"
     return "1.3" if "rubric_source" in columns else "1.2" if "outcome" in columns else "1.1"

@@ -326,3 +326,22 @@ def test_the_action_space_moved_and_the_old_path_warns():
 
     with pytest.warns(DeprecationWarning, match="webgym_rollout.actions.AgentAction"):
         assert old.AgentAction is actions.AgentAction
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_shows_the_text_observation_in_the_current_user_turn_only(variant):
+    text = 'Interactive elements:\n[1] button "Submit" (id=subbtn)\n[2] link "Help"'
+    agent = AgentSettings(variant=variant, full_rounds=2)
+    plain = observation_with_history(3)
+    shown = observation_with_history(3, text=text)
+    before, after = build_messages(plain, agent), build_messages(shown, agent)
+    # Only the last user turn changes: its text part gains the observation after a blank line.
+    assert after[:-1] == before[:-1]
+    assert after[-1]["content"][0]["text"] == before[-1]["content"][0]["text"] + "\n\n" + text
+    assert after[-1]["content"][1] == before[-1]["content"][1] == {"type": "image", "step": 3}
+    assert [m for m in after if m["role"] == "user" and text in m["content"][0]["text"]] == [after[-1]]
+    # Text-only modes leave out every image part; the texts stay.
+    no_image = build_messages(observation_with_history(3, text=text, image=False), agent)
+    assert image_steps(no_image) == []
+    assert [m["content"][0]["text"] for m in no_image if m["role"] == "user"] == [
+        m["content"][0]["text"] for m in after if m["role"] == "user"]

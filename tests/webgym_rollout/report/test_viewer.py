@@ -164,3 +164,14 @@ def test_the_index_is_there_without_script(tmp_path):
     # The table and its links are plain HTML; only the filter controls wait for the script.
     assert text.count("<a href='#episode-") == 4
     assert "<div class='filters' hidden>" in text
+
+
+def test_a_steps_text_observation_is_shown_folded_and_as_text(tmp_path):
+    out = tmp_path / "run"
+    episode = make_episode("t0", n_steps=2, reward=1.0, size=(200, 100))
+    episode.steps[0].observation_text = 'Interactive elements:\n[1] button "<b>Go</b>" (id=go)'
+    with TrajectoryWriter(out) as writer:
+        writer.add(episode)
+    text = render_report(out).read_text()
+    assert text.count("<details class='observation'>") == 1  # the second step was shown none
+    assert "[1] button &quot;&lt;b&gt;Go&lt;/b&gt;&quot; (id=go)" in text

@@ -217,24 +217,52 @@ def test_a_schema_1_4_folder_reads_its_version_names_as_numbers(tmp_path):
     assert again.schema_version == "1.4" and [s.policy_version for s in next(iter(again)).steps] == [0, 3]
 
 
-def test_schema_1_5_stores_the_policy_version_as_an_integer(tmp_path):
+def test_schema_1_5_and_later_store_the_policy_version_as_an_integer(tmp_path):
     episode = _episode("a")
     episode.steps[1].policy_version = None
     with TrajectoryWriter(tmp_path / "new") as writer:
         writer.add(episode)
     found = read_episodes(tmp_path / "new")
-    assert found.schema_version == TRAJECTORY_SCHEMA_VERSION == "1.5"
+    assert found.schema_version == TRAJECTORY_SCHEMA_VERSION == "1.6"
     (shard,) = found.files
     steps = pq.read_schema(shard).field("steps").type.value_type
     assert pa.types.is_integer(steps.field("policy_version").type)
     assert [s.policy_version for s in next(iter(found)).steps] == [3, None]
     (tmp_path / "new" / "manifest.json").unlink()
-    assert read_episodes(tmp_path / "new").schema_version == "1.5"
-    # A 1.5 shard whose versions are names is not a 1.5 shard.
-    assert "policy_version" in (shard_schema_problem(_string_versions(shard), "1.5") or "")
+    assert read_episodes(tmp_path / "new").schema_version == "1.6"
+    # A 1.6 shard whose versions are names is not a 1.6 shard.
+    assert "policy_version" in (shard_schema_problem(_string_versions(shard), "1.6") or "")
     assert policy_version_number("webgym-policy-v12") == 12 and policy_version_number(4) == 4
     with pytest.raises(ValueError, match="policy_version"):
         policy_version_number(1.5)
+
+
+def test_schema_1_6_stores_the_text_observation_and_a_1_5_folder_reads_it_as_empty(tmp_path):
+    episode = _episode("a")
+    episode.steps[0].observation_text = 'Interactive elements:\n[1] button "Submit" (id=subbtn)'
+    with TrajectoryWriter(tmp_path / "new") as writer:
+        writer.add(episode)
+    found = read_episodes(tmp_path / "new")
+    assert [s.observation_text for s in next(iter(found)).steps] == [episode.steps[0].observation_text, ""]
+    # As the 1.5 writer wrote it: the same row without the column, and its manifest says 1.5.
+    (shard,) = found.files
+    table = pq.read_table(shard)
+    steps = table.schema.field("steps").type.value_type
+    kept = [f for f in steps if f.name != "observation_text"]
+    rows = [[{k: v for k, v in step.items() if k != "observation_text"} for step in row]
+            for row in table.column("steps").to_pylist()]
+    kept_type = pa.list_(pa.struct(kept))
+    old = table.set_column(table.schema.get_field_index("steps"), pa.field("steps", kept_type),
+                           pa.array(rows, type=kept_type))
+    pq.write_table(old, shard)
+    manifest = json.loads((tmp_path / "new" / "manifest.json").read_text())
+    (tmp_path / "new" / "manifest.json").write_text(json.dumps({**manifest, "schema_version": "1.5"}))
+    again = read_episodes(tmp_path / "new")
+    assert again.schema_version == "1.5"
+    assert [s.observation_text for s in next(iter(again)).steps] == ["", ""]
+    assert "observation_text" in (shard_schema_problem(old.schema, "1.6") or "")
+    (tmp_path / "new" / "manifest.json").unlink()
+    assert read_episodes(tmp_path / "new").schema_version == "1.5"  # known without its manifest too
 
 
 def _string_versions(shard: Path) -> pa.Schema:
@@ -340,13 +368,13 @@ SHARD_FAULTS = {
     "zero bytes": (lambda p: p.write_bytes(b""), r"not a readable parquet shard, it is empty \(0 bytes\)"),
     "not parquet": (lambda p: p.write_text("PAR1 hello"), r"not a readable parquet shard"),
     "missing column": (lambda p: _rewrite(p, lambda t: t.drop_columns(["reward"])),
-                       r"not a trajectory schema 1\.5 shard: missing column 'reward'"),
+                       r"not a trajectory schema 1\.6 shard: missing column 'reward'"),
     "wrong type": (lambda p: _rewrite(p, lambda t: _set(t, "reward", pa.array(["1"] * t.num_rows))),
-                   r"not a trajectory schema 1\.5 shard: column 'reward' is string, expected a number"),
+                   r"not a trajectory schema 1\.6 shard: column 'reward' is string, expected a number"),
     "wrong nested type": (lambda p: _rewrite(p, lambda t: _map_steps(t, lambda s: {**s, "latency": "slow"})),
                           r"not a .* shard: column 'steps.latency' is string, expected a struct of policy_s"),
     "missing step field": (lambda p: _rewrite(p, lambda t: _map_steps(t, _without({"memory"}))),
-                           r"not a trajectory schema 1\.5 shard: column 'steps' has no field 'memory'"),
+                           r"not a trajectory schema 1\.6 shard: column 'steps' has no field 'memory'"),
 }
 
 
@@ -389,6 +417,13 @@ def test_a_manifest_that_does_not_fit_is_refused_naming_it(tmp_path, change, mes
 
 def test_an_older_schema_reads_without_its_later_columns_but_not_without_its_own(tmp_path):
     out, manifest = _run(tmp_path / "run")
+    # What 1.6 added: the text observation, a field of each step.
+    for shard in manifest["shards"]:
+        _rewrite(out / shard["path"], lambda t: _map_steps(t, _without({"observation_text"})))
+    with pytest.raises(TrajectoryError, match=r"1\.6 shard: column 'steps' has no field 'observation_text'"):
+        read_episodes(out)
+    (out / "manifest.json").write_text(json.dumps({**manifest, "schema_version": "1.5"}))
+    assert {s.observation_text for e in read_episodes(out) for s in e.steps} == {""}
     # What 1.5 changed: the policy version was the endpoint's name for it.
     for shard in manifest["shards"]:
         _rewrite(out / shard["path"], lambda t: _map_steps(t, lambda s: {**s, "policy_version": "v3"}))

@@ -161,7 +161,7 @@ def test_a_folder_of_another_schema_is_not_resumed(tmp_path):
         writer.add(make_episode("a"))
     manifest = json.loads((out / "manifest.json").read_text())
     (out / "manifest.json").write_text(json.dumps({**manifest, "schema_version": "1.1"}))
-    with pytest.raises(DatasetExists, match="schema 1.1.*writes 1.5"):
+    with pytest.raises(DatasetExists, match="schema 1.1.*writes 1.6"):
         TrajectoryWriter(out, resume=True)
 
 
