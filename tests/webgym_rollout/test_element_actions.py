@@ -4,6 +4,7 @@ page does not list is the agent's mistake on its step while the episode goes on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -11,11 +12,11 @@ import pytest_asyncio
 
 from tests.webgym_rollout.test_env import miniwob, reply
 from webgym_data.schema import Task
-from webgym_rollout.actions import AgentAction, pixels_to_grid
+from webgym_rollout.actions import AgentAction, element_actions_for, pixels_to_grid
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.protocol import ActResult, BrowserAction, Element
 from webgym_rollout.env import WebEnv
-from webgym_rollout.settings import EnvSettings
+from webgym_rollout.settings import EnvSettings, ObservationSettings
 
 pytestmark = pytest.mark.browser
 
@@ -195,3 +196,23 @@ async def test_type_element_stops_at_a_click_that_fails(client, sites_url):
         assert result.info["step"].same_as_next  # nothing was typed
         after = result.observation.elements
         assert after[element_id(after, tag="input") - 1].text == ""
+
+
+@pytest.mark.parametrize("modes", [("elements",), ("som",), ("som", "axtree"), ("screenshot", "elements")])
+async def test_the_numbers_an_observation_mode_shows_drive_the_element_actions(client, sites_url, modes):
+    assert element_actions_for(modes)
+    settings = EnvSettings(sites_url=sites_url, horizons={"miniwob": 5},
+                           observation=ObservationSettings(modes=modes))
+    async with WebEnv(client, settings) as env:
+        observation = await env.reset(miniwob("enter-text", 3))
+        wanted = observation.instruction.split('"')[1]
+        if observation.text:  # the ids as the text shows them
+            field = int(re.search(r"\[(\d+)\] textbox", observation.text).group(1))
+            submit = int(re.search(r'\[(\d+)\] button "Submit"', observation.text).group(1))
+        else:  # som alone: the ids drawn on the image are the positions in the element list
+            field = element_id(observation.elements, tag="input")
+            submit = element_id(observation.elements, tag="button", text="Submit")
+        typed = await env.step(reply(AgentAction("type_element", element=field, text=wanted)))
+        assert typed.info["step"].action_error == ""
+        won = await env.step(reply(AgentAction("click_element", element=submit)))
+        assert won.terminated and won.reward == 1.0
