@@ -204,20 +204,9 @@ class WebEnv:
         if self.done or self.session is None or self._shot is None or self.kind is None:
             raise EpisodeOver("the episode is over (or was never started): call reset(task) first")
         output = _as_policy_output(action)
-        parsed: ParsedResponse = output.parsed
-        agent_action: AgentAction | None = parsed.action
+        agent_action: AgentAction | None = output.parsed.action
         shot = self._shot
-        image, image_sha, text = self._shown
-        step = Step(index=len(self.steps), screenshot=image, screenshot_sha256=image_sha,
-                    observation_text=text, messages=output.messages_json, response=output.response,
-                    action=agent_action.to_json() if agent_action is not None else "",
-                    action_error=parsed.error, memory=parsed.memory, url=self._url, title=self._title,
-                    finish_reason=output.finish_reason,
-                    usage=TokenUsage(output.prompt_tokens, output.completion_tokens),
-                    policy_version=output.policy_version, logprobs=tuple(output.logprobs),
-                    token_ids=tuple(output.token_ids), prompt_token_hash=output.prompt_token_hash,
-                    sampling=output.sampling)
-        self.steps.append(step)
+        step = self._new_step(output)
         execute_s = observe_s = 0.0
         terminated = False
         acted: ActResult | None = None
@@ -281,6 +270,22 @@ class WebEnv:
                                 "timings": {"policy_s": step.latency.policy_s, "execute_s": execute_s,
                                             "observe_s": observe_s}})
 
+    def _new_step(self, output: Any) -> Step:
+        """The `Step` of the policy's `output` on what it was shown, appended to the episode."""
+        parsed: ParsedResponse = output.parsed
+        image, image_sha, text = self._shown
+        step = Step(index=len(self.steps), screenshot=image, screenshot_sha256=image_sha,
+                    observation_text=text, messages=output.messages_json, response=output.response,
+                    action=parsed.action.to_json() if parsed.action is not None else "",
+                    action_error=parsed.error, memory=parsed.memory, url=self._url, title=self._title,
+                    finish_reason=output.finish_reason,
+                    usage=TokenUsage(output.prompt_tokens, output.completion_tokens),
+                    policy_version=output.policy_version, logprobs=tuple(output.logprobs),
+                    token_ids=tuple(output.token_ids), prompt_token_hash=output.prompt_token_hash,
+                    sampling=output.sampling)
+        self.steps.append(step)
+        return step
+
     async def close(self) -> None:
         """Close the session (a session that is already gone is no error)."""
         session, self.session = self.session, None
@@ -316,7 +321,8 @@ class WebEnv:
                            viewport=(shot.width, shot.height), step=len(self.steps), url=self._url,
                            title=self._title, history=tuple(self.steps), elements=self._elements,
                            last_action_error=self._last_error, episode_id=self._episode_id,
-                           text=self._shown[2], image=self.settings.observation.image)
+                           text=self._shown[2], image=self.settings.observation.image,
+                           numbered=self.settings.observation.needs_elements)
 
     def _image(self, shot: Screenshot) -> tuple[bytes, str]:
         """The image the policy is shown and its SHA-256: the screenshot, or in ``som`` mode the

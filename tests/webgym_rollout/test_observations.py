@@ -72,6 +72,7 @@ async def test_the_screenshot_mode_shows_what_it_showed_before(client, sites_url
     assert EnvSettings().observation.modes == ("screenshot",)
     observation = await plain.reset(login_user() if page == "miniwob" else shop(sites_url))
     assert observation.text == "" and observation.image and observation.elements == ()
+    assert not observation.numbered  # the published recipe: coordinate actions only
     assert plain._shot is not None and observation.screenshot == plain._shot.data  # the screenshot as shot
     result = await plain.step(AgentAction("wait"))
     (step,) = plain.steps
@@ -91,6 +92,7 @@ async def test_the_elements_mode_lists_what_a_miniwob_page_shows_and_the_step_re
     assert element_lines(observation.text) == ['[1] textbox "" (id=username)', '[2] textbox "" (id=password)',
                                                '[3] button "Login" (id=subbtn)']
     assert len(observation.elements) == 3 and observation.image
+    assert observation.numbered and "click_element" in build_messages(observation)[0]["content"]
     user = build_messages(observation)[-1]["content"]
     assert user[0]["text"].endswith("\n\n" + observation.text) and user[1]["type"] == "image"
     (username,) = [e for e in observation.elements if e.name == "username"]

@@ -16,8 +16,9 @@ system prompt (action names and one example, no JSON schema) and a user turn wit
 Only the tool call is required: a reply without a valid one is recorded on the step as a parse error
 and counts as a no-op (`parse_response` never raises).
 
-The system prompt offers the coordinate actions; with ``AgentSettings.element_actions`` (for
-observations that number the page's elements) the element actions too (``click_element`` and the
+The system prompt offers the coordinate actions; with ``AgentSettings.element_actions``, or when
+the observation numbers the page's elements (``Observation.numbered``: observation modes som, axtree,
+elements), the element actions too (``click_element`` and the
 others, `webgym_rollout.actions`), and says how elements are named.
 
 Context at step *i*: the system prompt (generated from `webgym_rollout.actions`), then the last
@@ -98,8 +99,8 @@ class AgentSettings:
     """Longest text quoted from an action (typed text, answer) in a one-line summary."""
     element_actions: bool = False
     """Offer the element actions (click, type into, select an option of, hover an element by its
-    number in the page's element list) beside the coordinate actions: for observations that show
-    element numbers (set-of-marks, accessibility tree, element list)."""
+    number in the page's element list) beside the coordinate actions, whatever the observation
+    modes (an observation that numbers the elements, ``Observation.numbered``, offers them anyway)."""
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -139,6 +140,10 @@ class Observation:
     image: bool = True
     """Whether the prompt shows `screenshot` (False when the observation modes are text only; the
     screenshot is still recorded on the step)."""
+    numbered: bool = False
+    """Whether the observation numbers the page's elements (observation modes som, axtree,
+    elements): the prompt then offers the element actions, as ``AgentSettings.element_actions``
+    does."""
 
 
 @dataclass(frozen=True)
@@ -307,7 +312,7 @@ def build_messages(observation: Observation, settings: AgentSettings | None = No
     if older:
         intro += "\n\nEarlier steps:\n" + "\n".join(_summary(r, settings.summary_chars) for r in older)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(
-        settings.variant, element_actions=settings.element_actions)}]
+        settings.variant, element_actions=settings.element_actions or observation.numbered)}]
     # Each observation shows the error of the action before it, as the policy saw it at the time.
     previous_error = older[-1].action_error if older else ""
     for index, step in enumerate(recent):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -227,6 +228,9 @@ def test_element_actions_are_offered_only_when_the_settings_ask(variant):
     off = build_messages(observation, AgentSettings(variant=variant))
     assert on[0]["content"] == offered and off[0]["content"] == plain
     assert on[1:] == off[1:]  # only the system prompt differs
+    # An observation that numbers the page's elements (modes som, axtree, elements) turns them on too.
+    numbered = build_messages(replace(observation, numbered=True), AgentSettings(variant=variant))
+    assert numbered[0]["content"] == offered and numbered[1:] == off[1:]
 
 
 def test_a_reply_with_an_element_action_parses_whatever_the_prompt_offered():
