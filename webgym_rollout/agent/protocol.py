@@ -100,7 +100,7 @@ class AgentSettings:
     element_actions: bool = False
     """Offer the element actions (click, type into, select an option of, hover an element by its
     number in the page's element list) beside the coordinate actions, whatever the observation
-    modes (an observation that numbers the elements, ``Observation.numbered``, offers them anyway)."""
+    modes (the modes that number the elements, som, axtree and elements, offer them anyway)."""
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
