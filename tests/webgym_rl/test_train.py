@@ -247,7 +247,7 @@ def test_a_schema_1_3_dataset_still_trains_and_says_its_steps_were_re_tokenised(
                 for t in range(2) for a in range(2)]
     data = write_shards(tmp_path / "iter-0", episodes)
     manifest = json.loads((data / "manifest.json").read_text())
-    added = ("token_ids", "prompt_token_hash", "sampling")
+    added = ("token_ids", "prompt_token_hash", "sampling", "observation_text")  # 1.4, 1.6
     for shard in manifest["shards"]:  # as the 1.3 writer wrote it: steps without the 1.4 fields
         rows = pq.read_table(data / shard["path"]).to_pylist()
         for row in rows:
