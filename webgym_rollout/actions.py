@@ -54,6 +54,7 @@ from typing import Any
 
 from webgym_rollout.browser.protocol import BrowserAction, Element
 from webgym_rollout.errors import ActionParseError
+from webgym_rollout.settings import ELEMENT_MODES
 
 __all__ = [
     "ACTIONS",
@@ -87,8 +88,6 @@ DEFAULT_WAIT_S = 2.0
 SCROLL_FRACTION = 0.6
 # Element ids run from 1 (the first element of the step's list); a viewport lists far fewer.
 MAX_ELEMENT_ID = 9999
-# The observation modes that show element ids to the policy: with any of them, element actions are offered.
-ELEMENT_MODES = frozenset({"som", "axtree", "elements"})
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,10 @@ OBSERVATION_MODES = ("screenshot", "som", "axtree", "elements")
 set-of-marks version ``som``), then the texts (``axtree``, ``elements``; see `webgym_rollout.env`)."""
 
 
+# The observation modes that show element ids to the policy: with any of them, element actions are offered.
+ELEMENT_MODES = frozenset({"som", "axtree", "elements"})
+
+
 @dataclass(frozen=True)
 class ObservationSettings:
     """What the policy is shown at each step (see the module docstring)."""
@@ -65,7 +69,7 @@ class ObservationSettings:
     @property
     def needs_elements(self) -> bool:
         """Whether the modes read the page's interactive elements at every step (som, axtree, elements)."""
-        return any(mode in self.modes for mode in ("som", "axtree", "elements"))
+        return any(mode in ELEMENT_MODES for mode in self.modes)
 
 
 @dataclass(frozen=True)
