@@ -319,7 +319,8 @@ class VersionedPolicy:
 
 
 def bootstrap_policy(loop: Loop, seed: int) -> Any:
-    """The DOM-aware random policy of the first rollouts (``--bootstrap-policy random``)."""
+    """The DOM-aware random policy of the first rollouts (``--bootstrap-policy random``; by element
+    number where the observation numbers the elements, as the model is offered)."""
     return make_policy(PolicySettings(kind="random", agent=loop.settings.policy.agent,
                                       random=RandomPolicySettings(seed=seed)))
 

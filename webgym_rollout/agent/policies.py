@@ -362,6 +362,7 @@ _INTERACTIVE_TAGS = {"a", "button", "input", "select", "textarea", "option", "la
 _INTERACTIVE_ROLES = {"button", "link", "checkbox", "radio", "tab", "menuitem", "option", "textbox",
                       "combobox", "searchbox", "switch", "slider"}
 _WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+_TEXT_ROLES = {"textbox", "searchbox"}
 
 
 def element_field(element: Any, name: str, default: Any = None) -> Any:
@@ -372,7 +373,11 @@ def element_field(element: Any, name: str, default: Any = None) -> Any:
 
 
 class RandomPolicy:
-    """Clicks the centre of a random interactive element, sometimes types instruction words."""
+    """Clicks the centre of a random interactive element, sometimes types instruction words.
+
+    Where element actions are offered (an observation that numbers the elements, or
+    ``AgentSettings.element_actions``) it makes the same choices by element number: click_element,
+    type_element into a random text field, select_element of a word of a drop-down's text."""
 
     model_id = "random"
     observes_elements = True
@@ -389,6 +394,12 @@ class RandomPolicy:
         rng = random.Random(
             f"{settings.seed}|{observation.episode_id}|{observation.instruction}|{observation.step}")
         words = _WORD.findall(observation.instruction)
+        if observation.numbered or self.agent.element_actions:
+            # Offered element actions (a numbered observation, --policy-element-actions): the same
+            # random choices, by element number.
+            action, intention = self._element_action(observation, rng, words)
+            return scripted_reply(action, observation, self.agent, self.model_id, started,
+                                  memory="Nothing recorded (random policy).", intention=intention)
         targets = self._targets(observation)
         roll = rng.random()
         if words and roll < settings.type_probability:
@@ -406,6 +417,31 @@ class RandomPolicy:
             intention = "Scroll down to see more of the page."
         return scripted_reply(action, observation, self.agent, self.model_id, started,
                               memory="Nothing recorded (random policy).", intention=intention)
+
+    def _element_action(self, observation: Observation, rng: random.Random,
+                        words: list[str]) -> tuple[AgentAction, str]:
+        """The same choices as the coordinate form, by element number: type a span of the
+        instruction into a random text field, choose a word of a drop-down's text, click an element."""
+        settings = self.settings
+        numbered = list(enumerate(observation.elements, start=1))
+        fields = [i for i, e in numbered if str(element_field(e, "role", "")).lower() in _TEXT_ROLES]
+        roll = rng.random()
+        if words and fields and roll < settings.type_probability:
+            count = rng.randint(1, max(1, min(settings.max_words, len(words))))
+            start = rng.randrange(0, len(words) - count + 1)
+            text = " ".join(words[start:start + count])
+            number = rng.choice(fields)
+            return (AgentAction(name="type_element", element=number, text=text),
+                    f"Type {text!r} into element [{number}].")
+        if not numbered or roll < settings.type_probability + settings.scroll_probability:
+            return AgentAction(name="scroll", direction="down"), "Scroll down to see more of the page."
+        number, element = rng.choice(numbered)
+        options = _WORD.findall(str(element_field(element, "text", "") or ""))
+        if str(element_field(element, "tag", "")).lower() == "select" and options:
+            option = rng.choice(options)
+            return (AgentAction(name="select_element", element=number, option=option),
+                    f"Choose {option!r} in element [{number}].")
+        return AgentAction(name="click_element", element=number), f"Click element [{number}]."
 
     @staticmethod
     def _targets(observation: Observation) -> list[tuple[float, float, str]]:

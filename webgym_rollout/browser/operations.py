@@ -99,8 +99,12 @@ _ELEMENTS_SCRIPT = """(withTree) => {
     if (el.tagName === 'INPUT' && ['checkbox', 'radio', 'button', 'submit'].includes(el.type)) {
       role = el.type === 'submit' ? 'button' : el.type;
     }
-    const text = (el.innerText || el.value || el.getAttribute('aria-label') || el.getAttribute('placeholder')
-                  || el.getAttribute('title') || el.getAttribute('alt') || '').trim().replace(/\\s+/g, ' ');
+    // A checkbox or radio button is named by its label (its value is often just "on").
+    const choice = el.tagName === 'INPUT' && ['checkbox', 'radio'].includes(el.type);
+    const label = choice ? ((el.labels && el.labels[0] && el.labels[0].innerText) || '') : '';
+    const text = (label || el.innerText || el.value || el.getAttribute('aria-label')
+                  || el.getAttribute('placeholder') || el.getAttribute('title') || el.getAttribute('alt')
+                  || '').trim().replace(/\\s+/g, ' ');
     out.push({x: r.x, y: r.y, width: r.width, height: r.height, tag: el.tagName.toLowerCase(), role,
               text: text.slice(0, 200), name: (el.id || el.getAttribute('name') || '').slice(0, 100)});
     ids.set(el, out.length);

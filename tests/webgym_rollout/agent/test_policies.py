@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 
 import pytest
 
@@ -222,6 +223,39 @@ async def test_random_policy_without_elements_scrolls_or_types():
     policy = RandomPolicy(RandomPolicySettings(seed=1))
     names = {(await policy.act(random_observation(s, elements=()))).action.name for s in range(20)}
     assert names <= {"scroll", "type"} and "scroll" in names
+
+
+FORM = (
+    {"x": 10, "y": 20, "width": 100, "height": 20, "tag": "input", "role": "textbox", "text": ""},
+    {"x": 10, "y": 50, "width": 100, "height": 20, "tag": "select", "role": "combobox", "text": "Ada Grace"},
+    {"x": 10, "y": 80, "width": 60, "height": 20, "tag": "button", "role": "button", "text": "Submit"},
+)
+
+
+@pytest.mark.parametrize("offered", ["numbered", "agent"])
+async def test_random_policy_acts_by_element_number_where_element_actions_are_offered(offered):
+    agent = AgentSettings(element_actions=offered == "agent")
+    policy = RandomPolicy(RandomPolicySettings(seed=2, type_probability=0.3), agent=agent)
+    seen: dict[str, set] = {}
+    for step in range(80):
+        observation = dataclasses.replace(random_observation(step, elements=FORM),
+                                          numbered=offered == "numbered")
+        output = await policy.act(observation)
+        action = output.action
+        assert output.parsed.error == "" and action is not None
+        assert "click_element" in output.messages[0]["content"]  # the prompt offered them
+        seen.setdefault(action.name, set()).add(
+            (action.element, action.text or action.option or ""))
+    assert set(seen) <= {"click_element", "type_element", "select_element", "scroll"}
+    # Text goes into the text field only, instruction words; options are words of the drop-down.
+    assert {element for element, _ in seen["type_element"]} == {1}
+    words = {"Click", "on", "the", "Submit", "button"}
+    assert all(set(text.split()) <= words for _, text in seen["type_element"])
+    assert seen["select_element"] <= {(2, "Ada"), (2, "Grace")} and len(seen["select_element"]) == 2
+    assert {element for element, _ in seen["click_element"]} == {1, 3}
+    # Without element actions the same policy clicks coordinates.
+    plain = await policy.act(random_observation(0, elements=FORM))
+    assert offered == "agent" or plain.action.name in {"left_click", "type", "scroll"}
 
 
 def test_a_call_returned_as_native_tool_calls_is_put_back_into_the_text():
