@@ -353,7 +353,7 @@ class WebGymEnv(gymnasium.Env):
             self._sites = SiteServer("127.0.0.1", 0).start()
             sites_url, facts = self._sites.base_url, self._sites.facts
         elif settings.truth_url:
-            from webgym_sites.truth import TruthClient
+            from webgym_sites.truth import TruthClient  # lazy: httpx, for a site server elsewhere only
 
             facts = TruthClient(settings.truth_url, settings.truth_token or "").facts
         try:
@@ -439,7 +439,7 @@ class WebGymEnv(gymnasium.Env):
 def _pixels(data: bytes, shape: tuple[int, ...]) -> np.ndarray:
     """The screenshot (PNG or JPEG) as a uint8 array of `shape` (height, width, 3); resized to it
     when the page's screenshot has another size (a device scale factor)."""
-    from PIL import Image  # the rollout extra's
+    from PIL import Image  # optional: rollout (pillow)
 
     with Image.open(io.BytesIO(data)) as image:
         rgb = image.convert("RGB")
