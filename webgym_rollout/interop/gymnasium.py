@@ -29,9 +29,10 @@ out (the kind's horizon, or ``horizon``), or the infrastructure failed.
 Mistakes and failures. An agent's mistake is data, as in `WebEnv`: an unparseable reply, a click
 on nothing or a refused URL is a no-op step whose ``info["step"].action_error`` says why. An
 infrastructure failure during a step (a crashed browser, a lost session, a browser server that
-stopped answering, a truth listener that did not answer the judge) is handled here, one level above
-the `BrowserError` that `WebEnv` raises: the episode ends with ``truncated=True``, reward 0,
-``info["infrastructure_failure"] = True`` and ``info["error"]`` naming the error's kind. Its reward
+stopped answering) is handled here, one level above the `BrowserError` that `WebEnv` raises: the
+episode ends with ``truncated=True``, reward 0, ``info["infrastructure_failure"] = True`` and
+``info["error"]`` naming the error's kind. A judge that cannot read a site's truth at the episode's
+end (`JudgeError`) likewise: the episode ends as it did, with reward 0 and the same two keys. Its reward
 says nothing of the agent: drop the episode (TRL: reward ``None``) rather than score it 0. `reset`
 raises the typed error (`BrowserError` and its subclasses: there is no step to carry it), and so
 does a step refused for a wrong bearer token (`Unauthorized`: every episode would fail the same way).
@@ -303,10 +304,11 @@ class WebGymEnv(gymnasium.Env):
         if result.terminated or result.truncated:
             try:
                 judged = self._run(self._judge_episode(env, truncated=result.truncated))
-            except JudgeError as exc:
-                return self._copy(self._last), 0.0, False, True, self._info(env, failure=exc,
-                                                                               step=result.info["step"])
-            reward, info["verdicts"] = judged.reward, list(judged.verdicts)
+            except JudgeError as exc:  # the truth could not be read: no verdict, the agent is not scored
+                log.warning("episode of task %s: the judge failed (%s: %s)", self._task_id(), exc.kind, exc)
+                info.update(self._info(env, failure=exc))
+            else:
+                reward, info["verdicts"] = judged.reward, list(judged.verdicts)
         return self._copy(self._last), float(reward), result.terminated, result.truncated, info
 
     def render(self) -> np.ndarray | None:
@@ -321,12 +323,14 @@ class WebGymEnv(gymnasium.Env):
         try:
             if loop is not None:
                 env, stack, self._env, self._stack = self._env, self._stack, None, None
-                with contextlib.suppress(Exception):
-                    if env is not None:
-                        loop.run(env.close(), 60)
-                if stack is not None:
-                    loop.run(stack.aclose(), 120)
-                loop.stop()
+                try:
+                    with contextlib.suppress(Exception):  # a session on a server that is gone
+                        if env is not None:
+                            loop.run(env.close(), 60)
+                    if stack is not None:
+                        loop.run(stack.aclose(), 120)  # the client, then the browser server
+                finally:
+                    loop.stop()
         finally:
             sites, self._sites = self._sites, None
             if sites is not None:

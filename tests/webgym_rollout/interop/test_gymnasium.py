@@ -130,6 +130,19 @@ def test_a_site_episode_is_judged_by_the_sites_truth(attach):
     assert not all(verdict.passed for verdict in info["verdicts"])
 
 
+def test_a_truth_listener_that_does_not_answer_is_the_infrastructures_failure(browser_url, sites):
+    env = gymnasium.make("webgym/site-travel-v0", browser_url=browser_url, sites_url=sites.base_url,
+                         truth_url=f"http://127.0.0.1:{free_port()}", truth_token="nobody-listens", horizon=2)
+    try:
+        env.reset(seed=2)
+        _, reward, terminated, truncated, info = env.step(reply(AgentAction("answer", text="Done.")))
+        assert (reward, terminated, truncated) == (0.0, True, False)  # the episode ended as it did
+        assert info["infrastructure_failure"] is True and info["error"].startswith("judge_unavailable")
+        assert "verdicts" not in info and info["step"].action_error == ""
+    finally:
+        env.close()
+
+
 def _ports_answer(*urls: str) -> list[bool]:
     answers = []
     for url in urls:
