@@ -16,20 +16,18 @@ import threading
 import time
 import warnings
 
+import gymnasium  # the interop extra (scripts/setup.sh installs every extra)
 import httpx
 import numpy as np
 import psutil
 import pytest
+from gymnasium.utils.env_checker import check_env
 
-gymnasium = pytest.importorskip("gymnasium")  # the interop extra
-
-from gymnasium.utils.env_checker import check_env  # noqa: E402
-
-from tests.conftest import REPO_ROOT, free_port  # noqa: E402
-from webgym_rollout.actions import AgentAction  # noqa: E402
-from webgym_rollout.agent.protocol import format_response  # noqa: E402
-from webgym_rollout.errors import ServerUnavailable  # noqa: E402
-from webgym_rollout.interop import WebGymEnv, register  # noqa: E402
+from tests.conftest import REPO_ROOT, free_port
+from webgym_rollout.actions import AgentAction
+from webgym_rollout.agent.protocol import format_response
+from webgym_rollout.errors import ServerUnavailable
+from webgym_rollout.interop import WebGymEnv, register
 
 pytestmark = pytest.mark.browser
 
