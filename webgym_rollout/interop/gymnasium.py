@@ -90,7 +90,7 @@ from webgym_rollout.agent.policies import PolicyOutput
 from webgym_rollout.agent.protocol import Observation, parse_response
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.env import WebEnv
-from webgym_rollout.errors import BrowserError, JudgeError, Unauthorized
+from webgym_rollout.errors import BrowserError, EpisodeOver, JudgeError, Unauthorized
 from webgym_rollout.judge.judges import JudgeResult, ProgrammaticJudge
 from webgym_rollout.judge.site import SiteJudge
 from webgym_rollout.settings import EnvSettings, ObservationSettings
@@ -282,12 +282,13 @@ class WebGymEnv(gymnasium.Env):
         return self._copy(self._last), self._info(env)
 
     def step(self, action: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        """Carry out the reply `action` (see the module docstring)."""
+        """Carry out the reply `action` (see the module docstring). Raises `EpisodeOver` when no
+        episode is under way (before `reset`, after the episode ended)."""
         if not isinstance(action, str):
             raise TypeError(f"step() takes the model's reply as a str, got {type(action).__name__}")
         env = self._env
         if env is None or self._last is None:
-            raise RuntimeError("call reset() before step()")
+            raise EpisodeOver("no episode was started: call reset() before step()")
         output = PolicyOutput(response=action, parsed=parse_response(action), messages=[], model="gymnasium")
         try:
             result = self._run(env.step(output))

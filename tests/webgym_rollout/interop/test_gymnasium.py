@@ -26,7 +26,7 @@ from gymnasium.utils.env_checker import check_env
 from tests.conftest import REPO_ROOT, free_port
 from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.protocol import format_response
-from webgym_rollout.errors import ServerUnavailable
+from webgym_rollout.errors import EpisodeOver, ServerUnavailable
 from webgym_rollout.interop import WebGymEnv, register
 
 pytestmark = pytest.mark.browser
@@ -81,6 +81,11 @@ def test_the_registered_ids_cover_miniwob_and_the_three_sites():
     assert spec.kwargs == {"environment": "miniwob:click-button"}
     with pytest.raises(ValueError, match="no local site 'nowhere'"):
         WebGymEnv("site:nowhere")
+    unstarted = WebGymEnv("miniwob:click-test")
+    with pytest.raises(EpisodeOver, match="reset"):  # and it started nothing
+        unstarted.step("a reply")
+    assert (unstarted.browser_url, unstarted.sites_url) == ("", "")
+    unstarted.close()
 
 
 def test_a_scripted_correct_reply_earns_the_pages_reward(attach):
