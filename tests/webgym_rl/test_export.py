@@ -200,6 +200,10 @@ def test_trl_sft_trainer_trains_the_tiny_model_on_the_export(rollout, tmp_path, 
                      learning_rate=1e-3, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1,
                      max_length=None, dataloader_num_workers=0, seed=0)
     trainer = SFTTrainer(model=model, args=args, train_dataset=steps, processing_class=processor)
+    # A batch may hold a text-only step beside steps with screenshots: TRL's collator takes it.
+    mixed = [row for row in steps if row["images"]][:1] + [row for row in steps if not row["images"]]
+    batch = trainer.data_collator(mixed)
+    assert batch["input_ids"].shape[0] == 2 and batch["image_grid_thw"].shape[0] == len(mixed[0]["images"])
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
