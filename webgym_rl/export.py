@@ -155,8 +155,9 @@ def _clear(out: Path, overwrite: bool) -> None:
     if (earlier or card.exists()) and not overwrite:
         raise ExportError(f"{out} already holds an export ({len(earlier)} shards"
                           f"{', README.md' if card.exists() else ''}); pass --overwrite to replace it")
-    for path in earlier:
+    for path in earlier:  # the card too: until the new one is written, no card lists shards that are gone
         path.unlink()
+    card.unlink(missing_ok=True)
     (out / "data").mkdir(parents=True, exist_ok=True)
 
 
