@@ -162,10 +162,16 @@ def _clear(out: Path, overwrite: bool) -> None:
 
 
 def _write_shard(rows: list[dict[str, Any]], path: Path) -> None:
-    from datasets import Dataset  # optional: datasets
+    import datasets  # optional: datasets
 
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}")
-    Dataset.from_list(rows, features=sft_features()).to_parquet(str(tmp))
+    quiet = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # one bar per shard would break the command's own
+    try:
+        datasets.Dataset.from_list(rows, features=sft_features()).to_parquet(str(tmp))
+    finally:
+        if not quiet:
+            datasets.enable_progress_bars()
     os.replace(tmp, path)
 
 
@@ -291,16 +297,21 @@ def export_command(config: str | None, **flags: Any) -> None:
       webgym-rl export --data out/trajectories/iter-0000 out/trajectories/iter-0001 \\
           --out out/sft --success-threshold 1 --last-k-iterations 0
     """
+    bars: list[Any] = []
+
+    def advance(done: int, total: int) -> None:
+        if not bars:  # shown once the steps are selected and the folder accepted
+            bars.append(click.progressbar(length=total, label="exporting steps").__enter__())
+        bars[0].update(done - bars[0].pos)
+
     try:
         settings = load_settings(ExportCommandSettings, config, flags)
-        with click.progressbar(length=1, label="exporting steps") as bar:
-            def advance(done: int, total: int) -> None:
-                bar.length = total
-                bar.update(done - bar.pos)
-
-            result = export_sft(settings, progress=advance)
+        result = export_sft(settings, progress=advance)
     except (SettingsError, WebgymRLError) as exc:
         raise click.ClickException(str(exc)) from exc
+    finally:
+        for bar in bars:
+            bar.__exit__(None, None, None)
     click.echo(f"{result.rows} steps of {result.episodes} episodes ({result.images} images, "
                f"{result.text_only} steps without one) in {len(result.shards)} shards: {result.out}")
 
