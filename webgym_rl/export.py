@@ -175,6 +175,16 @@ def _write_shard(rows: list[dict[str, Any]], path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _trl_preparation() -> Callable[..., Any]:
+    """TRL's `prepare_multimodal_messages`, or an ImportError naming the extra."""
+    try:
+        from trl.data_utils import prepare_multimodal_messages  # optional: interop
+    except ImportError as exc:
+        raise ImportError("checking the export with TRL needs TRL: pip install 'webgym[interop]' "
+                          "(or pass --no-check-with-trl)") from exc
+    return prepare_multimodal_messages
+
+
 def check_with_trl(shard: Path) -> None:
     """Read the first row of `shard` and pass it through TRL's `prepare_multimodal_messages`, as
     SFTTrainer's vision collator does; raises `ExportError` if TRL refuses it, ImportError (naming
@@ -182,11 +192,7 @@ def check_with_trl(shard: Path) -> None:
     import pyarrow.parquet as pq  # optional: pyarrow
     from datasets import Dataset  # optional: datasets
 
-    try:
-        from trl.data_utils import prepare_multimodal_messages  # optional: interop
-    except ImportError as exc:
-        raise ImportError("checking the export with TRL needs TRL: pip install 'webgym[interop]' "
-                          "(or pass --no-check-with-trl)") from exc
+    prepare_multimodal_messages = _trl_preparation()
     row = Dataset(pq.read_table(shard).slice(0, 1))[0]
     try:
         prepared = prepare_multimodal_messages(row["messages"], images=row["images"])
@@ -234,7 +240,10 @@ def _write_card(result: ExportResult, samples: StepSamples, settings: ExportComm
 def export_sft(settings: ExportCommandSettings, *,
                progress: Callable[[int, int], None] | None = None) -> ExportResult:
     """Write the steps filtered_bc would train on as a conversational SFT dataset in `settings.out`
-    (see the module docstring). `progress(done, total)` is called after each row."""
+    (see the module docstring). `progress(done, total)` is called after each row. Without TRL and
+    `settings.check_with_trl`, raises the ImportError before anything is read or written."""
+    if settings.check_with_trl:
+        _trl_preparation()
     sources = load_trajectories(settings.data, cache_dir=settings.cache_dir)
     samples = build_samples(sources, Objective.FILTERED_BC, settings.samples)
     out = settings.out_dir
@@ -307,7 +316,7 @@ def export_command(config: str | None, **flags: Any) -> None:
     try:
         settings = load_settings(ExportCommandSettings, config, flags)
         result = export_sft(settings, progress=advance)
-    except (SettingsError, WebgymRLError) as exc:
+    except (SettingsError, WebgymRLError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         for bar in bars:

@@ -170,6 +170,9 @@ def test_without_trl_the_check_names_the_extra(rollout, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "trl.data_utils", None)
     with pytest.raises(ImportError, match=r"webgym\[interop\].*--no-check-with-trl"):
         check_with_trl(result.shards[0])
+    with pytest.raises(ImportError, match=r"webgym\[interop\]"):  # before anything is written
+        export_sft(_settings([folder], tmp_path / "checked"))
+    assert not (tmp_path / "checked").exists()
 
 
 def test_the_command_exports_and_its_help_has_an_example(rollout, tmp_path):
