@@ -35,6 +35,8 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -108,8 +110,6 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 def _field_doc(name: str) -> str:
     """The docstring under field `name` of `Args` (the line after its definition)."""
-    import inspect
-
     lines = inspect.getsource(Args).splitlines()
     for i, line in enumerate(lines):
         if line.strip().startswith(f"{name}:") and i + 1 < len(lines):
@@ -125,6 +125,7 @@ class Services:
     The browser server runs on an event loop in a thread of its own; `close` stops both."""
 
     def __init__(self, contexts: int, chromium: str | None = None):
+        # lazy: --help starts fast
         from webgym_rollout.browser.pool import PoolSettings
         from webgym_rollout.browser.server import ServerSettings, running_server
         from webgym_rollout.tasks.sites import SiteServer
@@ -161,31 +162,30 @@ class Services:
 class WebGymToolEnv:
     """One rollout's environment for TRL's ``environment_factory``: a `WebGymEnv` (MiniWoB++, the
     ``elements`` observation) whose tool is ``computer_use``. Set `services` (the class attribute)
-    before TRL builds the first one."""
+    before TRL builds the first one. Every public method but `reset` and `get_reward` is a tool
+    TRL shows the model, its docstring the tool's description."""
 
     services: Services | None = None
     """The browser and site servers every instance uses."""
 
     def __init__(self) -> None:
-        from webgym_rollout.interop.gymnasium import WebGymEnv
+        from webgym_rollout.interop.gymnasium import WebGymEnv  # optional: interop (gymnasium)
 
         if self.services is None:
-            raise RuntimeError("WebGymToolEnv.services: start the Services before the trainer builds environments")
-        self._env_class = WebGymEnv
-        self._envs: dict[str, Any] = {}
-        self.env: Any = None
+            raise RuntimeError("WebGymToolEnv.services: start the Services before the trainer builds "
+                               "its environments")
+        self.env = WebGymEnv("miniwob:click-test", browser_url=self.services.browser_url,
+                             sites_url=self.services.sites.base_url, observation_modes=("elements",))
         self.reward: float | None = 0.0
         self.done = True
         self.failed = False
 
     def reset(self, task: str = "click-test", seed: int = 0, **_: Any) -> str:
-        """Start the episode of row (`task`, `seed`); returns the page as text, for the prompt."""
-        self.env = self._envs.get(task)
-        if self.env is None:
-            self.env = self._envs[task] = self._env_class(
-                f"miniwob:{task}", browser_url=self.services.browser_url, sites_url=self.services.sites.base_url,
-                observation_modes=("elements",))
-        observation, _info = self.env.reset(seed=int(seed))
+        """Start the episode of row (`task`, `seed`): MiniWoB++ page `task` with seed `seed`. Returns
+        the page as text, which TRL appends to the row's prompt."""
+        from webgym_data.importers.miniwob import miniwob_task  # lazy: --help starts fast
+
+        observation, _info = self.env.reset(options={"task": miniwob_task(task, int(seed))})
         self.reward, self.done, self.failed = 0.0, False, False
         return _page_text(observation)
 
@@ -194,7 +194,7 @@ class WebGymToolEnv:
         """Act on the web page; returns the page after the action, as text.
 
         Args:
-            action: click_element, type_element, select_element, hover_element, key, or answer (ends the task).
+            action: click_element, type_element, select_element, hover_element, key or answer (the end).
             element: the element's number in the page's element list (element actions).
             text: the text to type (type_element) or the answer (answer).
             option: the visible text of the option to choose (select_element).
@@ -217,6 +217,7 @@ class WebGymToolEnv:
         return None if self.failed else self.reward
 
     def _step(self, arguments: dict[str, Any]) -> str:
+        """Play `arguments` as the reply WebGym's parser reads (the same tool call, in its own format)."""
         reply = "<tool_call>" + json.dumps({"name": "computer_use", "arguments": arguments}) + "</tool_call>"
         observation, reward, terminated, truncated, info = self.env.step(reply)
         self.done = terminated or truncated
@@ -225,14 +226,12 @@ class WebGymToolEnv:
         if info["infrastructure_failure"]:
             return f"The browser failed ({info['error']}); the episode is over."
         step = info.get("step")
-        error = getattr(step, "action_error", "") if step is not None else ""
+        error = step.action_error if step is not None else ""
         return (f"Error: {error}\n" if error else "") + _page_text(observation)
 
     def _close(self) -> None:
-        """Close the environments (private: every public method is a tool TRL shows the model)."""
-        for env in self._envs.values():
-            env.close()
-        self._envs.clear()
+        """Close the environment (private: a public method would be a tool)."""
+        self.env.close()
 
 
 def _page_text(observation: dict[str, Any]) -> str:
@@ -244,6 +243,7 @@ def _page_text(observation: dict[str, Any]) -> str:
 
 def tiny_model(out: Path, seed: int) -> tuple[Any, Any]:
     """The tiny Qwen2-VL (written to `out` once) and its tokenizer with TRL's Qwen2.5 chat template."""
+    # optional: interop (trl)
     from transformers import AutoModelForImageTextToText, AutoTokenizer
     from trl.chat_template_utils import qwen2_5_chat_template
 
@@ -260,7 +260,7 @@ def tiny_model(out: Path, seed: int) -> tuple[Any, Any]:
 
 def train_rows(args: Args) -> Any:
     """The training set: (task, seed) rows, each with a prompt that the environment's reset completes."""
-    from datasets import Dataset
+    from datasets import Dataset  # lazy: --help starts fast
 
     prompt = [{"role": "system", "content": "You are a web agent. Complete the task on the page with the "
                                             "computer_use tool."},
@@ -272,7 +272,7 @@ def train_rows(args: Args) -> Any:
 def build_trainer(args: Args, environment: type[WebGymToolEnv] = WebGymToolEnv,
                   callbacks: list[Any] | None = None) -> Any:
     """TRL's GRPOTrainer for `args` (the services must run), with `environment` as its factory."""
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig, GRPOTrainer  # optional: interop (trl)
 
     model, tokenizer = tiny_model(args.out / "model", args.seed)
     config = GRPOConfig(
@@ -288,12 +288,10 @@ def build_trainer(args: Args, environment: type[WebGymToolEnv] = WebGymToolEnv,
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    try:
-        import trl  # noqa: F401
-        from webgym_rollout.interop import gymnasium as _gymnasium  # noqa: F401
-    except ImportError as exc:
-        print(f"error: {exc} (pip install 'webgym[interop]')", file=sys.stderr)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL 1.16
+    missing = [name for name in ("trl", "gymnasium") if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"error: {' and '.join(missing)} not installed: pip install 'webgym[interop]'", file=sys.stderr)
         return 2
     services = Services(contexts=args.per_device_train_batch_size + 1, chromium=args.chromium)
     WebGymToolEnv.services = services
