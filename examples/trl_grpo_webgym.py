@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import importlib.util
 import inspect
 import json
 import logging
@@ -289,9 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL 1.16
-    missing = [name for name in ("trl", "gymnasium") if importlib.util.find_spec(name) is None]
-    if missing:
-        print(f"error: {' and '.join(missing)} not installed: pip install 'webgym[interop]'", file=sys.stderr)
+    try:
+        # optional: interop
+        import gymnasium  # noqa: F401
+        import trl  # noqa: F401
+    except ImportError as exc:
+        print(f"error: {exc.name or exc} is not installed: pip install 'webgym[interop]'", file=sys.stderr)
         return 2
     services = Services(contexts=args.per_device_train_batch_size + 1, chromium=args.chromium)
     WebGymToolEnv.services = services

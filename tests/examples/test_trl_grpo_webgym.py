@@ -9,6 +9,7 @@ import importlib.util
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -41,6 +42,23 @@ def test_help_shows_an_example():
     done = _run("--help")
     assert done.returncode == 0, done.stderr
     assert "example:" in done.stdout and "--num-generations" in done.stdout and "--max-steps" in done.stdout
+
+
+def test_the_training_guides_command_parses():
+    text = (REPO_ROOT / "docs" / "guides" / "training.md").read_text(encoding="utf-8")
+    line = next(block for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL)
+                if "examples/trl_grpo_webgym.py" in block)
+    tokens = shlex.split(line.replace("\\\n", " "))
+    args = _example().parse_args(tokens[tokens.index("examples/trl_grpo_webgym.py") + 1:])
+    assert args.tasks == ["click-test", "click-button"] and args.max_steps == 3
+
+
+def test_without_trl_the_error_names_the_extra():
+    code = ("import runpy, sys; sys.modules['trl'] = None; sys.argv = ['trl_grpo_webgym.py']\n"
+            f"runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=False, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 2 and "trl is not installed: pip install 'webgym[interop]'" in done.stderr
 
 
 def test_a_bad_group_size_is_refused_naming_the_flag():
@@ -108,6 +126,7 @@ def test_grpo_trains_on_the_env_rewards_and_drops_an_infrastructure_failure(tmp_
     # (scored 0 it would be 1/3 in the second step too).
     assert [entry["rewards/ScriptedEnv/mean"] for entry in logged] == pytest.approx([1 / 3, 1 / 2])
     assert [entry["reward"] for entry in logged] == pytest.approx([1 / 3, 1 / 2])
+    assert all(entry["grad_norm"] > 0 for entry in logged)  # the rewards moved the policy
     # The last group as TRL received it: NaN for the failure, which gets advantage 0; the baseline is
     # the mean of the two others, so they get advantages of opposite signs and equal size.
     received = list(trainer._logs["rewards"]["ScriptedEnv"])
