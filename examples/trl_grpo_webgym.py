@@ -13,10 +13,11 @@ random Qwen2-VL checkpoint (`webgym_rl.tiny.build_tiny_model`) written to ``OUT/
 element actions of WebGym's action space) and plays every tool call the model writes on the page.
 
 Prompts are text: the observation mode is ``elements`` (the page's interactive elements as a
-numbered list), not the screenshot. TRL's GRPO path does run Qwen-VL models on images, but its
-tool-calling loop feeds tool results back as text, and a text prompt keeps the CPU run to seconds.
-The model is the tiny Qwen2-VL used as a language model (its vision tower idle); its chat template is
-replaced by TRL's Qwen2.5 template, the one TRL knows how to parse tool calls from.
+numbered list), not the screenshot. TRL's GRPO path also takes images (a VLM processor, tool results
+with image parts), but then the processor's chat template must be one TRL parses tool calls from, and
+a text prompt keeps the CPU run to seconds. The model is the tiny Qwen2-VL used as a language model
+(its vision tower idle), with its tokenizer's chat template replaced by TRL's Qwen2.5 template, one of
+those TRL parses tool calls from (`trl.chat_template_utils.add_response_schema`).
 
 Rewards. The task's reward at the end of the episode (`WebGymEnv`'s judge: 1 when the MiniWoB page
 reports success, else 0), through the environment's ``get_reward``. An episode the model left
@@ -44,8 +45,6 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-log = logging.getLogger("trl_grpo_webgym")
 
 EPILOG = """\
 example:
@@ -101,6 +100,13 @@ def parse_args(argv: list[str] | None = None) -> Args:
     if args.per_device_train_batch_size % args.num_generations:
         parser.error(f"--per-device-train-batch-size ({args.per_device_train_batch_size}) must be a multiple "
                      f"of --num-generations ({args.num_generations})")
+    from webgym_rollout.tasks.miniwob import html_dir  # lazy: --help starts fast
+
+    pages = {path.stem for path in (html_dir() / "miniwob").glob("*.html")}
+    unknown = [task for task in args.tasks if task not in pages]
+    if unknown:
+        parser.error(f"--tasks: no MiniWoB++ page {', '.join(map(repr, unknown))} (the miniwob package ships "
+                     f"{len(pages)}, e.g. click-test, click-button, enter-text)")
     for name in ("rows", "max_steps", "max_completion_length", "max_tool_calls"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")

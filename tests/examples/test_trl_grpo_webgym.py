@@ -66,6 +66,8 @@ def test_a_bad_group_size_is_refused_naming_the_flag():
     assert done.returncode == 2 and "--num-generations" in done.stderr and "got 1" in done.stderr
     done = _run("--num-generations", "2", "--per-device-train-batch-size", "3")
     assert done.returncode == 2 and "multiple of --num-generations" in done.stderr
+    done = _run("--tasks", "click-test", "click-nothing-here")
+    assert done.returncode == 2 and "--tasks: no MiniWoB++ page 'click-nothing-here'" in done.stderr
 
 
 # TRL says environment_factory is experimental; its GRPOConfig and generation call transformers'
