@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import inspect
 import json
 import logging
@@ -127,7 +128,8 @@ def _field_doc(name: str) -> str:
 
 class Services:
     """A browser server and a site server on 127.0.0.1, for every environment of the run to share.
-    The browser server runs on an event loop in a thread of its own; `close` stops both."""
+    The browser server runs on an event loop in a thread of its own; `close` closes the environments
+    made on them (`environments`), then stops both servers."""
 
     def __init__(self, contexts: int, chromium: str | None = None):
         # lazy: --help starts fast
@@ -135,6 +137,7 @@ class Services:
         from webgym_rollout.browser.server import ServerSettings, running_server
         from webgym_rollout.tasks.sites import SiteServer
 
+        self.environments: list[WebGymToolEnv] = []
         self.sites = SiteServer("127.0.0.1", 0).start()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="browser-server", daemon=True)
@@ -154,6 +157,8 @@ class Services:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(300)
 
     def close(self) -> None:
+        for environment in self.environments:
+            environment._close()
         with contextlib.suppress(Exception):
             self._run(self._stack.aclose())
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -166,21 +171,18 @@ class Services:
 
 class WebGymToolEnv:
     """One rollout's environment for TRL's ``environment_factory``: a `WebGymEnv` (MiniWoB++, the
-    ``elements`` observation) whose tool is ``computer_use``. Set `services` (the class attribute)
-    before TRL builds the first one. Every public method but `reset` and `get_reward` is a tool
-    TRL shows the model, its docstring the tool's description."""
+    ``elements`` observation) on the browser and site servers of `services`, whose tool is
+    ``computer_use``. TRL calls the factory without arguments: pass
+    ``functools.partial(WebGymToolEnv, services)``. Every public method but `reset` and `get_reward`
+    is a tool TRL shows the model, its docstring the tool's description."""
 
-    services: Services | None = None
-    """The browser and site servers every instance uses."""
-
-    def __init__(self) -> None:
+    def __init__(self, services: Services) -> None:
         from webgym_rollout.interop.gymnasium import WebGymEnv  # optional: interop (gymnasium)
 
-        if self.services is None:
-            raise RuntimeError("WebGymToolEnv.services: start the Services before the trainer builds "
-                               "its environments")
-        self.env = WebGymEnv("miniwob:click-test", browser_url=self.services.browser_url,
-                             sites_url=self.services.sites.base_url, observation_modes=("elements",))
+        self.services = services
+        self.env = WebGymEnv("miniwob:click-test", browser_url=services.browser_url,
+                             sites_url=services.sites.base_url, observation_modes=("elements",))
+        services.environments.append(self)
         self.reward: float | None = 0.0
         self.done = True
         self.failed = False
@@ -274,9 +276,9 @@ def train_rows(args: Args) -> Any:
     return Dataset.from_dict({"prompt": [prompt] * args.rows, "task": tasks, "seed": list(range(args.rows))})
 
 
-def build_trainer(args: Args, environment: type[WebGymToolEnv] = WebGymToolEnv,
+def build_trainer(args: Args, services: Services, environment: type[WebGymToolEnv] = WebGymToolEnv,
                   callbacks: list[Any] | None = None) -> Any:
-    """TRL's GRPOTrainer for `args` (the services must run), with `environment` as its factory."""
+    """TRL's GRPOTrainer for `args`, with `environment` on `services` as its environment factory."""
     from trl import GRPOConfig, GRPOTrainer  # optional: interop (trl)
 
     model, tokenizer = tiny_model(args.out / "model", args.seed)
@@ -287,7 +289,7 @@ def build_trainer(args: Args, environment: type[WebGymToolEnv] = WebGymToolEnv,
         use_cpu=True, bf16=False, fp16=False, report_to="none", logging_steps=1, save_strategy="no",
         seed=args.seed, temperature=1.0, dataloader_num_workers=0, log_completions=False)
     return GRPOTrainer(model=model, args=config, train_dataset=train_rows(args), processing_class=tokenizer,
-                       environment_factory=environment, callbacks=callbacks)
+                       environment_factory=functools.partial(environment, services), callbacks=callbacks)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,18 +304,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.name or exc} is not installed: pip install 'webgym[interop]'", file=sys.stderr)
         return 2
     services = Services(contexts=args.per_device_train_batch_size + 1, chromium=args.chromium)
-    WebGymToolEnv.services = services
-    trainer = None
     try:
-        trainer = build_trainer(args)
+        trainer = build_trainer(args, services)
         trainer.train()
         rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
         print(f"trained {trainer.state.global_step} steps; mean reward per step: {rewards}")
     finally:
-        if trainer is not None:
-            for pool in trainer._environment_pool.values():
-                for env in pool:
-                    env._close()
         services.close()
     return 0
 

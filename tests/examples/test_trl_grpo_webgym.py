@@ -107,18 +107,11 @@ def test_grpo_trains_on_the_env_rewards_and_drops_an_infrastructure_failure(tmp_
         "--num-generations", "3", "--per-device-train-batch-size", "3", "--max-completion-length", "8",
         "--chromium", chromium_path])
     services = example.Services(contexts=4, chromium=chromium_path)
-    example.WebGymToolEnv.services = services
-    trainer = None
     try:
-        trainer = example.build_trainer(args, ScriptedEnv)
+        trainer = example.build_trainer(args, services, ScriptedEnv)
         trainer.train()
     finally:
-        if trainer is not None:
-            for pool in trainer._environment_pool.values():
-                for env in pool:
-                    env._close()
         services.close()
-        example.WebGymToolEnv.services = None
 
     # What the environments gave, in the trainer's order: group 1, then group 2 with the lost session.
     assert played == [1.0, 0.0, 0.0, 1.0, None, 0.0]
