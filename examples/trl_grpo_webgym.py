@@ -276,8 +276,7 @@ def train_rows(args: Args) -> Any:
     return Dataset.from_dict({"prompt": [prompt] * args.rows, "task": tasks, "seed": list(range(args.rows))})
 
 
-def build_trainer(args: Args, services: Services, environment: type[WebGymToolEnv] = WebGymToolEnv,
-                  callbacks: list[Any] | None = None) -> Any:
+def build_trainer(args: Args, services: Services, environment: type[WebGymToolEnv] = WebGymToolEnv) -> Any:
     """TRL's GRPOTrainer for `args`, with `environment` on `services` as its environment factory."""
     from trl import GRPOConfig, GRPOTrainer  # optional: interop (trl)
 
@@ -289,7 +288,7 @@ def build_trainer(args: Args, services: Services, environment: type[WebGymToolEn
         use_cpu=True, bf16=False, fp16=False, report_to="none", logging_steps=1, save_strategy="no",
         seed=args.seed, temperature=1.0, dataloader_num_workers=0, log_completions=False)
     return GRPOTrainer(model=model, args=config, train_dataset=train_rows(args), processing_class=tokenizer,
-                       environment_factory=functools.partial(environment, services), callbacks=callbacks)
+                       environment_factory=functools.partial(environment, services))
 
 
 def main(argv: list[str] | None = None) -> int:
