@@ -313,8 +313,8 @@ def _summary_table(summary: dict[str, Any]):
 def _training_text(train: dict[str, Any]) -> str:
     if train.get("skipped"):
         return f"skipped: {train['skipped'][:40]}"
-    return (f"{train['steps']} steps on {train['steps_kept']} samples, "
-            f"loss {train['first_loss']:.3f} -> {train['last_loss']:.3f}")
+    return (f"{train['steps']} steps on {train['steps_kept']} steps of {train['trajectories_kept']} "
+            f"episodes, loss {train['first_loss']:.3f} -> {train['last_loss']:.3f}")
 
 
 def _training_rows(table: Any, summary: dict[str, Any]) -> None:
@@ -386,23 +386,24 @@ def _learning_notes(summary: dict[str, Any]) -> list[str]:
     if boot is not None and "bootstrap_training" in summary:
         scripted, imitation = runs["bootstrap"], summary["bootstrap_training"]
         what = ("skipped" if imitation.get("skipped") else
-                f"{imitation['steps']} steps imitating all {imitation['steps_kept']} replies")
+                f"{imitation['steps']} steps imitating the replies of all {imitation['trajectories_kept']} "
+                f"episodes ({imitation['steps_kept']} steps), successful or not")
         notes.append(
             f"Round 0 (bootstrap): the scripted element-random policy played {scripted['episodes']} training "
             f"episodes ({scripted['successes']} successes) and a tiny randomly initialised Qwen3-VL "
             f"({model['num_layers']} layers, hidden size {model['hidden_size']}) was trained {what}; at "
             f"temperature 0 it solved {_solved(boot)} held-out episodes.")
     own = runs.get("own_rollouts")
+    played = (f"played {own['episodes']} training episodes at temperature 1 ({own['successes']} successes); "
+              if own else "")
     if train.get("skipped"):
-        notes.append(f"Round 1 trained nothing ({train['skipped']}); its column is the bootstrap's weights.")
+        trained_on = f"{played}it trained nothing ({train['skipped']}), so it kept the bootstrap's weights"
     else:
-        played = (f"played {own['episodes']} training episodes at temperature 1 ({own['successes']} "
-                  "successes); ") if own else ""
-        notes.append(
-            f"Round 1 (its own rollouts): the bootstrapped policy {played}filtered_bc on "
-            f"{train['trajectories_kept']} successful episodes ({train['steps']} steps); at temperature 0 "
-            f"its replies parsed into a valid action in {100 * trained['valid_action_rate']:.1f}% of "
-            f"{trained['steps']} steps and it solved {_solved(trained)} held-out episodes.")
+        trained_on = (f"{played}filtered_bc trained {train['steps']} steps on its "
+                      f"{train['trajectories_kept']} successful episodes")
+    notes.append(f"Round 1 (its own rollouts): the bootstrapped policy {trained_on}; at temperature 0 its "
+                 f"replies parsed into a valid action in {100 * trained['valid_action_rate']:.1f}% of "
+                 f"{trained['steps']} steps and it solved {_solved(trained)} held-out episodes.")
     pair = (summary.get("paired") or {}).get("trained_vs_bootstrap")
     if boot is not None and pair:
         verdict = ("improved on" if trained["successes"] > boot["successes"] else
@@ -672,8 +673,7 @@ def _event_printer(stages: _Stages, task_counts: dict[str, int], own: bool) -> A
         elif isinstance(event, PhaseStarted) and event.phase == "train":
             stages.note("training: imitation of every reply of the scripted policy")
         elif isinstance(event, PolicyServing) and event.version > 0:
-            stages.note(f"the policy server serves v{event.version} ({event.path}, {event.seconds:.2f} s, "
-                        "in memory, no restart)")
+            stages.note(f"the policy server serves v{event.version} ({event.path}, {event.seconds:.2f} s)")
         elif isinstance(event, PhaseStarted) and event.phase == "eval" and own:
             stages.stage(8, f"Evaluating the round-1 policy on the {heldout} held-out episodes "
                             "(temperature 0)")
@@ -860,23 +860,25 @@ def _print_summary(stages: _Stages, summary: dict[str, Any], out: Path) -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/demo"),
               show_default=True, help="Output folder (an earlier demo there is replaced).")
 @click.option("--size", type=click.Choice(list(_SIZES)), default="small", show_default=True,
-              help="small: 400 bootstrap and 24 held-out MiniWoB episodes, 9 site tasks (about 6 minutes "
-                   "on 2 cores); tiny: 4 and 2 (tests).")
+              help="small: 200 scripted and 96 own training episodes of two-step MiniWoB kinds, 24 held-out "
+                   "episodes per policy, 9 site tasks (about 6 minutes on 2 cores); tiny: tests.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the model, split and policy.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Episodes running at once.")
 @click.option("--quiet", is_flag=True, help="No stage lines or live progress (the summary is still printed).")
 def demo_command(out: Path, size: str, seed: int, concurrency: int, quiet: bool) -> None:
-    """Build tasks, roll out, train a tiny policy, evaluate it against two baselines (CPU, offline).
+    """Build tasks, train a tiny policy from a bootstrap and its own rollouts, evaluate it (CPU, offline).
 
     Runs the whole system on this machine: builds a task dataset from the project's sample tasks
     and MiniWoB++ tasks, starts the MiniWoB site server, a Chromium browser server and a CPU policy
     server with a tiny random Qwen3-VL, measures the pixel-random and DOM-aware random policies on
-    held-out seeds, rolls out the training seeds with the DOM-aware random bootstrap policy, trains
-    the tiny policy with filtered_bc on the successes, publishes it to the policy server in memory,
-    evaluates it on the same held-out
-    seeds at temperature 0, and writes HTML reports, a learning curve and a summary of what was
-    measured. Everything it starts it stops, also on Ctrl-C.
+    held-out seeds, then runs two rounds of the online loop on two-step MiniWoB kinds seen as a
+    numbered list of elements: round 0 imitates every reply of the scripted element-random policy,
+    round 1 trains with filtered_bc on the successes of the policy's own rollouts. Each round's
+    weights reach the policy server in memory and are evaluated on the same held-out seeds at
+    temperature 0 (Wilson intervals, a paired sign test of round 1 against round 0). Writes HTML
+    reports, a learning curve and a summary of what was measured. Everything it starts it stops,
+    also on Ctrl-C.
 
     \b
     Example:
