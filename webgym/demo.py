@@ -113,8 +113,8 @@ class _Size:
 # Two-step kinds: the policy must click two elements in the order the page asks for.
 _KINDS = ("click-button-sequence", "click-collapsible")
 _SIZES: dict[str, _Size] = {
-    "small": _Size(miniwob_tasks=_KINDS, train_seeds=100, heldout_seeds=12, horizon=4, max_new_tokens=64,
-                   bootstrap_steps=600, max_steps=300, batch_size=8, tasks_per_round=24, attempts=4,
+    "small": _Size(miniwob_tasks=_KINDS, train_seeds=60, heldout_seeds=12, horizon=4, max_new_tokens=64,
+                   bootstrap_steps=400, max_steps=150, batch_size=8, tasks_per_round=24, attempts=4,
                    hidden_size=128, test_size=4, site_tasks=3),
     "tiny": _Size(miniwob_tasks=_KINDS, train_seeds=2, heldout_seeds=1, horizon=2, max_new_tokens=8,
                   bootstrap_steps=2, max_steps=2, batch_size=4, tasks_per_round=2, attempts=2,
@@ -129,7 +129,7 @@ class DemoSettings:
     out: Path = Path("out/demo")
     """Output folder (replaced if it holds an earlier demo; any other non-empty folder is refused)."""
     size: Literal["small", "tiny"] = "small"
-    """small: 200 scripted and 96 own MiniWoB++ training episodes, 24 held-out episodes per policy, 9 site
+    """small: 120 scripted and 96 own MiniWoB++ training episodes, 24 held-out episodes per policy, 9 site
     tasks (about 6 minutes on 2 cores); tiny: tests."""
     seed: int = 0
     """Seed of the tiny model, the split, the random policies and the training order."""
@@ -860,14 +860,14 @@ def _print_summary(stages: _Stages, summary: dict[str, Any], out: Path) -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/demo"),
               show_default=True, help="Output folder (an earlier demo there is replaced).")
 @click.option("--size", type=click.Choice(list(_SIZES)), default="small", show_default=True,
-              help="small: 200 scripted and 96 own training episodes of two-step MiniWoB kinds, 24 held-out "
+              help="small: 120 scripted and 96 own training episodes of two-step MiniWoB kinds, 24 held-out "
                    "episodes per policy, 9 site tasks (about 6 minutes on 2 cores); tiny: tests.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the model, split and policy.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Episodes running at once.")
 @click.option("--quiet", is_flag=True, help="No stage lines or live progress (the summary is still printed).")
 def demo_command(out: Path, size: str, seed: int, concurrency: int, quiet: bool) -> None:
-    """Build tasks, train a tiny policy from a bootstrap and its own rollouts, evaluate it (CPU, offline).
+    """Build tasks; bootstrap a tiny policy, train it on its own rollouts, evaluate it (CPU, offline).
 
     Runs the whole system on this machine: builds a task dataset from the project's sample tasks
     and MiniWoB++ tasks, starts the MiniWoB site server, a Chromium browser server and a CPU policy
