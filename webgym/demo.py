@@ -412,6 +412,11 @@ def _learning_notes(summary: dict[str, Any]) -> list[str]:
                      f"{trained['successes']} of {trained['episodes']} held-out episodes; seed by seed it "
                      f"won {pair['won']} and lost {pair['lost']} (exact sign test p "
                      f"{pair['p'] if pair['p'] is not None else 1:.2g}).")
+    dom = (summary.get("paired") or {}).get("trained_vs_dom_random")
+    if dom:
+        notes.append(f"Against the DOM-aware random policy on the same seeds the round-1 version won "
+                     f"{dom['won']} and lost {dom['lost']} (exact sign test p "
+                     f"{dom['p'] if dom['p'] is not None else 1:.2g}).")
     return notes
 
 
