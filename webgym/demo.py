@@ -479,29 +479,6 @@ def _site_rollouts(loop_settings: Any, services: Any, tasks: Path, out: Path, ag
             "levels": levels}
 
 
-
-def _learning_curve(summary: dict[str, Any], rounds: list[Any], path: Path,
-                    colours: dict[str, str]) -> tuple[Path, list[Any]]:
-    """Held-out success of each evaluated version of the trained policy, beside both baselines (flat
-    lines; bars while one version is evaluated), each in its colour of the comparison report
-    (`colours`). Returns the PNG's path and the points."""
-    # lazy: torch, playwright and datasets load when a stage needs them
-    from webgym_rollout.report.charts import CurvePoint, write_learning_curve
-
-    runs, points = summary["rollouts"], []
-    for record in rounds:
-        if record.eval is None:
-            continue
-        evaluation = record.eval.model_dump()
-        for label, run in (("pixel-random", runs["pixel_random"]), ("DOM-aware random", runs["dom_random"]),
-                           ("trained tiny policy", evaluation)):  # the comparison report's order
-            judged = run["episodes"] - run["errors"]
-            points.append(CurvePoint.from_counts(record.eval.version, label, run["successes"], judged, 0.95))
-    png = write_learning_curve(points, path, title="Held-out MiniWoB++ success by policy version",
-                               x_label="policy version", colours=colours)
-    return png, points
-
-
 def run_demo(settings: DemoSettings) -> DemoResult:
     """Run every stage; returns the measured summary (also written to OUT/summary.json)."""
     _offline()
