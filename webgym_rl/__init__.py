@@ -4,6 +4,7 @@ The core API, in the order training meets it::
 
     trajectories (webgym_rollout.read_episodes) -> load_trajectories -> build_samples(sets, Objective)
         -> StepSamples -> train(TrainCommandSettings) with the loss OBJECTIVES[objective]
+    export_sft(ExportCommandSettings): filtered_bc's samples as TRL's conversational SFT dataset
     run_loop(LoopSettings): roll out -> train -> publish -> evaluate -> push, resumable, under the
         sync or async schedule with a resident trainer (webgym_rl.loop)
 
@@ -21,6 +22,7 @@ __version__ = "0.2.0"
 
 _EXPORTS = {
     "OBJECTIVES": "webgym_rl.objectives",
+    "ExportCommandSettings": "webgym_rl.settings",
     "LoopSettings": "webgym_rl.loop.settings",
     "Objective": "webgym_rl.samples",
     "SampleSelection": "webgym_rl.samples",
@@ -29,6 +31,7 @@ _EXPORTS = {
     "TrainCommandSettings": "webgym_rl.settings",
     "WebgymRLError": "webgym_rl.errors",
     "build_samples": "webgym_rl.samples",
+    "export_sft": "webgym_rl.export",
     "load_trajectories": "webgym_rl.samples",
     "run_loop": "webgym_rl.loop.run",
     "train": "webgym_rl.train",
@@ -36,6 +39,7 @@ _EXPORTS = {
 
 __all__ = [
     "OBJECTIVES",
+    "ExportCommandSettings",
     "LoopSettings",
     "Objective",
     "SampleSelection",
@@ -44,6 +48,7 @@ __all__ = [
     "TrainCommandSettings",
     "WebgymRLError",
     "build_samples",
+    "export_sft",
     "load_trajectories",
     "run_loop",
     "train",
@@ -51,11 +56,12 @@ __all__ = [
 
 if TYPE_CHECKING:
     from webgym_rl.errors import WebgymRLError
+    from webgym_rl.export import export_sft
     from webgym_rl.loop.run import run_loop
     from webgym_rl.loop.settings import LoopSettings
     from webgym_rl.objectives import OBJECTIVES
     from webgym_rl.samples import Objective, SampleSelection, StepSamples, build_samples, load_trajectories
-    from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
+    from webgym_rl.settings import ExportCommandSettings, OptimizationSettings, TrainCommandSettings
     from webgym_rl.train import train
 
 

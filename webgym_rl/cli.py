@@ -9,6 +9,8 @@ from webgym_core.cli import LazyGroup, setup_logging
 COMMANDS = {
     "train": ("webgym_rl.train:train_command",
               "Fine-tune a Qwen-VL policy on trajectory datasets (filtered_bc or reinforce)."),
+    "export": ("webgym_rl.export:export_command",
+               "Write trajectory steps as a conversational dataset for TRL's SFTTrainer."),
     "push": ("webgym_rl.hub:push_command", "Upload a checkpoint and its model card to the Hub."),
     "loop": ("webgym_rl.loop.cli:loop_command",
              "Run the online loop (sync or async): roll out, train, publish, evaluate, repeat."),

@@ -13,7 +13,10 @@ export it (``from webgym_rl.modeling import CheckpointError`` works).
      ├── TrainingDataError (ValueError)      trajectory data the trainer cannot use (`webgym_rl.samples`);
      │    │                                  names the source, shard or column
      │    ├── MissingColumnError             a shard lacks a column the trainer reads
-     │    └── NoTrainingDataError            nothing left to train on (empty, reward-free, all filtered)
+     │    ├── NoTrainingDataError            nothing left to train on (empty, reward-free, all filtered)
+     │    └── ExportError                    a kept step ``webgym-rl export`` cannot write as a
+     │                                       conversation, or an output folder holding an earlier
+     │                                       export (`webgym_rl.export`; names the source, row and step)
      ├── CollationError (ValueError)         a sample that cannot be encoded (`webgym_rl.collate`)
      │    ├── PromptPrefixError              the tokenised prompt is not a prefix of prompt + response
      │    └── TokenMismatchError             the trainer's tokens are not the ones the policy sampled
@@ -64,6 +67,7 @@ __all__ = [
     "BadChatRequest",
     "CheckpointError",
     "CollationError",
+    "ExportError",
     "LoopError",
     "LoopSettingsError",
     "LoopStateError",
@@ -119,6 +123,12 @@ class MissingColumnError(TrainingDataError):
 
 class NoTrainingDataError(TrainingDataError):
     """After reading and filtering, nothing is left to train on."""
+
+
+class ExportError(TrainingDataError):
+    """A kept step that cannot be written as a conversation for another trainer (a message part that
+    is neither text nor an image, messages that are not JSON), or an output folder that holds an
+    earlier export; the message names the source, row and step, or the folder."""
 
 
 class CollationError(WebgymRLError, ValueError):

@@ -331,6 +331,15 @@ class StepSamples:
     def __len__(self) -> int:
         return len(self._refs)
 
+    def source_of(self, index: int) -> int:
+        """The index in `sources` of the trajectory set sample `index` comes from."""
+        return self._refs[index].source
+
+    def origin(self, index: int) -> str:
+        """Where sample `index` is stored: ``SOURCE row R step S`` (for messages about bad data)."""
+        ref = self._refs[index]
+        return f"{self.sources[ref.source].id} row {ref.row} step {ref.step}"
+
     def __getitem__(self, index: int) -> Sample:
         from datasets import Image  # optional: datasets
 

@@ -5,7 +5,9 @@ other for them:
 - `OptimizationSettings`: how the weights are optimised (the objective, the samples, LoRA, the
   optimizer, the schedule, the batch, precision, logging), with grpo's knobs (`GRPOSettings`);
 - `TrainCommandSettings`: the ``webgym-rl train`` command: the model, the data and the output
-  folder, plus one `OptimizationSettings`.
+  folder, plus one `OptimizationSettings`;
+- `ExportCommandSettings`: the ``webgym-rl export`` command: the data, the output folder and the
+  steps kept (filtered_bc's `SampleSelection`, the trainer's own).
 
 (Before 0.3.0 these were ``webgym_rl.train.TrainingSettings`` and ``webgym_rl.train.TrainSettings``;
 the old names still import, with a DeprecationWarning, for one release. The loop's resident trainer
@@ -23,8 +25,8 @@ from webgym_rl.errors import TrainSettingsError
 from webgym_rl.pixels import ImageSettings
 from webgym_rl.samples import Objective, SampleSelection
 
-__all__ = ["GRPOSettings", "LossAggregation", "MixedPrecision", "ModelDtype", "OptimizationSettings",
-           "Scheduler", "TrainCommandSettings"]
+__all__ = ["ExportCommandSettings", "GRPOSettings", "LossAggregation", "MixedPrecision", "ModelDtype",
+           "OptimizationSettings", "Scheduler", "TrainCommandSettings"]
 
 Scheduler = Literal["constant", "linear", "cosine"]
 ModelDtype = Literal["float32", "bfloat16"]
@@ -190,6 +192,49 @@ class TrainCommandSettings:
             raise TrainSettingsError("out: is required (the folder checkpoints go to)")
         if not self.data:
             raise TrainSettingsError("data: is required (one or more trajectory folders or Hub dataset ids)")
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out)
+
+
+# SampleSelection's fields that only the policy-gradient objectives read (export selects filtered_bc's).
+_POLICY_GRADIENT_ONLY = ("normalize_advantage", "advantage_clip", "policy_gradient_no_ops")
+
+
+@dataclass(frozen=True)
+class ExportCommandSettings:
+    """The ``webgym-rl export`` command: which trajectory steps (filtered_bc's selection, the one
+    ``webgym-rl train --objective filtered_bc`` trains on) go to which folder, as a conversational
+    dataset for TRL's SFTTrainer (`webgym_rl.export`)."""
+
+    data: list[str] = field(default_factory=list)
+    """Trajectory sources: rollout folders or Hub dataset ids (id or id@revision)."""
+    out: str = ""
+    """Output folder: data/train-*.parquet and README.md (load it with datasets.load_dataset(OUT))."""
+    cache_dir: str | None = None
+    """datasets cache folder for the trajectory shards (default: the HF cache)."""
+    samples: SampleSelection = flat(SampleSelection)
+    shard_rows: int = 1000
+    """Rows per parquet shard of the export."""
+    overwrite: bool = False
+    """Replace an earlier export in --out (its shards and card); without it such a folder is refused."""
+    check_with_trl: bool = True
+    """Read the first row back through TRL's own message preparation, as SFTTrainer will (needs the
+    interop extra; --no-check-with-trl skips it)."""
+
+    def __post_init__(self) -> None:
+        if not self.data:
+            raise TrainSettingsError("data: is required (one or more trajectory folders or Hub dataset ids)")
+        if not self.out:
+            raise TrainSettingsError("out: is required (the folder the dataset goes to)")
+        if self.shard_rows < 1:
+            raise TrainSettingsError(f"shard_rows: must be >= 1, got {self.shard_rows}")
+        default = SampleSelection()
+        for name in _POLICY_GRADIENT_ONLY:
+            if getattr(self.samples, name) != getattr(default, name):
+                raise TrainSettingsError(f"{name}: applies to the policy-gradient objectives only (export "
+                                         "keeps the steps filtered_bc imitates)")
 
     @property
     def out_dir(self) -> Path:

@@ -8,7 +8,8 @@ The core API, in the order an episode meets it::
         -> TrajectoryWriter / read_episodes
 
 The runner (`webgym_rollout.runner.run`, ``webgym-rollout run``) schedules many `WebEnv` episodes;
-`webgym_rollout.errors` draws the exception tree (root: `RolloutError`).
+`webgym_rollout.errors` draws the exception tree (root: `RolloutError`); `webgym_rollout.interop`
+holds other RL stacks' interfaces over `WebEnv` (a Gymnasium environment: the ``interop`` extra).
 """
 
 from webgym_rollout.agent.policies import OpenAIPolicy, RandomPolicy

@@ -125,7 +125,8 @@ def test_a_built_wheel_carries_the_card_templates(tmp_path):
     assert result.returncode == 0, result.stderr
     (wheel,) = (tmp_path / "dist").glob("webgym-*.whl")
     templates = sorted((REPO_ROOT / "cards").glob("*_card.md"))
-    assert {p.name for p in templates} == {"tasks_card.md", "trajectories_card.md", "model_card.md"}
+    assert {p.name for p in templates} == {"tasks_card.md", "trajectories_card.md", "model_card.md",
+                                           "sft_card.md"}
     with zipfile.ZipFile(wheel) as archive:
         for template in templates:
             assert archive.read(f"webgym_core/cards/{template.name}") == template.read_bytes()
@@ -137,8 +138,9 @@ def test_a_built_wheel_carries_the_card_templates(tmp_path):
 def test_card_templates_are_found_through_the_package():
     from webgym_core.cards import CARDS_DIR
     from webgym_data.build import CARD_TEMPLATE as TASKS_CARD
+    from webgym_rl.export import CARD as SFT_CARD
     from webgym_rl.hub import MODEL_CARD
 
-    for template in (TASKS_CARD, CARDS_DIR / "trajectories_card.md", MODEL_CARD):
+    for template in (TASKS_CARD, CARDS_DIR / "trajectories_card.md", MODEL_CARD, CARDS_DIR / SFT_CARD):
         assert template.parent == CARDS_DIR
         assert template.read_bytes() == (REPO_ROOT / "cards" / template.name).read_bytes()
