@@ -10,26 +10,35 @@ Stages (each announced on the terminal as it starts)::
                  tiny random Qwen3-VL (`webgym_rl.tiny.build_tiny_model`) for the CPU policy server
                                                                        -> OUT/models/tiny-qwen3vl
     3 baselines  the held-out seeds (never trained on) with the pixel-random policy and the
-                 DOM-aware random policy                                       -> OUT/baselines
+                 DOM-aware random policy, both on the plain screenshot             -> OUT/baselines
     4 sites      the built site tasks with the DOM-aware random policy and the scripted expert,
                  judged against the sites' ground truth; the expert's episodes recorded, then
                  replayed from the recording                                      -> OUT/sites
-    5 rollout    the MiniWoB++ training seeds with the DOM-aware `random` bootstrap policy
-                                                          -> OUT/loop/rollouts/round-0000
-    6 train      filtered_bc on the successful episodes, by the loop's resident trainer
-    7 publish    the new weights sent to the CPU policy server in memory (no restart, no disk)
-    8 evaluate   the held-out seeds with the trained policy at temperature 0
-                                              -> OUT/loop/evals/v-0001, OUT/loop/checkpoints/v-0001
+    5 bootstrap  round 0: the scripted element-random policy plays the training seeds, the tiny
+                 model imitates every reply it wrote, the new weights are published and evaluated
+                 on the held-out seeds at temperature 0                    -> OUT/loop/bootstrap
+    6 rollout    round 1: the bootstrapped policy plays training seeds several times at temperature 1
+                                                           -> OUT/loop/own/rollouts/round-0000
+    7 train      filtered_bc on the successes of its own rollouts; the new weights are published to
+                 the CPU policy server in memory (no restart, no disk)
+    8 evaluate   the held-out seeds again at temperature 0          -> OUT/loop/own/evals/v-0001
     9 report     HTML reports, the learning curve and a summary   -> OUT/report, OUT/summary.json
 
-Stages 5-8 are one round of the online loop (`webgym_rl.loop.run_loop`) with the shipped recipe
-``miniwob-cpu`` sized for the demo (`RECIPE`), so the demo runs the same code and settings as
-``webgym-rl loop --config miniwob-cpu``; the agent uses the compact prompt variant for small
-models. The summary compares the trained policy with both baselines on the same held-out
-seeds and reports only what was measured in this run; where the trained policy does not reach the
-benchmark's target (3x the pixel-random success), one line says so and points to the benchmark
-(``benchmarks/learning_miniwob.py``), which trains longer. Everything the demo starts it stops,
-also on Ctrl-C.
+The MiniWoB++ part runs two multi-step kinds (click-button-sequence, click-collapsible: each needs
+two clicks in order) in the observation mode ``elements``: the page's interactive elements as a
+numbered text list, no image, with the element actions (click_element, ...). A tiny model trained
+from scratch learns which element to act on, in which order, in minutes on a CPU from that list,
+where the screenshot would first ask it to find a 10-pixel button in an image
+(``benchmarks/learning_multistep.py`` measures both). The scripted policy of round 0 is the
+DOM-aware random policy acting by element number; imitating all its replies teaches the model the
+reply format and the spread of actions, not the order, and the model then learns the order from
+the successes of its own rollouts in round 1. Both rounds are the online loop
+(`webgym_rl.loop.run_loop`) with the shipped recipe ``miniwob-cpu`` sized for the demo (`RECIPE`):
+round 0 with ``bootstrap_policy: random``, ``success_threshold: 0`` and ``sampler: {kind: all}``,
+round 1 from its checkpoint with ``bootstrap_policy: model``. The summary compares both versions
+with both baselines on the same held-out seeds (Wilson 95 % intervals) and pairs the own-rollout
+version against the bootstrap seed by seed (exact sign test); it reports only what was measured
+in this run. Everything the demo starts it stops, also on Ctrl-C.
 
 Exceptions (defined in `webgym.errors`)::
 
@@ -64,39 +73,52 @@ _MARKER = ".webgym-demo"
 _OWN_ENTRIES = ("inputs", "tasks", "models", "baselines", "sites", "loop", "report", "summary.json", _MARKER)
 HELDOUT_SEED_BASE = 100_000
 """Held-out MiniWoB++ seeds start here; training seeds count from 0 and never reach it."""
-BENCHMARK = "benchmarks/learning_miniwob.py"
+BENCHMARK = "benchmarks/learning_multistep.py"
+"""Where the longer run (more kinds, rounds and seeds, the screenshot for comparison) lives."""
 SITE_VIEWPORT = "1280x720"
 """The viewport of the site tasks (the published recipes' own)."""
 RECIPE = "miniwob-cpu"
 """The shipped loop recipe the demo runs, sized down (`webgym_rl.loop.recipes`)."""
-"""Where the longer run that shows learning lives (its plot is in the README)."""
+MINIWOB_MODES = ("elements",)
+"""The MiniWoB++ rounds' observation: the numbered list of the page's elements, no image."""
 
 
 @dataclass(frozen=True)
 class _Size:
     miniwob_tasks: tuple[str, ...]
     train_seeds: int
-    """Training seeds per MiniWoB++ task (bootstrap episodes)."""
+    """Training seeds per MiniWoB++ task (the scripted policy plays each once in round 0)."""
     heldout_seeds: int
     """Held-out seeds per MiniWoB++ task (evaluation episodes of each policy)."""
     horizon: int
     max_new_tokens: int
-    """Longest reply; the compact variant's tool call takes about 45 tokens of the tiny tokenizer."""
+    """Longest reply of the tiny policy."""
+    bootstrap_steps: int
+    """Optimizer steps of round 0 (imitation of every reply of the scripted policy)."""
     max_steps: int
-    """Optimizer steps of the training."""
+    """Optimizer steps of round 1 (filtered_bc on the successes of the policy's own rollouts)."""
     batch_size: int
     """Samples per optimizer step."""
+    tasks_per_round: int
+    """Training tasks the policy plays in round 1 ..."""
+    attempts: int
+    """... each this many times, at temperature 1."""
+    hidden_size: int
+    """Hidden size of the tiny Qwen3-VL (2 layers)."""
     test_size: int
     site_tasks: int
     """Generated tasks per local site (levels in turn: easy, medium, hard)."""
 
 
-# A click task and a focus task whose target moves with the seed: the policy must read the screenshot.
+# Two-step kinds: the policy must click two elements in the order the page asks for.
+_KINDS = ("click-button-sequence", "click-collapsible")
 _SIZES: dict[str, _Size] = {
-    "small": _Size(miniwob_tasks=("click-test", "focus-text"), train_seeds=200, heldout_seeds=12, horizon=2,
-                   max_new_tokens=56, max_steps=1200, batch_size=8, test_size=4, site_tasks=3),
-    "tiny": _Size(miniwob_tasks=("click-test", "focus-text"), train_seeds=2, heldout_seeds=1, horizon=2,
-                  max_new_tokens=8, max_steps=2, batch_size=4, test_size=2, site_tasks=1),
+    "small": _Size(miniwob_tasks=_KINDS, train_seeds=60, heldout_seeds=12, horizon=4, max_new_tokens=64,
+                   bootstrap_steps=400, max_steps=150, batch_size=8, tasks_per_round=24, attempts=4,
+                   hidden_size=128, test_size=4, site_tasks=3),
+    "tiny": _Size(miniwob_tasks=_KINDS, train_seeds=2, heldout_seeds=1, horizon=2, max_new_tokens=8,
+                  bootstrap_steps=2, max_steps=2, batch_size=4, tasks_per_round=2, attempts=2,
+                  hidden_size=64, test_size=2, site_tasks=1),
 }
 
 
@@ -107,8 +129,8 @@ class DemoSettings:
     out: Path = Path("out/demo")
     """Output folder (replaced if it holds an earlier demo; any other non-empty folder is refused)."""
     size: Literal["small", "tiny"] = "small"
-    """small: 400 bootstrap and 24 held-out MiniWoB++ episodes, 9 site tasks (about 6 minutes on 2 cores);
-    tiny: tests."""
+    """small: 120 scripted and 96 own MiniWoB++ training episodes, 24 held-out episodes per policy, 9 site
+    tasks (about 6 minutes on 2 cores); tiny: tests."""
     seed: int = 0
     """Seed of the tiny model, the split, the random policies and the training order."""
     concurrency: int = 4
@@ -175,6 +197,12 @@ def _rate(stats: dict[str, Any], key: str, total: str) -> str:
     return f"{stats[key]}/{stats[total]} ({100 * stats[key] / stats[total]:.1f}%)" if stats[total] else "n/a"
 
 
+def _interval(stats: dict[str, Any]) -> str:
+    """The Wilson 95 % interval of successes / episodes, in percent."""
+    low, high = stats["wilson_95"]
+    return f"[{100 * low:.0f}-{100 * high:.0f}%]"
+
+
 _FIGURES = ("episodes", "successes", "steps", "valid_actions", "errors", "success_rate", "valid_action_rate",
             "steps_per_s")
 
@@ -190,13 +218,32 @@ def _internal_errors(out: str | Path) -> int:
 def _figures(run: dict[str, Any], internal_errors: int) -> dict[str, Any]:
     """A rollout's figures for the summary. ``success_rate`` counts infrastructure failures as
     failures (successes / episodes); ``success_rate_evaluated`` leaves them out (successes /
-    ``evaluated``); ``internal_errors`` counts the episodes that ended in a bug (``error:internal``,
-    also in ``errors``)."""
+    ``evaluated``); ``wilson_95`` is the Wilson 95 % interval of successes / episodes;
+    ``internal_errors`` counts the episodes that ended in a bug (``error:internal``, also in
+    ``errors``)."""
+    from webgym_rollout.report.rates import wilson_interval  # lazy: import time
+
     figures = {key: run[key] for key in _FIGURES}
     evaluated = run["episodes"] - run["errors"]
     return {**figures, "evaluated": evaluated,
             "success_rate_evaluated": run["successes"] / evaluated if evaluated else None,
+            "wilson_95": list(wilson_interval(run["successes"], run["episodes"])),
             "internal_errors": internal_errors}
+
+
+def _paired(base: str | Path, other: str | Path) -> dict[str, Any]:
+    """The evaluation in folder `other` against the one in `base`, seed by seed on the tasks both
+    played: won (other solved it, base did not), lost (the reverse) and the exact two-sided sign test's
+    p (None when neither won nor lost)."""
+    # lazy: torch, playwright and datasets load when a stage needs them
+    from webgym_rollout.report.rates import sign_test
+    from webgym_rollout.trajectory.reader import read_episodes
+
+    first, second = ({e.task.task_id: e.success for e in read_episodes(folder)} for folder in (base, other))
+    common = sorted(set(first) & set(second))
+    won = sum(1 for t in common if second[t] and not first[t])
+    lost = sum(1 for t in common if first[t] and not second[t])
+    return {"tasks": len(common), "won": won, "lost": lost, "p": sign_test(won, lost)}
 
 
 def _bug_note(summary: dict[str, Any]) -> str:
@@ -212,7 +259,16 @@ def _bug_note(summary: dict[str, Any]) -> str:
 
 _LEVELS = ("easy", "medium", "hard", "unknown")
 _COLUMNS = (("pixel_random", "pixel-random"), ("dom_random", "DOM-aware random"),
-            ("trained", "trained tiny policy"))
+            ("bootstrap_eval", "bootstrap (round 0)"), ("trained", "own rollouts (round 1)"))
+"""The held-out comparison: summary["rollouts"] key and label, in the table's, report's and plot's order."""
+_POLICY = "tiny policy (1: bootstrap, 2: own rollouts)"
+"""The learning curve's line of the trained policy."""
+
+
+def _pair_text(found: dict[str, Any] | None) -> str:
+    if not found:
+        return ""
+    return f"won {found['won']}, lost {found['lost']}, p {found['p'] if found['p'] is not None else 1:.2g}"
 
 
 def _summary_table(summary: dict[str, Any]):
@@ -224,42 +280,64 @@ def _summary_table(summary: dict[str, Any]):
     table.add_column("")
     for _, label in _COLUMNS:
         table.add_column(label, justify="right")
+    blank = ("",) * (len(_COLUMNS) - 1)
     table.add_row("success rate (reward 1), failures left out",
                   *(_rate(runs[key], "successes", "evaluated") for key, _ in _COLUMNS))
     table.add_row("success rate, infrastructure failures counted",
                   *(_rate(runs[key], "successes", "episodes") for key, _ in _COLUMNS))
+    table.add_row("  Wilson 95 % interval", *(_interval(runs[key]) for key, _ in _COLUMNS))
+    if summary.get("paired"):
+        table.add_row("  paired with the bootstrap (sign test)", "", "", "",
+                      _pair_text(summary["paired"].get("trained_vs_bootstrap")))
     if summary["internal_errors"]:
         table.add_row("[bold red]episodes ended by a bug (error:internal)[/]",
                       *(f"[bold red]{runs[key]['internal_errors']}[/]" for key, _ in _COLUMNS))
     table.add_row("valid-action rate (reply parsed)",
                   *(_rate(runs[key], "valid_actions", "steps") for key, _ in _COLUMNS))
     table.add_row("steps/s", *(f"{runs[key]['steps_per_s']:.2f}" for key, _ in _COLUMNS))
-    tasks, bootstrap = summary["tasks"], runs["bootstrap"]
+    tasks = summary["tasks"]
     table.add_section()
     table.add_row("tasks built", f"{tasks['train'] + tasks['test']} ({tasks['train']} train, "
-                                 f"{tasks['test']} test)", "", "")
+                                 f"{tasks['test']} test)", *blank)
     kinds = " / ".join(str(tasks.get(key, 0)) for key in ("sample_web", "sites", "subtasks", "miniwob"))
-    table.add_row("  web / local sites / subtasks / MiniWoB", kinds, "", "")
-    table.add_row("bootstrap rollout (training seeds)", "", _rate(bootstrap, "successes", "episodes"), "")
-    sites = summary.get("sites")
-    if sites:
-        table.add_section()
-        table.add_row(f"site tasks ({sites['tasks']}), judged by the sites' truth", "",
-                      _rate(runs["site_random"], "successes", "episodes"), "")
-        table.add_row("  scripted expert (demonstrations)", "", "",
-                      _rate(runs["site_expert"], "successes", "episodes"))
-        for level, counts in sorted(sites["levels"].items(), key=lambda item: _LEVELS.index(item[0])):
-            table.add_row(f"  {level}", "", "{}/{}".format(*counts.get("random", (0, 0))),
-                          "{}/{}".format(*counts.get("expert", (0, 0))))
-        table.add_row("  replay of the expert's recording", "", "",
-                      f"{sites['replay']['matched']}/{sites['replay']['episodes']} identical")
-    train = summary["training"]
-    if train.get("skipped"):
-        table.add_row("training", "", "", f"skipped: {train['skipped'][:60]}")
-    else:
-        table.add_row("training (filtered_bc)", "", f"{train['steps']} steps, {train['steps_kept']} samples",
-                      f"loss {train['first_loss']:.3f} -> {train['last_loss']:.3f}")
+    table.add_row("  web / local sites / subtasks / MiniWoB", kinds, *blank)
+    if "own_rollouts" in runs:
+        table.add_row("training episodes (success)", "", "",
+                      f"scripted: {_rate(runs['bootstrap'], 'successes', 'episodes')}",
+                      f"own, T 1: {_rate(runs['own_rollouts'], 'successes', 'episodes')}")
+    _training_rows(table, summary)
+    _site_rows(table, summary.get("sites"), runs)
     return table
+
+
+def _training_text(train: dict[str, Any]) -> str:
+    if train.get("skipped"):
+        return f"skipped: {train['skipped'][:40]}"
+    return (f"{train['steps']} steps on {train['steps_kept']} steps of {train['trajectories_kept']} "
+            f"episodes, loss {train['first_loss']:.3f} -> {train['last_loss']:.3f}")
+
+
+def _training_rows(table: Any, summary: dict[str, Any]) -> None:
+    if "bootstrap_training" in summary:
+        table.add_row("training", "", "", f"imitation: {_training_text(summary['bootstrap_training'])}",
+                      f"filtered_bc: {_training_text(summary['training'])}")
+    else:
+        table.add_row("training", "", "", "", _training_text(summary["training"]))
+
+
+def _site_rows(table: Any, sites: dict[str, Any] | None, runs: dict[str, Any]) -> None:
+    if not sites:
+        return
+    table.add_section()
+    table.add_row(f"site tasks ({sites['tasks']}), judged by the sites' truth", "",
+                  _rate(runs["site_random"], "successes", "episodes"), "", "")
+    table.add_row("  scripted expert (demonstrations)", "", "", "",
+                  _rate(runs["site_expert"], "successes", "episodes"))
+    for level, counts in sorted(sites["levels"].items(), key=lambda item: _LEVELS.index(item[0])):
+        table.add_row(f"  {level}", "", "{}/{}".format(*counts.get("random", (0, 0))), "",
+                      "{}/{}".format(*counts.get("expert", (0, 0))))
+    table.add_row("  replay of the expert's recording", "", "", "",
+                  f"{sites['replay']['matched']}/{sites['replay']['episodes']} identical")
 
 
 def _times(run: dict[str, Any], baseline: dict[str, Any]) -> str:
@@ -268,28 +346,27 @@ def _times(run: dict[str, Any], baseline: dict[str, Any]) -> str:
     return f"{run['success_rate'] / baseline['success_rate']:.1f}x pixel-random"
 
 
+def _solved(run: dict[str, Any]) -> str:
+    return f"{run['successes']}/{run['episodes']} {_interval(run)}"
+
+
 def _notes(summary: dict[str, Any]) -> list[str]:
     """Plain statements of what the numbers mean; every figure is one measured in this run."""
-    runs, train, heldout = summary["rollouts"], summary["training"], summary["heldout"]
+    runs, heldout = summary["rollouts"], summary["heldout"]
     pixel, dom, trained = runs["pixel_random"], runs["dom_random"], runs["trained"]
     notes = [note] if (note := _bug_note(summary)) else []
-    notes.append(f"All three policies played the same {trained['episodes']} held-out MiniWoB++ episodes "
+    notes.append(f"All four columns played the same {trained['episodes']} held-out MiniWoB++ episodes "
                  f"({', '.join(heldout['tasks'])}; seeds from {HELDOUT_SEED_BASE}, never trained on), judged "
-                 "by the pages' own success signal.")
-    model = summary["model"]
-    if train.get("skipped"):
-        notes.append(f"Training was skipped ({train['skipped']}); the trained column is the untrained model.")
-    else:
-        notes.append(
-            f"The trained policy is a tiny randomly initialised Qwen3-VL ({model['num_layers']} layers, "
-            f"hidden size {model['hidden_size']}) trained for {train['steps']} steps on "
-            f"{train['steps_kept']} steps of {train['trajectories_kept']} successful bootstrap episodes; at "
-            f"temperature 0 its replies parsed into a valid action in "
-            f"{100 * trained['valid_action_rate']:.1f}% of {trained['steps']} steps and it solved "
-            f"{trained['successes']}/{trained['episodes']} episodes ({_times(trained, pixel)}).")
-    notes.append(f"Baselines: pixel-random (uniform clicks, well-formed replies) solved "
-                 f"{pixel['successes']}/{pixel['episodes']}; the DOM-aware random policy, which clicks the "
-                 f"page's elements, solved {dom['successes']}/{dom['episodes']} ({_times(dom, pixel)}).")
+                 "by the pages' own success signal; the intervals are Wilson 95 % intervals.")
+    modes = ", ".join(heldout.get("modes", MINIWOB_MODES))
+    notes.append(f"Why these: both kinds need two clicks in the right order, and the model sees the page as "
+                 f"its numbered list of elements (observation {modes}, no image), so that one round of its "
+                 "own rollouts can show learning on a CPU in minutes; from the screenshot a model trained "
+                 f"from scratch first has to find the buttons ({BENCHMARK} runs both).")
+    notes.extend(_learning_notes(summary))
+    notes.append(f"Baselines, on the plain screenshot: pixel-random (uniform clicks, well-formed replies) "
+                 f"solved {_solved(pixel)}; the DOM-aware random policy, which clicks the page's elements, "
+                 f"solved {_solved(dom)} ({_times(dom, pixel)}).")
     if "sites" in summary:
         sites, expert, random = summary["sites"], runs["site_expert"], runs["site_random"]
         notes.append(f"On {sites['tasks']} generated tasks of the local sites ({', '.join(sites['names'])}), "
@@ -298,9 +375,48 @@ def _notes(summary: dict[str, Any]) -> list[str]:
                      f"DOM-aware random policy {random['successes']}/{random['episodes']}. Replayed from its "
                      f"recording, {sites['replay']['matched']}/{sites['replay']['episodes']} of the expert's "
                      "episodes gave the same screenshots and the same verdict.")
-    if not pixel["success_rate"] or trained["success_rate"] < 3 * pixel["success_rate"]:
-        notes.append(f"Learning to read the screenshot takes longer than this demo: see the plot of "
-                     f"{BENCHMARK} (README, 'Learning on one CPU').")
+    return notes
+
+
+def _learning_notes(summary: dict[str, Any]) -> list[str]:
+    """What the two rounds trained on and whether the own-rollout round improved on the bootstrap."""
+    runs, train, model = summary["rollouts"], summary["training"], summary["model"]
+    trained, boot = runs["trained"], runs.get("bootstrap_eval")
+    notes = []
+    if boot is not None and "bootstrap_training" in summary:
+        scripted, imitation = runs["bootstrap"], summary["bootstrap_training"]
+        what = ("skipped" if imitation.get("skipped") else
+                f"{imitation['steps']} steps imitating the replies of all {imitation['trajectories_kept']} "
+                f"episodes ({imitation['steps_kept']} steps), successful or not")
+        notes.append(
+            f"Round 0 (bootstrap): the scripted element-random policy played {scripted['episodes']} training "
+            f"episodes ({scripted['successes']} successes) and a tiny randomly initialised Qwen3-VL "
+            f"({model['num_layers']} layers, hidden size {model['hidden_size']}) was trained {what}; at "
+            f"temperature 0 it solved {_solved(boot)} held-out episodes.")
+    own = runs.get("own_rollouts")
+    played = (f"played {own['episodes']} training episodes at temperature 1 ({own['successes']} successes); "
+              if own else "")
+    if train.get("skipped"):
+        trained_on = f"{played}it trained nothing ({train['skipped']}), so it kept the bootstrap's weights"
+    else:
+        trained_on = (f"{played}filtered_bc trained {train['steps']} steps on its "
+                      f"{train['trajectories_kept']} successful episodes")
+    notes.append(f"Round 1 (its own rollouts): the bootstrapped policy {trained_on}; at temperature 0 its "
+                 f"replies parsed into a valid action in {100 * trained['valid_action_rate']:.1f}% of "
+                 f"{trained['steps']} steps and it solved {_solved(trained)} held-out episodes.")
+    pair = (summary.get("paired") or {}).get("trained_vs_bootstrap")
+    if boot is not None and pair:
+        verdict = ("improved on" if trained["successes"] > boot["successes"] else
+                   "did not improve on")
+        notes.append(f"In this run the own-rollout round {verdict} the bootstrap: {boot['successes']} -> "
+                     f"{trained['successes']} of {trained['episodes']} held-out episodes; seed by seed it "
+                     f"won {pair['won']} and lost {pair['lost']} (exact sign test p "
+                     f"{pair['p'] if pair['p'] is not None else 1:.2g}).")
+    dom = (summary.get("paired") or {}).get("trained_vs_dom_random")
+    if dom:
+        notes.append(f"Against the DOM-aware random policy on the same seeds the round-1 version won "
+                     f"{dom['won']} and lost {dom['lost']} (exact sign test p "
+                     f"{dom['p'] if dom['p'] is not None else 1:.2g}).")
     return notes
 
 
@@ -325,6 +441,7 @@ def _site_rollouts(loop_settings: Any, services: Any, tasks: Path, out: Path, ag
     from webgym_rl.loop.phases import run_settings
     from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
     from webgym_rollout.judge.judges import JudgeSettings
+    from webgym_rollout.settings import ObservationSettings
     from webgym_rollout.trajectory.reader import read_episodes
     from webgym_rollout.trajectory.recordings import RecordSettings
 
@@ -333,8 +450,8 @@ def _site_rollouts(loop_settings: Any, services: Any, tasks: Path, out: Path, ag
     base = run_settings(loop_settings, services, tasks=tasks, split="test", index=0, out=out,
                         horizon_table="train")
     # The sites are laid out for a desktop window, not MiniWoB++'s 320x240 of the recipe.
-    base = dataclasses.replace(base, judge=JudgeSettings(kind="site"),
-                               env=dataclasses.replace(base.env, viewport=SITE_VIEWPORT))
+    base = dataclasses.replace(base, judge=JudgeSettings(kind="site"), env=dataclasses.replace(
+        base.env, viewport=SITE_VIEWPORT, observation=ObservationSettings()))
     measured: dict[str, Any] = {}
     for key, kind, traffic in (("random", "random", RecordSettings()),
                                ("expert", "expert", RecordSettings(record=True)),
@@ -362,29 +479,6 @@ def _site_rollouts(loop_settings: Any, services: Any, tasks: Path, out: Path, ag
             "levels": levels}
 
 
-
-def _learning_curve(summary: dict[str, Any], rounds: list[Any], path: Path,
-                    colours: dict[str, str]) -> tuple[Path, list[Any]]:
-    """Held-out success of each evaluated version of the trained policy, beside both baselines (flat
-    lines; bars while one version is evaluated), each in its colour of the comparison report
-    (`colours`). Returns the PNG's path and the points."""
-    # lazy: torch, playwright and datasets load when a stage needs them
-    from webgym_rollout.report.charts import CurvePoint, write_learning_curve
-
-    runs, points = summary["rollouts"], []
-    for record in rounds:
-        if record.eval is None:
-            continue
-        evaluation = record.eval.model_dump()
-        for label, run in (("pixel-random", runs["pixel_random"]), ("DOM-aware random", runs["dom_random"]),
-                           ("trained tiny policy", evaluation)):  # the comparison report's order
-            judged = run["episodes"] - run["errors"]
-            points.append(CurvePoint.from_counts(record.eval.version, label, run["successes"], judged, 0.95))
-    png = write_learning_curve(points, path, title="Held-out MiniWoB++ success by policy version",
-                               x_label="policy version", colours=colours)
-    return png, points
-
-
 def run_demo(settings: DemoSettings) -> DemoResult:
     """Run every stage; returns the measured summary (also written to OUT/summary.json)."""
     _offline()
@@ -397,17 +491,20 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rl.loop import LoopServices, run_loop
 
-    loop_settings, tiny = _loop_settings(settings, tasks, out)
-    on_event = _event_printer(stages, tasks.counts)
+    loop_settings, tiny = _bootstrap_settings(settings, tasks, out)
+    on_event = _event_printer(stages, tasks.counts, own=False)
     with LoopServices(loop_settings, on_event=on_event) as services:
         baselines = _baselines(settings, loop_settings, services, tasks, out / "baselines", stages)  # 3
         sites = _site_stage(settings, loop_settings, services, tasks, out / "sites", stages)  # 4
-        # 5-8. One round of the loop: rollout (DOM-aware random) -> train -> publish -> evaluate.
-        result = run_loop(loop_settings, services=services, on_event=on_event)
+        # 5. Round 0: the scripted policy's rollout -> imitation -> publish -> evaluate.
+        boot = run_loop(loop_settings, services=services, on_event=on_event)
+    # 6-8. Round 1 from the bootstrap's checkpoint: own rollouts -> filtered_bc -> publish -> evaluate.
+    own = run_loop(_own_settings(settings, tasks, out, boot.checkpoint),
+                   on_event=_event_printer(stages, tasks.counts, own=True))
     # 9. Reports, learning curve and summary.
     stages.stage(9, "Writing the HTML reports, the learning curve and the summary")
-    summary = _summary(settings, tasks, tiny, baselines, sites, result)
-    summary["folders"] = _reports(summary, tasks, baselines, sites, result, out)
+    summary = _summary(settings, tasks, tiny, baselines, sites, boot, own)
+    summary["folders"] = _reports(summary, tasks, baselines, sites, boot, own, out)
     summary["seconds"] = time.perf_counter() - stages.started
     summary["notes"] = _notes(summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
@@ -492,58 +589,79 @@ def _build_tasks(settings: DemoSettings, out: Path, stages: _Stages) -> _Tasks:
                   sites=built_sites, site_file=site_file)
 
 
-def _loop_settings(settings: DemoSettings, tasks: _Tasks, out: Path) -> tuple[Any, Any]:
-    """The shipped CPU MiniWoB++ recipe sized for the demo, around a tiny Qwen3-VL built here;
-    returns (the loop's settings, the tiny model's)."""
-    # lazy: torch, playwright and datasets load when a stage needs them
-    from webgym_rl.loop import load_recipe
-    from webgym_rl.tiny import TinyModelSettings, build_tiny_model
+def _loop_settings(settings: DemoSettings, tasks: _Tasks, **changes: Any) -> Any:
+    """The shipped CPU MiniWoB++ recipe sized for the demo, in the observation mode `MINIWOB_MODES`,
+    with `changes` (YAML keys) on top."""
+    from webgym_rl.loop import load_recipe  # lazy: torch, playwright and datasets load when needed
 
     preset = settings.preset
-    tiny = TinyModelSettings(family="qwen3_vl", seed=settings.seed)
-    model_dir = build_tiny_model(out / "models" / "tiny-qwen3vl", settings=tiny)
-    loop_settings = load_recipe(
-        RECIPE, tasks=str(tasks.train), model=str(model_dir), out=str(out / "loop"), iterations=1,
-        eval_tasks=str(tasks.heldout), seed=settings.seed, progress=settings.progress,
+    values = dict(
+        tasks=str(tasks.train), eval_tasks=str(tasks.heldout), seed=settings.seed, progress=settings.progress,
         concurrency=settings.concurrency, pool={"contexts_per_browser": max(1, settings.concurrency)},
         horizons={"miniwob": preset.horizon}, learning_rate=settings.learning_rate,
-        max_steps=preset.max_steps,
-        per_device_batch_size=preset.batch_size,
+        per_device_batch_size=preset.batch_size, observation={"modes": list(MINIWOB_MODES)},
         policy={"model": "tiny-qwen3vl", "max_new_tokens": preset.max_new_tokens,
-                "max_tokens": preset.max_new_tokens})
+                "max_tokens": preset.max_new_tokens, "temperature": 1.0, "variant": "compact"})
+    return load_recipe(RECIPE, **{**values, **changes})
+
+
+def _bootstrap_settings(settings: DemoSettings, tasks: _Tasks, out: Path) -> tuple[Any, Any]:
+    """Round 0 around a tiny Qwen3-VL built here: the scripted element-random policy plays every
+    training task once and the model imitates every reply (success threshold 0); returns (the loop's
+    settings, the tiny model's)."""
+    from webgym_rl.tiny import TinyModelSettings, build_tiny_model  # lazy: torch
+
+    preset = settings.preset
+    tiny = TinyModelSettings(family="qwen3_vl", seed=settings.seed, hidden_size=preset.hidden_size,
+                             num_layers=2)
+    model_dir = build_tiny_model(out / "models" / "tiny-qwen3vl", settings=tiny)
+    loop_settings = _loop_settings(
+        settings, tasks, model=str(model_dir), out=str(out / "loop" / "bootstrap"), iterations=1,
+        bootstrap_policy="random", objective="filtered_bc", success_threshold=0.0, sampler={"kind": "all"},
+        max_steps=preset.bootstrap_steps)
     return loop_settings, tiny
 
 
-def _event_printer(stages: _Stages, task_counts: dict[str, int]) -> Any:
-    """The loop's events as the demo's stage lines (stages 5-8) and notes."""
+def _own_settings(settings: DemoSettings, tasks: _Tasks, out: Path, checkpoint: str) -> Any:
+    """Round 1 from the bootstrap's checkpoint: the policy plays `tasks_per_round` training tasks
+    `attempts` times at temperature 1 and filtered_bc imitates its successes."""
+    preset = settings.preset
+    return _loop_settings(
+        settings, tasks, model=checkpoint, out=str(out / "loop" / "own"), iterations=1,
+        bootstrap_policy="model", objective="filtered_bc", attempts=preset.attempts,
+        sampler={"kind": "epoch", "batch_size": preset.tasks_per_round}, max_steps=preset.max_steps)
+
+
+def _event_printer(stages: _Stages, task_counts: dict[str, int], own: bool) -> Any:
+    """A loop's events as the demo's stage lines and notes: round 0 (`own` False) is stage 5, round 1
+    stages 6-8."""
     # lazy: torch, playwright and datasets load when a stage needs them
-    from webgym_rl.loop.events import (
-        EvalStarted,
-        PhaseDone,
-        PhaseStarted,
-        PolicyServing,
-        ServiceStarted,
-    )
+    from webgym_rl.loop.events import PhaseDone, PhaseStarted, PolicyServing, ServiceStarted
+
+    heldout = task_counts["miniwob_heldout"]
 
     def on_event(event: Any) -> None:
         if isinstance(event, ServiceStarted):
             what = f" serving {event.checkpoint}" if event.checkpoint else ""
             stages.note(f"{event.service} server {event.url}{what} ({event.seconds:.1f} s to start)")
+        elif isinstance(event, PhaseStarted) and event.phase == "rollout" and not own:
+            stages.stage(5, f"Round 0 (bootstrap): the scripted element-random policy plays the "
+                            f"{task_counts['miniwob_train']} MiniWoB++ training tasks; the tiny model "
+                            "imitates every reply")
         elif isinstance(event, PhaseStarted) and event.phase == "rollout":
-            stages.stage(5, f"Rolling out {task_counts['miniwob_train']} MiniWoB++ training episodes with "
-                            "the DOM-aware random bootstrap policy")
+            stages.stage(6, "Round 1: the bootstrapped policy plays training tasks at temperature 1")
+        elif isinstance(event, PhaseStarted) and event.phase == "train" and own:
+            stages.stage(7, "Training with filtered_bc on the successes of its own rollouts")
         elif isinstance(event, PhaseStarted) and event.phase == "train":
-            stages.stage(6, "Training the tiny policy with filtered_bc on the successful episodes")
-        elif isinstance(event, PhaseStarted) and event.phase == "publish":
-            stages.stage(7, "Publishing the new weights to the policy server (in memory, no restart)")
+            stages.note("training: imitation of every reply of the scripted policy")
         elif isinstance(event, PolicyServing) and event.version > 0:
             stages.note(f"the policy server serves v{event.version} ({event.path}, {event.seconds:.2f} s)")
+        elif isinstance(event, PhaseStarted) and event.phase == "eval" and own:
+            stages.stage(8, f"Evaluating the round-1 policy on the {heldout} held-out episodes "
+                            "(temperature 0)")
         elif isinstance(event, PhaseStarted) and event.phase == "eval":
-            stages.stage(8, f"Evaluating the trained policy on the {task_counts['miniwob_heldout']} held-out "
-                            "episodes (temperature 0)")
-        elif isinstance(event, EvalStarted):
-            pass
-        elif isinstance(event, PhaseDone) and event.phase in ("rollout", "train"):
+            stages.note(f"evaluating the bootstrap on the {heldout} held-out episodes (temperature 0)")
+        elif isinstance(event, PhaseDone) and event.phase in ("rollout", "train", "eval"):
             stages.note(f"{event.record.summary()}")
 
     return on_event
@@ -555,16 +673,18 @@ def _baselines(settings: DemoSettings, loop_settings: Any, services: Any, tasks:
     # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rl.loop.phases import run_settings
     from webgym_rollout.agent.policies import PolicySettings, RandomPolicySettings
+    from webgym_rollout.settings import ObservationSettings
 
     stages.stage(3, f"Baselines on the {tasks.counts['miniwob_heldout']} held-out episodes: pixel-random "
-                    "and DOM-aware random")
+                    "and DOM-aware random (on the plain screenshot)")
     measured: dict[str, dict[str, Any]] = {}
     for key, kind in (("pixel_random", "pixel_random"), ("dom_random", "random")):
         policy = PolicySettings(kind=kind, agent=loop_settings.policy.agent,
                                 random=RandomPolicySettings(seed=settings.seed))
         run = run_settings(loop_settings, services, tasks=tasks.heldout, split="test", index=0,
                            out=baselines / key.replace("_", "-"), horizon_table="test")
-        measured[key] = _heldout_rollout(dataclasses.replace(run, policy=policy))
+        screenshot = dataclasses.replace(run.env, observation=ObservationSettings())
+        measured[key] = _heldout_rollout(dataclasses.replace(run, policy=policy, env=screenshot))
         stages.note(f"{key.replace('_', '-')}: {measured[key]['successes']}/{measured[key]['episodes']} "
                     "successes")
     return measured
@@ -588,73 +708,122 @@ def _site_stage(settings: DemoSettings, loop_settings: Any, services: Any, tasks
 
 
 def _round_figures(result: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(rollout, train, eval) of the loop's one round, as dicts; train names the checkpoint."""
+    """(rollout, train, eval) of a loop's one round, as dicts; train names the checkpoint."""
     record = result.rounds[0]
     rollout, train, evaluation = (r.model_dump() for r in (record.rollout, record.train, record.eval))
     train["checkpoint"] = result.checkpoint
     return rollout, train, evaluation
 
 
-def _summary(settings: DemoSettings, tasks: _Tasks, tiny: Any, measured: dict[str, dict[str, Any]],
-             sites: dict[str, Any], result: Any) -> dict[str, Any]:
-    """What was measured: tasks, held-out seeds, model, every rollout's figures, training."""
-    preset = settings.preset
-    rollout, train, evaluation = _round_figures(result)
+def _training(train: dict[str, Any]) -> dict[str, Any]:
+    if train.get("skipped"):
+        return {"skipped": train["skipped"]}
     counts = train.get("counts") or {}
+    return {"steps": train["steps"], "first_loss": train["first_loss"], "last_loss": train["last_loss"],
+            "trajectories_kept": counts.get("trajectories_kept"), "steps_kept": counts.get("steps_kept"),
+            "objective": counts.get("objective")}
+
+
+def _summary(settings: DemoSettings, tasks: _Tasks, tiny: Any, measured: dict[str, dict[str, Any]],
+             sites: dict[str, Any], boot: Any, own: Any) -> dict[str, Any]:
+    """What was measured: tasks, held-out seeds, model, every rollout's figures, both rounds' training
+    and the paired tests. `boot` and `own` are the two loops' results (round 0, round 1)."""
+    preset = settings.preset
+    scripted, boot_train, boot_eval = _round_figures(boot)
+    own_rollout, own_train, own_eval = _round_figures(own)
     summary: dict[str, Any] = {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
         "tasks": tasks.counts,
-        "heldout": {"tasks": list(preset.miniwob_tasks),
+        "heldout": {"tasks": list(preset.miniwob_tasks), "modes": list(MINIWOB_MODES),
                     "seeds": [HELDOUT_SEED_BASE + s for s in range(preset.heldout_seeds)]},
         "model": asdict(tiny),
         "rollouts": {key: _figures(run, _internal_errors(run["out"])) for key, run in (
             ("pixel_random", measured["pixel_random"]), ("dom_random", measured["dom_random"]),
-            ("trained", evaluation), ("bootstrap", rollout), ("site_random", sites["random"]),
+            ("bootstrap_eval", boot_eval), ("trained", own_eval), ("bootstrap", scripted),
+            ("own_rollouts", own_rollout), ("site_random", sites["random"]),
             ("site_expert", sites["expert"]))},
         "sites": {"tasks": len(tasks.sites), "replay": sites["replay"], "levels": sites["levels"],
                   "names": sorted({t.environment.partition(":")[2] for t in tasks.sites})},
-        "training": ({"skipped": train["skipped"]} if train.get("skipped") else {
-            "steps": train["steps"], "first_loss": train["first_loss"], "last_loss": train["last_loss"],
-            "trajectories_kept": counts.get("trajectories_kept"), "steps_kept": counts.get("steps_kept"),
-            "objective": counts.get("objective")}),
+        "bootstrap_training": _training(boot_train),
+        "training": _training(own_train),
+        "rounds": [
+            {"round": 0, "policy": "scripted element-random, imitated (success threshold 0)",
+             "rollout": "bootstrap", "eval": "bootstrap_eval", "checkpoint": boot_train["checkpoint"]},
+            {"round": 1, "policy": f"its own rollouts ({preset.tasks_per_round} tasks x {preset.attempts} "
+                                   "attempts, temperature 1), filtered_bc on the successes",
+             "rollout": "own_rollouts", "eval": "trained", "checkpoint": own_train["checkpoint"]}],
+        "paired": {"trained_vs_bootstrap": _paired(boot_eval["out"], own_eval["out"]),
+                   "trained_vs_dom_random": _paired(measured["dom_random"]["out"], own_eval["out"]),
+                   "bootstrap_vs_dom_random": _paired(measured["dom_random"]["out"], boot_eval["out"])},
     }
+    summary["improved"] = summary["rollouts"]["trained"]["successes"] > \
+        summary["rollouts"]["bootstrap_eval"]["successes"]
     summary["internal_errors"] = sum(run["internal_errors"] for run in summary["rollouts"].values())
     if summary["internal_errors"]:
         log.warning("%s", _bug_note(summary))
     return summary
 
 
+def _learning_curve(summary: dict[str, Any], path: Path, colours: dict[str, str]) -> tuple[Path, list[Any]]:
+    """Held-out success of the bootstrap (version 1) and of the version after its own rollouts
+    (version 2), beside both baselines (flat lines), each in its colour of the comparison report
+    (`colours`), with Wilson 95 % intervals. Returns the PNG's path and the points."""
+    from webgym_rollout.report.charts import CurvePoint, write_learning_curve  # lazy: matplotlib
+
+    runs, points = summary["rollouts"], []
+    for version, policy in ((1, "bootstrap_eval"), (2, "trained")):
+        for key, label in _COLUMNS:
+            if key in ("bootstrap_eval", "trained") and key != policy:
+                continue
+            run = runs[key]
+            label = _POLICY if key == policy else label
+            judged = run["episodes"] - run["errors"]
+            points.append(CurvePoint.from_counts(version, label, run["successes"], judged, 0.95))
+    png = write_learning_curve(points, path, title="Held-out MiniWoB++ success by policy version",
+                               x_label="policy version (1: bootstrap, 2: after its own rollouts)",
+                               colours=colours)
+    return png, points
+
+
 def _reports(summary: dict[str, Any], tasks: _Tasks, measured: dict[str, dict[str, Any]],
-             sites: dict[str, Any], result: Any, out: Path) -> dict[str, Path]:
+             sites: dict[str, Any], boot: Any, own: Any, out: Path) -> dict[str, Path]:
     """Write the HTML reports and the learning curve; returns every output folder and file by name."""
     # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rollout.report.charts import run_colours
     from webgym_rollout.report.html import build_report, write_report
     from webgym_rollout.report.viewer import render_report
 
-    rollout, train, evaluation = _round_figures(result)
+    scripted, boot_train, boot_eval = _round_figures(boot)
+    own_rollout, own_train, own_eval = _round_figures(own)
     report_dir = out / "report"
-    comparison = build_report(
-        [measured["pixel_random"]["out"], measured["dom_random"]["out"], evaluation["out"]],
-        labels=["pixel-random", "DOM-aware random", "trained tiny policy"])
-    colours = run_colours(run.label for run in comparison.runs)  # one colour per run, PNG and page
-    curve, points = _learning_curve(summary, result.rounds, report_dir / "learning_curve.png", colours)
+    folders = {"pixel_random": measured["pixel_random"]["out"], "dom_random": measured["dom_random"]["out"],
+               "bootstrap_eval": boot_eval["out"], "trained": own_eval["out"]}
+    labels = [label for _, label in _COLUMNS]
+    comparison = build_report([folders[key] for key, _ in _COLUMNS], labels=labels)
+    colours = run_colours([*labels, _POLICY])
+    curve, points = _learning_curve(summary, report_dir / "learning_curve.png", colours)
     return {
         "task dataset": tasks.folder, "held-out tasks": tasks.heldout,
-        "trajectories (bootstrap)": Path(rollout["out"]), "checkpoint (trained)": Path(train["checkpoint"]),
+        "trajectories (bootstrap)": Path(scripted["out"]),
+        "checkpoint (bootstrap)": Path(boot_train["checkpoint"]),
+        "trajectories (bootstrap, held-out)": Path(boot_eval["out"]),
+        "trajectories (own rollouts)": Path(own_rollout["out"]),
+        "checkpoint (trained)": Path(own_train["checkpoint"]),
         "trajectories (pixel-random)": Path(measured["pixel_random"]["out"]),
         "trajectories (DOM-aware random)": Path(measured["dom_random"]["out"]),
-        "trajectories (trained)": Path(evaluation["out"]),
+        "trajectories (trained)": Path(own_eval["out"]),
         "report (held-out comparison)": write_report(comparison, report_dir / "heldout",
                                                      learning_curve=points or None, x_label="policy version",
                                                      colours=colours),
-        "report (bootstrap)": render_report(rollout["out"], report_dir / "bootstrap.html"),
-        "report (trained)": render_report(evaluation["out"], report_dir / "trained.html"),
+        "report (bootstrap)": render_report(scripted["out"], report_dir / "bootstrap.html"),
+        "report (own rollouts)": render_report(own_rollout["out"], report_dir / "own-rollouts.html"),
+        "report (trained)": render_report(own_eval["out"], report_dir / "trained.html"),
         "trajectories (site tasks, expert)": Path(sites["expert"]["out"]),
         "trajectories (site tasks, random)": Path(sites["random"]["out"]),
         **{f"report (site tasks, {key})": render_report(sites[key]["out"], report_dir / f"sites-{key}.html")
            for key in ("expert", "random")},
-        "learning curve": curve, "loop state": out / "loop" / "loop_state.json"}
+        "learning curve": curve, "loop state (bootstrap)": out / "loop" / "bootstrap" / "loop_state.json",
+        "loop state": out / "loop" / "own" / "loop_state.json"}
 
 
 def _print_summary(stages: _Stages, summary: dict[str, Any], out: Path) -> None:
@@ -673,23 +842,25 @@ def _print_summary(stages: _Stages, summary: dict[str, Any], out: Path) -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out/demo"),
               show_default=True, help="Output folder (an earlier demo there is replaced).")
 @click.option("--size", type=click.Choice(list(_SIZES)), default="small", show_default=True,
-              help="small: 400 bootstrap and 24 held-out MiniWoB episodes, 9 site tasks (about 6 minutes "
-                   "on 2 cores); tiny: 4 and 2 (tests).")
+              help="small: 120 scripted and 96 own training episodes of two-step MiniWoB kinds, 24 held-out "
+                   "episodes per policy, 9 site tasks (about 6 minutes on 2 cores); tiny: tests.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the model, split and policy.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Episodes running at once.")
 @click.option("--quiet", is_flag=True, help="No stage lines or live progress (the summary is still printed).")
 def demo_command(out: Path, size: str, seed: int, concurrency: int, quiet: bool) -> None:
-    """Build tasks, roll out, train a tiny policy, evaluate it against two baselines (CPU, offline).
+    """Build tasks; bootstrap a tiny policy, train it on its own rollouts, evaluate it (CPU, offline).
 
     Runs the whole system on this machine: builds a task dataset from the project's sample tasks
     and MiniWoB++ tasks, starts the MiniWoB site server, a Chromium browser server and a CPU policy
     server with a tiny random Qwen3-VL, measures the pixel-random and DOM-aware random policies on
-    held-out seeds, rolls out the training seeds with the DOM-aware random bootstrap policy, trains
-    the tiny policy with filtered_bc on the successes, publishes it to the policy server in memory,
-    evaluates it on the same held-out
-    seeds at temperature 0, and writes HTML reports, a learning curve and a summary of what was
-    measured. Everything it starts it stops, also on Ctrl-C.
+    held-out seeds, then runs two rounds of the online loop on two-step MiniWoB kinds seen as a
+    numbered list of elements: round 0 imitates every reply of the scripted element-random policy,
+    round 1 trains with filtered_bc on the successes of the policy's own rollouts. Each round's
+    weights reach the policy server in memory and are evaluated on the same held-out seeds at
+    temperature 0 (Wilson intervals, a paired sign test of round 1 against round 0). Writes HTML
+    reports, a learning curve and a summary of what was measured. Everything it starts it stops,
+    also on Ctrl-C.
 
     \b
     Example:

@@ -112,7 +112,8 @@ def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
     assert seeds == {s["task_id"] for s in sample}
     miniwob = [r for r in rows if r["environment"].startswith("miniwob:")]
     assert sorted((r["environment"], r["env_seed"]) for r in miniwob) == sorted(
-        (f"miniwob:{name}", seed) for name in ("click-test", "focus-text") for seed in (0, 1))
+        (f"miniwob:{name}", seed) for name in ("click-button-sequence", "click-collapsible")
+        for seed in (0, 1))
     assert summary["tasks"]["subtasks"] == sum(1 for r in rows if r["parent_task_id"]) > 0
     sites = [r for r in rows if r["environment"].startswith("site:") and not r["parent_task_id"]]
     assert summary["tasks"]["sites"] == summary["sites"]["tasks"] == len(sites) >= 2
@@ -126,27 +127,49 @@ def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
     random = _load(folders["trajectories (site tasks, random)"], cache, split="test")
     assert summary["rollouts"]["site_random"]["successes"] == sum(r >= 1.0 for r in random["reward"])
 
-    # The baselines and the trained policy played the same held-out seeds, none of them a training seed.
+    # The baselines and both rounds' versions played the same held-out seeds, none of them a training seed;
+    # round 0 rolled out the scripted policy on the training seeds, round 1 the bootstrapped policy.
     heldout = summary["tasks"]["miniwob_heldout"]
-    played = {}
+    played, solved = {}, {}
     for name, key, split, model in (
             ("trajectories (bootstrap)", "bootstrap", "train", "random"),
+            ("trajectories (own rollouts)", "own_rollouts", "train", "tiny-qwen3vl"),
             ("trajectories (pixel-random)", "pixel_random", "test", "pixel_random"),
             ("trajectories (DOM-aware random)", "dom_random", "test", "random"),
+            ("trajectories (bootstrap, held-out)", "bootstrap_eval", "test", "tiny-qwen3vl"),
             ("trajectories (trained)", "trained", "test", "tiny-qwen3vl")):
         episodes = _load(folders[name], cache, split=split)
         measured = summary["rollouts"][key]
-        assert measured["episodes"] == len(episodes) == (
-            summary["tasks"]["miniwob_train"] if key == "bootstrap" else heldout)
+        expected = {"bootstrap": summary["tasks"]["miniwob_train"], "own_rollouts": 2 * 2}.get(key, heldout)
+        assert measured["episodes"] == len(episodes) == expected
         assert measured["successes"] == sum(r >= 1.0 for r in episodes["reward"])
         assert measured["steps"] == sum(episodes["num_steps"])
         assert measured["valid_actions"] == sum(1 for row in episodes for s in row["steps"] if s["action"])
+        low, high = measured["wilson_95"]
+        assert 0 <= low <= measured["success_rate"] <= high <= 1 and high > low
         assert set(episodes["policy_model"]) == {model}
         played[key] = sorted(zip(episodes["environment"], episodes["env_seed"], strict=True))
-    assert played["pixel_random"] == played["dom_random"] == played["trained"]
+        solved[key] = dict(zip(zip(episodes["environment"], episodes["env_seed"], strict=True),
+                               (r >= 1.0 for r in episodes["reward"]), strict=True))
+    assert played["pixel_random"] == played["dom_random"] == played["bootstrap_eval"] == played["trained"]
     assert {seed for _, seed in played["trained"]} == set(summary["heldout"]["seeds"])
-    assert not {seed for _, seed in played["trained"]} & {seed for _, seed in played["bootstrap"]}
+    training_seeds = {seed for _, seed in played["bootstrap"]}
+    assert not {seed for _, seed in played["trained"]} & training_seeds
+    assert {seed for _, seed in played["own_rollouts"]} <= training_seeds
     assert summary["rollouts"]["pixel_random"]["valid_action_rate"] == 1.0
+    assert summary["heldout"]["modes"] == ["elements"]
+
+    # Both rounds were evaluated, and the round-1 version is paired with the bootstrap seed by seed.
+    assert [(r["round"], r["rollout"], r["eval"]) for r in summary["rounds"]] == [
+        (0, "bootstrap", "bootstrap_eval"), (1, "own_rollouts", "trained")]
+    pair = summary["paired"]["trained_vs_bootstrap"]
+    before, after = solved["bootstrap_eval"], solved["trained"]
+    assert pair["tasks"] == heldout
+    assert pair["won"] == sum(after[k] and not before[k] for k in after)
+    assert pair["lost"] == sum(before[k] and not after[k] for k in after)
+    assert (pair["p"] is None) == (pair["won"] + pair["lost"] == 0)
+    assert summary["improved"] == (summary["rollouts"]["trained"]["successes"]
+                                   > summary["rollouts"]["bootstrap_eval"]["successes"])
 
     # The trained checkpoint reloads and differs from the tiny model it started from.
     trained = load_model(folders["checkpoint (trained)"])
@@ -154,20 +177,25 @@ def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
     start = load_model(out / "models" / "tiny-qwen3vl")
     changed = [name for name, tensor in trained.state_dict().items()
                if not torch.equal(tensor, start.state_dict()[name])]
-    assert changed and summary["training"]["steps"] >= 1
+    assert changed and summary["bootstrap_training"]["steps"] >= 1
+    # Round 0 imitates the scripted policy's episodes, successful or not.
+    assert summary["bootstrap_training"]["trajectories_kept"] == summary["rollouts"]["bootstrap"]["episodes"]
+    assert "steps" in summary["training"] or "skipped" in summary["training"]
 
-    for name in ("report (bootstrap)", "report (trained)"):
+    for name, key in (("report (bootstrap)", "bootstrap"), ("report (own rollouts)", "own_rollouts"),
+                      ("report (trained)", "trained")):
         html = folders[name].read_text()
-        key = "bootstrap" if "bootstrap" in name else "trained"
         assert f"data-episodes='{summary['rollouts'][key]['episodes']}'" in html
     comparison = folders["report (held-out comparison)"].read_text()
-    assert all(label in comparison for label in ("pixel-random", "DOM-aware random", "trained tiny policy"))
+    assert all(label in comparison for label in ("pixel-random", "DOM-aware random", "bootstrap (round 0)",
+                                                 "own rollouts (round 1)"))
     assert folders["learning curve"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The printed summary names both baselines and carries the trained policy's measured figures.
     printed = " ".join(stderr.split())
     rate = 100 * summary["rollouts"]["trained"]["valid_action_rate"]
     assert f"parsed into a valid action in {rate:.1f}%" in printed
     assert "pixel-random" in printed and "DOM-aware random" in printed
+    assert f"seed by seed it won {pair['won']} and lost {pair['lost']}" in printed
 
 
 def test_ctrl_c_stops_the_demo_and_everything_it_started(tmp_path):
@@ -203,7 +231,7 @@ def test_the_summary_gives_both_rates_and_says_when_a_bug_ended_episodes(tmp_pat
     """Cheap (no demo run): the summary's figures, table and notes from small trajectory folders."""
     from rich.console import Console
 
-    from webgym.demo import _figures, _internal_errors, _notes, _summary_table
+    from webgym.demo import _figures, _internal_errors, _notes, _paired, _summary_table
     from webgym_data.schema import Task
     from webgym_rollout.trajectory.contract import Episode, EpisodeStatus
     from webgym_rollout.trajectory.reader import read_episodes
@@ -222,6 +250,7 @@ def test_the_summary_gives_both_rates_and_says_when_a_bug_ended_episodes(tmp_pat
     outcomes = {"pixel_random": [("ok", 1.0), ("ok", 0.0), ("ok", 0.0), ("ok", 0.0)],
                 "dom_random": [("ok", 1.0), ("ok", 1.0), ("error:browser_crashed", 0.0), ("ok", 0.0)],
                 "trained": [("ok", 1.0), ("error:internal", 0.0), ("error:internal", 0.0), ("timeout", 0.0)],
+                "bootstrap_eval": [("ok", 0.0), ("ok", 0.0), ("ok", 0.0), ("ok", 1.0)],
                 "bootstrap": [("ok", 1.0)]}
     runs = {}
     for key, statuses in outcomes.items():
@@ -235,8 +264,14 @@ def test_the_summary_gives_both_rates_and_says_when_a_bug_ended_episodes(tmp_pat
     dom = runs["dom_random"]
     assert dom["internal_errors"] == 0 and dom["success_rate_evaluated"] == 2 / 3
 
+    assert trained["wilson_95"][0] < 0.25 < trained["wilson_95"][1]
+    # Seed by seed: the trained run solved t0 (the bootstrap did not) and failed t3 (the bootstrap solved it).
+    pair = _paired(tmp_path / "bootstrap_eval", tmp_path / "trained")
+    assert (pair["tasks"], pair["won"], pair["lost"], pair["p"]) == (4, 1, 1, 1.0)
+    assert _paired(tmp_path / "pixel_random", tmp_path / "dom_random")["won"] == 1
+
     summary = {"rollouts": runs, "internal_errors": 2, "heldout": {"tasks": ["click-test"]},
-               "training": {"skipped": "no successes"}, "model": {},
+               "training": {"skipped": "no successes"}, "model": {}, "paired": {"trained_vs_bootstrap": pair},
                "tasks": {"train": 1, "test": 4, "sample_web": 0, "subtasks": 0, "miniwob": 5}}
     notes = _notes(summary)
     assert notes[0].startswith("WARNING: 2 episodes ended with error:internal (trained 2): this is a bug, "
@@ -247,5 +282,7 @@ def test_the_summary_gives_both_rates_and_says_when_a_bug_ended_episodes(tmp_pat
     assert "failures left out" in table and "1/2 (50.0%)" in table and "2/3 (66.7%)" in table
     assert "infrastructure failures counted" in table and "1/4 (25.0%)" in table
     assert "error:internal" in table
+    assert "won 1, lost 1, p 1" in table and "bootstrap (round 0)" in table
+    assert any("did not improve on the bootstrap: 1 -> 1 of 4" in note for note in notes)
     summary["rollouts"]["trained"]["internal_errors"], summary["internal_errors"] = 0, 0
     assert not _notes(summary)[0].startswith("WARNING")
