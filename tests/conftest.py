@@ -136,6 +136,7 @@ def scripted_openai():
 
 
 # Session-scoped tiny Qwen-VL checkpoints (built once per session, read-only).
+from tests.support.accelerate_state import fresh_accelerate_state  # noqa: E402,F401  (TRL in-process)
 from tests.support.local_hub import local_hub  # noqa: E402,F401  (olah, offline Hub on 127.0.0.1)
 from tests.support.models import tiny_qwen2_vl, tiny_qwen3_vl  # noqa: E402,F401
 

@@ -74,6 +74,7 @@ def test_a_bad_group_size_is_refused_naming_the_flag():
 # renamed gradient_checkpointing API.
 @pytest.mark.filterwarnings("ignore:You are using 'environment_factory':UserWarning")
 @pytest.mark.filterwarnings("ignore:.*is deprecated and will be removed in v6:FutureWarning")
+@pytest.mark.usefixtures("fresh_accelerate_state")
 def test_grpo_trains_on_the_env_rewards_and_drops_an_infrastructure_failure(tmp_path, chromium_path):
     example = _example()
     played: list[float | None] = []

@@ -190,6 +190,7 @@ def test_the_command_exports_and_its_help_has_an_example(rollout, tmp_path):
 
 # TRL 1.16's SFTConfig sets transformers' renamed gradient_checkpointing itself.
 @pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")
+@pytest.mark.usefixtures("fresh_accelerate_state")
 def test_trl_sft_trainer_trains_the_tiny_model_on_the_export(rollout, tmp_path, tiny_qwen2_vl):
     import torch
     from trl import SFTConfig, SFTTrainer
