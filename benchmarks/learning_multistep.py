@@ -59,7 +59,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from learning_miniwob import rollout, write_task_files  # benchmarks/
-from objectives_miniwob import _line, loop_curve, paired, per_kind, recipe, successes_by_task
+from objectives_miniwob import _kinds, _line, loop_curve, paired, per_kind, recipe, successes_by_task
 
 OBJECTIVES = ("filtered_bc", "grpo")
 COLOURS = {"filtered_bc": "#0969da", "grpo": "#8250df"}
@@ -113,10 +113,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.train_seeds, args.heldout_seeds, args.iterations = 12, 6, 1
         args.tasks_per_round, args.bootstrap_steps, args.max_steps = 8, 40, 20
     return args
-
-
-def _kinds(text: str) -> list[str]:
-    return [k.strip() for k in text.split(",") if k.strip()]
 
 
 def _observation(args: argparse.Namespace) -> dict[str, Any]:

@@ -54,7 +54,7 @@ from typing import Any
 
 import click
 
-from webgym_core.cards import CARDS_DIR
+from webgym_core.cards import CARDS_DIR, size_category
 from webgym_core.errors import SettingsError
 from webgym_core.files import sha256_file, write_atomic
 from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
@@ -252,14 +252,6 @@ def _name_shards(written: Sequence[tuple[str, str, int, int, Path]]) -> tuple[st
     return build_id, content, dict(sorted(files.items()))
 
 
-def _size_category(n: int) -> str:
-    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
-                         (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M")):
-        if n < limit:
-            return label
-    return "10M<n<100M"
-
-
 def _configs_block(files: dict[str, str]) -> str:
     """The card's `configs:` YAML: every shard listed by name (never a pattern), per split, for the
     ``default`` config (all tasks) and ``seeds`` (no subtasks). Empty splits are left out."""
@@ -291,7 +283,7 @@ def render_card(manifest: dict[str, Any], *, template: Path = CARD_TEMPLATE) -> 
     taxonomy_line = "LLM with rule-based fallback" if counts["rubrics"]["llm"] else "rule-based"
     values = {
         "configs": _configs_block(manifest["files"]),
-        "size_category": _size_category(stats["splits"]["train"] + stats["splits"]["test"]),
+        "size_category": size_category(stats["splits"]["train"] + stats["splits"]["test"]),
         "builder": manifest["builder"],
         "n_inputs": str(len(manifest["inputs"])),
         "dataset_version": str(manifest["dataset_version"]),

@@ -40,7 +40,7 @@ from typing import Any
 
 import click
 
-from webgym_core.cards import render_card
+from webgym_core.cards import render_card, size_category
 from webgym_core.errors import SettingsError
 from webgym_core.files import TMP_PREFIX, write_atomic
 from webgym_core.settings import load_settings, settings_options
@@ -204,21 +204,13 @@ def check_with_trl(shard: Path) -> None:
         raise ExportError(f"{shard} row 0: TRL placed {placed} of its {len(row['images'])} images")
 
 
-def _size_category(n: int) -> str:
-    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
-                         (1_000_000, "100K<n<1M")):
-        if n < limit:
-            return label
-    return "1M<n<10M"
-
-
 def _write_card(result: ExportResult, samples: StepSamples, settings: ExportCommandSettings) -> Path:
     selection = settings.samples
     configs = ["- config_name: default", "  data_files:", "  - split: train", "    path:",
                *(f"    - data/{path.name}" for path in result.shards)]
     values = {
         "pretty_name": "WebGym steps for SFT",
-        "size_category": _size_category(result.rows),
+        "size_category": size_category(result.rows),
         "configs_yaml": "\n".join(configs),
         "written_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "n_rows": result.rows,

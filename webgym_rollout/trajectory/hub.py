@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from webgym_core.cards import render_card
+from webgym_core.cards import render_card, size_category
 from webgym_core.files import TMP_PREFIX, sha256_file, write_atomic
 from webgym_rollout.errors import PushRefused, TrajectoryError
 from webgym_rollout.trajectory.contract import MANIFEST, TRAJECTORY_SCHEMA_VERSION, succeeded
@@ -37,14 +37,6 @@ def _summary_columns(out_dir: Path) -> list[dict[str, Any]]:
     for batch in read_episodes(out_dir).batches(columns=_CARD_COLUMNS, batch_size=1024):
         rows.extend(batch.to_pylist())
     return rows
-
-
-def _size_category(n: int) -> str:
-    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
-                         (1_000_000, "100K<n<1M")):
-        if n < limit:
-            return label
-    return "1M<n<10M"
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
@@ -87,7 +79,7 @@ def write_card(out_dir: str | Path, *, repo_id: str | None = None) -> Path:
     values = {
         "pretty_name": f"WebGym trajectories ({repo_id.split('/')[-1]})" if repo_id
         else "WebGym trajectories",
-        "size_category": _size_category(n),
+        "size_category": size_category(n),
         "configs_yaml": "\n".join(configs),
         "written_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "schema_version": manifest.get("schema_version", TRAJECTORY_SCHEMA_VERSION),
