@@ -6,7 +6,9 @@
 - `webgym_core.completion`: `ChatReply`, a chat completion's reply read and checked once, and
   `clean_text` (lone surrogates out: text every file can store);
 - `webgym_core.cli`: the lazy command groups of the ``webgym-*`` commands;
-- `webgym_core.files`: atomic file writes; `webgym_core.cards`: the dataset and model card templates.
+- `webgym_core.files`: atomic file writes; `webgym_core.cards`: the dataset and model card templates;
+- `webgym_core.sources`: `looks_like_path` (a name never sent to the Hub) and `url_problem` (a server
+  URL without its scheme).
 
 The packages depend one way: webgym_core <- webgym_data <- webgym_rollout <- webgym_rl <- webgym.
 """
@@ -24,6 +26,7 @@ from webgym_core.errors import (
     SettingsError,
 )
 from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+from webgym_core.sources import looks_like_path, url_problem
 
 __version__ = "0.2.0"
 
@@ -44,7 +47,9 @@ __all__ = [
     "clean_text",
     "flat",
     "load_settings",
+    "looks_like_path",
     "render_card",
     "settings_options",
     "settings_to_dict",
+    "url_problem",
 ]
