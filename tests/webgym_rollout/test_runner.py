@@ -79,13 +79,14 @@ def test_cli_help_and_clear_errors(tmp_path):
     assert "--resume" in result.output
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--servers", "127.0.0.1:18300"), ("--servers", "localhost:8300"),
-                                           ("--sites-url", "127.0.0.1:8400")])
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--servers", "127.0.0.1:18300"), ("--servers", "localhost:8300"), ("--sites-url", "127.0.0.1:8400")])
 def test_a_server_url_without_its_scheme_is_refused_at_parse_time(tmp_path, flag, value):
     write_tasks(tmp_path / "tasks.jsonl", range(1))
     args = {"--tasks": str(tmp_path / "tasks.jsonl"), "--servers": "http://127.0.0.1:1",
             "--out": str(tmp_path / "out"), flag: value}
-    result = CliRunner().invoke(run_command, [*(part for pair in args.items() for part in pair), "--no-progress"])
+    flags = [part for pair in args.items() for part in pair]
+    result = CliRunner().invoke(run_command, [*flags, "--no-progress"])
     assert result.exit_code == 2, result.output
     assert f"{flag}" in result.output and f"'{value}' has no scheme" in result.output
     assert f"write it as http://{value}" in result.output
