@@ -485,3 +485,14 @@ async def test_a_bug_is_recorded_as_error_internal_and_reported_loudly(tmp_path,
     message = warning.getMessage()
     assert "2 of 3 episodes ended with error:internal: this is a bug, please report it" in message
     assert "KeyError: 'no such key'" in message
+
+
+def test_a_mistyped_miniwob_task_is_refused_before_any_browser_with_the_close_names(tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", range(2), task="click-tset")
+    result = CliRunner().invoke(run_command, ["--tasks", str(tmp_path / "tasks.jsonl"), "--servers",
+                                              "http://127.0.0.1:1", "--sites-url", "http://127.0.0.1:2",
+                                              "--out", str(tmp_path / "out"), "--no-progress"])
+    assert result.exit_code == 1, result.output
+    assert "environment 'miniwob:click-tset': the miniwob package has no task 'click-tset'" in result.output
+    assert "did you mean 'miniwob:click-test'" in result.output
+    assert "--create-timeout-s" not in result.output and not (tmp_path / "out").exists()
