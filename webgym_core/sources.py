@@ -19,9 +19,11 @@ _PATH_STARTS = ("/", "./", "../", "~", ".", "\\")
 
 def looks_like_path(name: str | os.PathLike[str]) -> bool:
     """True for a name that can only be a local path, never a Hub id (``org/name``, ``org/name@rev``
-    or a bare ``name``): one that starts with ``/``, ``./``, ``../``, ``~`` or ``.``, holds a
-    backslash, ends with a ``/``, or has more than one ``/`` before an ``@revision``."""
-    text = os.fspath(name)
+    or a bare ``name``): a `pathlib.Path`, or text that starts with ``/``, ``./``, ``../``, ``~`` or
+    ``.``, holds a backslash, ends with a ``/``, or has more than one ``/`` before an ``@revision``."""
+    if isinstance(name, os.PathLike):
+        return True
+    text = str(name)
     if not text:
         return False
     repo = text.partition("@")[0]

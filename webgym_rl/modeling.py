@@ -172,7 +172,7 @@ def _refuse_missing_folder(path_or_repo: str | Path) -> None:
     """A path-like name that is not a folder is a typo, not a Hub id: say so instead of asking the Hub."""
     if Path(path_or_repo).is_dir():
         return
-    if isinstance(path_or_repo, Path) or looks_like_path(str(path_or_repo)):
+    if looks_like_path(path_or_repo):
         raise CheckpointError(f"checkpoint folder {path_or_repo} does not exist")
 
 

@@ -285,7 +285,7 @@ def read_episodes(source: str | Path, *, split: str | None = None,
         return TrajectorySet(str(path), digest.hexdigest()[:16], schema, files=files, cache_dir=cache)
     repo_id, _, revision = str(source).partition("@")
     revision = revision or "main"
-    if looks_like_path(str(source)):
+    if looks_like_path(source):
         raise TrajectoryError(f"{source}: no such folder (a local path, so not looked up on the Hub)")
     if repo_id.count("/") != 1:
         raise TrajectoryError(f"{source}: no such folder, and not a Hub dataset id (org/name[@revision])")
