@@ -73,6 +73,8 @@ def run_command(config: str | None, **flags: Any) -> None:
 _CAUSES = {
     "server_unavailable": "no browser server answered at --servers {servers} (start one with "
                           "`webgym-rollout serve`, or check the URL)",
+    "invalid_request": "the browser servers refused the sessions (the log names the reason: a task's "
+                       "environment, or a start page the site server does not have)",
     "unauthorized": "the browser servers refused the token (--browser-token / WEBGYM_BROWSER_TOKEN)",
     "policy_unavailable": "the policy endpoint did not answer (--policy-base-url)",
     "judge_unavailable": "the judge endpoint did not answer (--judge-base-url)",
