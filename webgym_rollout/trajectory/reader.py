@@ -295,8 +295,10 @@ def read_episodes(source: str | Path, *, split: str | None = None,
     try:
         loaded = datasets.load_dataset(repo_id, revision=revision, cache_dir=cache)
     except Exception as exc:  # the Hub raises many kinds; the user needs the id
+        parent, name = Path(repo_id).parent, Path(repo_id).name
+        local = f"; {parent} is a folder here, but it holds no {name}" if parent.is_dir() else ""
         raise TrajectoryError(f"cannot load trajectory dataset '{repo_id}' at revision '{revision}' "
-                              f"(not a local folder either): {exc}") from exc
+                              f"(not a local folder either{local}): {exc}") from exc
     if isinstance(loaded, datasets.DatasetDict):
         parts = [loaded[name] for name in loaded if split is None or name == split]
         dataset = datasets.concatenate_datasets(parts) if len(parts) > 1 else (parts[0] if parts else None)

@@ -99,3 +99,16 @@ def test_report_of_a_mistyped_path_names_it_without_asking_the_hub(no_hub, tmp_p
     result = CliRunner().invoke(report_command, ["./nope", "--out", str(tmp_path / "report")])
     assert result.exit_code == 1 and "./nope: no such folder" in result.output, result.output
     assert no_hub == []
+
+
+def test_a_hub_id_that_fails_to_load_says_when_a_local_folder_of_its_first_part_exists(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise ConnectionError("offline")
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(TrajectoryError) as caught:
+        read_episodes("out/iter-0000")
+    assert "out is a folder here, but it holds no iter-0000" in str(caught.value)
+    assert "offline" in str(caught.value)
