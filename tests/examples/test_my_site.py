@@ -8,22 +8,27 @@ from __future__ import annotations
 
 import http.cookiejar
 import json
+import re
+import shlex
 import urllib.error
 import urllib.request
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from examples.my_site.judge import LibraryJudge
 from examples.my_site.kind import LibraryTask
-from examples.my_site.play import main, play
+from examples.my_site.play import main
 from examples.my_site.site import LibrarySite, catalogue
 from examples.my_site.tasks import book_of, library_tasks
+from tests.conftest import REPO_ROOT
 from webgym_rollout.judge import JudgeUnavailable
 from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks import task_kind
 from webgym_rollout.trajectory import Episode, EpisodeStatus, Step, read_episodes
 
+PAGE = REPO_ROOT / "docs" / "guides" / "your-site.md"
 SESSION = "episode-one-0001"
 
 
@@ -117,19 +122,30 @@ async def test_a_truth_that_cannot_be_read_is_the_judges_failure_not_the_agents(
         await LibraryJudge(truth_url).score(_episode(task, SESSION, "Reserved."))
 
 
+def _page_runs() -> tuple[list[list[str]], list[str]]:
+    """The page's commands that run the example (their arguments) and the lines it shows they print."""
+    text = PAGE.read_text(encoding="utf-8")
+    found = re.search(r"```bash\n(python -m examples\.my_site\.play .*?)```\n\n```text\n(.*?)```", text,
+                      re.DOTALL)
+    assert found, f"{PAGE.name}: no play commands followed by what they print"
+    commands = [shlex.split(line)[3:] for line in found.group(1).splitlines()]
+    return commands, found.group(2).splitlines()
+
+
 @pytest.mark.browser
-async def test_end_to_end_the_honest_policy_earns_1_and_the_wrong_one_0(chromium_path, tmp_path):
-    assert await play(tmp_path / "honest", tasks=2) == [1.0, 1.0]
-    assert await play(tmp_path / "wrong", tasks=2, wrong=True) == [0.0, 0.0]
-    for name, reward in (("honest", 1.0), ("wrong", 0.0)):
-        for episode in read_episodes(tmp_path / name):
+def test_end_to_end_the_pages_commands_print_what_it_shows(chromium_path, tmp_path, monkeypatch, capsys):
+    """Through the real browser server, Chromium and the runner: the honest policy earns 1 on every
+    task, the one that reserves another book 0, as the page says."""
+    commands, printed = _page_runs()
+    monkeypatch.chdir(tmp_path)
+    for argv, expected in zip(commands, printed, strict=True):
+        main(argv)
+        assert capsys.readouterr().out == expected + "\n"
+        out = Path(argv[argv.index("--out") + 1])
+        episodes = list(read_episodes(out))
+        assert len(episodes) == int(argv[argv.index("--tasks") + 1])
+        reward = 0.0 if "--wrong" in argv else 1.0
+        for episode in episodes:
             assert episode.status == EpisodeStatus.OK and episode.reward == reward
-            assert episode.judge_model == "larkspur-truth"
-            assert episode.answer == "Reserved."
+            assert episode.judge_model == "larkspur-truth" and episode.answer == "Reserved."
             assert urlsplit(episode.steps[-1].url).path == "/reservations"
-
-
-@pytest.mark.browser
-def test_the_script_prints_the_rewards(chromium_path, tmp_path, capsys):
-    main(["--out", str(tmp_path / "run"), "--tasks", "1"])
-    assert capsys.readouterr().out == "rewards: [1.0]; success rate 100%\n"
