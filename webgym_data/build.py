@@ -99,7 +99,8 @@ class BuildSettings:
     out: Path | None = None
     """Folder to write (required); replaced atomically if it holds an earlier build."""
     seeds: Path | None = None
-    """Folder of seed sets; every registered importer whose default path exists there is used."""
+    """Folder of the seed sets you fetched (where each goes: docs/guides/data.md); every seed set found
+    there is used, and the build names those it skipped."""
     importers: tuple[tuple[str, str], ...] = field(default=(), metadata={"cli": False})
     """Extra ``(importer name, file, folder or Hub id)`` sources (``--importer NAME=PATH``)."""
     extend: Path | None = None
