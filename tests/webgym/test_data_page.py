@@ -25,7 +25,9 @@ def _table_rows() -> dict[str, list[str]]:
 
 
 def _fetch_script() -> str:
-    (script,) = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.DOTALL)
+    """The page's python block that downloads (the other one, a partial build, runs in test_docs)."""
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.DOTALL)
+    (script,) = [block for block in blocks if "snapshot_download" in block]
     return script
 
 
