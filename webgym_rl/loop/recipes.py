@@ -148,13 +148,14 @@ def _plan_model(settings: LoopSettings, result: Plan) -> None:
     model = settings.model
     folder = Path(model).expanduser()
     if folder.is_dir():
-        config = folder / "config.json"
-        if config.is_file():
+        if (folder / "config.json").is_file():
             result.add("model", f"{model}: a local checkpoint folder")
+        elif (folder / "adapter_config.json").is_file():
+            result.add("model", f"{model}: a local LoRA adapter folder")
         else:
             result.add("model", f"{model}: a local folder")
-            result.warnings.append(f"--model {model} has no config.json: not a model checkpoint folder (a "
-                                   "LoRA adapter folder needs its base model's config too)")
+            result.warnings.append(f"--model {model} has no config.json (nor adapter_config.json): not a "
+                                   "model checkpoint folder")
     elif folder.exists():
         raise LoopSettingsError(f"--model {model} is a file; give a checkpoint folder or a Hub model id")
     elif looks_like_path(model):
