@@ -166,3 +166,13 @@ def test_a_browser_server_url_without_its_scheme_is_refused(tmp_path):
                                        "--servers", "127.0.0.1:8300"])
     assert result.exit_code == 1, result.output
     assert "'127.0.0.1:8300' has no scheme; write it as http://127.0.0.1:8300" in result.output
+
+
+def test_the_dry_run_warns_of_a_model_folder_without_a_config(tmp_path):
+    (tmp_path / "empty").mkdir()
+    settings = load_recipe("miniwob-cpu", tasks=str(tasks_file(tmp_path / "tasks.jsonl")),
+                           out=str(tmp_path / "out"), model=str(tmp_path / "empty"))
+    text = plan(settings).render()
+    assert f"--model {tmp_path / 'empty'} has no config.json (nor adapter_config.json)" in text
+    (tmp_path / "empty" / "adapter_config.json").write_text("{}")
+    assert f"{tmp_path / 'empty'}: a local LoRA adapter folder" in plan(settings).render()
