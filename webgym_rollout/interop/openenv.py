@@ -470,7 +470,7 @@ class _Guard:
         elif refusal is None:
             await self.app(scope, receive, send)
         elif scope["type"] == "websocket":
-            log.info("refused a websocket to %s: %s", scope.get("path", ""), refusal.message)
+            log.info("refused a websocket: %s", refusal.message)  # not its path: it may hold the token
             await send({"type": "websocket.close", "code": 1008})
         else:
             await JSONResponse({"error": refusal.kind, "message": refusal.message},

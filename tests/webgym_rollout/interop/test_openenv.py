@@ -86,6 +86,14 @@ def test_health_schema_and_metadata_are_openenvs(server_url):
             "done", "reward"} <= set(observation)
     assert "base64" in observation["screenshot"]["description"]
     assert httpx.get(f"{server_url}/metadata", trust_env=False).json()["name"] == "webgym"
+    # Over plain HTTP each request gets a fresh environment (openenv's design): a reset plays, a
+    # step finds no episode.
+    reset = httpx.post(f"{server_url}/reset", json={"seed": 2, "task": "miniwob:click-test"}, timeout=300,
+                       trust_env=False).json()
+    assert reset["observation"]["instruction"] == "Click the button." and reset["done"] is False
+    step = httpx.post(f"{server_url}/step", json={"action": {"reply": "click"}}, timeout=300,
+                      trust_env=False).json()
+    assert step["done"] and step["observation"]["error"].startswith("episode_over")
 
 
 def test_a_miniwob_episode_over_openenvs_generic_client(server_url):
