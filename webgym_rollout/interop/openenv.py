@@ -54,6 +54,7 @@ the websocket handshake included.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import dataclasses
@@ -93,7 +94,7 @@ from webgym_data.schema import Task
 from webgym_rollout.browser.callers import CallerCheck, Refusal
 from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.errors import BrowserError, EpisodeOver
-from webgym_rollout.interop.gymnasium import NAMESPACE, GymSettings, WebGymEnv
+from webgym_rollout.interop.gymnasium import NAMESPACE, GymSettings, WebGymEnv, _LoopThread
 from webgym_sites.generate import site_tasks
 
 __all__ = ["OpenEnvSettings", "WebGymAction", "WebGymObservation", "WebGymOpenEnv", "WebGymOpenEnvClient",
@@ -218,13 +219,16 @@ def environment_of(name: str) -> str:
 
 class _Services:
     """The browser server and site server the sessions share (started with the app unless the
-    settings attach to running ones), and the sessions still open (closed before they stop)."""
+    settings attach to running ones), and the sessions still open (closed before they stop). A
+    browser server this runs has an event loop of its own, in a thread: openenv's routes call
+    environments' synchronous `close` on the app's loop, and a close waits for the browser server."""
 
     def __init__(self, settings: OpenEnvSettings):
         self.settings = settings
         self.episode = settings.episode
         self.sessions: set[WebGymOpenEnv] = set()
         self._sites: Any = None
+        self._browsers: _LoopThread | None = None
         self._stack = contextlib.AsyncExitStack()
         self._tasks: dict[str, list[Task]] = {}
 
@@ -233,31 +237,44 @@ class _Services:
         if episode.sites_url is None:
             from webgym_rollout.tasks.sites import SiteServer  # lazy: the site server's modules
 
-            self._sites = SiteServer("127.0.0.1", 0).start()
-            sites = self._sites
+            self._sites = sites = SiteServer("127.0.0.1", 0).start()
             episode = dataclasses.replace(episode, sites_url=sites.base_url, truth_url=sites.truth_url,
                                           truth_token=sites.truth_token)
         if episode.browser_url is None:
-            # lazy: playwright, and the browser server's modules
-            from webgym_rollout.browser.pool import PoolSettings
-            from webgym_rollout.browser.server import ServerSettings, running_server
-
-            chromium = {"executable_path": episode.chromium} if episode.chromium else {}
-            pool = PoolSettings(browsers=1, contexts_per_browser=self.settings.max_sessions + 1,
-                                allow_hosts=(_host_port(episode.sites_url or ""),), **chromium)
-            url, _pool = await self._stack.enter_async_context(
-                running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)))
+            self._browsers = _LoopThread()
+            url = await self._on_browser_loop(self._start_browser_server(episode))
             episode = dataclasses.replace(episode, browser_url=url, browser_token=None)
         self.episode = episode
         log.info("openenv sessions use the browser server %s and the site server %s", episode.browser_url,
                  episode.sites_url)
 
+    async def _start_browser_server(self, episode: GymSettings) -> str:
+        """On the browser loop: a browser server allowlisting the site server, a context per session."""
+        # lazy: playwright, and the browser server's modules
+        from webgym_rollout.browser.pool import PoolSettings
+        from webgym_rollout.browser.server import ServerSettings, running_server
+
+        chromium = {"executable_path": episode.chromium} if episode.chromium else {}
+        pool = PoolSettings(browsers=1, contexts_per_browser=self.settings.max_sessions + 1,
+                            allow_hosts=(_host_port(episode.sites_url or ""),), **chromium)
+        url, _pool = await self._stack.enter_async_context(
+            running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)))
+        return url
+
+    async def _on_browser_loop(self, coroutine: Any) -> Any:
+        assert self._browsers is not None
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._browsers.loop))
+
     async def stop(self) -> None:
-        for session in list(self.sessions):
-            with contextlib.suppress(Exception):
-                session.close()
+        await asyncio.gather(*(asyncio.to_thread(session.close) for session in list(self.sessions)),
+                             return_exceptions=True)
         try:
-            await self._stack.aclose()
+            if self._browsers is not None:
+                try:
+                    await self._on_browser_loop(self._stack.aclose())  # the browser server, its Chromium
+                finally:
+                    await asyncio.to_thread(self._browsers.stop)
+                    self._browsers = None
         finally:
             if self._sites is not None:
                 self._sites.stop()

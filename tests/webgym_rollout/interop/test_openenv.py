@@ -87,8 +87,9 @@ def test_health_schema_and_metadata_are_openenvs(server_url):
     assert "base64" in observation["screenshot"]["description"]
     assert httpx.get(f"{server_url}/metadata", trust_env=False).json()["name"] == "webgym"
     # Over plain HTTP each request gets a fresh environment (openenv's design): a reset plays, a
-    # step finds no episode.
-    reset = httpx.post(f"{server_url}/reset", json={"seed": 2, "task": "miniwob:click-test"}, timeout=300,
+    # step finds no episode. (openenv closes that environment on the app's own loop: a browser server
+    # on that loop too could not answer the close, which hung for a minute before the timeout below.)
+    reset = httpx.post(f"{server_url}/reset", json={"seed": 2, "task": "miniwob:click-test"}, timeout=45,
                        trust_env=False).json()
     assert reset["observation"]["instruction"] == "Click the button." and reset["done"] is False
     step = httpx.post(f"{server_url}/step", json={"action": {"reply": "click"}}, timeout=300,
