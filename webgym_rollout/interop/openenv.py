@@ -35,7 +35,8 @@ own reward, a local site's ground truth).
 
 Errors. An agent's mistake (a reply that does not parse, a click on nothing) is a no-op step whose
 ``error`` says why, ``infrastructure_failure`` false. An infrastructure failure (a browser server
-that stopped answering, a crashed browser, a truth listener that does not answer) ends the episode
+that stopped answering, a crashed browser, a truth listener that does not answer, a step longer
+than ``--step-timeout-s``) ends the episode
 with ``done``, ``infrastructure_failure`` true, ``error`` naming its kind and ``reward`` None: drop
 the episode, do not score it 0. A ``reset`` the infrastructure fails is answered the same way. A
 request the server cannot take (an unknown ``task``, a ``task_id`` it does not hold, an action
@@ -334,7 +335,7 @@ class WebGymOpenEnv(Environment[WebGymAction, WebGymObservation, WebGymState]):
         self._over = False
         try:
             observation, info = gym.reset(seed=seed, options=options)
-        except BrowserError as exc:  # the infrastructure's failure: an observation says so
+        except (BrowserError, TimeoutError) as exc:  # the infrastructure's failure: an observation says so
             return self._failed(exc)
         self._state.task_id, self._state.horizon = info["task_id"], info["horizon"]
         return _observation(observation, info)
@@ -349,8 +350,8 @@ class WebGymOpenEnv(Environment[WebGymAction, WebGymObservation, WebGymState]):
                                            "every request gets a fresh environment: use the /ws session)")
         try:
             observation, reward, terminated, truncated, info = gym.step(action.reply)
-        except (BrowserError, EpisodeOver) as exc:  # Unauthorized, which WebGymEnv raises, included
-            return self._failed(exc)
+        except (BrowserError, EpisodeOver, TimeoutError) as exc:  # Unauthorized (WebGymEnv raises it) too;
+            return self._failed(exc)  # TimeoutError: no answer within --step-timeout-s
         self._state.step_count += 1
         done = terminated or truncated
         self._over = done
