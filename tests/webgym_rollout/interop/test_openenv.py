@@ -21,14 +21,13 @@ import threading
 import time
 
 import httpx
-import psutil
 import pytest
 from openenv.core.generic_client import GenericEnvClient  # the interop extra
 from PIL import Image
 from websockets.asyncio.client import connect as ws_connect
 
 from tests.conftest import REPO_ROOT, free_port
-from tests.webgym_rollout.interop.test_gymnasium import _browser_server_process, _ports_answer
+from tests.webgym_rollout.interop.servers import browser_server_process, kill_process_family, ports_answer
 from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.protocol import format_response
 from webgym_rollout.interop import (
@@ -60,7 +59,7 @@ def server_url(chromium_path):
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
-        while _ports_answer(f"{url}/health") != [True]:
+        while ports_answer(f"{url}/health") != [True]:
             assert process.poll() is None and time.monotonic() < deadline, "the OpenEnv server did not start"
             time.sleep(0.2)
         yield url
@@ -214,7 +213,7 @@ def _app_in_thread(settings: OpenEnvSettings):
 
 def test_a_killed_browser_server_is_reported_as_the_infrastructures_failure(chromium_path, sites):
     token = "t0ken-for-the-openenv-test"
-    with _browser_server_process(chromium_path, f"{sites.host}:{sites.port}") as (browser_url, process):
+    with browser_server_process(chromium_path, f"{sites.host}:{sites.port}") as (browser_url, process):
         episode = GymSettings(browser_url=browser_url, sites_url=sites.base_url, truth_url=sites.truth_url,
                               truth_token=sites.truth_token)
         settings = OpenEnvSettings(port=free_port(), token=token, episode=episode)
@@ -229,12 +228,7 @@ def test_a_killed_browser_server_is_reported_as_the_infrastructures_failure(chro
             with _client(f"{url}/{token}") as env:
                 before = env.reset(seed=5)
                 assert before.observation.infrastructure_failure is False
-                family = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
-                os.killpg(process.pid, signal.SIGKILL)
-                for member in family:
-                    with contextlib.suppress(psutil.NoSuchProcess):
-                        member.kill()
-                process.wait(timeout=30)
+                kill_process_family(process)
                 failed = env.step(WebGymAction(reply=reply(AgentAction("wait"))))
                 assert failed.observation.infrastructure_failure is True and failed.done
                 assert failed.reward is None  # dropped, never a silent 0
