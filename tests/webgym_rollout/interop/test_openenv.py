@@ -190,6 +190,17 @@ def test_a_malformed_step_is_refused_and_the_session_goes_on(server_url):
             env.reset(seed=4, tsak="miniwob:click-test")
 
 
+def test_a_sessions_pages_reach_the_site_server_alone(server_url):
+    with _client(server_url) as env:
+        start = env.reset(seed=8).observation
+        for url in (f"{server_url}/health", "http://127.0.0.2:8600/"):  # this server; another host
+            result = env.step(WebGymAction(reply=reply(AgentAction("navigate", url=url))))
+            assert result.observation.error.startswith(f"refused {url}")  # the browser server's egress guard
+            assert result.observation.infrastructure_failure is False
+            assert (result.reward, result.done) == (0.0, False)  # the agent's mistake, refused
+            assert result.observation.url == start.url
+
+
 @contextlib.contextmanager
 def _app_in_thread(settings: OpenEnvSettings):
     """`create_openenv_app` served by uvicorn in a thread of this process; yields its URL."""
