@@ -3,7 +3,8 @@ clients (`GenericEnvClient`, and `WebGymOpenEnvClient`, an `EnvClient`) against 
 127.0.0.1: the command as a child process (its own browser server and site server), and an app in a
 thread attached to a browser server the test kills. Reset and steps of a MiniWoB task, a site task
 judged by its truth, two sessions isolated, the session limit, a malformed action as the agent's
-error, health and schema, the token and the caller check, an infrastructure failure."""
+error, the egress guard, health and schema, the token and the caller check, an infrastructure
+failure."""
 
 from __future__ import annotations
 
