@@ -266,3 +266,8 @@ def test_without_the_extra_the_error_names_it():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           check=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert "needs openenv-core: pip install 'webgym[interop]'" in done.stdout
+    command = ("import sys; sys.modules['openenv'] = None\n"
+               "from webgym_rollout.cli import main; main(['serve-openenv', '--help'])")
+    done = subprocess.run([sys.executable, "-c", command], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode != 0 and "pip install 'webgym[interop]'" in done.stderr
