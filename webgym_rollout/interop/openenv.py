@@ -42,8 +42,8 @@ the episode, do not score it 0. A ``reset`` the infrastructure fails is answered
 request the server cannot take (an unknown ``task``, a ``task_id`` it does not hold, an action
 without ``reply``) is openenv's error message (its client raises).
 
-Services and security. The server runs a browser server on 127.0.0.1 (one Chromium, a context per
-session, allowlisting the site server's ``host:port`` only: the egress guard of
+Services and security. The server runs a browser server on 127.0.0.1 (a context per session, a
+Chromium per six of them, allowlisting the site server's ``host:port`` only: the egress guard of
 ``webgym-rollout serve``) and a site server (with its truth listener), unless given
 ``--browser-url`` and ``--sites-url`` (with ``--truth-url``, ``--truth-token``). Each session has
 its own `WebGymEnv`, over the shared servers. It binds 127.0.0.1; another address needs
@@ -103,6 +103,8 @@ __all__ = ["OpenEnvSettings", "WebGymAction", "WebGymObservation", "WebGymOpenEn
 
 log = logging.getLogger(__name__)
 
+_CONTEXTS_PER_BROWSER = 6
+"""Sessions per Chromium of a browser server this runs (`PoolSettings.contexts_per_browser`'s default)."""
 _TOKEN = re.compile(r"[A-Za-z0-9._~-]{16,}")
 """A token fits one URL path segment unescaped, and is not short."""
 
@@ -250,13 +252,16 @@ class _Services:
                  episode.sites_url)
 
     async def _start_browser_server(self, episode: GymSettings) -> str:
-        """On the browser loop: a browser server allowlisting the site server, a context per session."""
+        """On the browser loop: a browser server allowlisting the site server, a context per session
+        and a Chromium per `_CONTEXTS_PER_BROWSER` of them."""
         # lazy: playwright, and the browser server's modules
         from webgym_rollout.browser.pool import PoolSettings
         from webgym_rollout.browser.server import ServerSettings, running_server
 
         chromium = {"executable_path": episode.chromium} if episode.chromium else {}
-        pool = PoolSettings(browsers=1, contexts_per_browser=self.settings.max_sessions + 1,
+        slots = self.settings.max_sessions + 1  # one spare, for plain HTTP resets
+        browsers = -(-slots // _CONTEXTS_PER_BROWSER)
+        pool = PoolSettings(browsers=browsers, contexts_per_browser=-(-slots // browsers),
                             allow_hosts=(_host_port(episode.sites_url or ""),), **chromium)
         url, _pool = await self._stack.enter_async_context(
             running_server(ServerSettings(host="127.0.0.1", port=0, pool=pool)))
