@@ -31,6 +31,8 @@ COMMANDS = {
               "Browser fleets on a Ray cluster: fleet up | status | down (needs webgym[ray])."),
     "push": ("webgym_rollout.trajectory.hub:push_command",
              "Publish a trajectory dataset to the Hugging Face Hub."),
+    "check-endpoint": ("webgym_rollout.agent.check:check_endpoint_command",
+                       "Send one real prompt to an OpenAI-compatible endpoint; say if the reply parses."),
 }
 
 
