@@ -12,6 +12,9 @@ COMMANDS = {
     "serve-sites": ("webgym_rollout.tasks.sites:serve_sites_command",
                     "Serve the MiniWoB++, sandbox, shop, reference and travel sites on 127.0.0.1 (truth on "
                     "its own port)."),
+    "serve-openenv": ("webgym_rollout.interop.openenv:serve_openenv_command",
+                      "Serve the web tasks as an OpenEnv environment (/reset, /step, /ws sessions); needs "
+                      "webgym[interop]."),
     "site-tasks": ("webgym_sites.generate:site_tasks_command",
                    "Write generated tasks of the local sites as task rows (for webgym-data build)."),
     "run": ("webgym_rollout.runner:run_command",
