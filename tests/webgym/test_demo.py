@@ -197,6 +197,12 @@ def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
     # Four policies, not versions of one: no learning curve, and no judge agreement between policies.
     assert "Learning curve" not in comparison and "id='judges'" not in comparison
     assert folders["held-out comparison (chart)"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A run's summary.json records as the README's figures are recorded (scripts/demo_figures.py).
+    from tests.test_demo_figures import figures
+
+    entry = figures().record(json.loads((out / "summary.json").read_text()), "tiny")
+    assert entry["heldout"]["trained"] == summary["rollouts"]["trained"]["successes"]
+    assert entry["size"] == "tiny" and entry["trained_vs_bootstrap"]["won"] == pair["won"]
     # The printed summary names both baselines and carries the trained policy's measured figures.
     printed = " ".join(stderr.split())
     rate = 100 * summary["rollouts"]["trained"]["valid_action_rate"]
