@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import io
 import logging
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,7 +160,7 @@ def write_rate_bars(rates: Sequence[tuple[str, SuccessRate]], png_path: str | Pa
                      for name, rate in rates], colours)
     axes.set_xlabel(x_label)
     axes.set_ylabel("success rate")
-    axes.set_title(title)
+    axes.set_title(_wrapped(title, size))
     _save_png(figure, png_path, dpi)
     logger.info("wrote %s (%d rates)", png_path, len(rates))
     return Path(png_path)
@@ -180,6 +181,11 @@ def _iteration_ticks(iterations: Sequence[int], most: int = 12) -> list[int]:
     if ticks[-1] != iterations[-1]:
         ticks[-1] = iterations[-1]
     return ticks
+
+
+def _wrapped(title: str, size: tuple[float, float]) -> str:
+    """`title` broken into lines that fit a figure `size[0]` inches wide (about 10 characters an inch)."""
+    return "\n".join(textwrap.wrap(title, max(20, int(10 * size[0])))) or title
 
 
 def _tick_name(iteration: int, tick_names: Mapping[int, str] | None) -> str:
@@ -260,7 +266,7 @@ def _learning_curve_figure(curves: dict[str, list[CurvePoint]], colours: Mapping
             axes.set_title(panels.get(label, label), fontsize="medium")
             axes.set_xlabel(x_label)
         all_axes[0].set_ylabel("success rate")
-        figure.suptitle(title)
+        figure.suptitle(_wrapped(title, size))
         return figure
     figure, (axes,) = _figure(size, dpi, 1)
     if len(iterations) == 1:  # one evaluated version: a bar per label, no line through one point
@@ -272,7 +278,7 @@ def _learning_curve_figure(curves: dict[str, list[CurvePoint]], colours: Mapping
         axes.set_xlabel(x_label)
         axes.legend(loc="best")
     axes.set_ylabel("success rate")
-    axes.set_title(title)
+    axes.set_title(_wrapped(title, size))
     return figure
 
 
@@ -397,7 +403,7 @@ def learning_curve_svg(points: Iterable[CurvePoint | Sequence[Any] | Mapping[str
     `tick_names` and `panels` as `write_learning_curve` takes, drawn the same way (lines with their
     confidence bands, a point with a whisker for a label measured once, labelled bars when all
     points share one iteration). With `panels`, one SVG per label on the same x axis, side by side
-    in a ``<div class='charts curve-panels'>`` that names `title`."""
+    under `title` in a ``<div class='curve-panels'>``."""
     curves = _curves(curve_points(points))
     colours = run_colours(curves, colours)
     iterations = sorted({p.iteration for curve in curves.values() for p in curve})
@@ -405,8 +411,8 @@ def learning_curve_svg(points: Iterable[CurvePoint | Sequence[Any] | Mapping[str
     if panels:
         charts = "".join(_svg_lines({label: curve}, colours, axis, panels.get(label, label), width=420)
                          for label, curve in curves.items())
-        return (f"<div class='charts curve-panels' role='group' aria-label='{_e(title)}'>"
-                f"<p class='heading'>{_e(title)}</p>{charts}</div>")
+        return (f"<div class='curve-panels' role='group' aria-label='{_e(title)}'>"
+                f"<p class='heading'><b>{_e(title)}</b></p><div class='charts'>{charts}</div></div>")
     if len(iterations) == 1:
         return _svg_bars(curves, colours, axis, title)
     return _svg_lines(curves, colours, axis, title)
