@@ -675,7 +675,8 @@ def _judges_section(report: Report) -> str:
     items = "".join(f"<li class='judges' data-a='{_e(p.a)}' data-b='{_e(p.b)}'>{_e(p.a)} vs {_e(p.b)}: "
                     f"{_e(_judges_line(p.judges))}</li>" for p in pairs if p.judges is not None)
     return ("<section id='judges'><h2>Judges compared episode by episode</h2><p class='note'>Runs that "
-            "hold the same episodes (a run and its <code>rejudge</code>), paired on episode id; "
+            "hold the same episodes (a run and its <code>rejudge</code>: the same episode id, start time, "
+            "policy and steps), paired on episode id; "
             "infrastructure failures left out. Cohen's kappa is the agreement beyond what the two pass "
             f"rates give by chance.</p><ul>{items}</ul></section>")
 
