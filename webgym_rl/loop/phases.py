@@ -601,11 +601,10 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
 
 
 def curve_names(bootstrap: str, versions: Iterable[int]) -> dict[int, str]:
-    """The learning curve's name of each policy version: ``v0 (bootstrap: ...)`` for the policy
-    that played before any training (the DOM-aware random policy, or the starting model), ``vN``
-    for the others."""
-    first = "random" if bootstrap == "random" else "the starting model"
-    return {v: f"v{v} (bootstrap: {first})" if v == 0 else f"v{v}" for v in versions}
+    """The learning curve's name of each policy version: ``v0 (bootstrap: random)`` or ``v0
+    (bootstrap: model)`` (`bootstrap`: --bootstrap-policy) for the policy that played before any
+    training (the DOM-aware random policy, or the starting model), ``vN`` for the others."""
+    return {v: f"v{v} (bootstrap: {bootstrap})" if v == 0 else f"v{v}" for v in versions}
 
 
 def curve_panels(eval_split: str) -> dict[str, str]:

@@ -159,7 +159,7 @@ def test_a_round_with_nothing_to_train_on_records_its_manifest_window(tmp_path):
 
 def test_the_curve_names_version_0_by_its_bootstrap_and_keeps_train_and_test_apart():
     assert curve_names("random", [0, 1, 2]) == {0: "v0 (bootstrap: random)", 1: "v1", 2: "v2"}
-    assert curve_names("model", {0})[0] == "v0 (bootstrap: the starting model)"
+    assert curve_names("model", {0})[0] == "v0 (bootstrap: model)"
     assert curve_names("random", [3]) == {3: "v3"}  # a resumed loop's curve without version 0
     panels = curve_panels("test")
     assert set(panels) == {"train", "test"} and "test tasks" in panels["test"]
