@@ -69,8 +69,8 @@ def readme_text(runs: list[dict[str, Any]]) -> str:
     p_values = [p for run in shipped if (p := run["trained_vs_bootstrap"]["p"]) is not None]
     p = f"{min(p_values):.2g} to {max(p_values):.2g}" if p_values else "n/a"
     return (f"What to expect, from the {len(shipped)} recorded runs at the shipped size "
-            f"(benchmarks/demo_runs.json; each run prints its own figures, which vary with the seed and the "
-            f"machine's load): {_span([run['seconds'] for run in shipped], ' s')} on 2 cores shared with a "
+            f"(benchmarks/demo_runs.json; each run prints its own, which vary with the seed and the load): "
+            f"{_span([run['seconds'] for run in shipped], ' s')} on 2 cores shared with a "
             f"benchmark; held-out successes: pixel-random {held('pixel_random')}, DOM-aware random "
             f"{held('dom_random')}, the bootstrap (round 0) {held('bootstrap_eval')}, after one round of its "
             f"own rollouts {held('trained')}, winning {pairs('won')} seeds against the bootstrap and losing "
