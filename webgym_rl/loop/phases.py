@@ -326,11 +326,12 @@ def bootstrap_policy(loop: Loop, seed: int) -> Any:
                                       random=RandomPolicySettings(seed=seed)))
 
 
-def play(run: RunSettings, policy: Any, gate: Any = None) -> RunReport:
-    """Play one rollout to its end (a resumed folder skips what it has)."""
+def play(run: RunSettings, policy: Any, gate: Any = None, truth: Any = None) -> RunReport:
+    """Play one rollout to its end (a resumed folder skips what it has); `truth` reads the local sites'
+    sessions (`LoopServices.site_truth`), for their truth.jsonl and ``--judge site``."""
     from webgym_rollout.runner import run as run_rollout  # lazy: imports playwright, psutil
 
-    return asyncio.run(run_rollout(run, policy=policy, gate=gate))
+    return asyncio.run(run_rollout(run, policy=policy, gate=gate, truth=truth))
 
 
 def rollout_record(run: RunSettings, report: RunReport, policy: str, version: int) -> RolloutRecord:
@@ -582,7 +583,7 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
                        split=settings.eval_split, index=version, horizon_table=settings.eval_horizons,
                        attempts=settings.eval_attempts)
     started = time.time()
-    report = await run_rollout(run, policy=policy)  # closes the policy
+    report = await run_rollout(run, policy=policy, truth=loop.services.site_truth())  # closes the policy
     loop.services.check_policy()  # a dead server failed the episodes: not the version's figure
     played = rollout_record(run, report, f"v{version}", version)
     record = EvalRecord(**played.model_dump(), started_at=started)
