@@ -44,6 +44,7 @@ import logging
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from webgym_data.errors import DecomposeError
@@ -164,15 +165,18 @@ _OPENERS = frozenset(".!?:;([{\"“‘'-")
 """Characters after which a capitalised word opens a sentence or a quote (not a name by itself)."""
 
 
+@lru_cache(maxsize=1 << 16)
 def _words(text: str) -> str:
     """`text` casefolded, its words joined by single spaces and padded with one on each side, so
     that ``_words(a) in _words(b)`` asks whether `b` holds `a` as whole words."""
     return f" {' '.join(_WORD.findall(text.casefold()))} "
 
 
-def _names(text: str, *, every_capital: bool = False) -> set[str]:
+@lru_cache(maxsize=1 << 16)
+def _names(text: str, *, every_capital: bool = False) -> frozenset[str]:
     """The words of `text` that name or count something, casefolded: numbers of two characters or
-    more, and capitalised words that do not open a sentence (every one when `every_capital`)."""
+    more, and capitalised words that do not open a sentence (every one when `every_capital`).
+    Cached, like `_words`."""
     found = set()
     for match in _WORD.finditer(text):
         word = match.group()
@@ -183,7 +187,7 @@ def _names(text: str, *, every_capital: bool = False) -> set[str]:
             before = text[:match.start()].rstrip()
             if every_capital or (before and before[-1] not in _OPENERS):
                 found.add(word.casefold())
-    return found
+    return frozenset(found)
 
 
 @dataclass(frozen=True)
@@ -232,19 +236,29 @@ def _shorten(text: str, limit: int) -> str:
 
 def _subtask(parent: Task, subset: tuple[int, ...], instruction: str, source: str) -> Task:
     groups = tuple(parent.evaluator_reference[i] for i in subset)
-    return replace(
-        parent,
-        task_id=make_task_id("subtask", parent.task_id, *(g.id for g in groups)),
-        task_name=instruction,
-        evaluator_reference=groups,
+    fields = {
+        "task_id": make_task_id("subtask", parent.task_id, *(g.id for g in groups)),
+        "task_name": instruction,
+        "evaluator_reference": groups,
         # A subtask asks for part of the work; the parent's final answer no longer applies.
-        definite_answer="",
-        difficulty=0,
-        parent_task_id=parent.task_id,
-        instruction_source=source,
-        seed_criteria=(),
-        seed_difficulty_level="",
-    )
+        "definite_answer": "",
+        "difficulty": 0,
+        "parent_task_id": parent.task_id,
+        "instruction_source": source,
+        "seed_criteria": (),
+        "seed_difficulty_level": "",
+    }
+    facts = sum(len(g.facts) for g in groups)
+    if type(parent) is Task and hasattr(parent, "__dict__") and facts and parent.rubric_source:
+        # Fast path (a build makes ~100k subtasks): what `Task.__post_init__` would derive is
+        # known here (the groups are a non-empty part of the parent's, so the difficulty is their
+        # fact count and the rubric source stays the parent's), so the fields are copied as they
+        # are, the same as `replace` at a fraction of the cost.
+        copy = object.__new__(Task)
+        copy.__dict__.update(parent.__dict__, **fields)
+        copy.__dict__["difficulty"] = facts
+        return copy
+    return replace(parent, **fields)
 
 
 def decompose_task(parent: Task, settings: DecomposeSettings = DecomposeSettings()) -> list[Task]:

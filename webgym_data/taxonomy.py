@@ -5,7 +5,8 @@ have a pair from the table keep it; the others are classified by the LLM when a 
 (cached, each reply checked against the table) and by `rule_taxonomy` otherwise, or when the LLM's
 replies stay invalid. `rule_taxonomy` is deterministic and cheap (under 10 microseconds a task): it
 scores each subdomain from the site (a table of well-known sites, keywords inside the host name,
-words of the URL path) and from the words of the instruction.
+words of the URL path) and from the words of the instruction. `rule_taxonomies` gives the same pairs
+for many tasks at once, counted on columns (what a build uses).
 
 Errors: the `webgym_data.llm` tree; `LLMUnavailable` and `LLMRequestRejected` are raised (one error),
 `LLMReplyInvalid` falls back to the rules for that task.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "aassign_taxonomy",
     "assign_taxonomy",
     "is_valid_taxonomy",
+    "rule_taxonomies",
     "rule_taxonomy",
     "taxonomy_messages",
 ]
@@ -331,6 +333,43 @@ def rule_taxonomy(task: Task) -> tuple[str, str]:
     return _DOMAIN_OF[subdomain], subdomain
 
 
+def rule_taxonomies(websites: Sequence[str], names: Sequence[str]) -> list[tuple[str, str]]:
+    """`rule_taxonomy` of many tasks at once, given their websites and instructions: the same pairs,
+    counted on columns (polars). The URL clues are worked out once per distinct website."""
+    import polars as pl  # optional: polars
+
+    if not names:
+        return []
+    rows = pl.DataFrame({"website": pl.Series(websites, dtype=pl.String)}).with_row_index("row")
+    clues = [(website, index, points) for website in rows["website"].unique().to_list()
+             for index, points in _site_scores(website)]
+    schema = {"website": pl.String, "index": pl.Int64, "points": pl.Int64}
+    from_site = rows.join(pl.DataFrame(clues, schema=schema, orient="row"), on="website").drop("website")
+    words = (pl.DataFrame({"word": pl.Series(names, dtype=pl.String).str.to_lowercase()
+                           .str.extract_all(r"[a-z0-9]+").list.unique()})
+             .with_row_index("row").explode("word").filter(pl.col("word").is_in(list(_WORD_SET)))
+             .select("row", pl.col("word").replace_strict(_WORD_TABLE, return_dtype=pl.Int64).alias("index"),
+                     pl.lit(_WORD_HIT, pl.Int64).alias("points")))
+    # Highest score; ties go to the subdomain listed first in TAXONOMY, as in `rule_taxonomy`.
+    best = (pl.concat([from_site, words]).group_by("row", "index").agg(pl.col("points").sum())
+            .filter(pl.col("points") == pl.col("points").max().over("row"))
+            .group_by("row").agg(pl.col("index").min()))
+    pairs = [DEFAULT_TAXONOMY] * len(names)
+    for row, index in zip(best["row"].to_list(), best["index"].to_list(), strict=True):
+        pairs[row] = _DOMAIN_OF[_SUBDOMAINS[index]], _SUBDOMAINS[index]
+    return pairs
+
+
+def _rule_assign(tasks: list[Task]) -> list[Task]:
+    """`tasks` with the rules' pair where they have no valid one (columnar, `rule_taxonomies`)."""
+    todo = [i for i, task in enumerate(tasks) if not is_valid_taxonomy(task.domain, task.subdomain)]
+    pairs = rule_taxonomies([tasks[i].website for i in todo], [tasks[i].task_name for i in todo])
+    out = list(tasks)
+    for i, pair in zip(todo, pairs, strict=True):
+        out[i] = _with_taxonomy(tasks[i], pair)
+    return out
+
+
 # -- LLM -------------------------------------------------------------------------------------------
 _SYSTEM_PROMPT = (
     "You classify web-browsing tasks into a fixed taxonomy of domains and subdomains:\n{table}\n\n"
@@ -385,12 +424,9 @@ async def aassign_taxonomy(tasks: Iterable[Task], client: LLMClient | None = Non
                            progress: bool = False) -> list[Task]:
     """Async `assign_taxonomy`."""
     tasks = list(tasks)
-    todo = [i for i, task in enumerate(tasks) if not is_valid_taxonomy(task.domain, task.subdomain)]
     if client is None:
-        out = list(tasks)
-        for i in todo:
-            out[i] = _with_taxonomy(tasks[i], rule_taxonomy(tasks[i]))
-        return out
+        return _rule_assign(tasks)
+    todo = [i for i, task in enumerate(tasks) if not is_valid_taxonomy(task.domain, task.subdomain)]
 
     pairs: dict[int, tuple[str, str]] = {}
     fallbacks = 0
@@ -429,6 +465,5 @@ def assign_taxonomy(tasks: Iterable[Task], client: LLMClient | None = None, *,
     one the rules do. Raises `LLMUnavailable` / `LLMRequestRejected` if the endpoint fails.
     """
     if client is None:
-        return [task if is_valid_taxonomy(task.domain, task.subdomain)
-                else _with_taxonomy(task, rule_taxonomy(task)) for task in tasks]
+        return _rule_assign(list(tasks))
     return run_sync(aassign_taxonomy(tasks, client, progress=progress), client, "aassign_taxonomy")
