@@ -152,19 +152,17 @@ def key_terms(instruction: str) -> frozenset[str]:
     return frozenset(terms)
 
 
-def _token_ranks(texts: Sequence[str]) -> list[list[int]]:
+def _token_ranks(texts: Sequence[str]):
     """Each normalised text's distinct tokens as ids ranked by global rarity (rarest = smallest),
-    sorted, so a set's prefix is its rarest tokens. Vectorised: the Python loop over 300k texts
-    was the slowest part of dedupe."""
+    sorted, so a set's prefix is its rarest tokens: a polars list column."""
     import polars as pl  # optional: polars
 
     lists = pl.Series("tok", texts, dtype=pl.String).str.split(" ").list.unique()
     flat = lists.explode()
     counts = flat.filter(flat != "").value_counts(name="n").sort(["n", "tok"])
     rank = dict(zip(counts["tok"].to_list(), range(counts.height), strict=True))
-    ranked = lists.list.eval(pl.element().filter(pl.element() != "")
-                             .replace_strict(rank, return_dtype=pl.Int64).sort())
-    return ranked.to_list()
+    return lists.list.eval(pl.element().filter(pl.element() != "")
+                           .replace_strict(rank, return_dtype=pl.Int64).sort())
 
 
 @dataclass(frozen=True)
@@ -249,49 +247,69 @@ def dedupe(tasks: Sequence[Task], settings: DedupeSettings = DedupeSettings(), *
 def _similar_pairs(texts: Sequence[tuple[int, str, str]], threshold: float) -> dict[int, list[int]]:
     """``index -> indices`` of texts on the same site with token-set Jaccard >= threshold.
 
-    Exact PPJoin-style candidate generation: sets are visited by increasing size; each probes
-    the index with its first ``|x| - ceil(t|x|) + 1`` tokens (rarest first) and is indexed under
-    its first ``|x| - ceil(2t/(1+t)|x|) + 1`` tokens, which is enough because every earlier set
-    is no larger. Candidates pass a size filter, then the exact Jaccard check.
+    Exact PPJoin-style candidate generation, on columns (polars): sets are visited by increasing
+    size (ties in input order); each probes the index with its first ``|x| - ceil(t|x|) + 1``
+    tokens (rarest first) and is indexed under its first ``|x| - ceil(2t/(1+t)|x|) + 1`` tokens,
+    which is enough because every earlier set is no larger. The probes meet the index in joins;
+    candidates pass a size filter, then the exact Jaccard check. Each index's partners come in the
+    order a set-by-set search finds them.
     """
-    sets = _token_ranks([text for _, _, text in texts])
-    site_ids: dict[str, int] = {}
-    sites = [site_ids.setdefault(site, len(site_ids)) for _, site, _ in texts]
-    n_tokens = 1 + max((ids[-1] for ids in sets if ids), default=0)
-    # By size; the sort is stable and `texts` is in input order, so ties stay in input order.
-    order = sorted(range(len(texts)), key=[len(ids) for ids in sets].__getitem__)
-    frozen: dict[int, frozenset[int]] = {}
-    index: dict[int, list[int]] = defaultdict(list)
+    import polars as pl  # optional: polars
+
+    frame = (pl.DataFrame({"site": [site for _, site, _ in texts],
+                           "tokens": _token_ranks([text for _, _, text in texts])})
+             .with_row_index("k").with_columns(pl.col("k").cast(pl.Int64),
+                                               size=pl.col("tokens").list.len().cast(pl.Int64))
+             .filter(pl.col("size") > 0))
+    size = pl.col("size").cast(pl.Float64)
+    probe = _prefixes(frame, pl.col("size") - (threshold * size - 1e-9).ceil().cast(pl.Int64) + 1)
     index_fraction = 2 * threshold / (1 + threshold)
+    indexed = (_prefixes(frame, pl.col("size") - (index_fraction * size - 1e-9).ceil().cast(pl.Int64) + 1)
+               .rename({"k": "o", "size": "o_size", "pos": "o_pos"}))
+    # The join is made a batch of probing sets at a time, each batch meeting at most about
+    # _JOIN_ROWS index entries, so a low threshold on a large site cannot exhaust the memory.
+    meets = (probe.join(indexed.group_by("site", "token").len(), on=["site", "token"])
+             .group_by("k").agg(pl.col("len").sum()).sort("k")
+             .select("k", batch=pl.col("len").cum_sum() // _JOIN_ROWS))
+    probe = probe.join(meets, on="k")
+    parts = [part for _, part in probe.group_by("batch")] or [probe]
+    found = (pl.concat([_candidates(part, indexed, frame, threshold) for part in parts])
+             .sort("size", "k", "pos", "o_size", "o"))
     pairs: dict[int, list[int]] = defaultdict(list)
-    for k in order:
-        ordered = sets[k]
-        size = len(ordered)
-        if not size:
-            continue
-        base = sites[k] * n_tokens
-        min_size = threshold * size
-        tokens: frozenset[int] | None = None
-        checked: set[int] = set()
-        for token in ordered[: size - math.ceil(threshold * size - 1e-9) + 1]:
-            for other in index.get(base + token, ()):
-                if other in checked:
-                    continue
-                checked.add(other)
-                other_size = len(sets[other])
-                if other_size < min_size:
-                    continue
-                if tokens is None:
-                    tokens = frozenset(ordered)
-                other_tokens = frozen.get(other) or frozen.setdefault(other, frozenset(sets[other]))
-                common = len(tokens & other_tokens)
-                if common >= threshold * (size + other_size - common) - 1e-9:
-                    a, b = texts[k][0], texts[other][0]
-                    pairs[a].append(b)
-                    pairs[b].append(a)
-        for token in ordered[: size - math.ceil(index_fraction * size - 1e-9) + 1]:
-            index[base + token].append(k)
+    for k, other in zip(found["k"].to_list(), found["o"].to_list(), strict=True):
+        a, b = texts[k][0], texts[other][0]
+        pairs[a].append(b)
+        pairs[b].append(a)
     return pairs
+
+
+_JOIN_ROWS = 5_000_000
+
+
+def _candidates(probe, indexed, frame, threshold: float):
+    """The pairs of `probe`'s sets and earlier indexed sets that reach `threshold` (k, o, size,
+    o_size and the probe position where they first meet)."""
+    import polars as pl  # optional: polars
+
+    size = pl.col("size").cast(pl.Float64)
+    return (probe.drop("batch").join(indexed, on=["site", "token"])
+            .filter((pl.col("o_size") < pl.col("size"))
+                    | ((pl.col("o_size") == pl.col("size")) & (pl.col("o") < pl.col("k"))))
+            .filter(pl.col("o_size").cast(pl.Float64) >= threshold * size)
+            .group_by("k", "o").agg(pl.col("size").first(), pl.col("o_size").first(), pl.col("pos").min())
+            .join(frame.select("k", "tokens"), on="k")
+            .join(frame.select(pl.col("k").alias("o"), pl.col("tokens").alias("o_tokens")), on="o")
+            .with_columns(common=pl.col("tokens").list.set_intersection("o_tokens").list.len())
+            .filter(pl.col("common") >= threshold * (size + pl.col("o_size") - pl.col("common")) - 1e-9)
+            .select("k", "o", "size", "o_size", "pos"))
+
+
+def _prefixes(frame, length):
+    """One row per token of each set's first `length` tokens: k, site, size, token, pos."""
+    import polars as pl  # optional: polars
+
+    return (frame.select("k", "site", "size", pl.col("tokens").list.head(length).alias("token"))
+            .explode("token").with_columns(pos=pl.int_range(pl.len()).over("k")))
 
 
 # --------------------------------------------------------------------------------------- split
