@@ -113,6 +113,22 @@ def test_dedupe_matches_brute_force(rows, threshold):
     assert [t.task_id for t in report.tasks] == [t.task_id for t in kept]
 
 
+def test_the_near_duplicate_search_in_small_join_batches_finds_the_same(monkeypatch):
+    """The search joins a batch of probing texts at a time (bounded memory at a low threshold on a
+    large site): batches of a few index entries give the same report as one batch."""
+    from webgym_data import split
+
+    tasks = [task(f"find the {colour} {thing} {extra}", f"https://s{i % 3}.com")
+             for i, (colour, thing, extra) in enumerate(
+                 (c, t, e) for c in ("red", "blue", "green") for t in ("shirt", "laptop", "bag")
+                 for e in ("", "today", "with free delivery", "under budget"))]
+    whole = dedupe(tasks, DedupeSettings(near_threshold=0.5))
+    monkeypatch.setattr(split, "_JOIN_ROWS", 2)
+    batched = dedupe(tasks, DedupeSettings(near_threshold=0.5))
+    assert whole.near > 0
+    assert (batched.tasks, batched.near, batched.removed) == (whole.tasks, whole.near, whole.removed)
+
+
 def jaccard(a: str, b: str) -> float:
     x, y = set(normalise_instruction(a).split()), set(normalise_instruction(b).split())
     return len(x & y) / len(x | y)
