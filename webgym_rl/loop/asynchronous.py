@@ -289,7 +289,7 @@ class _Rollout:
         run_config = run_settings(settings, loop.services, tasks=tasks, out=out, split=settings.split,
                                   index=k,
                                   shard_episodes=settings.async_loop.commit_every)
-        await run(run_config, policy=policy, gate=self.gate)
+        await run(run_config, policy=policy, gate=self.gate, truth=loop.services.site_truth())
 
 
 class _Evaluations:

@@ -198,7 +198,13 @@ def history_of(folders: Iterable[tuple[int, Path]]) -> TaskHistory:
 
 def check_tasks(settings: LoopSettings, tasks: Sequence[Task], where: str) -> None:
     """Refuse a judge that cannot score these tasks: the programmatic judge reads the environment's
-    own reward, which a website does not keep."""
+    own reward, which a website does not keep; the site judge reads the ground truth of the site server
+    the loop runs itself, so not of one at --sites-url."""
+    if settings.judge.kind == "site" and settings.env.sites_url and not settings.fleet.enabled:
+        raise LoopSettingsError(
+            f"judge.kind (--judge): site checks each episode against the ground truth of the site server the "
+            f"loop runs itself; with --sites-url {settings.env.sites_url} the loop cannot read that server's "
+            "truth. Leave out --sites-url, or judge with --judge rubric")
     if settings.judge.kind != "programmatic":
         return
     without = Counter(task_kind(t).name for t in tasks if not task_kind(t).keeps_reward)
@@ -325,11 +331,12 @@ def bootstrap_policy(loop: Loop, seed: int) -> Any:
                                       random=RandomPolicySettings(seed=seed)))
 
 
-def play(run: RunSettings, policy: Any, gate: Any = None) -> RunReport:
-    """Play one rollout to its end (a resumed folder skips what it has)."""
+def play(run: RunSettings, policy: Any, gate: Any = None, truth: Any = None) -> RunReport:
+    """Play one rollout to its end (a resumed folder skips what it has); `truth` reads the ground
+    truth of the site server the loop runs (`LoopServices.site_truth`), which ``--judge site`` needs."""
     from webgym_rollout.runner import run as run_rollout  # lazy: imports playwright, psutil
 
-    return asyncio.run(run_rollout(run, policy=policy, gate=gate))
+    return asyncio.run(run_rollout(run, policy=policy, gate=gate, truth=truth))
 
 
 def rollout_record(run: RunSettings, report: RunReport, policy: str, version: int) -> RolloutRecord:
@@ -581,7 +588,7 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
                        split=settings.eval_split, index=version, horizon_table=settings.eval_horizons,
                        attempts=settings.eval_attempts)
     started = time.time()
-    report = await run_rollout(run, policy=policy)  # closes the policy
+    report = await run_rollout(run, policy=policy, truth=loop.services.site_truth())  # closes the policy
     loop.services.check_policy()  # a dead server failed the episodes: not the version's figure
     played = rollout_record(run, report, f"v{version}", version)
     record = EvalRecord(**played.model_dump(), started_at=started)

@@ -779,8 +779,9 @@ def report_command(runs: tuple[str, ...], config: str | None, **flags: Any) -> N
 
     \b
     Example:
-      webgym-rollout report out/loop/iter-0000/eval out/loop/iter-0004/eval \\
-          --labels before after --out out/report-0-vs-4
+      # two evaluations of a webgym-rl loop run in out/loop (OUT/evals/v-NNNN/trajectories):
+      webgym-rollout report out/loop/evals/v-0001/trajectories out/loop/evals/v-0004/trajectories \\
+          --labels v1 v4 --out out/report-v1-vs-v4
       webgym-rollout report org/webgym-eval@main --split test --top-websites 10 --out out/report
     """
     try:
