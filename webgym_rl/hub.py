@@ -183,7 +183,7 @@ def _parse_rates(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--success-rate", "success_rates", multiple=True, metavar="NAME=RATE",
               help="A measured success rate for the card, e.g. test=0.429 (repeatable).")
 @click.option("--base-model", default=None, help="Hub id of the base model for the card "
-              "(default: the --model the run started from).")
+              "(default: the one the checkpoint's trainer_state.json names).")
 @click.option("--include-training-state", is_flag=True,
               help="Also upload training_state/ (optimizer, scheduler, RNG) so others can resume.")
 @hub_push_options

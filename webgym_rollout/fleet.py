@@ -69,7 +69,7 @@ class FleetSettings:
     """Which fleet ``run`` / ``loop`` take their browser servers from (instead of --servers)."""
 
     fleet: str = ""
-    """Name of a browser fleet started with `webgym-rollout fleet up` ('' = use --servers)."""
+    """Name of a browser fleet ('' = use --servers), as `webgym-rollout fleet up` started it."""
     ray_address: str = field(default="", metadata={"env": "RAY_ADDRESS"})
     """Address of the fleet's Ray cluster (HEAD:6379); the machine must be a node of it."""
 
@@ -98,8 +98,8 @@ class FleetUpSettings:
     port: int = 8300
     """Port of each node's browser server (0 = any free port, e.g. several nodes on one machine)."""
     sites: bool = False
-    """Also run the MiniWoB++ site server on 127.0.0.1 of each node (run with --sites-url
-    http://127.0.0.1:SITES_PORT)."""
+    """Also run the MiniWoB++ site server on 127.0.0.1 of each node (webgym-rollout run reaches it
+    with --sites-url http://127.0.0.1:SITES_PORT)."""
     sites_port: int = 8400
     """Port of each node's site server."""
     poll_s: float = 2.0

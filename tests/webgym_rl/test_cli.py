@@ -1,0 +1,15 @@
+"""webgym_rl.cli: the group's help names what the commands offer, from the lists that define it."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from webgym_rl.cli import main
+from webgym_rl.samples import Objective
+
+
+def test_the_help_names_every_training_objective():
+    text = " ".join(CliRunner().invoke(main, ["--help"], terminal_width=200).output.split())
+    names = [objective.value for objective in Objective]
+    assert len(names) >= 3
+    assert f"({', '.join(names[:-1])} or {names[-1]})" in text
