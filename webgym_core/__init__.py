@@ -5,7 +5,8 @@
   and `ChatClient`, the one retry client behind the data LLM, the policy and the judge;
 - `webgym_core.completion`: `ChatReply`, a chat completion's reply read and checked once, and
   `clean_text` (lone surrogates out: text every file can store);
-- `webgym_core.cli`: the lazy command groups of the ``webgym-*`` commands;
+- `webgym_core.cli`: the lazy command groups of the ``webgym-*`` commands (``-v`` before or after
+  the sub-command) and the options the ``push`` commands share;
 - `webgym_core.files`: atomic file writes; `webgym_core.cards`: the dataset and model card templates.
 
 The packages depend one way: webgym_core <- webgym_data <- webgym_rollout <- webgym_rl <- webgym.
@@ -23,7 +24,7 @@ from webgym_core.errors import (
     EndpointUnavailable,
     SettingsError,
 )
-from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+from webgym_core.settings import SettingsCommand, flat, load_settings, settings_options, settings_to_dict
 
 __version__ = "0.2.0"
 
@@ -39,6 +40,7 @@ __all__ = [
     "EndpointReplyInvalid",
     "EndpointTimeout",
     "EndpointUnavailable",
+    "SettingsCommand",
     "SettingsError",
     "Usage",
     "clean_text",
