@@ -69,10 +69,11 @@ class LazyGroup(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []
         for name in self.list_commands(ctx):
-            if name in self.commands:
-                rows.append((name, self.commands[name].get_short_help_str(limit=70)))
-            else:
+            # The listed one-line help, whether or not the command is loaded: the same text either way.
+            if name in self.lazy_commands:
                 rows.append((name, self.lazy_commands[name][1]))
+            else:
+                rows.append((name, self.commands[name].get_short_help_str(limit=70)))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
