@@ -86,7 +86,8 @@ def test_a_broken_reference_fails_the_strict_build(tmp_path, page, complaint):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "index.md").write_text(f"# Home\n\n## A heading\n\n{page}", encoding="utf-8")
-    config.update(docs_dir=str(docs), nav=["index.md"])
+    config.update(docs_dir=str(docs), nav=["index.md"],
+                  hooks=[str(REPO_ROOT / hook) for hook in config.get("hooks", [])])
     for extension in config["markdown_extensions"]:
         if isinstance(extension, dict) and "pymdownx.snippets" in extension:
             extension["pymdownx.snippets"]["base_path"] = [str(REPO_ROOT)]
