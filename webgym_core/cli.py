@@ -111,33 +111,33 @@ def with_verbose(command: click.Command) -> click.Command:
 
 # ------------------------------------------------------------------------------------------ push
 
-# The deprecated spellings of the push options: old flag -> (its parameter name, the flag that replaces it).
-_OLD_PUSH_FLAGS = {"--branch": ("branch", "--revision"), "--token-env": ("token_env", "--token"),
-                   "--message": ("message", "--commit-message")}
+# The deprecated spellings of the push options: old flag -> (its parameter, the parameter replacing it).
+_OLD_PUSH_FLAGS = {"--branch": ("branch", "revision"), "--token-env": ("token_env", "token"),
+                   "--message": ("message", "commit_message")}
 
 
-def _deprecated(old: str) -> None:
-    new = _OLD_PUSH_FLAGS[old][1]
+def _flag(parameter: str) -> str:
+    return "--" + parameter.replace("_", "-")
+
+
+def _deprecated(old: str, new: str) -> None:
     note = f"{old} is deprecated and goes in 0.4; use {new}"
-    warnings.warn(note, DeprecationWarning, stacklevel=3)
+    warnings.warn(note, DeprecationWarning, stacklevel=4)
     click.echo(f"Warning: {note}.", err=True)
 
 
 def _from_old_flags(given: dict[str, Any]) -> dict[str, Any]:
     """The push options with each deprecated flag's value moved to the option that replaces it."""
-    old_values = {"--branch": given.pop("branch"), "--token-env": given.pop("token_env"),
-                  "--message": given.pop("message")}
-    for old, value in old_values.items():
+    for old, (parameter, new) in _OLD_PUSH_FLAGS.items():
+        value = given.pop(parameter)
         if value is None:
             continue
-        _deprecated(old)
+        _deprecated(old, _flag(new))
         if old == "--token-env":  # it named the variable that holds the token
-            given["token"] = os.environ.get(value) or given["token"]
-            continue
-        new = _OLD_PUSH_FLAGS[old][1]
-        if given[new[2:].replace("-", "_")] is not None:
-            raise click.UsageError(f"give {new} or its old spelling {old}, not both")
-        given[new[2:].replace("-", "_")] = value
+            value = os.environ.get(value) or given[new]
+        elif given[new] is not None:
+            raise click.UsageError(f"give {_flag(new)} or its old spelling {old}, not both")
+        given[new] = value
     return given
 
 
