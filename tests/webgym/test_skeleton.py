@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 import webgym.cli
 import webgym_data.cli
@@ -62,6 +63,16 @@ def _imported_modules(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
     return names
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_every_command_takes_v_after_its_name(cli):
+    group = {"webgym": webgym.cli, "webgym-data": webgym_data.cli, "webgym-rollout": webgym_rollout.cli,
+             "webgym-rl": webgym_rl.cli}[cli].main
+    for command in group.list_commands(click.Context(group)):
+        result = CliRunner().invoke(group, [command, "-v", "--help"], prog_name=cli)
+        assert result.exit_code == 0, f"{cli} {command} -v: {result.output}"
+        assert "-v, --verbose" in result.output
 
 
 def test_packages_do_not_import_each_others_private_modules():
