@@ -13,7 +13,8 @@ place at the end, so a failed build never leaves a half folder::
       data/{train,test}-subtasks-<build id>-NNNNN-of-NNNNN.parquet  decomposed subtasks (if any)
       README.md        dataset card (cards/tasks_card.md) with the measured statistics and the
                        `configs:` block listing those files: `default` (all tasks) and `seeds`
-      manifest.json    build id, versions, content hash, input file hashes, settings, counts, files
+      manifest.json    build id, versions, content hash, input file hashes, the seed sets used (with
+                       their licences and where they live) and skipped (and why), settings, counts, files
 
 The build id is the start of the content hash (a hash of every shard's bytes), so shard names
 differ whenever the rows do. That is what makes a plain ``datasets.load_dataset(folder)`` safe:
@@ -41,6 +42,7 @@ import json
 import logging
 import operator
 import os
+import re
 import shutil
 import string
 import time
@@ -61,9 +63,10 @@ from webgym_core.settings import flat, load_settings, settings_options, settings
 from webgym_data import __version__
 from webgym_data.decompose import DecomposeSettings, decompose_tasks
 from webgym_data.errors import BuildError, WebgymDataError
-from webgym_data.importers import discover_seeds, import_seed, seed_search
+from webgym_data.importers import discover_seeds, import_seed, seed_search, skipped_seeds
 from webgym_data.llm import LLMClient, LLMSettings
 from webgym_data.loading import MANIFEST, read_task_set
+from webgym_data.provenance import license_metadata, seed_set_records, seed_sets_section, summary_lines
 from webgym_data.rubrics import RUBRIC_MODES, RubricMode, generate_rubrics, wants_rubric
 from webgym_data.schema import SCHEMA_VERSION, Task, task_features
 from webgym_data.split import (
@@ -84,6 +87,7 @@ logger = logging.getLogger(__name__)
 CARD_TEMPLATE = CARDS_DIR / "tasks_card.md"
 _KINDS = ("seeds", "subtasks")
 _ROW_GROUP_ROWS = 10_000  # small row groups: readers can stream a shard without loading it whole
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 BUILD_ID_CHARS = 12
 """Hex digits of the content hash that name a build's shards."""
 
@@ -95,11 +99,16 @@ class BuildSettings:
     out: Path | None = None
     """Folder to write (required); replaced atomically if it holds an earlier build."""
     seeds: Path | None = None
-    """Folder of seed sets; every registered importer whose default path exists there is used."""
+    """Folder of the seed sets you fetched (where each goes: docs/guides/data.md); every seed set found
+    there is used, and the build names those it skipped."""
     importers: tuple[tuple[str, str], ...] = field(default=(), metadata={"cli": False})
     """Extra ``(importer name, file, folder or Hub id)`` sources (``--importer NAME=PATH``)."""
     extend: Path | None = None
     """An earlier build to extend: its tasks, ids and site split are kept."""
+    repo_id: str | None = None
+    """The Hub dataset id you will publish this build as (ORG/NAME): the card shows how to load it
+    from there. Without one the card shows how to load the local folder; ``webgym-data push`` writes
+    its REPO_ID into the card either way."""
     llm: LLMSettings = field(default_factory=LLMSettings)
     """OpenAI-compatible LLM for rubrics, subtask instructions and taxonomy; no URL = offline."""
     rubrics: RubricMode = "all"
@@ -122,6 +131,8 @@ class BuildSettings:
             raise BuildError("out: required: the folder to write, e.g. out/tasks")
         if self.shard_rows < 1:
             raise BuildError(f"shard_rows: must be >= 1, got {self.shard_rows}")
+        if self.repo_id is not None and not _REPO_ID.match(self.repo_id):
+            raise BuildError(f"repo_id: expected a Hub dataset id ORG/NAME, got {self.repo_id!r}")
         if self.rubrics not in RUBRIC_MODES:
             raise BuildError(f"rubrics: must be one of {', '.join(RUBRIC_MODES)}, got {self.rubrics!r}")
 
@@ -266,8 +277,12 @@ def _configs_block(files: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def render_card(manifest: dict[str, Any], *, template: Path = CARD_TEMPLATE) -> str:
-    """The README.md dataset card for a manifest (placeholders filled with measured figures)."""
+def render_card(manifest: dict[str, Any], *, template: Path = CARD_TEMPLATE,
+                repo_id: str | None = None) -> str:
+    """The README.md dataset card for a manifest (placeholders filled with measured figures).
+
+    The card shows how to load the set from `repo_id` (default: the build's ``--repo-id``), or from
+    its local folder when there is none; it lists the seed sets with their licences."""
     try:
         text = template.read_text(encoding="utf-8")
     except OSError as exc:
@@ -293,7 +308,10 @@ def render_card(manifest: dict[str, Any], *, template: Path = CARD_TEMPLATE) -> 
         "built_at": manifest["built_at"],
         "n_train": f"{stats['splits']['train']:,}",
         "n_test": f"{stats['splits']['test']:,}",
-        "repo_hint": "webgym/tasks",
+        **_load_values(manifest, repo_id),
+        "license_yaml": license_metadata(manifest.get("seed_sets", [])),
+        "seed_sets_section": seed_sets_section(manifest.get("seed_sets", []),
+                                               manifest.get("seeds_skipped", [])),
         "split_seed": str(settings["seed"]),
         "test_size_target": f"{settings['test_size']:,}",
         "stats_tables": markdown_tables(stats),
@@ -314,6 +332,19 @@ def render_card(manifest: dict[str, Any], *, template: Path = CARD_TEMPLATE) -> 
         return string.Template(text).substitute(values)
     except (KeyError, ValueError) as exc:
         raise BuildError(f"dataset card template {template}: bad placeholder {exc}") from None
+
+
+def _load_values(manifest: dict[str, Any], repo_id: str | None) -> dict[str, str]:
+    """The card's `repo_hint` (what `load_dataset` is given) and the sentence before it."""
+    repo_id = repo_id or manifest["settings"].get("repo_id")
+    if repo_id:
+        return {"repo_hint": repo_id,
+                "load_intro": f"On the Hub as [`{repo_id}`](https://huggingface.co/datasets/{repo_id}):"}
+    folder = str(manifest["settings"].get("out") or "path/to/folder")
+    return {"repo_hint": folder,
+            "load_intro": f"This build names no Hub dataset id, so load it from its folder (`{folder}` "
+                          "when it was built; the folder holding this card). `webgym-data build --repo-id "
+                          "ORG/NAME` or `webgym-data push FOLDER ORG/NAME` names the published id here."}
 
 
 def _rubric_line(rubrics: dict[str, Any], settings: dict[str, Any]) -> str:
@@ -431,7 +462,7 @@ def build(settings: BuildSettings) -> BuildReport:
     previous: dict[str, Any] | None = None
     if settings.extend is not None:
         existing_train, existing_test, previous = read_task_set(settings.extend)
-    sources = _sources(settings)
+    sources, skipped = _sources(settings)
 
     counts: dict[str, Any] = {}
     with _Steps(settings.progress) as steps:
@@ -460,17 +491,18 @@ def build(settings: BuildSettings) -> BuildReport:
             raise BuildError("the seeds gave no tasks to write (see the import and dedupe counts with -v)")
         try:
             with _staging(out) as tmp:
-                manifest = _write(tmp, settings, steps, train, test,
-                                  inputs=inputs, counts=counts, previous=previous)
+                manifest = _write(tmp, settings, steps, train, test, inputs=inputs, counts=counts,
+                                  previous=previous, skipped=skipped)
         except OSError as exc:
             raise BuildError(f"cannot write {out}: {exc}") from None
     return BuildReport(out=out, manifest=manifest, train=train, test=test)
 
 
-def _sources(settings: BuildSettings) -> list[tuple[str, str]]:
+def _sources(settings: BuildSettings) -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
     """The (importer, path) pairs to import: the seed sets found in `settings.seeds`, then
-    `settings.importers`."""
+    `settings.importers`; and the seed sets of `settings.seeds` skipped, each with its reason."""
     sources: list[tuple[str, str]] = []
+    skipped: list[dict[str, str]] = []
     if settings.seeds is not None:
         if not Path(settings.seeds).is_dir():
             raise BuildError(f"seed folder {settings.seeds} does not exist")
@@ -478,11 +510,16 @@ def _sources(settings: BuildSettings) -> list[tuple[str, str]]:
         if not found and not settings.importers:
             raise BuildError(f"no seed sets found in {settings.seeds}; looked for {seed_search()}")
         sources.extend((name, str(path)) for name, path in found)
+        skipped = [{"importer": name, "reason": reason}
+                   for name, reason in skipped_seeds(Path(settings.seeds), found)]
+        logger.info("seed sets found in %s: %s; skipped: %s", settings.seeds,
+                    ", ".join(name for name, _ in found) or "none",
+                    "; ".join(f"{s['importer']} ({s['reason']})" for s in skipped) or "none")
     sources.extend(settings.importers)
     if not sources:
         raise BuildError("no seed sets to import: give --seeds DIR with known seed files, "
                          "or --importer NAME=PATH")
-    return sources
+    return sources, skipped
 
 
 def _import(sources: list[tuple[str, str]], settings: BuildSettings,
@@ -578,7 +615,7 @@ def _decompose(tasks: list[Task], client: Any, settings: BuildSettings,
 
 def _write(tmp: Path, settings: BuildSettings, steps: _Steps, train: list[Task], test: list[Task], *,
            inputs: list[dict[str, Any]], counts: dict[str, Any], previous: dict[str, Any] | None,
-           ) -> dict[str, Any]:
+           skipped: list[dict[str, str]]) -> dict[str, Any]:
     """Write the shards, the manifest and the card into the staging folder `tmp`."""
     data_dir = tmp / "data"
     data_dir.mkdir()
@@ -600,6 +637,8 @@ def _write(tmp: Path, settings: BuildSettings, steps: _Steps, train: list[Task],
             "path": str(settings.extend), "dataset_version": previous.get("dataset_version"),
             "content_hash": previous.get("content_hash")},
         "inputs": inputs,
+        "seed_sets": seed_set_records(inputs, (previous or {}).get("seed_sets", [])),
+        "seeds_skipped": skipped,
         "settings": _settings_record(settings),
         "counts": counts,
         "stats": stats,
@@ -635,12 +674,18 @@ def build_command(config: str | None, importer_specs: tuple[tuple[str, str], ...
     tasks without one (--rubrics missing). Without one the build is offline: seed rubrics as
     imported, template subtask instructions, rule-based taxonomy.
 
+    --seeds is a folder holding the seed sets you fetched, one subfolder each (insta_v3/, deepshop/,
+    ...; where each lives and its licence: docs/guides/data.md, "Getting the data"). The build uses
+    those it finds, prints the ones it skipped and why, and lists both in the card with the seeds'
+    licences. --repo-id names the Hub dataset id the card loads from (else the local folder).
+
     \b
     Example:
-      webgym-data build --seeds ../shared/seeds --out out/tasks
-      webgym-data build --seeds ../shared/seeds --out out/tasks \\
+      webgym-data build --seeds seeds/ --out out/tasks
+      webgym-data build --seeds seeds/ --out out/tasks --repo-id my-org/webgym-tasks
+      webgym-data build --seeds seeds/ --out out/tasks \\
           --llm-base-url http://127.0.0.1:8000/v1 --llm-model Qwen/Qwen3-8B
-      webgym-data build --seeds ../shared/seeds --out out/tasks --rubrics missing \\
+      webgym-data build --seeds seeds/ --out out/tasks --rubrics missing \\
           --llm-base-url http://127.0.0.1:8000/v1 --llm-model Qwen/Qwen3-8B
       webgym-data build --importer generic=new_tasks.jsonl --extend out/tasks --out out/tasks-v2
       webgym-data build --config build.yaml --test-size 500
@@ -651,5 +696,7 @@ def build_command(config: str | None, importer_specs: tuple[tuple[str, str], ...
     except (SettingsError, WebgymDataError) as exc:
         raise click.ClickException(str(exc)) from None
     stats = report.manifest["stats"]
+    for line in summary_lines(report.manifest):
+        click.echo(line)
     click.echo(f"wrote {report.out}: {stats['splits']['train']:,} train + {stats['splits']['test']:,} test "
                f"tasks on {stats['websites']['total']:,} website(s) ({report.manifest['content_hash'][:19]})")

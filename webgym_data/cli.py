@@ -24,9 +24,12 @@ COMMANDS = {
 def main(verbose: int) -> None:
     """Build, extend and version the WebGym task set as Hugging Face datasets.
 
+    seeds/ holds the seed task sets you fetched (where each lives, its licence and the folder it
+    goes in: docs/guides/data.md, "Getting the data").
+
     \b
     Example:
-      webgym-data build --seeds ../shared/seeds --out out/tasks
+      webgym-data build --seeds seeds/ --out out/tasks
       webgym-data stats out/tasks
       python -c "import datasets; print(datasets.load_dataset('out/tasks'))"
     """

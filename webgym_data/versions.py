@@ -5,8 +5,10 @@ tasks (any field differs, or the task moved between splits), with how many chang
 ``webgym-data push FOLDER REPO_ID`` uploads a build with `huggingface_hub.HfApi` (create the
 dataset repo, optionally a branch, upload the folder, optionally tag the commit).
 
-A push replaces the dataset's files: shards of an earlier build (other names, see
-`webgym_data.build`) are deleted in the same commit, so the repo holds exactly this build.
+A push writes REPO_ID into the build's card (README.md, re-rendered from its manifest), so that the
+published card loads the set from where it is. A push replaces the dataset's files: shards of an
+earlier build (other names, see `webgym_data.build`) are deleted in the same commit, so the repo
+holds exactly this build.
 
 Exceptions (defined in `webgym_data.errors`)::
 
@@ -18,6 +20,7 @@ Exceptions (defined in `webgym_data.errors`)::
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +28,13 @@ from typing import Any
 import click
 
 from webgym_core.cli import hub_push_options
+from webgym_core.files import write_atomic
 from webgym_data.errors import PushError, WebgymDataError
 from webgym_data.loading import MANIFEST, NotATaskSetError, read_manifest, task_shards
 
 __all__ = ["PushError", "TaskSetDiff", "diff_command", "diff_task_sets", "push_command", "push_task_set"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -139,6 +145,19 @@ def _check_build(folder: Path) -> tuple[dict[str, Any], list[str]]:
     return manifest, [path.relative_to(folder).as_posix() for files in shards.values() for path in files]
 
 
+def _name_repo_in_card(folder: Path, manifest: dict[str, Any], repo_id: str) -> None:
+    """Re-render the build's card so that it loads the set from `repo_id` (it may name another id, or
+    the local folder). A manifest too old for the card template keeps its card as it is."""
+    from webgym_data.build import render_card  # lazy: the build pipeline's imports
+
+    try:
+        card = render_card(manifest, repo_id=repo_id)
+    except (KeyError, TypeError, WebgymDataError) as exc:
+        logger.warning("%s: card kept as built (cannot re-render it for %s: %s)", folder, repo_id, exc)
+        return
+    write_atomic(folder / "README.md", card)
+
+
 # Seed sets whose owners ask that questions or answers never appear as plain text online: BrowseComp
 # (its canary) and GAIA (answers not to be reshared in crawlable form). Such a build goes to a
 # private repo only.
@@ -164,6 +183,7 @@ def push_task_set(folder: Path, repo_id: str, *, revision: str | None = None, ta
         reasons = "; ".join(f"{name}: {RESTRICTED_SEEDS[name]}" for name in restricted)
         raise PushError(f"{folder} holds {', '.join(restricted)} tasks ({reasons}): push it with --private, "
                         "or build without those seeds for a public repo")
+    _name_repo_in_card(folder, manifest, repo_id)
     api = api or HfApi(token=token)
     version = manifest.get("dataset_version", "?")
     content = str(manifest.get("content_hash", ""))

@@ -12,6 +12,9 @@ COMMANDS = {
     "serve-sites": ("webgym_rollout.tasks.sites:serve_sites_command",
                     "Serve the MiniWoB++, sandbox, shop, reference and travel sites on 127.0.0.1 (truth on "
                     "its own port)."),
+    "serve-openenv": ("webgym_rollout.interop.openenv:serve_openenv_command",
+                      "Serve the web tasks as an OpenEnv environment (/reset, /step, /ws sessions); needs "
+                      "webgym[interop]."),
     "site-tasks": ("webgym_sites.generate:site_tasks_command",
                    "Write generated tasks of the local sites as task rows (for webgym-data build)."),
     "run": ("webgym_rollout.runner:run_command",
@@ -28,6 +31,8 @@ COMMANDS = {
               "Browser fleets on a Ray cluster: fleet up | status | down (needs webgym[ray])."),
     "push": ("webgym_rollout.trajectory.hub:push_command",
              "Publish a trajectory dataset to the Hugging Face Hub."),
+    "check-endpoint": ("webgym_rollout.agent.check:check_endpoint_command",
+                       "Send one real prompt to an OpenAI-compatible endpoint; say if the reply parses."),
 }
 
 

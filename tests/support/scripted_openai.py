@@ -12,7 +12,9 @@ A reply is a string (the assistant message) or a dict with any of ``content`` (s
 (an HTTP error status to answer with instead), ``delay_s`` (sleep before answering),
 ``finish_reason`` (default "stop"), ``usage`` (``prompt_tokens``, ``completion_tokens``), ``model``
 (the model name the reply carries; default: the one requested) and ``logprobs`` (a list of
-per-token log-probabilities, sent as OpenAI ``choices[0].logprobs.content``); or ``body`` alone: the
+per-token log-probabilities, sent as OpenAI ``choices[0].logprobs.content``) and ``tool_calls`` (a list
+of ``(name, arguments)`` pairs, sent as the message's ``tool_calls``, as vLLM's tool-call parser moves a
+call there; ``content`` may then be None); or ``body`` alone: the
 response body as it is (any JSON value, or bytes sent unchanged), for a server that breaks the protocol.
 `replies` may also be a callable ``request_body -> reply``. Once a list runs out, its last reply
 repeats.
@@ -94,13 +96,18 @@ class ScriptedOpenAI:
 
     def _completion(self, body: dict, reply: dict[str, Any]) -> dict[str, Any]:
         content = reply.get("content", "")
-        usage = reply.get("usage") or {"prompt_tokens": 10, "completion_tokens": max(1, len(content.split()))}
+        usage = reply.get("usage") or {"prompt_tokens": 10,
+                                       "completion_tokens": max(1, len((content or "").split()))}
         usage = {**usage, "total_tokens": usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)}
         choice: dict[str, Any] = {
             "index": 0,
             "message": {"role": "assistant", "content": content},
             "finish_reason": reply.get("finish_reason", "stop"),
         }
+        if reply.get("tool_calls"):
+            choice["message"]["tool_calls"] = [
+                {"id": f"call-{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+                for i, (name, arguments) in enumerate(reply["tool_calls"])]
         if reply.get("logprobs") is not None:
             choice["logprobs"] = {"content": [{"token": f"t{i}", "logprob": value, "bytes": None,
                                                "top_logprobs": []}

@@ -19,6 +19,9 @@ One module per seed, registered by name::
     miniwob          miniwob          (explicit path) rows of MiniWoB++ task + seed(s)  -
     local_sites      webgym-shop ...  local_sites/ (*.jsonl): rows `webgym-rollout site-tasks` writes
 
+Where each seed lives, its licence and how to fetch it: ``docs/guides/data.md`` (each importer's
+`license_id`, `license_note` and `location` hold the same facts for the task card).
+
 A seeds folder (``webgym-data build --seeds DIR``) may also use the upstream names: the upstream
 repository's folder name (``DeepShop/``, ``Online-Mind2Web/``, ``Mind2Web-Live/``, ...) or the upstream
 files themselves directly in DIR (``deepshop_test.jsonl``, ``Online_Mind2Web.json``,
@@ -96,6 +99,7 @@ __all__ = [
     "import_seed",
     "run_import",
     "seed_search",
+    "skipped_seeds",
 ]
 
 logger = logging.getLogger(__name__)
@@ -109,6 +113,11 @@ class Importer(Protocol):
     benchmark_name: str
     hub_id: str | None
     default_paths: tuple[str, ...]
+    license_id: str
+    license_note: str
+
+    @property
+    def location(self) -> str: ...
 
     def read(self, path: Path) -> ImportResult: ...
 
@@ -164,6 +173,26 @@ def discover_seeds(seeds_dir: Path) -> list[tuple[str, Path]]:
                             for path in Path(seeds_dir).glob(pattern) if path.is_file()})
         found.extend((name, path) for path in paths)
     return found
+
+
+def skipped_seeds(seeds_dir: Path, found: list[tuple[str, Path]] | None = None) -> list[tuple[str, str]]:
+    """``(importer name, reason)`` for each of the ten `SEED_IMPORTERS` not in `found` (default:
+    `discover_seeds(seeds_dir)`): its folder is missing, or holds none of the files it reads."""
+    found_names = {name for name, _ in (discover_seeds(seeds_dir) if found is None else found)}
+    skipped = []
+    for name in SEED_IMPORTERS:
+        if name in found_names:
+            continue
+        importer = _REGISTRY[name]
+        folders = [relative for relative in importer.default_paths if (Path(seeds_dir) / relative).is_dir()]
+        if folders:
+            reason = f"{folders[0]}/ holds none of {', '.join(importer.folder_files)}"
+        else:
+            reason = f"no {' or '.join(f'{path}/' for path in importer.default_paths)} folder"
+            if importer.upstream_files:
+                reason += f" and no {' or '.join(importer.upstream_files)}"
+        skipped.append((name, reason))
+    return skipped
 
 
 def _holds_seed_files(importer: SeedImporter, folder: Path) -> bool:
@@ -277,8 +306,8 @@ def import_command(name: str, source: str, config: str | None, **flags: Any) -> 
 
     \b
     Example:
-      webgym-data import online_mind2web ../shared/seeds/online_mind2web --out out/om2w.jsonl
-      webgym-data import mind2web_live ../shared/seeds/mind2web_live --out out/m2wl.jsonl
+      webgym-data import online_mind2web seeds/online_mind2web --out out/om2w.jsonl
+      webgym-data import mind2web_live seeds/mind2web_live --out out/m2wl.jsonl
       webgym-data import generic my_tasks.csv --out out/mine.jsonl \\
           --mapping task_name=question --mapping website=url --benchmark-name my-set
       webgym-data import mind2web_live iMeanAI/Mind2Web-Live --revision main --out out/m2wl.jsonl

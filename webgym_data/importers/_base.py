@@ -206,6 +206,13 @@ class SeedImporter:
     benchmark_name: ClassVar[str] = ""
     hub_id: ClassVar[str | None] = None
     """Hugging Face dataset id holding the full seed (loaded only when online)."""
+    license_id: ClassVar[str] = "unknown"
+    """The seed's licence as a Hub licence id (``mit``, ``cc-by-4.0``, ...; ``unknown`` when not
+    known): the task card lists it in its ``license:`` metadata and its licence table."""
+    license_note: ClassVar[str] = ""
+    """What else the seed's owners ask of its users (the card prints it beside the licence)."""
+    home_url: ClassVar[str] = ""
+    """Where the seed lives when it is not a Hub dataset: a download URL or a repository."""
     hub_configs: ClassVar[tuple[str, ...]] = ()
     """Configs to load from `hub_id` (empty: the default config)."""
     default_paths: ClassVar[tuple[str, ...]] = ()
@@ -216,6 +223,11 @@ class SeedImporter:
     no `default_paths` entry is there (``deepshop_test.jsonl`` dropped next to the other seeds)."""
     folder_files: ClassVar[tuple[str, ...]] = ()
     """File names (glob patterns) read, in this order, when `read` is given a folder."""
+
+    @property
+    def location(self) -> str:
+        """Where the seed lives: its Hub dataset page, else `home_url` (empty when neither)."""
+        return f"https://huggingface.co/datasets/{self.hub_id}" if self.hub_id else self.home_url
 
     def read(self, path: Path) -> ImportResult:
         """Read a seed file, or every known file of a seed folder."""

@@ -23,6 +23,7 @@ class AgentSynthWebImporter(SeedImporter):
     name = "agentsynth_web"
     benchmark_name = "agentsynth-web"
     hub_id = "sunblaze-ucb/AgentSynth"
+    license_id = "apache-2.0"
     default_paths = ("agentsynth_web", "AgentSynth", "AgentSynth/insta_data")
     upstream_files = ("summarized_task_sequences.jsonl", "task_sequences.jsonl")
     folder_files = ("summarized_task_sequences.jsonl", "task_sequences.jsonl")

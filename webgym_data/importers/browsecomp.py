@@ -49,6 +49,9 @@ class BrowseCompImporter(SeedImporter):
     benchmark_name = "browsecomp"
     # Not on the Hub: https://openaipublic.blob.core.windows.net/simple-evals/browse_comp_test_set.csv
     hub_id = None
+    license_id = "mit"
+    license_note = "its canary asks that questions and answers never appear as plain text online"
+    home_url = "https://openaipublic.blob.core.windows.net/simple-evals/browse_comp_test_set.csv"
     default_paths = ("browsecomp", "browse_comp")
     upstream_files = ("browse_comp_test_set.csv",)
     folder_files = ("browse_comp*.csv",)

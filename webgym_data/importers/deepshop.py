@@ -85,6 +85,7 @@ class DeepShopImporter(WebVoyagerImporter):
     name = "deepshop"
     benchmark_name = "deepshop"
     hub_id = "DeepShop/DeepShop"
+    license_id = "cc-by-4.0"
     # The upstream file is data/deepshop_test.jsonl; any of these in a seeds folder is found.
     default_paths = ("deepshop", "DeepShop")
     upstream_files = ("deepshop_test.jsonl", "deepshop.jsonl")

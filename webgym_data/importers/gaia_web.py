@@ -20,6 +20,9 @@ class GaiaWebImporter(SeedImporter):
     name = "gaia_web"
     benchmark_name = "gaia-web"
     hub_id = None  # GitHub MinorJerry/WebVoyager data/GAIA_web.jsonl; the HF GAIA set is gated and differs
+    license_id = "apache-2.0"
+    license_note = "GAIA asks that its answers not be reshared in crawlable form"
+    home_url = "https://github.com/MinorJerry/WebVoyager/blob/main/data/GAIA_web.jsonl"
     default_paths = ("gaia_web", "WebVoyager/data")
     upstream_files = ("GAIA_web.jsonl",)
     folder_files = ("GAIA_web*.jsonl",)

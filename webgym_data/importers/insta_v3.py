@@ -32,6 +32,7 @@ class InstaV3Importer(SeedImporter):
     name = "insta_v3"
     benchmark_name = "insta-v3"
     hub_id = "data-for-agents/insta-150k-v3"
+    license_id = "mit"
     default_paths = ("insta_v3", "insta-150k-v3")
     folder_files = ("*.parquet", "data/*.parquet")
 

@@ -24,6 +24,7 @@ class LocalSitesImporter(SeedImporter):
     """Rows of `webgym-rollout site-tasks` (JSONL of task rows)."""
 
     name = "local_sites"
+    license_id = "apache-2.0"
     benchmark_name = "webgym-sites"
     default_paths = ("local_sites",)
     folder_files = ("*.jsonl",)

@@ -96,6 +96,7 @@ class Mind2Web2Importer(SeedImporter):
     name = "mind2web2"
     benchmark_name = "mind2web-2"
     hub_id = "osunlp/Mind2Web-2"  # all 130 tasks
+    license_id = "mit"
     default_paths = ("mind2web2", "Mind2Web-2")
     upstream_files = ("dev_set_tasks.jsonl",)
     folder_files = ("dev_set_tasks.jsonl",)

@@ -54,6 +54,7 @@ class Mind2WebLiveImporter(SeedImporter):
     name = "mind2web_live"
     benchmark_name = "mind2web-live"
     hub_id = "iMeanAI/Mind2Web-Live"  # holds the 438-task train split as well
+    license_id = "cc-by-4.0"
     default_paths = ("mind2web_live", "Mind2Web-Live", "WebCanvas/data/example")
     upstream_files = ("mind2web-live_*.json",)
     folder_files = ("mind2web-live_*.json", "example_*.json")

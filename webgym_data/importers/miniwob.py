@@ -112,6 +112,8 @@ class MiniWobImporter(SeedImporter):
     name = "miniwob"
     benchmark_name = "miniwob"
     hub_id = None
+    license_id = "mit"
+    home_url = "https://github.com/Farama-Foundation/miniwob-plusplus"
     default_paths = ("miniwob/miniwob_tasks.jsonl",)
     folder_files = ("*.jsonl", "*.json", "*.csv", "*.parquet")
 

@@ -21,6 +21,8 @@ class OnlineMind2WebImporter(SeedImporter):
     name = "online_mind2web"
     benchmark_name = "online-mind2web"
     hub_id = "osunlp/Online-Mind2Web"  # gated: accept the terms on the Hub first
+    license_id = "cc-by-4.0"
+    license_note = "gated on the Hub: accept its terms (contact details) first"
     default_paths = ("online_mind2web", "Online-Mind2Web")
     upstream_files = ("Online_Mind2Web.json",)
     folder_files = ("Online_Mind2Web*.json",)

@@ -16,5 +16,7 @@ class PaeWebVoyagerImporter(WebVoyagerImporter):
     name = "pae_webvoyager"
     benchmark_name = "pae-webvoyager"
     hub_id = "yifeizhou/pae-data"
+    license_id = "cc-by-nc-4.0"
+    license_note = "non-commercial use only (PAE's licence)"
     default_paths = ("pae_webvoyager",)
     folder_files = ("*.jsonl",)

@@ -27,6 +27,7 @@ class TravelPlannerImporter(SeedImporter):
     name = "travelplanner"
     benchmark_name = "travelplanner"
     hub_id = "osunlp/TravelPlanner"
+    license_id = "cc-by-4.0"
     hub_configs = ("train", "validation", "test")
     default_paths = ("travelplanner", "TravelPlanner")
     folder_files = ("train_queries.jsonl", "validation_queries.jsonl", "test_queries.jsonl")

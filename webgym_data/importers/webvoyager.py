@@ -44,6 +44,8 @@ class WebVoyagerImporter(SeedImporter):
     name = "webvoyager"
     benchmark_name = "webvoyager"
     hub_id = None  # only on GitHub (MinorJerry/WebVoyager, data/)
+    license_id = "apache-2.0"
+    home_url = "https://github.com/MinorJerry/WebVoyager/tree/main/data"
     # Not one of the ten WebGym seeds (PAE-WebVoyager is): `discover_seeds` leaves it out.
     default_paths = ()
     folder_files = ("WebVoyager_data.jsonl",)

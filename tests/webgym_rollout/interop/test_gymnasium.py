@@ -6,10 +6,8 @@ as the infrastructure's failure."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -17,13 +15,13 @@ import time
 import warnings
 
 import gymnasium  # the interop extra (scripts/setup.sh installs every extra)
-import httpx
 import numpy as np
 import psutil
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 from tests.conftest import REPO_ROOT, free_port
+from tests.webgym_rollout.interop.servers import browser_server_process, kill_process_family, ports_answer
 from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.protocol import format_response
 from webgym_rollout.errors import EpisodeOver, ServerUnavailable
@@ -36,7 +34,7 @@ pytestmark = pytest.mark.browser
 def browser_url(chromium_path, sites):
     """A browser server (a child process) the environments of the module attach to."""
     register()
-    with _browser_server_process(chromium_path, f"{sites.host}:{sites.port}", contexts=4) as (url, _):
+    with browser_server_process(chromium_path, f"{sites.host}:{sites.port}", contexts=4) as (url, _):
         yield url
 
 
@@ -146,17 +144,6 @@ def test_a_truth_listener_that_does_not_answer_is_the_infrastructures_failure(br
         env.close()
 
 
-def _ports_answer(*urls: str) -> list[bool]:
-    answers = []
-    for url in urls:
-        try:
-            httpx.get(url, timeout=2, trust_env=False)
-            answers.append(True)
-        except httpx.TransportError:
-            answers.append(False)
-    return answers
-
-
 def test_close_stops_everything_the_env_started(chromium_path):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     threads = set(threading.enumerate())
@@ -165,56 +152,24 @@ def test_close_stops_everything_the_env_started(chromium_path):
     unwrapped = env.unwrapped
     started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     assert any("chrom" in p.name() for p in started)  # the env's own Chromium
-    assert _ports_answer(f"{unwrapped.browser_url}/health", unwrapped.sites_url) == [True, True]
+    assert ports_answer(f"{unwrapped.browser_url}/health", unwrapped.sites_url) == [True, True]
     env.close()
     env.close()  # twice is no error
     gone, alive = psutil.wait_procs(started, timeout=30)
     assert alive == []
-    assert _ports_answer(f"{unwrapped.browser_url}/health", unwrapped.sites_url) == [False, False]
+    assert ports_answer(f"{unwrapped.browser_url}/health", unwrapped.sites_url) == [False, False]
     deadline = time.monotonic() + 10
     while set(threading.enumerate()) - threads and time.monotonic() < deadline:
         time.sleep(0.1)
     assert set(threading.enumerate()) - threads == set()
 
 
-@contextlib.contextmanager
-def _browser_server_process(chromium_path: str, sites_hostport: str, contexts: int = 2):
-    """``webgym-rollout serve`` as a child process (its own session) on a free port; yields (url, process)."""
-    port = free_port()
-    command = [sys.executable, "-c", "from webgym_rollout.cli import main; main()", "serve", "--port",
-               str(port), "--allow-hosts", sites_hostport, "--browsers", "1", "--contexts-per-browser",
-               str(contexts), "--executable-path", chromium_path]
-    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while _ports_answer(f"{url}/health") != [True]:
-            assert process.poll() is None and time.monotonic() < deadline, "the browser server did not start"
-            time.sleep(0.2)
-        yield url, process
-    finally:
-        family = [process]
-        with contextlib.suppress(psutil.NoSuchProcess):
-            family += psutil.Process(process.pid).children(recursive=True)
-        for member in family:
-            with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
-                member.kill()
-        process.wait(timeout=30)
-
-
 def test_a_killed_browser_server_is_the_infrastructures_failure(chromium_path, sites):
-    with _browser_server_process(chromium_path, f"{sites.host}:{sites.port}") as (url, process):
+    with browser_server_process(chromium_path, f"{sites.host}:{sites.port}") as (url, process):
         env = gymnasium.make("webgym/miniwob-click-test-v0", browser_url=url, sites_url=sites.base_url)
         try:
             before, _ = env.reset(seed=5)
-            # Kill the server and every process under it (Chromium too), as a crash of the machine would.
-            family = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
-            os.killpg(process.pid, signal.SIGKILL)
-            for member in family:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    member.kill()
-            process.wait(timeout=30)
+            kill_process_family(process)  # Chromium too, as a crash of the machine would
             observation, reward, terminated, truncated, info = env.step(reply(AgentAction("wait")))
             assert info["infrastructure_failure"] is True and info["error"].startswith("server_unavailable")
             assert (reward, terminated, truncated) == (0.0, False, True)  # ended, and not the agent's doing
