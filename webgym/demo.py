@@ -22,7 +22,8 @@ Stages (each announced on the terminal as it starts)::
     7 train      filtered_bc on the successes of its own rollouts; the new weights are published to
                  the CPU policy server in memory (no restart, no disk)
     8 evaluate   the held-out seeds again at temperature 0          -> OUT/loop/own/evals/v-0001
-    9 report     HTML reports, the learning curve and a summary   -> OUT/report, OUT/summary.json
+    9 report     HTML reports (each titled by what it shows), the held-out comparison chart (the four
+                 policies side by side) and a summary              -> OUT/report, OUT/summary.json
 
 The MiniWoB++ part runs two multi-step kinds (click-button-sequence, click-collapsible: each needs
 two clicks in order) in the observation mode ``elements``: the page's interactive elements as a
@@ -259,10 +260,8 @@ def _bug_note(summary: dict[str, Any]) -> str:
 
 _LEVELS = ("easy", "medium", "hard", "unknown")
 _COLUMNS = (("pixel_random", "pixel-random"), ("dom_random", "DOM-aware random"),
-            ("bootstrap_eval", "bootstrap (round 0)"), ("trained", "own rollouts (round 1)"))
-"""The held-out comparison: summary["rollouts"] key and label, in the table's, report's and plot's order."""
-_POLICY = "tiny policy (1: bootstrap, 2: own rollouts)"
-"""The learning curve's line of the trained policy."""
+            ("bootstrap_eval", "round 0 (bootstrap)"), ("trained", "round 1 (own rollouts)"))
+"""The held-out comparison: summary["rollouts"] key and label, in the table's, report's and chart's order."""
 
 
 def _pair_text(found: dict[str, Any] | None) -> str:
@@ -501,8 +500,8 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     # 6-8. Round 1 from the bootstrap's checkpoint: own rollouts -> filtered_bc -> publish -> evaluate.
     own = run_loop(_own_settings(settings, tasks, out, boot.checkpoint),
                    on_event=_event_printer(stages, tasks.counts, own=True))
-    # 9. Reports, learning curve and summary.
-    stages.stage(9, "Writing the HTML reports, the learning curve and the summary")
+    # 9. Reports, the held-out comparison chart and summary.
+    stages.stage(9, "Writing the HTML reports, the held-out comparison chart and the summary")
     summary = _summary(settings, tasks, tiny, baselines, sites, boot, own)
     summary["folders"] = _reports(summary, tasks, baselines, sites, boot, own, out)
     summary["seconds"] = time.perf_counter() - stages.started
@@ -764,30 +763,46 @@ def _summary(settings: DemoSettings, tasks: _Tasks, tiny: Any, measured: dict[st
     return summary
 
 
-def _learning_curve(summary: dict[str, Any], path: Path, colours: dict[str, str]) -> tuple[Path, list[Any]]:
-    """Held-out success of the bootstrap (version 1) and of the version after its own rollouts
-    (version 2), beside both baselines (flat lines), each in its colour of the comparison report
-    (`colours`), with Wilson 95 % intervals. Returns the PNG's path and the points."""
-    from webgym_rollout.report.charts import CurvePoint, write_learning_curve  # lazy: matplotlib
+def _heldout_title(summary: dict[str, Any]) -> str:
+    """What the held-out comparison is, for its page and chart."""
+    kinds = " + ".join(summary["heldout"]["tasks"])
+    return (f"Held-out evaluation: {summary['rollouts']['trained']['episodes']} {kinds} tasks, "
+            f"{len(_COLUMNS)} policies side by side")
 
-    runs, points = summary["rollouts"], []
-    for version, policy in ((1, "bootstrap_eval"), (2, "trained")):
-        for key, label in _COLUMNS:
-            if key in ("bootstrap_eval", "trained") and key != policy:
-                continue
-            run = runs[key]
-            label = _POLICY if key == policy else label
-            judged = run["episodes"] - run["errors"]
-            points.append(CurvePoint.from_counts(version, label, run["successes"], judged, 0.95))
-    png = write_learning_curve(points, path, title="Held-out MiniWoB++ success by policy version",
-                               x_label="policy version (1: bootstrap, 2: after its own rollouts)",
-                               colours=colours)
-    return png, points
+
+def _heldout_chart(summary: dict[str, Any], path: Path, colours: dict[str, str]) -> Path:
+    """The four policies' held-out success side by side (successes of the evaluated episodes, Wilson 95 %
+    intervals), each in its colour of the comparison report (`colours`): different policies on the same
+    seeds, not versions of one, so bars, not a curve."""
+    from webgym_rollout.report.charts import write_rate_bars  # lazy: matplotlib
+    from webgym_rollout.report.rates import SuccessRate  # lazy: import time
+
+    runs = summary["rollouts"]
+    rates = [(label, SuccessRate.of(runs[key]["successes"], runs[key]["episodes"] - runs[key]["errors"]))
+             for key, label in _COLUMNS]
+    return write_rate_bars(rates, path, title=_heldout_title(summary), colours=colours,
+                           x_label=f"policy (the same held-out seeds from {HELDOUT_SEED_BASE}; "
+                                   "the tiny model at temperature 0)")
+
+
+def _viewer_titles(summary: dict[str, Any]) -> dict[str, str]:
+    """The title of each trajectory page: what its episodes are."""
+    runs, sites = summary["rollouts"], summary["sites"]
+    where = f"{sites['tasks']} tasks of the local sites ({', '.join(sites['names'])})"
+    return {
+        "bootstrap": f"Round 0 (bootstrap): the scripted element-random policy on "
+                     f"{runs['bootstrap']['episodes']} training episodes (imitated by the tiny model)",
+        "own_rollouts": f"Round 1: the bootstrapped policy's own {runs['own_rollouts']['episodes']} training "
+                        "episodes at temperature 1 (its successes trained on)",
+        "trained": f"Round 1 policy: {runs['trained']['episodes']} held-out episodes at temperature 0",
+        "site_expert": f"Site tasks: the scripted expert on {where}, judged by the sites' truth",
+        "site_random": f"Site tasks: the DOM-aware random policy on {where}, judged by the sites' truth"}
 
 
 def _reports(summary: dict[str, Any], tasks: _Tasks, measured: dict[str, dict[str, Any]],
              sites: dict[str, Any], boot: Any, own: Any, out: Path) -> dict[str, Path]:
-    """Write the HTML reports and the learning curve; returns every output folder and file by name."""
+    """Write the HTML reports and the held-out comparison chart; returns every output folder and file by
+    name."""
     # lazy: torch, playwright and datasets load when a stage needs them
     from webgym_rollout.report.charts import run_colours
     from webgym_rollout.report.html import build_report, write_report
@@ -800,8 +815,9 @@ def _reports(summary: dict[str, Any], tasks: _Tasks, measured: dict[str, dict[st
                "bootstrap_eval": boot_eval["out"], "trained": own_eval["out"]}
     labels = [label for _, label in _COLUMNS]
     comparison = build_report([folders[key] for key, _ in _COLUMNS], labels=labels)
-    colours = run_colours([*labels, _POLICY])
-    curve, points = _learning_curve(summary, report_dir / "learning_curve.png", colours)
+    colours = run_colours(labels)
+    chart = _heldout_chart(summary, report_dir / "heldout.png", colours)
+    titles = _viewer_titles(summary)
     return {
         "task dataset": tasks.folder, "held-out tasks": tasks.heldout,
         "trajectories (bootstrap)": Path(scripted["out"]),
@@ -812,17 +828,21 @@ def _reports(summary: dict[str, Any], tasks: _Tasks, measured: dict[str, dict[st
         "trajectories (pixel-random)": Path(measured["pixel_random"]["out"]),
         "trajectories (DOM-aware random)": Path(measured["dom_random"]["out"]),
         "trajectories (trained)": Path(own_eval["out"]),
-        "report (held-out comparison)": write_report(comparison, report_dir / "heldout",
-                                                     learning_curve=points or None, x_label="policy version",
-                                                     colours=colours),
-        "report (bootstrap)": render_report(scripted["out"], report_dir / "bootstrap.html"),
-        "report (own rollouts)": render_report(own_rollout["out"], report_dir / "own-rollouts.html"),
-        "report (trained)": render_report(own_eval["out"], report_dir / "trained.html"),
+        "report (held-out comparison)": write_report(comparison, report_dir / "heldout", colours=colours,
+                                                     title=_heldout_title(summary)),
+        "report (bootstrap)": render_report(scripted["out"], report_dir / "bootstrap.html",
+                                            title=titles["bootstrap"]),
+        "report (own rollouts)": render_report(own_rollout["out"], report_dir / "own-rollouts.html",
+                                               title=titles["own_rollouts"]),
+        "report (trained)": render_report(own_eval["out"], report_dir / "trained.html",
+                                          title=titles["trained"]),
         "trajectories (site tasks, expert)": Path(sites["expert"]["out"]),
         "trajectories (site tasks, random)": Path(sites["random"]["out"]),
-        **{f"report (site tasks, {key})": render_report(sites[key]["out"], report_dir / f"sites-{key}.html")
+        **{f"report (site tasks, {key})": render_report(sites[key]["out"], report_dir / f"sites-{key}.html",
+                                                        title=titles[f"site_{key}"])
            for key in ("expert", "random")},
-        "learning curve": curve, "loop state (bootstrap)": out / "loop" / "bootstrap" / "loop_state.json",
+        "held-out comparison (chart)": chart,
+        "loop state (bootstrap)": out / "loop" / "bootstrap" / "loop_state.json",
         "loop state": out / "loop" / "own" / "loop_state.json"}
 
 
@@ -859,8 +879,8 @@ def demo_command(out: Path, size: str, seed: int, concurrency: int, quiet: bool)
     round 1 trains with filtered_bc on the successes of the policy's own rollouts. Each round's
     weights reach the policy server in memory and are evaluated on the same held-out seeds at
     temperature 0 (Wilson intervals, a paired sign test of round 1 against round 0). Writes HTML
-    reports, a learning curve and a summary of what was measured. Everything it starts it stops,
-    also on Ctrl-C.
+    reports, a chart of the four policies side by side and a summary of what was measured.
+    Everything it starts it stops, also on Ctrl-C.
 
     \b
     Example:

@@ -7,7 +7,9 @@
   `clean_text` (lone surrogates out: text every file can store);
 - `webgym_core.cli`: the lazy command groups of the ``webgym-*`` commands (``-v`` before or after
   the sub-command) and the options the ``push`` commands share;
-- `webgym_core.files`: atomic file writes; `webgym_core.cards`: the dataset and model card templates.
+- `webgym_core.files`: atomic file writes; `webgym_core.cards`: the dataset and model card templates;
+- `webgym_core.sources`: `looks_like_path` (a name never sent to the Hub) and `url_problem` (a server
+  URL without its scheme).
 
 The packages depend one way: webgym_core <- webgym_data <- webgym_rollout <- webgym_rl <- webgym.
 """
@@ -25,6 +27,7 @@ from webgym_core.errors import (
     SettingsError,
 )
 from webgym_core.settings import SettingsCommand, flat, load_settings, settings_options, settings_to_dict
+from webgym_core.sources import looks_like_path, url_problem
 
 __version__ = "0.2.0"
 
@@ -46,7 +49,9 @@ __all__ = [
     "clean_text",
     "flat",
     "load_settings",
+    "looks_like_path",
     "render_card",
     "settings_options",
     "settings_to_dict",
+    "url_problem",
 ]

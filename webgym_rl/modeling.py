@@ -38,6 +38,7 @@ from transformers import AutoModelForImageTextToText, AutoTokenizer
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
 
+from webgym_core.sources import looks_like_path
 from webgym_rl.errors import CheckpointError, ModelingError, UnknownFamilyError
 
 __all__ = [
@@ -171,7 +172,7 @@ def _refuse_missing_folder(path_or_repo: str | Path) -> None:
     """A path-like name that is not a folder is a typo, not a Hub id: say so instead of asking the Hub."""
     if Path(path_or_repo).is_dir():
         return
-    if isinstance(path_or_repo, Path) or str(path_or_repo).startswith(("/", "./", "../", "~")):
+    if looks_like_path(path_or_repo):
         raise CheckpointError(f"checkpoint folder {path_or_repo} does not exist")
 
 

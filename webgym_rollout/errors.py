@@ -24,7 +24,8 @@ export it (``from webgym_rollout.judge.judges import JudgeTimeout`` works).
      │    ├── ServerBusy              an operation queue is full; transient, retry later (HTTP 429)
      │    ├── ServerUnavailable       no server answers / connection failed / 5xx (transient)
      │    ├── Unauthorized            missing or wrong bearer token (HTTP 401)
-     │    └── InvalidRequest          the request itself is malformed (HTTP 422)
+     │    └── InvalidRequest          the request itself is malformed, or names a page its kind's
+     │                                site does not have (HTTP 422)
      ├── ConnectionBroke              a connection to a browser server broke after the request was
      │                                written, so it may have run (`browser.http`; the client turns
      │                                it into ServerUnavailable and resends only idempotent calls)
@@ -203,7 +204,8 @@ class Unauthorized(BrowserError):
 
 
 class InvalidRequest(BrowserError):
-    """The request is malformed (bad action fields, bad screenshot format)."""
+    """The request is malformed (bad action fields, bad screenshot format), or its environment's start
+    page is missing on the site (a MiniWoB task name the site server does not serve)."""
 
     kind = "invalid_request"
     status_code = 422

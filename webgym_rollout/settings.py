@@ -23,6 +23,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
+from webgym_core.sources import url_problem
+
 __all__ = ["OBSERVATION_MODES", "EnvSettings", "ObservationSettings"]
 
 OBSERVATION_MODES = ("screenshot", "som", "axtree", "elements")
@@ -101,6 +103,8 @@ class EnvSettings:
     """What the policy is shown at each step: the observation modes."""
 
     def __post_init__(self) -> None:
+        if self.sites_url and url_problem(self.sites_url):
+            raise ValueError(url_problem(self.sites_url, what="sites_url: site server URL"))
         try:
             width, height = self.viewport_size
         except ValueError:

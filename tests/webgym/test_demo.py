@@ -182,14 +182,27 @@ def test_tiny_demo_outputs_load_and_nothing_is_left_running(tmp_path):
     assert summary["bootstrap_training"]["trajectories_kept"] == summary["rollouts"]["bootstrap"]["episodes"]
     assert "steps" in summary["training"] or "skipped" in summary["training"]
 
-    for name, key in (("report (bootstrap)", "bootstrap"), ("report (own rollouts)", "own_rollouts"),
-                      ("report (trained)", "trained")):
+    for name, key, title in (("report (bootstrap)", "bootstrap", "Round 0 (bootstrap): the scripted"),
+                             ("report (own rollouts)", "own_rollouts", "Round 1: the bootstrapped policy"),
+                             ("report (trained)", "trained", "Round 1 policy: ")):
         html = folders[name].read_text()
         assert f"data-episodes='{summary['rollouts'][key]['episodes']}'" in html
+        assert f"<h1>{title}" in html  # titled by what the episodes are, not by their folder
     comparison = folders["report (held-out comparison)"].read_text()
-    assert all(label in comparison for label in ("pixel-random", "DOM-aware random", "bootstrap (round 0)",
-                                                 "own rollouts (round 1)"))
-    assert folders["learning curve"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert all(label in comparison for label in ("pixel-random", "DOM-aware random", "round 0 (bootstrap)",
+                                                 "round 1 (own rollouts)"))
+    heldout = summary["rollouts"]["trained"]["episodes"]
+    assert (f"<h1>Held-out evaluation: {heldout} click-button-sequence + click-collapsible tasks, 4 policies "
+            "side by side</h1>") in comparison
+    # Four policies, not versions of one: no learning curve, and no judge agreement between policies.
+    assert "Learning curve" not in comparison and "id='judges'" not in comparison
+    assert folders["held-out comparison (chart)"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A run's summary.json records as the README's figures are recorded (scripts/demo_figures.py).
+    from tests.test_demo_figures import figures
+
+    entry = figures().record(json.loads((out / "summary.json").read_text()), "tiny")
+    assert entry["heldout"]["trained"] == summary["rollouts"]["trained"]["successes"]
+    assert entry["size"] == "tiny" and entry["trained_vs_bootstrap"]["won"] == pair["won"]
     # The printed summary names both baselines and carries the trained policy's measured figures.
     printed = " ".join(stderr.split())
     rate = 100 * summary["rollouts"]["trained"]["valid_action_rate"]
@@ -282,7 +295,35 @@ def test_the_summary_gives_both_rates_and_says_when_a_bug_ended_episodes(tmp_pat
     assert "failures left out" in table and "1/2 (50.0%)" in table and "2/3 (66.7%)" in table
     assert "infrastructure failures counted" in table and "1/4 (25.0%)" in table
     assert "error:internal" in table
-    assert "won 1, lost 1, p 1" in table and "bootstrap (round 0)" in table
+    assert "won 1, lost 1, p 1" in table and "round 0 (bootstrap)" in table
     assert any("did not improve on the bootstrap: 1 -> 1 of 4" in note for note in notes)
     summary["rollouts"]["trained"]["internal_errors"], summary["internal_errors"] = 0, 0
     assert not _notes(summary)[0].startswith("WARNING")
+
+
+def test_the_heldout_chart_puts_the_four_policies_side_by_side_with_their_titles(tmp_path, monkeypatch):
+    """Cheap (no demo run): the chart and the titles from a summary's figures."""
+    from webgym.demo import _heldout_chart, _heldout_title, _viewer_titles
+    from webgym_rollout.report import charts
+
+    drawn = {}
+    monkeypatch.setattr(charts, "write_rate_bars", lambda rates, path, **kwargs: drawn.update(
+        rates=rates, path=path, **kwargs) or path)
+    runs = {key: {"successes": won, "episodes": 24, "errors": errors} for key, won, errors in (
+        ("pixel_random", 0, 0), ("dom_random", 5, 1), ("bootstrap_eval", 0, 0), ("trained", 21, 0),
+        ("bootstrap", 25, 0), ("own_rollouts", 16, 0))}
+    runs["bootstrap"]["episodes"], runs["own_rollouts"]["episodes"] = 120, 96
+    summary = {"rollouts": {**runs, "site_expert": {"episodes": 9}, "site_random": {"episodes": 9}},
+               "heldout": {"tasks": ["click-button-sequence", "click-collapsible"]},
+               "sites": {"tasks": 9, "names": ["reference", "shop", "travel"]}}
+    assert _heldout_chart(summary, tmp_path / "heldout.png", {}) == tmp_path / "heldout.png"
+    assert [(name, rate.successes, rate.trials) for name, rate in drawn["rates"]] == [
+        ("pixel-random", 0, 24), ("DOM-aware random", 5, 23), ("round 0 (bootstrap)", 0, 24),
+        ("round 1 (own rollouts)", 21, 24)]  # infrastructure failures left out, as in the report
+    assert drawn["title"] == _heldout_title(summary) == (
+        "Held-out evaluation: 24 click-button-sequence + click-collapsible tasks, 4 policies side by side")
+    assert "version" not in drawn["x_label"]
+    titles = _viewer_titles(summary)
+    assert "120 training episodes" in titles["bootstrap"] and "96 training episodes" in titles["own_rollouts"]
+    assert titles["site_expert"].startswith("Site tasks: the scripted expert on 9 tasks of the local sites "
+                                            "(reference, shop, travel)")

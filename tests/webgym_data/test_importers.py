@@ -262,3 +262,20 @@ def test_every_key_node_kind_reads_as_a_fact(function, content, words):
     fact = key_node_fact(function, content)
     assert all(word in fact for word in words), fact
     assert "None" not in fact and "  " not in fact
+
+
+def test_cli_generic_without_a_mapping_lists_the_files_columns_and_an_example_mapping(tmp_path):
+    source = tmp_path / "mine.jsonl"
+    source.write_text(json.dumps({"question": "Find the cheapest flight to Oslo", "level": "easy",
+                                  "page": "https://flights.example"}) + "\n")
+    out = tmp_path / "o.jsonl"
+    result = CliRunner().invoke(import_command, ["generic", str(source), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "no column for task field 'task_name'" in result.output
+    assert "the row's columns are: question, level, page" in result.output
+    assert "for example --mapping task_name=question --mapping website=page" in result.output
+    assert not out.exists()
+    # The example works as given.
+    mapped = CliRunner().invoke(import_command, ["generic", str(source), "--out", str(out), "--mapping",
+                                                 "task_name=question", "--mapping", "website=page"])
+    assert mapped.exit_code == 0 and out.exists(), mapped.output

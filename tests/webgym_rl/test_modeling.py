@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -181,6 +182,9 @@ def test_clear_errors_for_bad_checkpoints(tmp_path):
         load_model(tmp_path / "missing")
     with pytest.raises(CheckpointError, match="does not exist"):
         load_processor(str(tmp_path / "missing"))
+    for typo in ("out/checkpoints/nope", ".cache/nope", "~/nope"):  # paths, never asked of the Hub
+        with pytest.raises(CheckpointError, match=f"checkpoint folder {re.escape(typo)} does not exist"):
+            model_family(typo)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(UnknownFamilyError, match="llama"):
         load_model(tmp_path)

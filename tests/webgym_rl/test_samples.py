@@ -397,3 +397,20 @@ def test_no_op_steps_of_the_policy_gradient_objectives_follow_their_setting(tmp_
         assert len(imitated) == steps
     with pytest.raises(ValueError, match="policy_gradient_no_ops: 'sometimes' is unknown"):
         SampleSelection(policy_gradient_no_ops="sometimes")
+
+
+def test_a_task_set_given_as_training_data_is_named_as_one(tmp_path):
+    """``webgym-rl train --data TASKS`` reads its --data with `load_trajectories`."""
+    from webgym_data.build import BuildSettings, build
+    from webgym_data.split import SplitSettings
+
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text(json.dumps({"task_name": "Report the opening hours of the museum",
+                                "website": "https://www.museum.example"}) + "\n")
+    build(BuildSettings(out=tmp_path / "tasks", importers=(("generic", str(seed)),),
+                        split=SplitSettings(test_size=0), progress=False))
+    with pytest.raises(TrainingDataError) as caught:
+        load_trajectories([tmp_path / "tasks"])
+    message = str(caught.value)
+    assert f"{tmp_path / 'tasks'} is a task set" in message and "not a trajectory set" in message
+    assert f"webgym-rollout run --tasks {tmp_path / 'tasks'}" in message

@@ -79,6 +79,32 @@ def test_cli_help_and_clear_errors(tmp_path):
     assert "--resume" in result.output
 
 
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--servers", "127.0.0.1:18300"), ("--servers", "localhost:8300"), ("--sites-url", "127.0.0.1:8400")])
+def test_a_server_url_without_its_scheme_is_refused_at_parse_time(tmp_path, flag, value):
+    write_tasks(tmp_path / "tasks.jsonl", range(1))
+    args = {"--tasks": str(tmp_path / "tasks.jsonl"), "--servers": "http://127.0.0.1:1",
+            "--out": str(tmp_path / "out"), flag: value}
+    flags = [part for pair in args.items() for part in pair]
+    result = CliRunner().invoke(run_command, [*flags, "--no-progress"])
+    assert result.exit_code == 2, result.output
+    assert f"{flag}" in result.output and f"'{value}' has no scheme" in result.output
+    assert f"write it as http://{value}" in result.output
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_a_run_whose_every_episode_failed_on_infrastructure_exits_non_zero(tmp_path):
+    tasks = tmp_path / "web.jsonl"
+    tasks.write_text("".join(json.dumps({"task_id": f"t{i}", "task_name": f"Find the opening hours {i}",
+                                         "website": "http://127.0.0.1:9/"}) + "\n" for i in range(2)))
+    result = CliRunner().invoke(run_command, ["--tasks", str(tasks), "--servers", "http://127.0.0.1:1",
+                                              "--out", str(tmp_path / "out"), "--no-progress"])
+    assert result.exit_code == 1, result.output
+    assert "all 2 episodes failed on infrastructure (error:server_unavailable 2)" in result.output
+    assert "no browser server answered at --servers http://127.0.0.1:1" in result.output
+    assert len(read_episodes(tmp_path / "out")) == 2  # the failures are recorded all the same
+
+
 # --------------------------------------------------------------------------------- real browsers
 
 
@@ -459,3 +485,14 @@ async def test_a_bug_is_recorded_as_error_internal_and_reported_loudly(tmp_path,
     message = warning.getMessage()
     assert "2 of 3 episodes ended with error:internal: this is a bug, please report it" in message
     assert "KeyError: 'no such key'" in message
+
+
+def test_a_mistyped_miniwob_task_is_refused_before_any_browser_with_the_close_names(tmp_path):
+    write_tasks(tmp_path / "tasks.jsonl", range(2), task="click-tset")
+    result = CliRunner().invoke(run_command, ["--tasks", str(tmp_path / "tasks.jsonl"), "--servers",
+                                              "http://127.0.0.1:1", "--sites-url", "http://127.0.0.1:2",
+                                              "--out", str(tmp_path / "out"), "--no-progress"])
+    assert result.exit_code == 1, result.output
+    assert "environment 'miniwob:click-tset': the miniwob package has no task 'click-tset'" in result.output
+    assert "did you mean 'miniwob:click-test'" in result.output
+    assert "--create-timeout-s" not in result.output and not (tmp_path / "out").exists()

@@ -87,10 +87,10 @@ class GenericImporter(SeedImporter):
 
     def convert(self, record: Mapping[str, Any], *, file: str, row: int) -> Task:
         columns = {target: self.mapping.get(target, target) for target in TARGET_FIELDS}
-        for target, column in self.mapping.items():
-            if column not in record and target in ("task_name", "website"):
-                raise TaskValidationError(f"mapped to task field '{target}' but missing from the row",
-                                          file=file, row=row, field=column)
+        for target in ("task_name", "website"):
+            if columns[target] not in record:
+                raise TaskValidationError(self._missing_column(target, record), file=file, row=row,
+                                          field=columns[target])
         fields: dict[str, Any] = {}
         for target in ("start_url", "definite_answer", "domain", "subdomain"):
             fields[target] = text_field(record, columns[target], file=file, row=row)
@@ -162,6 +162,15 @@ class GenericImporter(SeedImporter):
         if task_id:
             changes["task_id"] = task_id  # a given id is kept as is
         return dataclasses.replace(task, **changes) if changes else task
+
+    def _missing_column(self, target: str, record: Mapping[str, Any]) -> str:
+        """Why a row lacks the column of required task field `target`: the row's columns, and a
+        --mapping that would read the task fields from them."""
+        how = (f"mapped to task field '{target}' but missing from the row" if target in self.mapping
+               else f"no column for task field '{target}' (give --mapping {target}=COLUMN)")
+        names = [str(name) for name in record if not str(name).startswith("_")]
+        listed = ", ".join(names[:20]) + (f" ... ({len(names)} in all)" if len(names) > 20 else "")
+        return f"{how}; the row's columns are: {listed or '(none)'}; for example {_example_mapping(record)}"
 
     # -- a JSONL file by columns: Arrow parses it; each row whose values the column types vouch for
     # becomes a task here, with the same result as `convert`; any other row (a value to refuse or
@@ -362,6 +371,28 @@ def _group_list_type(t: Any) -> bool:
     kinds = {"id": _text_type, "description": lambda k: pa.types.is_string(k) or pa.types.is_null(k),
              "facts": _strings_type}
     return all(kinds[f.name](f.type) for f in t.value_type if f.name in kinds)
+
+
+_LIKELY = {"task_name": ("question", "instruction", "task", "query", "goal", "prompt", "intent", "title"),
+           "website": ("url", "site", "web", "link", "domain", "host")}
+"""Words in a column's name that suggest the task field it holds (for the example --mapping)."""
+
+
+def _example_mapping(record: Mapping[str, Any]) -> str:
+    """An example ``--mapping`` for the required task fields from a row's own columns: a column whose
+    name suggests the field, else one whose value looks like it (a URL for the website), else the
+    first text column left."""
+    texts = [str(k) for k, v in record.items() if isinstance(v, str) and not str(k).startswith("_")]
+    chosen: dict[str, str] = {}
+    for target in ("website", "task_name"):
+        free = [name for name in texts if name not in chosen.values()]
+        by_name = [name for name in free if any(word in name.lower() for word in _LIKELY[target])]
+        by_value = [name for name in free if target == "website"
+                    and str(record[name]).startswith(("http://", "https://", "www."))]
+        candidates = by_name or by_value or ([n for n in free if n not in by_value] if target == "task_name"
+                                             else [])
+        chosen[target] = candidates[0] if candidates else target.upper()
+    return " ".join(f"--mapping {target}={chosen[target]}" for target in ("task_name", "website"))
 
 
 def _json_type(t: Any) -> bool:

@@ -79,7 +79,8 @@ if TYPE_CHECKING:
     from webgym_rollout.runner import RunReport, RunSettings
     from webgym_rollout.trajectory.contract import Episode
 
-__all__ = ["Loop", "VersionedPolicy", "bootstrap_policy", "check_tasks", "checkpoint_due", "draw_tasks",
+__all__ = ["Loop", "VersionedPolicy", "bootstrap_policy", "check_tasks", "checkpoint_due", "curve_names",
+           "curve_panels", "draw_tasks",
            "episode_staleness", "evaluate", "evaluation_due", "final_version", "finished_evaluation",
            "history_of", "oldest_version", "play", "publish", "publish_path", "push", "rollout_record",
            "run_settings", "running_trainer", "save_version", "start_endpoint", "start_trainer",
@@ -606,6 +607,21 @@ async def evaluate(loop: Loop, version: int, policy: Any, train: dict[str, list[
     return record
 
 
+def curve_names(bootstrap: str, versions: Iterable[int]) -> dict[int, str]:
+    """The learning curve's name of each policy version: ``v0 (bootstrap: random)`` or ``v0
+    (bootstrap: model)`` (`bootstrap`: --bootstrap-policy) for the policy that played before any
+    training (the DOM-aware random policy, or the starting model), ``vN`` for the others."""
+    return {v: f"v{v} (bootstrap: {bootstrap})" if v == 0 else f"v{v}" for v in versions}
+
+
+def curve_panels(eval_split: str) -> dict[str, str]:
+    """The learning curve's two panels: train (the rollouts each version played, trained on) and
+    test (the evaluation of each version), apart, so that the bootstrap's train success beside a
+    trained version's test success is not read as one line."""
+    return {"train": "train: success of the rollouts each version played",
+            "test": f"test: evaluation of each version ({eval_split} tasks)"}
+
+
 def _report(loop: Loop, record: EvalRecord, train: dict[str, list[int]]) -> None:
     settings = loop.settings
     label = f"v{record.version}"
@@ -624,12 +640,16 @@ def _report(loop: Loop, record: EvalRecord, train: dict[str, list[int]]) -> None
     if overall.trials:
         points.append(CurvePoint.from_counts(record.version, "test", overall.successes, overall.trials,
                                              confidence))
+    layout = {"x_label": "policy version", "colours": colours, "panels": curve_panels(settings.eval_split),
+              "tick_names": curve_names(settings.bootstrap_policy, {p.iteration for p in points})}
     curve = loop.out / "learning_curve.png"
     if points:
-        write_learning_curve(points, curve, title=f"{loop.out.name}: success rate by policy version",
-                             x_label="policy version", colours=colours)
+        write_learning_curve(points, curve, title="Success rate by policy version: training rollouts and "
+                             "evaluations", **layout)
+    title = (f"Evaluation of policy version {record.version}: {report.runs[0].episodes} episodes of the "
+             f"{settings.eval_split} tasks")
     page = write_report(report, loop.eval_dir(record.version) / "report", learning_curve=points or None,
-                        x_label="policy version", colours=colours)
+                        title=title, **layout)
     record.evaluated = [overall.successes, overall.trials]
     record.success_low, record.success_high = overall.low, overall.high
     record.report, record.learning_curve = str(page), str(curve) if points else None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webgym_core.settings import read_settings_file, settings_from_dict
+from webgym_core.sources import looks_like_path
 from webgym_data.loading import load_tasks
 from webgym_data.sampler import TaskSampler
 from webgym_rl.errors import LoopSettingsError
@@ -130,7 +131,9 @@ def plan(settings: LoopSettings) -> Plan:
 
     check_recipe(settings)
     result = Plan()
+    _plan_model(settings, result)
     first = _plan_tasks(settings, result)
+    _plan_overlap(settings, result)
     _plan_judge(settings, result)
     _plan_endpoints(settings, result)
     _plan_horizons(settings, result)
@@ -138,6 +141,55 @@ def plan(settings: LoopSettings) -> Plan:
     _plan_training(settings, result)
     _plan_resume(settings, result)
     return result
+
+
+def _plan_model(settings: LoopSettings, result: Plan) -> None:
+    """The starting model: a local folder must exist (refused otherwise); a Hub id is not fetched."""
+    model = settings.model
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        if (folder / "config.json").is_file():
+            result.add("model", f"{model}: a local checkpoint folder")
+        elif (folder / "adapter_config.json").is_file():
+            result.add("model", f"{model}: a local LoRA adapter folder")
+        else:
+            result.add("model", f"{model}: a local folder")
+            result.warnings.append(f"--model {model} has no config.json (nor adapter_config.json): not a "
+                                   "model checkpoint folder")
+    elif folder.exists():
+        raise LoopSettingsError(f"--model {model} is a file; give a checkpoint folder or a Hub model id")
+    elif looks_like_path(model):
+        raise LoopSettingsError(f"--model {model}: no such folder (a local path, so not looked up on the "
+                                "Hub); give a checkpoint folder (webgym-rl tiny-model writes a tiny one) "
+                                "or a Hub model id such as Qwen/Qwen3-VL-8B-Instruct")
+    else:
+        revision = f" at revision {settings.model_revision}" if settings.model_revision else ""
+        result.add("model", f"{model}{revision}: a Hub model id (not a local folder); a dry run does not "
+                            "fetch it, so whether it exists and loads is checked when the loop starts")
+        if folder.parent.name and folder.parent.is_dir():
+            result.warnings.append(f"--model {model} is no local folder, though {folder.parent} is one: "
+                                   "if you meant a folder there, it is missing (read as a Hub id)")
+
+
+def _plan_overlap(settings: LoopSettings, result: Plan) -> None:
+    """Warn when the evaluation tasks are (some of) the training tasks: the evaluation would then
+    measure what the policy was trained on."""
+    if not settings.eval_every:
+        return
+    source = settings.eval_tasks or settings.tasks
+    train = {t.task_id for t in load_tasks(settings.tasks, split=settings.split)}
+    evaluated = {t.task_id for t in load_tasks(source, split=settings.eval_split)}
+    shared = train & evaluated
+    if not shared:
+        return
+    where = f"{source} [{settings.eval_split}]"
+    if shared == evaluated:
+        what = f"the evaluation tasks {where} are all training tasks ({settings.tasks} [{settings.split}])"
+    else:
+        what = (f"{len(shared)} of the {len(evaluated)} evaluation tasks {where} are also training tasks "
+                f"({settings.tasks} [{settings.split}])")
+    result.warnings.append(f"{what}: the evaluation measures tasks the policy trains on; give held-out "
+                           "tasks with --eval-tasks, or evaluate another split (--eval-split)")
 
 
 def _plan_tasks(settings: LoopSettings, result: Plan) -> list:

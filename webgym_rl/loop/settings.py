@@ -25,6 +25,7 @@ from typing import Literal, get_args
 from webgym_core.endpoint import Endpoint
 from webgym_core.lazy import moved_names
 from webgym_core.settings import flat
+from webgym_core.sources import url_problem
 from webgym_data.sampler import SamplerSettings
 from webgym_rl.errors import LoopSettingsError
 from webgym_rl.settings import OptimizationSettings
@@ -262,6 +263,9 @@ class LoopSettings:
             if unknown:
                 raise LoopSettingsError(f"{name}.kinds: {', '.join(unknown)} unknown; choose from "
                                         f"{', '.join(kinds)}")
+        for url in self.servers:
+            if url_problem(url):
+                raise LoopSettingsError(url_problem(url, what="servers: browser server URL"))
         if self.eval_sampler.kind == "success_aware":
             raise LoopSettingsError("eval_sampler.kind: success_aware draws by the policy's training "
                                     "history; evaluations keep none (use all, epoch or uniform_difficulty)")

@@ -129,6 +129,9 @@ class NavigationTracker:
         """Requests of the page the guard refused over the session's life (documents and others)."""
         self.window_opens = 0
         """New windows (popups, new tabs) the page asked for over the session's life."""
+        self.status: int | None = None
+        """The HTTP status of the last page load the operations made (None: no response, e.g. a
+        network error)."""
         self.document_url = ""
         """The last main-frame document request the guard let through (the egress proxy may still
         refuse it: `webgym_rollout.browser.egress.EgressProxy.outcome`)."""

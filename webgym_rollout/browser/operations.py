@@ -68,6 +68,7 @@ from webgym_rollout.browser.traffic import TrafficReplayer
 from webgym_rollout.errors import (
     BrowserCrashed,
     BrowserError,
+    InvalidRequest,
     NavigationRefused,
     OperationTimeout,
     ServerBusy,
@@ -324,6 +325,12 @@ class Operations:
         state = await self._goto(session, request.start_url, start=True)
         if state.error:
             raise BrowserError(f"could not load {request.start_url}: {state.error}")
+        status = session.navigation.status
+        if session.hooks.takes_argument and status is not None and status >= 400:
+            # The kind's page is missing: waiting for it to start would only run out of time.
+            raise InvalidRequest(f"environment {request.environment!r}: its start page {request.start_url} "
+                                 f"answered HTTP {status} ({state.title!r}); the site server has no such "
+                                 "page (check the task's environment string)")
         await session.hooks.start_page(
             session.page,
             argument,
@@ -359,6 +366,7 @@ class Operations:
         navigation.document_url = ""
         egress_seq, commits_before = self.egress.last_seq, navigation.commits
         page = session.page
+        navigation.status = None
         started = time.monotonic()
         try:
             response = await page.goto(
@@ -395,6 +403,7 @@ class Operations:
             return PageState(url=page.url, title=await _title(page), error=message)
         if navigation.refused:
             raise navigation.refusal(url)
+        navigation.status = response.status if response is not None else None
         answered = response.headers.get(EGRESS_HEADER) if response is not None else None
         if answered is not None and response is not None:  # the egress proxy answered, not the site
             reason = response.headers.get(EGRESS_REASON_HEADER, answered)

@@ -38,7 +38,7 @@ from webgym_core.errors import SettingsError
 from webgym_core.settings import load_settings, settings_options
 from webgym_rollout.errors import RolloutError
 from webgym_rollout.judge.judges import JudgeSettings, make_judge, record_failure, record_result
-from webgym_rollout.trajectory.contract import Episode, EpisodeStatus, TrajectoryError
+from webgym_rollout.trajectory.contract import MANIFEST, Episode, EpisodeStatus, TrajectoryError
 from webgym_rollout.trajectory.reader import read_episodes
 from webgym_rollout.trajectory.recordings import RecordingStore
 from webgym_rollout.trajectory.writer import EpisodeUnstorable, TrajectoryWriter
@@ -132,6 +132,8 @@ async def rejudge(source: str | Path, settings: RejudgeSettings, *, judge: Any =
     `judge` overrides the one `settings.judge` describes. Raises `TrajectoryError` naming a source
     that is not a trajectory dataset, or an --out that holds a dataset without --resume."""
     trajectories = read_episodes(source, split=settings.split, cache_dir=settings.cache_dir)
+    if not len(trajectories):  # before --out is made: nothing re-judged is no new dataset
+        raise TrajectoryError(_nothing_to_rejudge(source, settings.split))
     judge = judge if judge is not None else make_judge(settings.judge)
     model_id = str(getattr(judge, "model_id", ""))
     source_path = Path(str(source))
@@ -168,6 +170,20 @@ async def rejudge(source: str | Path, settings: RejudgeSettings, *, judge: Any =
             await close()
     return RejudgeReport(out=out, source=trajectories.id, judge_model=model_id,
                          elapsed_s=time.monotonic() - began, **counts)
+
+
+def _nothing_to_rejudge(source: str | Path, split: str | None) -> str:
+    """Why `source` gave no episode: a folder that is no trajectory set (what it holds), or a set
+    without episodes (of `split`)."""
+    folder = Path(str(source))
+    if folder.is_dir() and not (folder / MANIFEST).is_file() and not any(folder.rglob("*.parquet")):
+        entries = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
+        holds = ", ".join(entries[:5]) + (" ..." if len(entries) > 5 else "") if entries else "nothing"
+        return (f"{source} is not a trajectory set: it has no {MANIFEST} and no parquet shards (it holds "
+                f"{holds}); give the --out folder of `webgym-rollout run`, or a Hub dataset id; nothing "
+                "was re-judged")
+    of_split = f" of split {split!r}" if split else ""
+    return f"{source} holds no episodes{of_split}; nothing was re-judged"
 
 
 async def _rejudge_batch(batch: Sequence[Episode], judge: Any, model_id: str, semaphore: asyncio.Semaphore,

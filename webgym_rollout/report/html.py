@@ -26,7 +26,10 @@ won against lost (ties dropped; McNemar's exact test when there is one attempt p
 When two runs hold the same episodes (a run and its ``webgym-rollout rejudge``,
 `webgym_rollout.judge.rejudge`), their pair also compares the two judges episode by episode
 (`JudgeAgreement`): the verdicts paired on ``episode_id``, the share they agree on, Cohen's kappa and the
-episodes whose verdict changed.
+episodes whose verdict changed. An episode counts as the same only when its id, start time, policy
+and number of steps are: episode ids are stable per (task, attempt, iteration), so two policies
+played on the same tasks share ids, and their agreement would be a comparison of policies, not of
+judges (such a pair gets no judge comparison).
 
 `write_report` writes ``DIR/report.html`` (charts as inline SVG, `webgym_rollout.report.charts`: no script,
 nothing loaded, so it opens from disk) and ``DIR/report.json`` (every figure of the page, for tests
@@ -99,7 +102,7 @@ REPORT_SCHEMA_VERSION = 1
 
 # The columns a report reads (tests check they are trajectory columns); never the steps.
 _COLUMNS = ("task_id", "task_name", "reward", "status", "num_steps", "difficulty_level",
-            "benchmark_name", "domain", "website", "episode_id", "judge_model")
+            "benchmark_name", "domain", "website", "episode_id", "judge_model", "started_at", "policy_model")
 # Breakdowns: (key in the JSON, heading). Difficulty levels come in their natural order.
 _BREAKDOWNS = (("difficulty_level", "difficulty level"), ("benchmark", "benchmark"), ("domain", "domain"),
                ("website", "website"))
@@ -192,6 +195,9 @@ class RunSummary:
     task_names: dict[str, str] = field(default_factory=dict, repr=False)
     verdicts: dict[str, bool] = field(default_factory=dict, repr=False)
     """episode_id -> passed, for the judged episodes (infrastructure failures left out)."""
+    played: dict[str, tuple[float, str, int]] = field(default_factory=dict, repr=False)
+    """episode_id -> (start time, policy, steps) of the judged episodes: what makes an episode of
+    another run the same episode (a rejudge keeps them), not only one with the same id."""
     judge_models: tuple[str, ...] = ()
     """The judges that scored the run's episodes."""
 
@@ -336,6 +342,8 @@ class _Row:
     """The row's group under each of `_BREAKDOWNS`, in order."""
     episode_id: str = ""
     judge_model: str = ""
+    started_at: float = 0.0
+    policy_model: str = ""
 
 
 def _read_rows(trajectories: TrajectorySet) -> list[_Row]:
@@ -349,7 +357,9 @@ def _read_rows(trajectories: TrajectorySet) -> list[_Row]:
                              success=succeeded(row.get("reward")),
                              status=status, error=status.is_error, num_steps=int(row.get("num_steps") or 0),
                              groups=groups, episode_id=str(row.get("episode_id") or ""),
-                             judge_model=str(row.get("judge_model") or "")))
+                             judge_model=str(row.get("judge_model") or ""),
+                             started_at=float(row.get("started_at") or 0.0),
+                             policy_model=str(row.get("policy_model") or "")))
     return rows
 
 
@@ -386,6 +396,7 @@ def _summarise(label: str, trajectories: TrajectorySet, rows: list[_Row],
         attempts_per_task=max((t[1] for t in tasks.values()), default=1),
         tasks={task_id: (s, n) for task_id, (s, n) in tasks.items()}, task_names=names,
         verdicts={r.episode_id: r.success for r in evaluated if r.episode_id},
+        played={r.episode_id: (r.started_at, r.policy_model, r.num_steps) for r in evaluated if r.episode_id},
         judge_models=tuple(sorted({r.judge_model for r in evaluated if r.judge_model})))
     return summary, counts
 
@@ -424,7 +435,9 @@ def _compare(a: RunSummary, b: RunSummary, confidence: float) -> PairedCompariso
 
 
 def _judge_agreement(a: RunSummary, b: RunSummary) -> JudgeAgreement | None:
-    episodes = sorted(set(a.verdicts) & set(b.verdicts))
+    """The two runs' judges compared on the episodes both hold (the same id, start time, policy and
+    steps); None when they hold none: two rollouts, however alike their episode ids."""
+    episodes = sorted(e for e in set(a.verdicts) & set(b.verdicts) if a.played.get(e) == b.played.get(e))
     if not episodes:
         return None
     cells = Counter((a.verdicts[e], b.verdicts[e]) for e in episodes)
@@ -662,7 +675,8 @@ def _judges_section(report: Report) -> str:
     items = "".join(f"<li class='judges' data-a='{_e(p.a)}' data-b='{_e(p.b)}'>{_e(p.a)} vs {_e(p.b)}: "
                     f"{_e(_judges_line(p.judges))}</li>" for p in pairs if p.judges is not None)
     return ("<section id='judges'><h2>Judges compared episode by episode</h2><p class='note'>Runs that "
-            "hold the same episodes (a run and its <code>rejudge</code>), paired on episode id; "
+            "hold the same episodes (a run and its <code>rejudge</code>: the same episode id, start time, "
+            "policy and steps), paired on episode id; "
             "infrastructure failures left out. Cohen's kappa is the agreement beyond what the two pass "
             f"rates give by chance.</p><ul>{items}</ul></section>")
 
@@ -713,12 +727,27 @@ def _bugs_banner(report: Report) -> str:
             f"and the figures below may be skewed by them. Please report it.<ul>{items}</ul></div>")
 
 
-def _page(report: Report, curve: list[CurvePoint] | None, x_label: str = "iteration",
-          colours: Mapping[str, str] | None = None) -> str:
+@dataclass(frozen=True)
+class _Curve:
+    """The learning curve of a page and how it is drawn (`write_report`'s arguments)."""
+
+    points: list[CurvePoint]
+    x_label: str = "iteration"
+    tick_names: Mapping[int, str] | None = None
+    panels: Mapping[str, str] | None = None
+
+    def svg(self, colours: Mapping[str, str]) -> str:
+        return learning_curve_svg(self.points, title=f"Success rate by {self.x_label}", x_label=self.x_label,
+                                  colours=colours, tick_names=self.tick_names, panels=self.panels)
+
+
+def _page(report: Report, curve: _Curve | None, colours: Mapping[str, str] | None = None,
+          title: str | None = None) -> str:
     level = int(round(100 * report.settings.confidence))
-    title = "WebGym evaluation report: " + ", ".join(run.label for run in report.runs)
+    title = title or "WebGym evaluation report: " + ", ".join(run.label for run in report.runs)
     # One colour per run (and per curve of the learning curve), used by every chart and table.
-    colours = run_colours([run.label for run in report.runs] + [p.label for p in curve or ()], colours)
+    curve_labels = [p.label for p in curve.points] if curve else []
+    colours = run_colours([run.label for run in report.runs] + curve_labels, colours)
     overall = rate_chart("Success rate", ["all tasks"], [(run.label, [run.overall]) for run in report.runs],
                           level, colours=colours)
     split = f" Split: {_e(report.settings.split)}." if report.settings.split else ""
@@ -732,8 +761,7 @@ def _page(report: Report, curve: list[CurvePoint] | None, x_label: str = "iterat
         f"<section id='overall'>{_runs_table(report, colours)}{overall}</section>",
     ]
     if curve:
-        svg = learning_curve_svg(curve, title=f"Success rate by {x_label}", x_label=x_label, colours=colours)
-        parts.append(f"<section id='learning-curve'><h2>Learning curve</h2>{svg}</section>")
+        parts.append(f"<section id='learning-curve'><h2>Learning curve</h2>{curve.svg(colours)}</section>")
     parts.append(_comparison_section(report, colours))
     parts.append(_judges_section(report))
     parts += [_breakdown_section(report, key, heading, level, colours) for key, heading in _BREAKDOWNS]
@@ -743,10 +771,16 @@ def _page(report: Report, curve: list[CurvePoint] | None, x_label: str = "iterat
 
 def write_report(report: Report, out_dir: str | Path, *,
                  learning_curve: Iterable[CurvePoint | Sequence[Any] | Mapping[str, Any]] | None = None,
-                 x_label: str = "iteration", colours: Mapping[str, str] | None = None) -> Path:
+                 x_label: str = "iteration", colours: Mapping[str, str] | None = None,
+                 title: str | None = None, tick_names: Mapping[int, str] | None = None,
+                 panels: Mapping[str, str] | None = None) -> Path:
     """Write ``out_dir/report.html`` and ``out_dir/report.json`` (each replaced atomically); returns
     the HTML's path. With `learning_curve` points (see `write_learning_curve`) the page shows the
-    curve (its x axis named `x_label`) and the JSON holds the points under ``learning_curve``.
+    curve (its x axis named `x_label`, its iterations named by `tick_names`, its labels in their own
+    panels with `panels`) and the JSON holds the points under ``learning_curve``. Pass no curve for
+    runs that are not versions of one policy (policies compared side by side): the page's first
+    chart already shows each run's success rate with its interval. `title` is the page's title
+    and heading: say what the runs are (default: "WebGym evaluation report: " and the run labels).
 
     Each run has one colour in every chart and table of the page, and each curve of the learning
     curve too: `colours` (label -> CSS colour, e.g. from `webgym_rollout.report.charts.run_colours`) for the
@@ -755,13 +789,16 @@ def write_report(report: Report, out_dir: str | Path, *,
     `write_learning_curve` for a PNG in the page's colours."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    curve = curve_points(learning_curve) if learning_curve is not None else None
+    points = curve_points(learning_curve) if learning_curve is not None else None
     figures = report.as_dict()
-    if curve:
-        figures["learning_curve"] = [p.as_dict() for p in curve]
+    if points:
+        figures["learning_curve"] = [p.as_dict() for p in points]
+    if title:
+        figures["title"] = title
+    curve = _Curve(points, x_label, tick_names, panels) if points else None
     html_path = out_dir / "report.html"
     write_json_atomic(out_dir / "report.json", figures)
-    write_atomic(html_path, _page(report, curve, x_label, colours))
+    write_atomic(html_path, _page(report, curve, colours, title))
     logger.info("wrote %s and report.json", html_path)
     return html_path
 

@@ -5,22 +5,26 @@ steps), each linking to its section below, sortable by any column (click its hea
 filtered by benchmark, difficulty level, status, outcome and a text search. A small inline script
 does the sorting and filtering; without it the table and its links still work. Then per episode:
 the task, status, reward, final answer and the judge's verdicts; per step: the screenshot with the
-click point marked, the action (or the parse/action error), the memory, the URL and title, the text
+click point marked, the action (or the parse/action error) with what its numbers are (a point on the
+model's 0-1000 grid and the pixel of the screenshot it falls on; an element's number in the list
+the policy was shown), the memory, the URL and title, the text
 observation the policy was shown (folded; observation modes axtree and elements) and the raw reply
-(folded). Screenshots are written as files next to the HTML (``report_files/``), so the
+(folded). The page's title says what the episodes are (`render_report`'s ``title``; by default the
+folder's name). Screenshots are written as files next to the HTML (``report_files/``), so the
 report opens from disk or any static file server.
 """
 
 from __future__ import annotations
 
 import html
+import io
 import logging
 from pathlib import Path
 from typing import Any
 
 import click
 
-from webgym_rollout.actions import GRID_SIZE, ActionParseError
+from webgym_rollout.actions import GRID_SIZE, ActionParseError, AgentAction, grid_to_pixels
 from webgym_rollout.trajectory.contract import Episode, Step, TrajectoryError
 from webgym_rollout.trajectory.reader import read_episodes, read_manifest
 
@@ -43,6 +47,7 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 .error { color: #cf222e; }
 .memory { color: #555; white-space: pre-wrap; }
 .same { color: #888; font-style: italic; }
+.coords { color: #555; font-size: 12px; }
 pre { white-space: pre-wrap; font-size: 12px; background: #f6f8fa; padding: .5em; }
 .filters { margin: .5em 0; display: flex; flex-wrap: wrap; gap: .6em; align-items: center; }
 table.index { border-collapse: collapse; }
@@ -100,6 +105,12 @@ _INDEX_SCRIPT = """
 """
 
 
+_COORDINATES = (f"Coordinates in actions ([x, y]) are on the model's 0-{GRID_SIZE} grid over the screenshot: "
+                f"[0, 0] is its top-left corner, [{GRID_SIZE}, {GRID_SIZE}] its bottom-right; pixel x = "
+                f"x * width / {GRID_SIZE}, pixel y = y * height / {GRID_SIZE}. Each step names the pixel of "
+                "its screenshot and marks it with a red circle.")
+
+
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
@@ -112,6 +123,35 @@ def _extension(data: bytes) -> str:
     return "png"
 
 
+def _image_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of a screenshot's image bytes; None when they are not an image."""
+    from PIL import Image, UnidentifiedImageError  # optional: pillow
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.size
+    except (UnidentifiedImageError, OSError, ValueError):
+        return None
+
+
+def _action_note(action: AgentAction, screenshot: bytes) -> str:
+    """What the numbers of an action are: a grid point and its pixel on this screenshot, or an
+    element's number ("" for an action without either)."""
+    if action.coordinate is not None:
+        size = _image_size(screenshot) if screenshot else None
+        x, y = action.coordinate
+        text = f"[{x}, {y}] is a point on the model's 0-{GRID_SIZE} grid"
+        if size is not None:
+            x, y = grid_to_pixels(action.coordinate, size)
+            text += f", pixel ({x}, {y}) of this {size[0]}x{size[1]} screenshot"
+        return f"<div class='coords' data-grid='{_e(list(action.coordinate))}'>{_e(text)}</div>"
+    if action.element is not None:
+        text = (f"[{action.element}] is the element's number in the list of elements the policy was shown "
+                "(the text observation)")
+        return f"<div class='coords' data-element='{action.element}'>{_e(text)}</div>"
+    return ""
+
+
 def _step_html(step: Step, image_src: str | None) -> str:
     marker, action_line = "", ""
     if step.action:
@@ -120,7 +160,8 @@ def _step_html(step: Step, image_src: str | None) -> str:
         except ActionParseError:
             action_line = f"<div class='action'>{_e(step.action)}</div>"
         else:
-            action_line = f"<div class='action'><b>{_e(action.describe(200))}</b></div>"
+            action_line = (f"<div class='action'><b>{_e(action.describe(200))}</b></div>"
+                           f"{_action_note(action, step.screenshot)}")
             if action.coordinate is not None:
                 left, top = (100 * c / GRID_SIZE for c in action.coordinate)
                 x, y = action.coordinate
@@ -226,8 +267,11 @@ def _index_html(rows: list[dict[str, Any]]) -> str:
 
 
 def render_report(out_dir: str | Path, html_path: str | Path | None = None, *,
-                  limit: int | None = None) -> Path:
-    """Write the HTML report of the dataset in `out_dir` (default ``OUT/report.html``); returns its path."""
+                  limit: int | None = None, title: str | None = None) -> Path:
+    """Write the HTML report of the dataset in `out_dir` (default ``OUT/report.html``); returns its path.
+    `title` is the page's title and heading: what the episodes are (e.g. "Round 1: the policy's own
+    rollouts, 24 training tasks x 4 attempts"); by default "WebGym trajectories: " and the folder's
+    name."""
     out_dir = Path(out_dir)
     html_path = Path(html_path) if html_path else out_dir / "report.html"
     assets = html_path.with_name(f"{html_path.stem}_files")
@@ -241,11 +285,12 @@ def render_report(out_dir: str | Path, html_path: str | Path | None = None, *,
         index.append(_index_row(episode, n))
         n += 1
         successes += episode.success
-    title = f"WebGym trajectories: {out_dir.name}"
+    title = title or f"WebGym trajectories: {out_dir.name}"
     rate = f"{successes / n:.1%}" if n else "n/a"
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
             f"<style>{_STYLE}</style></head><body><h1>{_e(title)}</h1>"
             f"<p class='summary' data-episodes='{n}'>{n} episodes, success rate {rate}</p>"
+            f"<p class='note'>{_e(_COORDINATES)}</p>"
             + _index_html(index) + "".join(sections) + f"<script>{_INDEX_SCRIPT}</script></body></html>")
     html_path.parent.mkdir(parents=True, exist_ok=True)
     html_path.write_text(page, encoding="utf-8")

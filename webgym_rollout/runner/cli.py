@@ -11,6 +11,7 @@ from webgym_core.errors import SettingsError
 from webgym_core.settings import SettingsCommand, load_settings, settings_options
 from webgym_data.schema import TaskValidationError
 from webgym_rollout.errors import Unauthorized
+from webgym_rollout.runner.report import RunReport
 from webgym_rollout.runner.rollout import run
 from webgym_rollout.runner.settings import RunSettings
 from webgym_rollout.trajectory.contract import TrajectoryError
@@ -63,6 +64,31 @@ def run_command(config: str | None, **flags: Any) -> None:
     click.echo(f"{report.episodes} episodes ({report.skipped} already done{invalid}), {report.steps} steps "
                f"in {report.elapsed_s:.1f} s ({report.steps_per_s:.2f} steps/s); {report.success_line()}; "
                f"errors: {errors} -> {report.out}")
+    if report.episodes and not report.evaluated:
+        raise click.ClickException(_nothing_evaluated(report, settings))
     if report.internal_errors:
         click.secho(f"WARNING: {report.internal_errors} episodes ended with error:internal: this is a bug, "
                     f"please report it (first: {report.first_internal_error})", err=True, fg="red", bold=True)
+
+
+_CAUSES = {
+    "server_unavailable": "no browser server answered at --servers {servers} (start one with "
+                          "`webgym-rollout serve`, or check the URL)",
+    "invalid_request": "the browser servers refused the sessions (the log names the reason: a task's "
+                       "environment, or a start page the site server does not have)",
+    "unauthorized": "the browser servers refused the token (--browser-token / WEBGYM_BROWSER_TOKEN)",
+    "policy_unavailable": "the policy endpoint did not answer (--policy-base-url)",
+    "judge_unavailable": "the judge endpoint did not answer (--judge-base-url)",
+}
+
+
+def _nothing_evaluated(report: RunReport, settings: RunSettings) -> str:
+    """The message of a run whose every episode failed on infrastructure: the failures, and the
+    likely cause of the most common one."""
+    kinds = sorted(report.errors.items(), key=lambda item: -item[1])
+    listed = ", ".join(f"error:{kind} {n}" for kind, n in kinds)
+    cause = _CAUSES.get(kinds[0][0], "see the log for the first failure").format(
+        servers=" ".join(settings.servers) or "(none)")
+    return (f"all {report.episodes} episodes failed on infrastructure ({listed}); nothing was evaluated: "
+            f"{cause}. The failed episodes are recorded in {report.out}; once the cause is fixed, run again "
+            "into a new --out")

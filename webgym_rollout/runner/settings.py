@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from webgym_core.settings import flat
+from webgym_core.sources import url_problem
 from webgym_data.sampler import SamplerSettings
 from webgym_rollout.agent.policies import PolicySettings
 from webgym_rollout.fleet import FleetSettings
@@ -102,6 +103,9 @@ class RunSettings:
             raise ValueError("servers: at least one browser server URL is needed (or --fleet NAME)")
         if self.servers and self.fleet.enabled:
             raise ValueError(f"servers: give browser server URLs or --fleet {self.fleet.fleet}, not both")
+        for url in self.servers:
+            if url_problem(url):
+                raise ValueError(url_problem(url, what="servers: browser server URL"))
         if self.sampler.kind == "success_aware":
             raise ValueError("sampler.kind: success_aware draws by the outcomes of earlier iterations, which "
                              "`webgym-rollout run` does not keep; use it in `webgym-rl loop` (which keeps "

@@ -16,6 +16,8 @@ after every step: an episode ends when the page says it is done), and its step b
 
 from __future__ import annotations
 
+import difflib
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from webgym_rollout.browser.client import BrowserSession
     from webgym_rollout.settings import EnvSettings
 
-__all__ = ["MINIWOB_CLIP", "MiniWobPage", "MiniWobTask", "html_dir", "task_url"]
+__all__ = ["MINIWOB_CLIP", "MiniWobPage", "MiniWobTask", "html_dir", "task_names", "task_url", "unknown_task"]
 
 MINIWOB_CLIP = {"x": 0, "y": 0, "width": 160, "height": 210}
 
@@ -56,6 +58,30 @@ def html_dir() -> Path:
     if not (folder / "miniwob").is_dir():
         raise ImportError(f"{folder} has no miniwob/ pages; reinstall the 'miniwob' package")
     return folder
+
+
+@lru_cache(maxsize=1)
+def task_names() -> frozenset[str]:
+    """The MiniWoB++ tasks the installed ``miniwob`` package ships (its pages' names); empty when
+    the package is not installed here (the site server may still have it)."""
+    try:
+        folder = html_dir() / "miniwob"
+    except ImportError:
+        return frozenset()
+    return frozenset(page.stem for page in folder.glob("*.html"))
+
+
+def unknown_task(name: str) -> str:
+    """What is wrong with MiniWoB++ task `name` ("" when the package ships it, or is not installed):
+    it names the environment and the closest shipped task names."""
+    names = task_names()
+    if not names or name in names:
+        return ""
+    close = difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6)
+    hint = (f"did you mean {' or '.join(repr(f'miniwob:{c}') for c in close)}?" if close
+            else "its page names are the tasks, e.g. 'miniwob:click-button'")
+    return (f"environment 'miniwob:{name}': the miniwob package has no task {name!r} ({len(names)} tasks "
+            f"in {html_dir() / 'miniwob'}); {hint}")
 
 
 def task_url(sites_url: str, task: str) -> str:
@@ -89,6 +115,9 @@ class MiniWobTask(TaskKind):
     default_horizon: ClassVar[int | None] = 6  # short, single-page tasks
 
     def check(self, settings: EnvSettings) -> None:
+        problem = unknown_task(self.argument)
+        if problem:  # its page would be a 404: refused before any browser opens it
+            raise ValueError(f"task {self.task.task_id}: {problem}")
         if not settings.sites_url:
             raise ValueError(f"sites_url: task {self.task.task_id} is a MiniWoB task ({self.environment}); "
                              "give the site server's URL (webgym-rollout serve-sites; --sites-url)")

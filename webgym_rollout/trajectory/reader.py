@@ -19,6 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from webgym_core.sources import looks_like_path
 from webgym_rollout.trajectory.contract import (
     MANIFEST,
     READABLE_SCHEMA_VERSIONS,
@@ -37,7 +38,7 @@ from webgym_rollout.trajectory.contract import (
     version_of,
 )
 
-__all__ = ["TrajectorySet", "TrajectoryStats", "read_episodes", "read_manifest"]
+__all__ = ["TrajectorySet", "TrajectoryStats", "read_episodes", "read_manifest", "task_set_message"]
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,8 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
         raise TrajectoryError(f"{path} does not exist: not a trajectory dataset folder") from None
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8, not JSON
         raise TrajectoryError(f"{path} cannot be read: {exc}") from None
+    if isinstance(manifest, dict) and "shards" not in manifest and isinstance(manifest.get("files"), dict):
+        raise TrajectoryError(task_set_message(folder))  # a build's manifest lists its files
     if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
         raise TrajectoryError(f"{path} has no 'shards' list")
     for number, shard in enumerate(manifest["shards"]):
@@ -201,6 +204,24 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
         raise TrajectoryError(f"{path}: trajectory schema {version} is not one this version reads "
                               f"({', '.join(READABLE_SCHEMA_VERSIONS)}); upgrade webgym")
     return manifest
+
+
+def task_set_message(folder: str | Path) -> str:
+    """What to say of a task set (a ``webgym-data build`` folder) given where trajectories are read."""
+    return (f"{folder} is a task set (written by webgym-data build), not a trajectory set; make "
+            f"trajectories from it with `webgym-rollout run --tasks {folder} --servers URL --out OUT` "
+            "and pass OUT instead")
+
+
+def _holds_tasks(file: Path) -> bool:
+    """A parquet file of task rows (a task set's shard): a ``task_name`` column and no ``steps``."""
+    import pyarrow.parquet as pq  # optional: pyarrow
+
+    try:
+        names = pq.read_schema(file).names
+    except Exception:  # reported, naming the file, by the check of each shard
+        return False
+    return "task_name" in names and EpisodeColumn.STEPS not in names
 
 
 def _shard_entry_problem(shard: Any) -> str:
@@ -254,6 +275,8 @@ def read_episodes(source: str | Path, *, split: str | None = None,
         if not path.is_dir():
             raise TrajectoryError(f"{path}: expected a rollout folder, got a file")
         files, schema = _folder_files(path, split)
+        if files and not (path / MANIFEST).is_file() and _holds_tasks(files[0]):
+            raise TrajectoryError(task_set_message(path))
         for file in files:
             check_shard(file, schema)
         digest = hashlib.sha256()
@@ -262,6 +285,8 @@ def read_episodes(source: str | Path, *, split: str | None = None,
         return TrajectorySet(str(path), digest.hexdigest()[:16], schema, files=files, cache_dir=cache)
     repo_id, _, revision = str(source).partition("@")
     revision = revision or "main"
+    if looks_like_path(source):
+        raise TrajectoryError(f"{source}: no such folder (a local path, so not looked up on the Hub)")
     if repo_id.count("/") != 1:
         raise TrajectoryError(f"{source}: no such folder, and not a Hub dataset id (org/name[@revision])")
     import datasets  # optional: datasets
@@ -270,8 +295,10 @@ def read_episodes(source: str | Path, *, split: str | None = None,
     try:
         loaded = datasets.load_dataset(repo_id, revision=revision, cache_dir=cache)
     except Exception as exc:  # the Hub raises many kinds; the user needs the id
+        parent, name = Path(repo_id).parent, Path(repo_id).name
+        local = f"; {parent} is a folder here, but it holds no {name}" if parent.is_dir() else ""
         raise TrajectoryError(f"cannot load trajectory dataset '{repo_id}' at revision '{revision}' "
-                              f"(not a local folder either): {exc}") from exc
+                              f"(not a local folder either{local}): {exc}") from exc
     if isinstance(loaded, datasets.DatasetDict):
         parts = [loaded[name] for name in loaded if split is None or name == split]
         dataset = datasets.concatenate_datasets(parts) if len(parts) > 1 else (parts[0] if parts else None)

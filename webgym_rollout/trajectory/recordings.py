@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from webgym_core.files import TMP_PREFIX
+from webgym_core.sources import looks_like_path
 from webgym_rollout.browser.protocol import RecordingIndex, ReplayOptions
 from webgym_rollout.trajectory.contract import TrajectoryError
 from webgym_rollout.trajectory.reader import read_episodes
@@ -217,6 +218,8 @@ class ReplayLibrary:
 
 def _download(source: str, cache_dir: str | Path | None) -> Path:
     repo_id, _, revision = source.partition("@")
+    if looks_like_path(source):
+        raise TrajectoryError(f"{source}: no such folder (a local path, so not looked up on the Hub)")
     if repo_id.count("/") != 1:
         raise TrajectoryError(f"{source}: no such folder, and not a Hub dataset id (org/name[@revision])")
     from huggingface_hub import snapshot_download  # optional: huggingface_hub

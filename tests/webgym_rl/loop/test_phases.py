@@ -10,7 +10,7 @@ import pytest
 from tests.webgym_rl.loops import loop_settings
 from webgym_data.sampler import SamplerSettings
 from webgym_rl.errors import LoopSettingsError
-from webgym_rl.loop.phases import draw_tasks
+from webgym_rl.loop.phases import curve_names, curve_panels, draw_tasks
 from webgym_rl.loop.run import run_loop
 from webgym_rollout.trajectory.reader import read_episodes
 
@@ -155,3 +155,12 @@ def test_a_round_with_nothing_to_train_on_records_its_manifest_window(tmp_path):
     record = train_round(loop, 1)
     assert record.window == [0, 1] and record.data == [a, b]
     assert "every episode failed" in record.skipped
+
+
+def test_the_curve_names_version_0_by_its_bootstrap_and_keeps_train_and_test_apart():
+    assert curve_names("random", [0, 1, 2]) == {0: "v0 (bootstrap: random)", 1: "v1", 2: "v2"}
+    assert curve_names("model", {0})[0] == "v0 (bootstrap: model)"
+    assert curve_names("random", [3]) == {3: "v3"}  # a resumed loop's curve without version 0
+    panels = curve_panels("test")
+    assert set(panels) == {"train", "test"} and "test tasks" in panels["test"]
+    assert panels["train"] != panels["test"]

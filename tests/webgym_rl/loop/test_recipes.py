@@ -56,11 +56,19 @@ def test_the_published_recipes_hold_the_papers_settings():
     assert (asynchronous.schedule, asynchronous.async_loop.max_staleness) == ("async", 1)
 
 
+def _model_folder(tmp_path: Path) -> Path:
+    """A folder that passes for a checkpoint in a dry run (which reads no weights)."""
+    folder = tmp_path / "model"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3_vl"}))
+    return folder
+
+
 @pytest.mark.parametrize("name", ["published", "published-async", "miniwob-cpu"])
 def test_every_shipped_recipe_dry_runs_against_a_task_set(tmp_path, scripted_openai, name):
     llm = scripted_openai(["unused"])
     if name == "miniwob-cpu":
-        tasks, changes = tasks_file(tmp_path / "tasks.jsonl"), {"model": str(tmp_path / "model")}
+        tasks, changes = tasks_file(tmp_path / "tasks.jsonl"), {"model": str(_model_folder(tmp_path))}
     else:  # the endpoints of a GPU machine, here on 127.0.0.1: one answers, one does not
         tasks = SAMPLE_TASKS
         changes = {"policy": {"base_url": llm.base_url}, "judge": {"base_url": "http://127.0.0.1:9/v1"}}
@@ -71,9 +79,11 @@ def test_every_shipped_recipe_dry_runs_against_a_task_set(tmp_path, scripted_ope
     assert f"{tmp_path / 'out'}: new loop folder" in text
     assert "first batch has" in text
     if name == "miniwob-cpu":
+        assert f"{tmp_path / 'model'}: a local checkpoint folder" in text
         assert "programmatic" in text and "the CPU policy server the loop starts" in text
         assert "published in memory" in text and "weights by age 1.00, 0.50, 0.33, 0.25" in text
     else:
+        assert "Qwen/Qwen3-VL-8B-Instruct: a Hub model id (not a local folder); a dry run does not" in text
         assert f"policy policy at {llm.base_url}: answers" in text
         assert "gpt-4o at http://127.0.0.1:9/v1: does not answer" in text
         assert "train 10/20/30, test 30/50/70 steps" in text and "prompt memory with 4 image rounds" in text
@@ -90,11 +100,40 @@ def test_the_dry_run_refuses_the_programmatic_judge_on_web_tasks_through_the_cli
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("model", ["./nope", "out/tiny-qwen2vl/nope", "~/models/nope"])
+def test_the_dry_run_refuses_a_model_folder_that_does_not_exist_and_asks_no_hub(tmp_path, monkeypatch, model):
+    import huggingface_hub
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: pytest.fail("a Hub call"))
+    result = CliRunner().invoke(main, ["loop", "--config", "miniwob-cpu", "--dry-run", "--tasks",
+                                       str(tasks_file(tmp_path / "tasks.jsonl")), "--model", model,
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1, result.output
+    assert f"--model {model}: no such folder" in result.output and "tiny-model" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_dry_run_warns_when_the_evaluation_tasks_are_the_training_tasks(tmp_path):
+    tasks = tasks_file(tmp_path / "tasks.jsonl")
+    args = ["loop", "--config", "miniwob-cpu", "--dry-run", "--tasks", str(tasks), "--model",
+            str(_model_folder(tmp_path)), "--out", str(tmp_path / "out")]
+    same = CliRunner().invoke(main, [*args, "--eval-split", "train"])  # a task file is all one split
+    assert same.exit_code == 0, same.output
+    assert f"the evaluation tasks {tasks} [train] are all training tasks" in same.output
+    assert "--eval-tasks" in same.output
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text("".join(line.replace('"task_id": "', '"task_id": "heldout-') + "\n"
+                               for line in tasks.read_text().splitlines()))
+    apart = CliRunner().invoke(main, [*args, "--eval-tasks", str(heldout), "--eval-split", "train"])
+    assert apart.exit_code == 0 and "training tasks" not in apart.output, apart.output
+
+
 def test_the_dry_run_says_what_a_rerun_would_resume(tmp_path):
     from webgym_rl.loop.state import CheckpointRecord, TrainRecord, VersionRecord, load_state, save_state
 
     settings = load_recipe("miniwob-cpu", tasks=str(tasks_file(tmp_path / "tasks.jsonl")),
-                           out=str(tmp_path / "out"), model=str(tmp_path / "model"), iterations=4)
+                           out=str(tmp_path / "out"), model=str(_model_folder(tmp_path)), iterations=4)
     (tmp_path / "out").mkdir()
     state = load_state(settings)
     for r in (0, 1):
@@ -130,3 +169,22 @@ def test_the_cpu_recipe_runs_end_to_end_cut_down(tmp_path, tiny_qwen3_vl):
     assert result.checkpoint == str(tmp_path / "loop" / "checkpoints" / "v-0001")
     state = json.loads((tmp_path / "loop" / "loop_state.json").read_text())
     assert state["settings"]["policy"]["variant"] == "compact" and state["identity"]["schedule"] == "sync"
+
+
+def test_a_browser_server_url_without_its_scheme_is_refused(tmp_path):
+    result = CliRunner().invoke(main, ["loop", "--config", "miniwob-cpu", "--dry-run", "--tasks",
+                                       str(tasks_file(tmp_path / "tasks.jsonl")), "--model",
+                                       str(_model_folder(tmp_path)), "--out", str(tmp_path / "out"),
+                                       "--servers", "127.0.0.1:8300"])
+    assert result.exit_code == 1, result.output
+    assert "'127.0.0.1:8300' has no scheme; write it as http://127.0.0.1:8300" in result.output
+
+
+def test_the_dry_run_warns_of_a_model_folder_without_a_config(tmp_path):
+    (tmp_path / "empty").mkdir()
+    settings = load_recipe("miniwob-cpu", tasks=str(tasks_file(tmp_path / "tasks.jsonl")),
+                           out=str(tmp_path / "out"), model=str(tmp_path / "empty"))
+    text = plan(settings).render()
+    assert f"--model {tmp_path / 'empty'} has no config.json (nor adapter_config.json)" in text
+    (tmp_path / "empty" / "adapter_config.json").write_text("{}")
+    assert f"{tmp_path / 'empty'}: a local LoRA adapter folder" in plan(settings).render()

@@ -128,6 +128,11 @@ def test_two_rounds_then_resume_after_a_train_failure(tmp_path, tiny_qwen2_vl, m
     assert [(p["iteration"], p["label"]) for p in figures["learning_curve"]] == [(0, "train"), (1, "train"),
                                                                                 (2, "test")]
     assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The page says what it evaluated; train and test are drawn apart, version 0 named by its bootstrap.
+    page = (out / "evals" / "v-0002" / "report" / "report.html").read_text()
+    assert (f"<h1>Evaluation of policy version 2: {len(evaluation)} episodes of the {settings.eval_split} "
+            "tasks</h1>") in page
+    assert page.count("class='chart learning-curve'") == 2 and ">v0 (bootstrap: random)</text>" in page
     # One push per version; the second card carries the success rate its evaluation measured.
     assert [c["message"] for c in commits] == ["webgym-rl loop: v1", "webgym-rl loop: v2"]
     assert Path(commits[1]["files"]["model.safetensors"]).parent == out / "checkpoints" / "v-0002"

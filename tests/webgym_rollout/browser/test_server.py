@@ -167,6 +167,20 @@ async def test_miniwob_click_button_through_http(server, sites):
 
 
 @pytest.mark.browser
+async def test_a_miniwob_page_the_site_server_lacks_is_refused_at_once_not_after_the_create_timeout(
+        server, sites):
+    url, _ = server
+    task_url = miniwob_task_url(sites.base_url, "click-tset")
+    async with BrowserClient(url) as client:
+        # Not an OperationTimeout naming --create-timeout-s: the 404 is the cause, and is named.
+        with pytest.raises(InvalidRequest) as caught:
+            await client.create_session(task_url, environment="miniwob:click-tset", seed=7)
+    message = str(caught.value)
+    assert "'miniwob:click-tset'" in message and "HTTP 404" in message and task_url in message
+    assert "--create-timeout-s" not in message
+
+
+@pytest.mark.browser
 async def test_act_observes_what_execute_then_the_reads_would(server, sites):
     """Two sessions of one seeded MiniWoB page: one steps with execute, screenshot, env_state and
     page_info, the other with one act call; both see the same page afterwards."""

@@ -146,3 +146,24 @@ def test_rejudge_command_writes_a_new_dataset_and_refuses_to_overwrite(tmp_path,
     missing = CliRunner().invoke(rejudge_command, [str(tmp_path / "nothing"), "--out", str(tmp_path / "o")])
     assert missing.exit_code == 1 and "nothing" in missing.output
     assert len(read_episodes(tmp_path / "run2")) == 5
+
+
+def test_rejudge_of_a_folder_that_is_no_trajectory_set_says_what_it_holds_and_writes_nothing(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "todo.txt").write_text("re-judge the eval run")
+    (folder / "plots").mkdir()
+    result = CliRunner().invoke(rejudge_command, [str(folder), "--out", str(tmp_path / "o"), "--no-progress"])
+    assert result.exit_code == 1, result.output
+    assert f"{folder} is not a trajectory set" in result.output
+    assert "holds plots/, todo.txt" in result.output and "webgym-rollout run" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_rejudge_of_a_split_without_episodes_exits_non_zero_and_writes_nothing(tmp_path):
+    source = _source(tmp_path)  # every episode of split train
+    args = [str(source), "--split", "test", "--out", str(tmp_path / "o"), "--no-progress"]
+    result = CliRunner().invoke(rejudge_command, args)
+    assert result.exit_code == 1, result.output
+    assert "holds no episodes of split 'test'; nothing was re-judged" in result.output
+    assert not (tmp_path / "o").exists()

@@ -1,5 +1,6 @@
 """The report's charts: one colour per run, a learning curve drawn as lines only where a label has two
-or more iterations, labelled bars when every point is at one iteration, integer x ticks."""
+or more iterations, labelled bars when every point is at one iteration, integer x ticks (named where
+asked), train and test in panels; policies side by side as rate bars, not a curve."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from webgym_rollout.report import charts
 from webgym_rollout.report.charts import (
     PALETTE,
     CurvePoint,
@@ -20,6 +22,7 @@ from webgym_rollout.report.charts import (
     rate_chart,
     run_colours,
     write_learning_curve,
+    write_rate_bars,
 )
 from webgym_rollout.report.rates import SuccessRate
 
@@ -180,3 +183,56 @@ def test_png_uses_the_given_colours(tmp_path):
     assert seen.get(rgb("#bc4c00"), 0) > 2000 and seen.get(rgb("#1b7c83"), 0) > 1000
     assert seen.get(rgb("#8250df"), 0) > 20
     assert rgb(PALETTE[0]) not in seen and rgb(PALETTE[1]) not in seen
+
+
+# ----------------------------------------------------------------------------------- names and panels
+
+def test_png_panels_draw_each_label_apart_on_named_versions():
+    points = [CurvePoint.from_counts(0, "train", 94, 100), CurvePoint.from_counts(1, "test", 3, 8)]
+    curves = _curves(curve_points(points))
+    figure = _learning_curve_figure(curves, run_colours(curves), title="t", x_label="policy version",
+                                    size=(8, 4.5), dpi=50, tick_names={0: "v0 (bootstrap: random)"},
+                                    panels={"train": "training rollouts", "test": "held-out evaluation"})
+    train, test = figure.axes
+    assert (train.get_title(), test.get_title()) == ("training rollouts", "held-out evaluation")
+    # Both panels share the versions, version 0 named as the bootstrap; no line joins train to test.
+    for axes in (train, test):
+        assert [t.get_text() for t in axes.get_xticklabels()] == ["v0 (bootstrap: random)", "1"]
+        assert not drawn_lines(axes)
+    assert [c.get_label() for c in train.containers] == ["train"]
+    assert [c.get_label() for c in test.containers] == ["test"]
+
+
+def test_svg_ticks_take_the_given_names():
+    points = [CurvePoint.from_counts(v, "test", v, 4) for v in (0, 1, 2)]
+    svg = Elements(learning_curve_svg(points, tick_names={0: "v0 (bootstrap: model)"}))
+    ticks = [text for a, text in svg.texts if a.get("class") == "tick" and "%" not in text]
+    assert ticks[:3] == ["v0 (bootstrap: model)", "1", "2"]
+
+
+def test_rate_bars_put_different_policies_side_by_side(tmp_path):
+    rates = [("pixel-random", SuccessRate.of(0, 24)), ("DOM-aware random", SuccessRate.of(5, 24)),
+             ("round 0 (bootstrap)", SuccessRate.of(0, 24)), ("round 1", SuccessRate.of(21, 24))]
+    colours = run_colours(name for name, _ in rates)
+    path = write_rate_bars(rates, tmp_path / "heldout.png", title="Held-out", colours=colours)
+    image = Image.open(path)
+    assert image.size == (800, 450)
+    seen = png_colours(path)
+    assert seen.get(rgb(colours["round 1"]), 0) > 4 * seen.get(rgb(colours["DOM-aware random"]), 0) > 0
+    assert seen.get(rgb(colours["pixel-random"]), 0) > 20  # 0 % stays visible as a line
+    with pytest.raises(ValueError, match="rates"):
+        write_rate_bars([], tmp_path / "none.png")
+
+
+def test_rate_bars_name_each_policy_and_no_iteration(monkeypatch, tmp_path):
+    figures = []
+    monkeypatch.setattr(charts, "_save_png", lambda figure, path, dpi: figures.append(figure))
+    rates = [("pixel-random", SuccessRate.of(0, 24)), ("round 1", SuccessRate.of(21, 24)),
+             ("not run", SuccessRate.of(0, 0))]
+    write_rate_bars(rates, tmp_path / "x.png", x_label="policy (held-out seeds)")
+    (axes,) = figures[0].axes
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["pixel-random", "round 1", "not run"]
+    assert axes.get_xlabel() == "policy (held-out seeds)"
+    texts = [t.get_text() for t in axes.texts]
+    assert texts == ["0.0% (0/24)", "87.5% (21/24)", "n/a"]
+    assert not drawn_lines(axes)

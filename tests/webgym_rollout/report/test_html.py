@@ -459,3 +459,47 @@ async def test_the_bug_banner_is_visible_at_the_top_in_chromium(tmp_path, chromi
         assert await page.locator("table.runs td.internal").inner_text() == "1"
     finally:
         await context.close()
+
+
+# ----------------------------------------------------------------------------------- judges, titles
+
+def test_two_policies_on_the_same_tasks_get_no_judge_comparison(tmp_path):
+    # Episode ids are stable per (task, attempt, iteration): two policies evaluated on the same
+    # held-out tasks share them. Their verdicts disagreeing is the policies differing, not the judge.
+    for name, policy, started, wins in (("random", "random", 100.0, {"t0"}), ("trained", "tiny", 200.0,
+                                                                             {"t0", "t1", "t2"})):
+        with TrajectoryWriter(tmp_path / name) as writer:
+            for task_id in ("t0", "t1", "t2", "t3"):
+                played = episode(task_id, success=task_id in wins)
+                played.policy_model, played.started_at, played.judge_model = policy, started, "programmatic"
+                writer.add(played)
+    report = build_report([tmp_path / "random", tmp_path / "trained"])
+    (pair,) = report.comparisons
+    assert (pair.shared_tasks, pair.won, pair.lost) == (4, 0, 2)  # still compared task by task
+    assert pair.judges is None
+    page = write_report(report, tmp_path / "report").read_text()
+    assert "id='judges'" not in page and "kappa" not in page and "judges" not in format_summary(report)
+
+
+def test_the_title_says_what_the_runs_are_and_no_curve_means_no_learning_curve(two_runs, tmp_path):
+    report = build_report(list(two_runs), labels=["pixel-random", "DOM-aware random"])
+    title = "Held-out evaluation: 8 tasks, 2 policies side by side"
+    page = write_report(report, tmp_path / "r", title=title).read_text()
+    assert f"<title>{title}</title>" in page and f"<h1>{title}</h1>" in page
+    assert "learning-curve" not in page and "Learning curve" not in page
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["title"] == title
+    default = write_report(report, tmp_path / "d").read_text()
+    assert "<h1>WebGym evaluation report: pixel-random, DOM-aware random</h1>" in default
+
+
+def test_the_curve_can_name_version_0_and_draw_train_and_test_in_panels(two_runs, tmp_path):
+    report = build_report([two_runs[1]], labels=["v1"])
+    points = [CurvePoint.from_counts(0, "train", 94, 100), CurvePoint.from_counts(1, "test", 5, 8)]
+    page = write_report(report, tmp_path / "r", learning_curve=points, x_label="policy version",
+                        tick_names={0: "v0 (bootstrap: random)", 1: "v1"},
+                        panels={"train": "training rollouts", "test": "held-out evaluation"}).read_text()
+    section = page[page.index("<section id='learning-curve'>"):]
+    section = section[:section.index("</section>")]
+    assert section.count("<svg") == 2  # one panel each: train's 94 % and test's 62.5 % are not one line
+    assert ">training rollouts</text>" in section and ">held-out evaluation</text>" in section
+    assert section.count(">v0 (bootstrap: random)</text>") == 2 and "polyline" not in section

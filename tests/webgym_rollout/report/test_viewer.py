@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from tests.webgym_rollout.trajectory.test_writer import make_episode
 from webgym_data.schema import Task
+from webgym_rollout.actions import AgentAction
 from webgym_rollout.report.viewer import render_report, view_command
 from webgym_rollout.trajectory.contract import EpisodeStatus, Verdict
 from webgym_rollout.trajectory.writer import TrajectoryWriter
@@ -175,3 +176,30 @@ def test_a_steps_text_observation_is_shown_folded_and_as_text(tmp_path):
     text = render_report(out).read_text()
     assert text.count("<details class='observation'>") == 1  # the second step was shown none
     assert "[1] button &quot;&lt;b&gt;Go&lt;/b&gt;&quot; (id=go)" in text
+
+
+def test_an_actions_numbers_are_explained_grid_point_pixel_or_element(tmp_path):
+    out = tmp_path / "run"
+    episode = make_episode("t0", n_steps=3, reward=1.0, size=(320, 240))
+    episode.steps[1].action = AgentAction("click_element", element=3).to_json()
+    episode.steps[1].action_error = ""
+    episode.steps[2].action = AgentAction("left_click", coordinate=(450, 771)).to_json()
+    episode.steps[2].screenshot = b""  # no screenshot: the grid is named, no pixel is made up
+    with TrajectoryWriter(out) as writer:
+        writer.add(episode)
+    text = render_report(out).read_text()
+    # [250, 500] of a 320x240 screenshot is pixel (80, 120); the page says so next to the action.
+    assert ("[250, 500] is a point on the model&#x27;s 0-1000 grid, pixel (80, 120) of this 320x240 "
+            "screenshot") in text
+    assert "[3] is the element&#x27;s number in the list of elements the policy was shown" in text
+    assert "[450, 771] is a point on the model&#x27;s 0-1000 grid</div>" in text
+    assert "0-1000 grid over the screenshot" in text  # the page's note on coordinates
+
+
+def test_the_title_says_what_the_episodes_are(tmp_path):
+    out = tmp_path / "eval"
+    write_run(out)
+    text = render_report(out, title="Round 1: the policy's own rollouts").read_text()
+    assert "<title>Round 1: the policy&#x27;s own rollouts</title>" in text
+    assert "<h1>Round 1: the policy&#x27;s own rollouts</h1>" in text and "WebGym trajectories" not in text
+    assert "<h1>WebGym trajectories: eval</h1>" in render_report(out).read_text()  # the default

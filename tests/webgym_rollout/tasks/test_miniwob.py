@@ -6,8 +6,9 @@ import pytest
 
 from webgym_data.schema import Task
 from webgym_rollout.settings import EnvSettings
+from webgym_rollout.tasks import miniwob
 from webgym_rollout.tasks.kind import task_kind
-from webgym_rollout.tasks.miniwob import MiniWobPage, MiniWobTask, task_url
+from webgym_rollout.tasks.miniwob import MiniWobPage, MiniWobTask, task_names, task_url, unknown_task
 from webgym_rollout.tasks.sites import SiteServer
 
 
@@ -32,6 +33,35 @@ def test_the_kind_needs_the_site_server_and_opens_the_seeded_page():
     assert kind.horizon(tables, "train") == kind.horizon(tables, "test") == 6
     assert kind.horizon(EnvSettings(horizons={"miniwob": 4}), "test") == 4
     assert kind.horizon(EnvSettings(horizons={"web": 4}), "test") == 6  # another kind's budget
+
+
+def _named(name: str) -> Task:
+    return Task.from_row({"task_name": f"MiniWoB {name}", "website": f"miniwob:{name}",
+                          "environment": f"miniwob:{name}", "env_seed": 1})
+
+
+def test_a_task_the_miniwob_package_lacks_is_refused_with_the_close_names():
+    assert "click-button" in task_names() and "click-tset" not in task_names()
+    assert unknown_task("click-button") == ""
+    settings = EnvSettings(sites_url="http://127.0.0.1:8400")
+    with pytest.raises(ValueError, match="the miniwob package has no task 'click-tset'") as caught:
+        task_kind(_named("click-tset")).check(settings)
+    assert "did you mean 'miniwob:click-test'" in str(caught.value)
+    with pytest.raises(ValueError, match="e.g. 'miniwob:click-button'"):  # nothing close to it
+        task_kind(_named("zzzzzz")).check(settings)
+
+
+def test_without_the_miniwob_package_here_the_site_server_decides(monkeypatch):
+    def missing():
+        raise ImportError("the 'miniwob' package is missing")
+
+    monkeypatch.setattr(miniwob, "html_dir", missing)
+    task_names.cache_clear()
+    try:
+        assert task_names() == frozenset() and unknown_task("click-tset") == ""
+        task_kind(_named("click-tset")).check(EnvSettings(sites_url="http://127.0.0.1:8400"))
+    finally:
+        task_names.cache_clear()
 
 
 @pytest.mark.browser

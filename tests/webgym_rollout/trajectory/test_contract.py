@@ -180,7 +180,7 @@ def test_read_episodes_reads_a_run_folder_and_counts_without_screenshots(tmp_pat
     assert counts == (4, 3, 1, 6, 6)
     assert stats.success_rate == 0.75
     assert len(read_episodes(out).dataset) == 4
-    with pytest.raises(TrajectoryError, match="not a Hub dataset id"):
+    with pytest.raises(TrajectoryError, match="missing: no such folder"):
         read_episodes(tmp_path / "missing")
     (tmp_path / "file.txt").write_text("x")
     with pytest.raises(TrajectoryError, match="expected a rollout folder"):
