@@ -124,9 +124,14 @@ def _field_default(item: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
+_ACRONYMS = frozenset({"llm", "lora", "grpo", "url"})
+
+
 def _section(name: str, kind: type) -> str:
-    """The help section of the flags of field `name` holding settings class `kind`."""
-    return f"{name.replace('_', ' ').capitalize()} options ({kind.__name__})"
+    """The help section of the flags of field `name` holding settings class `kind`
+    (``Eval sampler options (SamplerSettings)``, ``LLM options (LLMSettings)``)."""
+    words = " ".join(word.upper() if word in _ACRONYMS else word for word in name.split("_"))
+    return f"{words[0].upper()}{words[1:]} options ({kind.__name__})"
 
 
 def _leaves(cls: type, path: tuple[str, ...] = (), prefix: tuple[str, ...] = (),

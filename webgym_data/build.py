@@ -59,7 +59,7 @@ import click
 from webgym_core.cards import CARDS_DIR, size_category
 from webgym_core.errors import SettingsError
 from webgym_core.files import sha256_file, write_atomic
-from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+from webgym_core.settings import SettingsCommand, flat, load_settings, settings_options, settings_to_dict
 from webgym_data import __version__
 from webgym_data.decompose import DecomposeSettings, decompose_tasks
 from webgym_data.errors import BuildError, WebgymDataError
@@ -661,7 +661,7 @@ def _parse_importer(ctx, param, values: tuple[str, ...]) -> tuple[tuple[str, str
     return tuple(parsed)
 
 
-@click.command("build")
+@click.command("build", cls=SettingsCommand)
 @settings_options(BuildSettings)
 @click.option("--importer", "importer_specs", multiple=True, callback=_parse_importer, metavar="NAME=PATH",
               help="Import PATH (file, folder or Hub id) with importer NAME; repeatable (YAML key: "

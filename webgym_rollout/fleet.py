@@ -45,7 +45,13 @@ from typing import Any
 
 import click
 
-from webgym_core.settings import load_settings, settings_from_dict, settings_options, settings_to_dict
+from webgym_core.settings import (
+    SettingsCommand,
+    load_settings,
+    settings_from_dict,
+    settings_options,
+    settings_to_dict,
+)
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.browser.pool import PoolSettings
@@ -614,7 +620,7 @@ def fleet_group() -> None:
     """
 
 
-@fleet_group.command("up")
+@fleet_group.command("up", cls=SettingsCommand)
 @settings_options(FleetUpSettings)
 def up_command(config: str | None, **flags: Any) -> None:
     """Place a browser server (and, with --sites, a site server) on each selected node.
