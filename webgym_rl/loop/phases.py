@@ -333,8 +333,8 @@ def bootstrap_policy(loop: Loop, seed: int) -> Any:
 
 
 def play(run: RunSettings, policy: Any, gate: Any = None, truth: Any = None) -> RunReport:
-    """Play one rollout to its end (a resumed folder skips what it has); `truth` reads the ground
-    truth of the site server the loop runs (`LoopServices.site_truth`), which ``--judge site`` needs."""
+    """Play one rollout to its end (a resumed folder skips what it has); `truth` reads the local sites'
+    sessions (`LoopServices.site_truth`), for their truth.jsonl and ``--judge site``."""
     from webgym_rollout.runner import run as run_rollout  # lazy: imports playwright, psutil
 
     return asyncio.run(run_rollout(run, policy=policy, gate=gate, truth=truth))

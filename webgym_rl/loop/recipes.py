@@ -231,6 +231,13 @@ def _plan_judge(settings: LoopSettings, result: Plan) -> None:
         result.add("judge", f"rubric, {judge.endpoint.model} at {judge.endpoint.base_url}: "
                             f"{_answers(judge.endpoint.base_url.rstrip('/') + '/models')}; at most "
                             f"{judge.max_screenshots} screenshots per question")
+    elif judge.kind == "site":
+        result.add("judge", "site: each episode's facts checked against the ground truth of the site "
+                            "server the loop starts")
+        if settings.env.sites_url is not None:
+            result.warnings.append(f"--judge site reads the truth of the site server the loop starts; with "
+                                   f"--sites-url {settings.env.sites_url} it has none to read: leave "
+                                   "--sites-url out")
     else:
         result.add("judge", "programmatic: the environment's own reward (MiniWoB pages)")
 

@@ -130,8 +130,8 @@ def _rollout(loop: Loop, r: int) -> RolloutRecord:
     run = run_settings(settings, loop.services, tasks=tasks, out=loop.rollout_dir(r), split=settings.split,
                        index=r)
     if r == 0 and settings.bootstrap_policy == "random":
-        policy = bootstrap_policy(loop, settings.seed * 1000)
-        return rollout_record(run, play(run, policy, truth=loop.services.site_truth()), "random", 0)
+        return rollout_record(run, play(run, bootstrap_policy(loop, settings.seed * 1000),
+                                        truth=loop.services.site_truth()), "random", 0)
     version = state.version.version
     report = play(run, VersionedPolicy(loop, lambda: version), truth=loop.services.site_truth())
     loop.services.check_policy()  # episodes a dead server failed are kept, as failures with a reason

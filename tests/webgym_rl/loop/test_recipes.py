@@ -188,3 +188,15 @@ def test_the_dry_run_warns_of_a_model_folder_without_a_config(tmp_path):
     assert f"--model {tmp_path / 'empty'} has no config.json (nor adapter_config.json)" in text
     (tmp_path / "empty" / "adapter_config.json").write_text("{}")
     assert f"{tmp_path / 'empty'}: a local LoRA adapter folder" in plan(settings).render()
+
+
+def test_the_dry_run_names_the_site_judge_and_warns_of_a_site_server_it_cannot_read(tmp_path):
+    tasks = tasks_file(tmp_path / "tasks.jsonl")
+    args = ["loop", "--config", "miniwob-cpu", "--dry-run", "--tasks", str(tasks),
+            "--model", str(_model_folder(tmp_path)), "--out", str(tmp_path / "out"), "--judge", "site"]
+    here = CliRunner().invoke(main, args)
+    assert here.exit_code == 0, here.output
+    assert "site: each episode's facts checked against the ground truth" in here.output
+    assert "programmatic" not in here.output.split("judge:")[1].split("\n")[1]
+    elsewhere = CliRunner().invoke(main, [*args, "--sites-url", "http://127.0.0.1:8400"])
+    assert "with --sites-url http://127.0.0.1:8400 it has none to read" in elsewhere.output

@@ -345,3 +345,21 @@ def test_loop_help_shows_the_schedules_the_recipe_and_the_ablation_settings():
                  "--policy-full-rounds", "--fleet", "--ray-address", "--judge-max-screenshots"):
         assert flag in text, flag
     assert "--mode " not in text and "--mode [" not in text  # the episode scheduler is --lockstep
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_site_tasks_are_judged_by_the_truth_of_the_site_server_the_loop_starts(tmp_path, tiny_qwen2_vl):
+    from webgym_sites.generate import site_tasks
+
+    tasks = tmp_path / "site-tasks.jsonl"
+    tasks.write_text("".join(json.dumps(task.to_row()) + "\n" for task in site_tasks(2, sites=("shop",))))
+    settings = _settings(tmp_path, tiny_qwen2_vl, tasks=str(tasks), iterations=1, judge="site",
+                         bootstrap_policy="random", success_threshold=0.0, eval_every=0,
+                         horizons={"site": 2})
+    run_loop(settings)
+    folder = Path(settings.out) / "rollouts" / "round-0000"
+    episodes = read_episodes(folder)
+    assert len(episodes) == 2 and read_manifest(folder)["run"]["judge"] == "site-truth"
+    truth = [json.loads(line) for line in (folder / "truth.jsonl").read_text().splitlines()]
+    assert sorted(row["episode_id"] for row in truth) == sorted(e.episode_id for e in episodes)
