@@ -199,13 +199,7 @@ def history_of(folders: Iterable[tuple[int, Path]]) -> TaskHistory:
 
 def check_tasks(settings: LoopSettings, tasks: Sequence[Task], where: str) -> None:
     """Refuse a judge that cannot score these tasks: the programmatic judge reads the environment's
-    own reward, which a website does not keep; the site judge reads the ground truth of the site server
-    the loop runs itself, so not of one at --sites-url."""
-    if settings.judge.kind == "site" and settings.env.sites_url and not settings.fleet.enabled:
-        raise LoopSettingsError(
-            f"judge.kind (--judge): site checks each episode against the ground truth of the site server the "
-            f"loop runs itself; with --sites-url {settings.env.sites_url} the loop cannot read that server's "
-            "truth. Leave out --sites-url, or judge with --judge rubric")
+    own reward, which a website does not keep."""
     if settings.judge.kind != "programmatic":
         return
     without = Counter(task_kind(t).name for t in tasks if not task_kind(t).keeps_reward)
