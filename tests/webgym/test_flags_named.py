@@ -133,7 +133,10 @@ def _doc_pages() -> list[Path]:
             *sorted(p for p in (REPO_ROOT / "docs").rglob("*.md") if generated not in p.parents)]
 
 
-@pytest.mark.parametrize("command, text", _help_pages(), ids=[name for name, _ in _help_pages()])
+HELP_PAGES = _help_pages()
+
+
+@pytest.mark.parametrize("command, text", HELP_PAGES, ids=[name for name, _ in HELP_PAGES])
 def test_every_flag_a_help_names_is_an_option_of_the_command_named(command, text):
     # An option's help that names a flag names one of its own command (its own paragraph of the help).
     assert wrong(text, (command,)) == []
