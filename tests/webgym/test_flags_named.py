@@ -1,9 +1,10 @@
 """Every ``--flag`` that a --help text or a docs page (docs/**/*.md, README.md) names exists on the
 command it is named with.
 
-A mention belongs to the last command named before it in the same paragraph (``webgym-rollout run``,
-or a bare sub-command such as `` `run` `` or ``run ... --truth-url``); in a command's own --help, to
-that command until the text names another. A mention after another program (``mkdocs build
+A mention belongs to the last command named before it in the same passage (a sentence, list item,
+or option of a --help) (``webgym-rollout run``, or a bare sub-command in code such as `` `run` `` or
+`` `run ... --truth-url` ``); in a command's own --help, to that command until the passage names
+another. A mention after another program (``mkdocs build
 --strict``, ``pip install``) is not ours and is left alone; one with no command named before it must
 be an option of some command. The generated CLI reference is --help itself, checked as such.
 """
