@@ -576,6 +576,80 @@ def test_auto_uses_shared_memory_on_loopback_and_falls_back_to_http(tiny_dir, sh
     assert list(shm_dir.iterdir()) == []
 
 
+async def test_reused_buffers_answer_like_the_checkpoint_of_the_same_weights(tiny_dir, shm_dir):
+    """reuse_buffers=True: the pushes go into two files kept in shared memory (the same two names
+    throughout, the server leaves them), each later push copied into the one not served; every
+    push then answers exactly (text, log-probabilities) as the checkpoint of the same weights. A
+    push without it removes the kept files."""
+    other = tiny_model_dir("qwen2_vl", seed=1)
+    first, second = load_model(tiny_dir).state_dict(), load_model(other).state_dict()
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
+    kw = dict(model="tiny", messages=_messages(_data_url((200, 120, 30))), temperature=0, max_tokens=6,
+              logprobs=True, top_logprobs=3)
+    with running_policy_server(settings) as base_url:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        expected = {"first": _reply(await client.chat.completions.create(**kw))[1:]}
+        async with httpx.AsyncClient(timeout=60) as http:
+            reload = await http.post(base_url.removesuffix("/v1") + "/reload", json={"model": str(other)})
+            assert reload.status_code == 200, reload.text
+        expected["second"] = _reply(await client.chat.completions.create(**kw))[1:]
+        assert expected["second"] != expected["first"]
+        names = []
+        # Kept file 0 gets second, file 1 first; then each is written again with the other weights.
+        for version, which in enumerate(["second", "first", "first", "second"], start=2):
+            pushed = push_weights(base_url, second if which == "second" else first, version=version,
+                                  transport="shm", reuse_buffers=True)
+            assert (pushed.version, pushed.transport) == (version, "shm")
+            reply = await client.chat.completions.create(**kw)
+            assert reply.system_fingerprint == f"v{version}" and _reply(reply)[1:] == expected[which]
+            names.append(sorted(path.name for path in shm_dir.iterdir()))
+        assert [len(listed) for listed in names] == [1, 2, 2, 2] and names[1] == names[2] == names[3]
+        push_weights(base_url, first, version=6, transport="shm")
+        assert list(shm_dir.iterdir()) == []
+        assert _reply(await client.chat.completions.create(**kw))[1:] == expected["first"]
+
+
+async def test_a_failed_reused_push_leaves_the_old_weights_serving(tiny_dir, shm_dir, monkeypatch):
+    """A reused push whose copy fails half way (the file written over with garbage first), or that
+    the server refuses, leaves the weights serving untouched: the client never writes into the file
+    served from. Both kept files are then dropped, and the next push starts afresh and is right."""
+    import torch
+
+    from webgym_rl.policy_server import client as push_client
+
+    other = tiny_model_dir("qwen2_vl", seed=1)
+    first, second = load_model(tiny_dir).state_dict(), load_model(other).state_dict()
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
+    kw = dict(model="tiny", messages=_messages(_data_url((30, 120, 200))), temperature=0, max_tokens=6,
+              logprobs=True, top_logprobs=3)
+    with running_policy_server(settings) as base_url:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        before = _reply(await client.chat.completions.create(**kw))
+        push_weights(base_url, second, version=1, transport="shm", reuse_buffers=True)
+        push_weights(base_url, first, version=2, transport="shm", reuse_buffers=True)  # serves file 1
+        assert _reply(await client.chat.completions.create(**kw))[1:] == before[1:]
+
+        def garbage_then_fail(buffer, header, tensors) -> None:
+            buffer[:] = b"\xff" * len(buffer)
+            raise RuntimeError("interrupted")
+
+        with monkeypatch.context() as failing:
+            failing.setattr(push_client, "fill_safetensors_buffer", garbage_then_fail)
+            with pytest.raises(RuntimeError, match="interrupted"):
+                push_weights(base_url, second, version=3, transport="shm", reuse_buffers=True)
+        assert list(shm_dir.iterdir()) == []
+        kept = _reply(await client.chat.completions.create(**kw))
+        assert kept[0] == "v2" and kept[1:] == before[1:]
+        push_weights(base_url, second, version=3, transport="shm", reuse_buffers=True)
+        bad = {**first, next(iter(first)): torch.zeros(2)}
+        with pytest.raises(WeightsRejected, match="expected F32"):
+            push_weights(base_url, bad, version=4, transport="shm", reuse_buffers=True)
+        assert list(shm_dir.iterdir()) == []
+        assert _reply(await client.chat.completions.create(**kw))[0] == "v3"
+        push_weights(base_url, first, version=4, transport="shm", reuse_buffers=True)
+        assert _reply(await client.chat.completions.create(**kw))[1:] == before[1:]
+
+
 def _bad_bodies(weights: dict) -> list[tuple[str, bytes | dict, str, str | None]]:
     """(case, body or state dict, words the error must contain, the key it must name)."""
     import torch

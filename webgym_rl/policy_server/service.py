@@ -148,9 +148,10 @@ class PolicyService:
         """Check `body` (safetensors) against the served model, then copy it in on the worker."""
         return await self._take(body, version, "http", copy_weights, "the body")
 
-    async def push_shared(self, path: str, version: int | None) -> WeightsResponse:
+    async def push_shared(self, path: str, version: int | None, keep: bool = False) -> WeightsResponse:
         """Map the shared-memory file `path`, check it against the served model, then point the
-        model's tensors at it on the worker; the file's name is removed once the weights are in."""
+        model's tensors at it on the worker; the file's name is removed once the weights are in,
+        unless `keep` (the client writes it again for a later push)."""
         started = time.perf_counter()
         mapping, identity = await asyncio.to_thread(map_shared_weights, path, self.max_weights_bytes())
         retired: list = []
@@ -162,7 +163,8 @@ class PolicyService:
             with contextlib.suppress(BufferError):
                 mapping.close()  # refused before any tensor pointed into it
             raise
-        unlink_if_same(path, identity)
+        if not keep:
+            unlink_if_same(path, identity)
         # The old weights are freed on another thread, beside the next generation, not before it.
         asyncio.get_running_loop().run_in_executor(None, retired.clear)
         return response
