@@ -553,7 +553,7 @@ def test_auto_uses_shared_memory_on_loopback_and_falls_back_to_http(tiny_dir, sh
             real.setattr(server, "SHM_DIR", "/dev/shm")
             assert push_weights(base_url, weights).transport == "shm"
 
-        def not_here(path: str, limit: int):
+        def not_here(path: str, limit: int, kept=None):
             raise SharedMemoryUnavailable(f"shm {path!r} does not exist for the server", param="shm")
 
         with monkeypatch.context() as elsewhere:  # as for a server in another container
@@ -648,6 +648,37 @@ async def test_a_failed_reused_push_leaves_the_old_weights_serving(tiny_dir, shm
         assert _reply(await client.chat.completions.create(**kw))[0] == "v3"
         push_weights(base_url, first, version=4, transport="shm", reuse_buffers=True)
         assert _reply(await client.chat.completions.create(**kw))[1:] == before[1:]
+
+
+def test_a_kept_file_is_mapped_once_and_a_new_file_under_its_name_is_not_taken_for_it(shm_dir):
+    """The server's `KeptMappings`: a kept file named again is found mapped (the same mapping,
+    showing what the client wrote since); a new file under the same name is mapped afresh, and a
+    mapping whose name is gone is let go."""
+    from webgym_rl.policy_server.weights import KeptMappings, map_shared_weights
+
+    path = f"{shm_dir}/webgym-weights-kept.safetensors"
+    write_safetensors_file(path, {"w": _tensor([1.0, 2.0])})
+    kept = KeptMappings()
+    first, identity = map_shared_weights(path, 2**20, kept)
+    again, same = map_shared_weights(path, 2**20, kept)
+    assert again is first and same == identity
+    with open(path, "r+b") as file:  # the client writes the next weights into the same file
+        file.seek(len(first) - 4)
+        file.write(b"\x00\x00\x40\x40")
+    assert bytes(again[-4:]) == b"\x00\x00\x40\x40"
+    os.unlink(path)
+    write_safetensors_file(path, {"w": _tensor([5.0, 6.0])})
+    fresh, other = map_shared_weights(path, 2**20, kept)
+    assert fresh is not first and other != identity and first.closed
+    assert bytes(fresh[-8:]) == bytes(_tensor([5.0, 6.0]).numpy())
+    os.unlink(path)
+    assert kept.get(path, other, len(fresh)) is None and fresh.closed
+
+
+def _tensor(values: list[float]):
+    import torch
+
+    return torch.tensor(values, dtype=torch.float32)
 
 
 def _bad_bodies(weights: dict) -> list[tuple[str, bytes | dict, str, str | None]]:
