@@ -675,6 +675,26 @@ def test_a_kept_file_is_mapped_once_and_a_new_file_under_its_name_is_not_taken_f
     assert kept.get(path, other, len(fresh)) is None and fresh.closed
 
 
+def test_the_kept_files_of_a_killed_process_are_removed_by_the_next_one(tiny_dir, shm_dir):
+    """A kept file whose process is gone (killed before its exit could remove it) is removed when
+    another process creates a kept file; a living process's is left, and so is any other file."""
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    stale = shm_dir / f"webgym-weights-keep-{int(gone.stdout)}-0123abcd.safetensors"
+    living = shm_dir / f"webgym-weights-keep-{os.getppid()}-0123abcd.safetensors"
+    other = shm_dir / "webgym-weights-0123abcd.safetensors"
+    for path in (stale, living, other):
+        path.write_bytes(b"old")
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, served_model_name="tiny")
+    with running_policy_server(settings) as base_url:
+        push_weights(base_url, load_model(tiny_dir).state_dict(), transport="shm", reuse_buffers=True)
+        left = {path.name for path in shm_dir.iterdir()}
+        assert stale.name not in left and {living.name, other.name} <= left and len(left) == 3
+
+
 def _tensor(values: list[float]):
     import torch
 

@@ -15,6 +15,7 @@ import json
 import logging
 import mmap
 import os
+import re
 import threading
 import time
 import uuid
@@ -137,10 +138,32 @@ def _discard_kept_files() -> None:
         kept.discard()
 
 
+_KEPT_NAME = re.compile(r"webgym-weights-keep-(\d+)-[0-9a-f]+\.safetensors")
+"""A kept file's name: it carries the pid of the process that keeps it."""
+
+
+def _remove_stale_kept_files() -> None:
+    """Remove the kept files of processes of this user that are gone (killed before their exit
+    could remove them)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(SHM_DIR):
+            found = _KEPT_NAME.fullmatch(entry.name)
+            if found is None or entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
+            try:
+                os.kill(int(found[1]), 0)
+            except ProcessLookupError:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+            except OSError:  # alive, another user's
+                continue
+
+
 def _new_kept_file(state_dict: Mapping[str, Any], metadata: Mapping[str, str] | None,
                    header: bytes) -> _KeptFile:
     """A new file in `SHM_DIR` holding `state_dict`, written and mapped for the pushes after."""
-    path = f"{SHM_DIR}/webgym-weights-{uuid.uuid4().hex}.safetensors"
+    _remove_stale_kept_files()
+    path = f"{SHM_DIR}/webgym-weights-keep-{os.getpid()}-{uuid.uuid4().hex}.safetensors"
     try:
         size = write_safetensors_file(path, state_dict, metadata)
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -233,7 +256,8 @@ def push_weights(base_url: str, state_dict: Mapping[str, Any], *, version: int |
     from, copying the tensors straight into pages already in memory (about half the cost of a new
     file, whose pages the kernel allocates and zeroes first); the server leaves the name in place.
     Costs a second copy of the weights in shared memory while the process lives (the files are
-    removed at exit, after a failed push, and by a push to the same server without it). A push that
+    removed at exit, after a failed push, and by a push to the same server without it; those of a
+    killed process by the next process of the user that creates one). A push that
     fails or is interrupted leaves the server on the weights it had: it never serves from the file
     being written.
 
