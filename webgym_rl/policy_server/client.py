@@ -4,7 +4,10 @@ Two forms (`webgym_rl.policy_server.weights` is the server's side): a file in sh
 (`SHM_DIR`), written here and named to the server, which maps it and serves from it, for a server on
 this machine; or the same safetensors bytes as an HTTP body, streamed from the tensors, for a
 server elsewhere. The file is written by `webgym_rl.policy_server.codec` (tied tensors under each
-of their names). Chat completions need no client of ours: any OpenAI client speaks to the server.
+of their names). With ``reuse_buffers`` two files per server stay between pushes and each push is
+copied into the one not served from (`_KeptFiles`): a copy into pages already in memory, about half
+the cost of a new file. Chat completions need no client of ours: any OpenAI client speaks to the
+server.
 """
 
 from __future__ import annotations

@@ -12,7 +12,10 @@ old tensors are freed on another thread, beside the next generation. A tied tens
 the view of its first name, so they stay one tensor. The views keep the mapping alive: it goes, and
 its memory with it, when the next shared-memory push points the tensors elsewhere or a /reload drops
 the model. Once the weights are in, the server removes the file's name (`unlink_if_same`), and the
-client removes it in any case, so /dev/shm keeps nothing. Where views cannot stand in (a model not
+client removes it in any case, so /dev/shm keeps nothing; unless the request says ``keep``
+(``push_weights(reuse_buffers=True)``): the client keeps two files and writes each push into the
+one not served from, the server leaves the name and keeps its mapping for the next time the file
+is named (`KeptMappings`). Where views cannot stand in (a model not
 on the CPU, unaligned offsets, tensors that overlap partially: `view_groups`) the file is copied
 from like a body.
 
