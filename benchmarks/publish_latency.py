@@ -298,7 +298,7 @@ def _report(size: str, result: dict[str, Any], built_s: float) -> None:
           f"float32 weights (built in {built_s:.1f} s; load average {os.getloadavg()[0]:.2f})")
     for path in paths:
         label, keys = PHASES[path]
-        print(f"  {label + ':':34}{_spread([r['total'] for r in result[path]])}")
+        print(f"  {label + ':':37}{_spread([r['total'] for r in result[path]])}")
         print(f"      phases, median ms: {_phases(result[path], keys)}")
     to_step = ", ".join(f"{path} {_ms([r['total_step'] for r in result[path]])}" for path in paths)
     steps = ", ".join(f"{path} {_ms([r['step'] for r in result[path]])}" for path in paths)
