@@ -2,14 +2,17 @@
 
 The trainer holds a torch model in this process; the CPU policy server (``webgym-rollout
 serve-policy``) runs as a separate process on 127.0.0.1, as in the RL loop, one server per path
-(so each server is in the steady state of its own path). Three ways to publish, alternated
-(folder, shm, http, folder, shm, http, ...) after one untimed warm-up of each:
+(so each server is in the steady state of its own path). Four ways to publish, alternated
+(folder, shm, shm-reuse, http, folder, ...) after one untimed warm-up of each:
 
 - folder: ``model.save_pretrained(DIR)`` + ``processor.save_pretrained(DIR)`` (what a trainer
   publishing a checkpoint writes), ``POST /reload {"model": DIR, "version": N}``;
 - shm: ``push_weights(url, model.state_dict(), version=N, transport="shm")``: the trainer writes
   the weights into a new file in /dev/shm and names it in a small request; the server maps it and
   points its tensors at it (no copy), `webgym_rl.policy_server`;
+- shm-reuse: the same with ``reuse_buffers=True``: the trainer keeps two files in /dev/shm and
+  copies the tensors straight into the one the server is not serving from (pages already in
+  memory: nothing allocated or zeroed), the server points its tensors at it and leaves the name;
 - http: the same with ``transport="http"``: the safetensors bytes as the request body, copied into
   the served tensors (the form for a server on another machine).
 
@@ -23,10 +26,11 @@ total until that step is answered: what the first agent step after a publish wai
 Phases reported: folder = save / request (``/reload`` round trip; the server's load inside) /
 probe reply; shm = write (the trainer's file in /dev/shm) / request (round trip: the server maps
 the file, faulting its pages in, checks the header, waits for the worker, points the tensors) /
-probe reply; http = push (stream + the server's check and copy) / probe reply. Each as the
+probe reply; shm-reuse = the same, write being the copy into the kept file; http = push (stream +
+the server's check and copy) / probe reply. Each as the
 median over the repeats, totals with their range; the ratio folder / memory is that of the
 medians (and the median of the per-repeat ratios). Target: shm at least 5x faster than the folder
-round trip for the ~100M model.
+round trip for the ~100M model (the better of shm and shm-reuse).
 
 Fairness: the folder path here never touches a disk. ``save_pretrained`` writes into the page
 cache and transformers loads safetensors by mmap, so ``/reload`` reads nothing (the first reply
@@ -40,7 +44,7 @@ the tiny test model and a ~100M parameter one built from `TinyModelSettings` (hi
 layers, vision width 576; the exact count is printed).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/publish_latency.py [--repeats 9] [--sizes tiny,100m] \
-        [--paths folder,shm,http] [--pause-s 0]
+        [--paths folder,shm,shm-reuse,http] [--pause-s 0]
 
 `measure_publish_latency(model_dir, repeats)` runs one model and returns the figures (another
 benchmark can reuse it).
@@ -87,7 +91,7 @@ SIZES = {
     "100m": TinyModelSettings(hidden_size=768, num_layers=12, vision_width=576, heads=12),
 }
 """Model sizes by name: the tiny test model and one of about 100M parameters."""
-PATHS = ("folder", "shm", "http")
+PATHS = ("folder", "shm", "shm-reuse", "http")
 """The ways to publish, in the order each repeat runs them."""
 SERVED_NAME = "bench"
 TARGET_RATIO = 5.0
@@ -199,10 +203,12 @@ def _publish_folder(model, processor, folder: Path, http: httpx.Client, root: st
             **_replies(http, root, version, step, reloaded, started)}
 
 
-def _publish_memory(model, transport: str, http: httpx.Client, root: str, version: int,
+def _publish_memory(model, path: str, http: httpx.Client, root: str, version: int,
                     step: dict) -> dict[str, float]:
+    transport = path.removesuffix("-reuse")
     started = time.perf_counter()
-    answer = push_weights(root, model.state_dict(), version=version, client=http, transport=transport)
+    answer = push_weights(root, model.state_dict(), version=version, client=http, transport=transport,
+                          reuse_buffers=path == "shm-reuse")
     pushed = time.perf_counter()
     if answer.transport != transport:
         raise SystemExit(f"asked for a {transport} push, the weights went by {answer.transport}")
@@ -279,6 +285,8 @@ PHASES = {
     "folder": ("folder (save + /reload + probe)", ["save", "request", "server_load", "probe"]),
     "shm": ("shm (write + request + probe)", ["write", "request", "server_check", "server_queued",
                                               "server_swap", "probe"]),
+    "shm-reuse": ("shm-reuse (copy + request + probe)", ["write", "request", "server_check", "server_queued",
+                                                         "server_swap", "probe"]),
     "http": ("http (push + probe)", ["request", "server_check", "server_swap", "probe"]),
 }
 """Per path: its label and the phases printed (http's request is the whole push)."""
@@ -290,7 +298,7 @@ def _report(size: str, result: dict[str, Any], built_s: float) -> None:
           f"float32 weights (built in {built_s:.1f} s; load average {os.getloadavg()[0]:.2f})")
     for path in paths:
         label, keys = PHASES[path]
-        print(f"  {label + ':':34}{_spread([r['total'] for r in result[path]])}")
+        print(f"  {label + ':':37}{_spread([r['total'] for r in result[path]])}")
         print(f"      phases, median ms: {_phases(result[path], keys)}")
     to_step = ", ".join(f"{path} {_ms([r['total_step'] for r in result[path]])}" for path in paths)
     steps = ", ".join(f"{path} {_ms([r['step'] for r in result[path]])}" for path in paths)
@@ -333,10 +341,14 @@ def main() -> None:
             built = time.perf_counter() - started
             results[size] = measure_publish_latency(model_dir, args.repeats, args.pause_s, paths)
             _report(size, results[size], built)
-    if "100m" in results and {"folder", "shm"} <= set(paths):
-        ratio = _ratio(results["100m"]["folder"], results["100m"]["shm"], "total")[0]
+    shared = [path for path in ("shm", "shm-reuse") if path in paths]
+    if "100m" in results and "folder" in paths and shared:
+        folder = results["100m"]["folder"]
+        ratios = {path: _ratio(folder, results["100m"][path], "total")[0] for path in shared}
+        best = max(ratios.values())
         print(f"\ntarget: in-memory publish >= {TARGET_RATIO:.0f}x faster than the folder round trip for "
-              f"the ~100M model: shm {ratio:.2f}x, {'met' if ratio >= TARGET_RATIO else 'missed'}")
+              f"the ~100M model: " + ", ".join(f"{path} {ratio:.2f}x" for path, ratio in ratios.items())
+              + f", {'met' if best >= TARGET_RATIO else 'missed'}")
 
 
 if __name__ == "__main__":

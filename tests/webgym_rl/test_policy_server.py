@@ -553,7 +553,7 @@ def test_auto_uses_shared_memory_on_loopback_and_falls_back_to_http(tiny_dir, sh
             real.setattr(server, "SHM_DIR", "/dev/shm")
             assert push_weights(base_url, weights).transport == "shm"
 
-        def not_here(path: str, limit: int):
+        def not_here(path: str, limit: int, kept=None):
             raise SharedMemoryUnavailable(f"shm {path!r} does not exist for the server", param="shm")
 
         with monkeypatch.context() as elsewhere:  # as for a server in another container
@@ -574,6 +574,131 @@ def test_auto_uses_shared_memory_on_loopback_and_falls_back_to_http(tiny_dir, sh
             assert (pushed.transport, pushed.version) == ("http", 3)
         assert push_weights(base_url, weights, transport="http").transport == "http"
     assert list(shm_dir.iterdir()) == []
+
+
+async def test_reused_buffers_answer_like_the_checkpoint_of_the_same_weights(tiny_dir, shm_dir):
+    """reuse_buffers=True: the pushes go into two files kept in shared memory (the same two names
+    throughout, the server leaves them), each later push copied into the one not served; every
+    push then answers exactly (text, log-probabilities) as the checkpoint of the same weights. A
+    push without it removes the kept files."""
+    other = tiny_model_dir("qwen2_vl", seed=1)
+    first, second = load_model(tiny_dir).state_dict(), load_model(other).state_dict()
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
+    kw = dict(model="tiny", messages=_messages(_data_url((200, 120, 30))), temperature=0, max_tokens=6,
+              logprobs=True, top_logprobs=3)
+    with running_policy_server(settings) as base_url:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        expected = {"first": _reply(await client.chat.completions.create(**kw))[1:]}
+        async with httpx.AsyncClient(timeout=60) as http:
+            reload = await http.post(base_url.removesuffix("/v1") + "/reload", json={"model": str(other)})
+            assert reload.status_code == 200, reload.text
+        expected["second"] = _reply(await client.chat.completions.create(**kw))[1:]
+        assert expected["second"] != expected["first"]
+        names = []
+        # Kept file 0 gets second, file 1 first; then each is written again with the other weights.
+        for version, which in enumerate(["second", "first", "first", "second"], start=2):
+            pushed = push_weights(base_url, second if which == "second" else first, version=version,
+                                  transport="shm", reuse_buffers=True)
+            assert (pushed.version, pushed.transport) == (version, "shm")
+            reply = await client.chat.completions.create(**kw)
+            assert reply.system_fingerprint == f"v{version}" and _reply(reply)[1:] == expected[which]
+            names.append(sorted(path.name for path in shm_dir.iterdir()))
+        assert [len(listed) for listed in names] == [1, 2, 2, 2] and names[1] == names[2] == names[3]
+        push_weights(base_url, first, version=6, transport="shm")
+        assert list(shm_dir.iterdir()) == []
+        assert _reply(await client.chat.completions.create(**kw))[1:] == expected["first"]
+
+
+async def test_a_failed_reused_push_leaves_the_old_weights_serving(tiny_dir, shm_dir, monkeypatch):
+    """A reused push whose copy fails half way (the file written over with garbage first), or that
+    the server refuses, leaves the weights serving untouched: the client never writes into the file
+    served from. Both kept files are then dropped, and the next push starts afresh and is right."""
+    import torch
+
+    from webgym_rl.policy_server import client as push_client
+
+    other = tiny_model_dir("qwen2_vl", seed=1)
+    first, second = load_model(tiny_dir).state_dict(), load_model(other).state_dict()
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
+    kw = dict(model="tiny", messages=_messages(_data_url((30, 120, 200))), temperature=0, max_tokens=6,
+              logprobs=True, top_logprobs=3)
+    with running_policy_server(settings) as base_url:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        before = _reply(await client.chat.completions.create(**kw))
+        push_weights(base_url, second, version=1, transport="shm", reuse_buffers=True)
+        push_weights(base_url, first, version=2, transport="shm", reuse_buffers=True)  # serves file 1
+        assert _reply(await client.chat.completions.create(**kw))[1:] == before[1:]
+
+        def garbage_then_fail(buffer, header, tensors) -> None:
+            buffer[:] = b"\xff" * len(buffer)
+            raise RuntimeError("interrupted")
+
+        with monkeypatch.context() as failing:
+            failing.setattr(push_client, "fill_safetensors_buffer", garbage_then_fail)
+            with pytest.raises(RuntimeError, match="interrupted"):
+                push_weights(base_url, second, version=3, transport="shm", reuse_buffers=True)
+        assert list(shm_dir.iterdir()) == []
+        kept = _reply(await client.chat.completions.create(**kw))
+        assert kept[0] == "v2" and kept[1:] == before[1:]
+        push_weights(base_url, second, version=3, transport="shm", reuse_buffers=True)
+        bad = {**first, next(iter(first)): torch.zeros(2)}
+        with pytest.raises(WeightsRejected, match="expected F32"):
+            push_weights(base_url, bad, version=4, transport="shm", reuse_buffers=True)
+        assert list(shm_dir.iterdir()) == []
+        assert _reply(await client.chat.completions.create(**kw))[0] == "v3"
+        push_weights(base_url, first, version=4, transport="shm", reuse_buffers=True)
+        assert _reply(await client.chat.completions.create(**kw))[1:] == before[1:]
+
+
+def test_a_kept_file_is_mapped_once_and_a_new_file_under_its_name_is_not_taken_for_it(shm_dir):
+    """The server's `KeptMappings`: a kept file named again is found mapped (the same mapping,
+    showing what the client wrote since); a new file under the same name is mapped afresh, and a
+    mapping whose name is gone is let go."""
+    from webgym_rl.policy_server.weights import KeptMappings, map_shared_weights
+
+    path = f"{shm_dir}/webgym-weights-kept.safetensors"
+    write_safetensors_file(path, {"w": _tensor([1.0, 2.0])})
+    kept = KeptMappings()
+    first, identity = map_shared_weights(path, 2**20, kept)
+    again, same = map_shared_weights(path, 2**20, kept)
+    assert again is first and same == identity
+    with open(path, "r+b") as file:  # the client writes the next weights into the same file
+        file.seek(len(first) - 4)
+        file.write(b"\x00\x00\x40\x40")
+    assert bytes(again[-4:]) == b"\x00\x00\x40\x40"
+    os.unlink(path)
+    write_safetensors_file(path, {"w": _tensor([5.0, 6.0])})
+    fresh, other = map_shared_weights(path, 2**20, kept)
+    assert fresh is not first and other != identity and first.closed
+    assert bytes(fresh[-8:]) == bytes(_tensor([5.0, 6.0]).numpy())
+    os.unlink(path)
+    assert kept.get(path, other, len(fresh)) is None and fresh.closed
+
+
+def test_the_kept_files_of_a_killed_process_are_removed_by_the_next_one(tiny_dir, shm_dir):
+    """A kept file whose process is gone (killed before its exit could remove it) is removed when
+    another process creates a kept file; a living process's is left, and so is any other file."""
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    stale = shm_dir / f"webgym-weights-keep-{int(gone.stdout)}-0123abcd.safetensors"
+    living = shm_dir / f"webgym-weights-keep-{os.getppid()}-0123abcd.safetensors"
+    other = shm_dir / "webgym-weights-0123abcd.safetensors"
+    for path in (stale, living, other):
+        path.write_bytes(b"old")
+    settings = PolicyServerSettings(model=str(tiny_dir), port=0, served_model_name="tiny")
+    with running_policy_server(settings) as base_url:
+        push_weights(base_url, load_model(tiny_dir).state_dict(), transport="shm", reuse_buffers=True)
+        left = {path.name for path in shm_dir.iterdir()}
+        assert stale.name not in left and {living.name, other.name} <= left and len(left) == 3
+
+
+def _tensor(values: list[float]):
+    import torch
+
+    return torch.tensor(values, dtype=torch.float32)
 
 
 def _bad_bodies(weights: dict) -> list[tuple[str, bytes | dict, str, str | None]]:

@@ -139,13 +139,14 @@ class ResidentTrainer:
 
     def push(self, base_url: str, version: int) -> dict[str, Any]:
         """Send the servable weights to the policy server at `base_url` (``POST /weights``) as
-        `version`, in memory."""
+        `version`, in memory (on this machine: into one of two shared-memory files kept between
+        versions, whose pages need no allocating)."""
         from webgym_rl.policy_server import push_weights  # lazy: imports fastapi, starlette
 
         began = time.perf_counter()
         weights = self.trainer.servable_state_dict()
         if weights is not None:  # the main process sends
-            push_weights(base_url, weights, version=version,
+            push_weights(base_url, weights, version=version, reuse_buffers=True,
                          image_processor=image_processor_config(self.trainer.processor))
         self.trainer.accelerator.wait_for_everyone()
         return {"publish_s": time.perf_counter() - began}

@@ -34,7 +34,9 @@ to vLLM in production, so tests, the demo and the CPU RL loop need no GPU:
   ``state_dict()`` (same keys, shapes and dtypes) as a safetensors file, in one of two forms:
   ``Content-Type: application/json`` ``{"shm": "/dev/shm/webgym-weights-<name>.safetensors",
   "version": N}`` names a file in shared memory (a client on this machine): the server maps it and
-  points the served model's tensors at it, no copy, then removes the name; or
+  points the served model's tensors at it, no copy, then removes the name (with ``"keep": true``
+  it leaves the name: the client writes the file again for a later push, never while it is
+  served from); or
   ``Content-Type: application/octet-stream`` with the file as the body (``?version=N``; a client
   on another machine): copied into the served model's own tensors. ``version`` as for /reload; the
   processor, config and ``root`` stay. Weights that are not safetensors or do not match are refused

@@ -155,7 +155,8 @@ async def _take_weights(service: PolicyService, request: Request, version: int |
         if None not in (version, shared.version) and version != shared.version:
             raise WeightsRejected(f"version {version} in the URL and {shared.version} in the body "
                                   "disagree; give it once", param="version")
-        return await service.push_shared(shared.shm, shared.version if version is None else version)
+        return await service.push_shared(shared.shm, shared.version if version is None else version,
+                                         keep=shared.keep)
     if kind != "application/octet-stream":
         # Not a content type a web page may send without asking first (CORS preflight).
         raise WeightsRejected(f"Content-Type {kind or 'none'!r}: send application/octet-stream (a "

@@ -21,8 +21,8 @@ from typing import Any
 
 from webgym_rl.errors import WeightsPushFailed, WeightsRejected
 
-__all__ = ["TensorSlot", "read_header", "safetensors_bytes", "safetensors_dtype_name", "safetensors_layout",
-           "safetensors_pieces", "write_safetensors_file"]
+__all__ = ["TensorSlot", "fill_safetensors_buffer", "read_header", "safetensors_bytes",
+           "safetensors_dtype_name", "safetensors_layout", "safetensors_pieces", "write_safetensors_file"]
 
 # safetensors dtype names <-> torch dtype attribute names (the formats' own spellings).
 _SAFETENSORS_DTYPES = {
@@ -156,3 +156,20 @@ def write_safetensors_file(path: str, state_dict: Mapping[str, Any],
     finally:
         os.close(fd)
     return size
+
+
+def fill_safetensors_buffer(buffer: mmap.mmap, header: bytes, tensors: list[Any]) -> None:
+    """Write the safetensors file that `safetensors_layout` gave as (`header`, `tensors`) into
+    `buffer` (a writable mapping of exactly its size): the header, then each tensor copied straight
+    into its bytes (one copy, from any device, contiguous or not; no intermediate bytes)."""
+    import torch  # optional: torch
+
+    buffer[:len(header)] = header
+    offset = len(header)
+    with torch.no_grad():
+        for tensor in tensors:
+            if tensor.numel():
+                target = torch.frombuffer(buffer, dtype=tensor.dtype, count=tensor.numel(), offset=offset)
+                target.view(tensor.shape).copy_(tensor)
+                del target  # an export of `buffer`: it could not be closed while one is alive
+            offset += tensor.numel() * tensor.element_size()

@@ -184,6 +184,9 @@ class SharedWeightsRequest(BaseModel):
     file (not a link) of the server's user, mode 0600, holding a safetensors file."""
     version: int | None = Field(None, ge=0)
     """The version of the new weights (default: the serving version + 1)."""
+    keep: bool = False
+    """The client writes the file again for a later push (``push_weights(reuse_buffers=True)``,
+    never while it is served from): the server leaves its name in place instead of removing it."""
 
 
 class WeightsResponse(BaseModel):

@@ -47,6 +47,7 @@ from webgym_rl.policy_server.protocol import (
 from webgym_rl.policy_server.settings import PolicyServerSettings
 from webgym_rl.policy_server.weights import (
     WEIGHTS_HEADER_ALLOWANCE,
+    KeptMappings,
     check_weights,
     copy_weights,
     map_shared_weights,
@@ -71,6 +72,7 @@ class PolicyService:
         self.requests_served = 0
         self.reloads = 0
         self.weight_pushes = 0
+        self._kept = KeptMappings()
 
     def _generate_now(self, request: ChatCompletionRequest, messages: list[dict], images: list,
                       max_new_tokens: int) -> tuple[int, Generation]:
@@ -138,6 +140,7 @@ class PolicyService:
             # One reference swap: a generation already running holds the old `ServedPolicy` to its end;
             # each later one reads the new one (and its version) when it starts on the worker.
             self.policy = policy
+            self._kept.clear()  # the new model's tensors are its own
             self.reloads += 1
             logger.info("reloaded: %s (v%d) -> %s (v%d)", previous, previous_version, request.model, version)
             return ReloadResponse(model=self.settings.name, checkpoint=request.model,
@@ -146,23 +149,30 @@ class PolicyService:
 
     async def push(self, body: bytearray, version: int | None) -> WeightsResponse:
         """Check `body` (safetensors) against the served model, then copy it in on the worker."""
+        self._kept.clear()
         return await self._take(body, version, "http", copy_weights, "the body")
 
-    async def push_shared(self, path: str, version: int | None) -> WeightsResponse:
+    async def push_shared(self, path: str, version: int | None, keep: bool = False) -> WeightsResponse:
         """Map the shared-memory file `path`, check it against the served model, then point the
-        model's tensors at it on the worker; the file's name is removed once the weights are in."""
+        model's tensors at it on the worker; the file's name is removed once the weights are in,
+        unless `keep` (the client writes it again for a later push)."""
         started = time.perf_counter()
-        mapping, identity = await asyncio.to_thread(map_shared_weights, path, self.max_weights_bytes())
+        if not keep:
+            self._kept.clear()
+        mapping, identity = await asyncio.to_thread(map_shared_weights, path, self.max_weights_bytes(),
+                                                    self._kept if keep else None)
         retired: list = []
         point = functools.partial(point_weights, retired=retired)
         try:
             response = await self._take(mapping, version, "shm", point, f"shm {path!r}",
                                         time.perf_counter() - started)
         except WeightsRejected:
+            self._kept.drop(identity)
             with contextlib.suppress(BufferError):
                 mapping.close()  # refused before any tensor pointed into it
             raise
-        unlink_if_same(path, identity)
+        if not keep:
+            unlink_if_same(path, identity)
         # The old weights are freed on another thread, beside the next generation, not before it.
         asyncio.get_running_loop().run_in_executor(None, retired.clear)
         return response

@@ -12,7 +12,10 @@ old tensors are freed on another thread, beside the next generation. A tied tens
 the view of its first name, so they stay one tensor. The views keep the mapping alive: it goes, and
 its memory with it, when the next shared-memory push points the tensors elsewhere or a /reload drops
 the model. Once the weights are in, the server removes the file's name (`unlink_if_same`), and the
-client removes it in any case, so /dev/shm keeps nothing. Where views cannot stand in (a model not
+client removes it in any case, so /dev/shm keeps nothing; unless the request says ``keep``
+(``push_weights(reuse_buffers=True)``): the client keeps two files and writes each push into the
+one not served from, the server leaves the name and keeps its mapping for the next time the file
+is named (`KeptMappings`). Where views cannot stand in (a model not
 on the CPU, unaligned offsets, tensors that overlap partially: `view_groups`) the file is copied
 from like a body.
 
@@ -53,8 +56,8 @@ from webgym_rl.policy_server.codec import TensorSlot, read_header
 from webgym_rl.policy_server.model import ServedPolicy
 from webgym_rl.policy_server.protocol import IMAGE_PROCESSOR_METADATA, SHM_DIR
 
-__all__ = ["WEIGHTS_HEADER_ALLOWANCE", "check_weights", "copy_weights", "map_shared_weights", "point_weights",
-           "unlink_if_same", "view_groups"]
+__all__ = ["WEIGHTS_HEADER_ALLOWANCE", "KeptMappings", "check_weights", "copy_weights", "map_shared_weights",
+           "point_weights", "unlink_if_same", "view_groups"]
 
 WEIGHTS_HEADER_ALLOWANCE = 16 * 2**20
 """Bytes a /weights body may hold beyond the served weights: the safetensors header."""
@@ -190,9 +193,53 @@ def point_weights(policy: ServedPolicy, mapping: mmap.mmap, slots: dict[str, Ten
     return started, time.perf_counter()
 
 
-def map_shared_weights(path: str, limit: int) -> tuple[mmap.mmap, tuple[int, int]]:
+class KeptMappings:
+    """The server's mappings of the files a client keeps between pushes (``keep``), by (device,
+    inode): a push naming one again finds it mapped (no new mapping whose page tables are filled
+    again, ~15 ms for 400 MB). A mapping holds its file alive, so no other file can have its
+    (device, inode) meanwhile: a match is the same file, with the bytes the client wrote since. At
+    most `limit` are kept; one whose name is gone (the client dropped it) is let go at the next
+    kept push, and all of them by a push that is not kept or a /reload."""
+
+    def __init__(self, limit: int = 2):
+        self.limit = limit
+        self._mappings: dict[tuple[int, int], tuple[str, int, mmap.mmap]] = {}
+
+    def get(self, path: str, identity: tuple[int, int], size: int) -> mmap.mmap | None:
+        """The mapping of the file `path` names (`identity`, `size` bytes) if kept; prunes the rest."""
+        for known, (name, _, _) in list(self._mappings.items()):
+            with contextlib.suppress(OSError):
+                info = os.stat(name, follow_symlinks=False)
+                if (info.st_dev, info.st_ino) == known:
+                    continue
+            self.drop(known)
+        entry = self._mappings.get(identity)
+        if entry is None or (entry[0], entry[1]) != (path, size) or entry[2].closed:
+            return None
+        return entry[2]
+
+    def add(self, path: str, identity: tuple[int, int], mapping: mmap.mmap) -> None:
+        self._mappings[identity] = (path, len(mapping), mapping)
+        while len(self._mappings) > self.limit:
+            self.drop(next(iter(self._mappings)))
+
+    def drop(self, identity: tuple[int, int]) -> None:
+        """Let the mapping of `identity` go (unmapped now, or when the last tensor viewing it goes)."""
+        entry = self._mappings.pop(identity, None)
+        if entry is not None:
+            with contextlib.suppress(BufferError):
+                entry[2].close()
+
+    def clear(self) -> None:
+        for identity in list(self._mappings):
+            self.drop(identity)
+
+
+def map_shared_weights(path: str, limit: int,
+                       kept: KeptMappings | None = None) -> tuple[mmap.mmap, tuple[int, int]]:
     """Open and map the shared-memory weights file `path` (pages faulted in now, not during the
-    next generation); returns the mapping and the file's (device, inode). Refuses with
+    next generation), or with `kept` find it mapped already (and keep a new mapping there);
+    returns the mapping and the file's (device, inode). Refuses with
     `WeightsRejected` (param ``shm``) a path other than `SHM_DIR`/webgym-weights-<name>.safetensors,
     a symbolic link, anything but a regular file of the server's user with one link and no write
     permission for others, and a file larger than `limit`; a missing file is
@@ -229,8 +276,13 @@ def map_shared_weights(path: str, limit: int) -> tuple[mmap.mmap, tuple[int, int
         if not 8 <= info.st_size <= limit:
             raise refuse(f"holds {info.st_size} bytes; a safetensors file of the served model's weights "
                          f"holds 8 to {limit}")
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        return mmap.mmap(fd, info.st_size, flags=flags), (info.st_dev, info.st_ino)
+        identity = (info.st_dev, info.st_ino)
+        if kept is not None and (known := kept.get(path, identity, info.st_size)) is not None:
+            return known, identity
+        mapping = mmap.mmap(fd, info.st_size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+        if kept is not None:
+            kept.add(path, identity, mapping)
+        return mapping, identity
     finally:
         os.close(fd)
 
