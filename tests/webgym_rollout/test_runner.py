@@ -315,6 +315,19 @@ class LengthPolicy:
                               memory="-", intention="-")
 
 
+class CountingGate:
+    """An `EpisodeGate` that admits at once and counts."""
+
+    def __init__(self):
+        self.admitted = self.released = 0
+
+    async def admit(self) -> None:
+        self.admitted += 1
+
+    def release(self) -> None:
+        self.released += 1
+
+
 @pytest.mark.browser
 async def test_longest_first_starts_the_longer_episodes_first_with_the_same_results(tmp_path, sites_url,
                                                                                      browser_url):
@@ -329,12 +342,13 @@ async def test_longest_first_starts_the_longer_episodes_first_with_the_same_resu
     kinds = {episode_id(task_id, a, 0): task_id.split("-")[0] for task_id, a in jobs}
     rows, starts = {}, {}
     for order in ("given", "longest"):
-        policy = LengthPolicy(kinds)
+        policy, gate = LengthPolicy(kinds), CountingGate()
         settings = _settings(tmp_path, tasks=path, servers=(browser_url,), out=tmp_path / order,
                              rollout={"concurrency": 1, "attempts": 2, "start_order": order},
                              env={"sites_url": sites_url, "horizons": {"miniwob": 3}})
-        report = await run(settings, policy=policy)
+        report = await run(settings, policy=policy, gate=gate)
         assert report.episodes == 12 and not report.errors
+        assert gate.admitted == gate.released == 12  # the gate admits each job once, no more
         rows[order] = sorted((r["task_id"], r["attempt"], r["num_steps"], r["status"])
                              for r in _rows(tmp_path / order))
         starts[order] = [kinds[e] for e in policy.first_calls]

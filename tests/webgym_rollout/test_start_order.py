@@ -30,7 +30,8 @@ def _drain(queue: StartQueue) -> list[Job]:
 
 
 def test_given_keeps_the_order_of_the_tasks_and_longest_starts_the_largest_budgets_first():
-    jobs, budgets = _jobs([("a", "site-a", 10), ("b", "site-b", 30), ("c", "site-c", 20), ("d", "site-b", 30)])
+    jobs, budgets = _jobs([("a", "site-a", 10), ("b", "site-b", 30), ("c", "site-c", 20),
+                           ("d", "site-b", 30)])
     assert _drain(StartQueue(jobs, lambda t: budgets[t.task_id], order="given")) == jobs
     started = _drain(StartQueue(jobs, lambda t: budgets[t.task_id]))
     assert [j.task.task_id for j in started] == ["b", "d", "c", "a"]

@@ -46,8 +46,9 @@ says they are a bug to report and names the first one's exception and where it w
 
 The package's modules, one concept each: `settings` (`RolloutSettings`, `RunSettings`), `episode`
 (one episode as the schedules play it, the run's counters), `schedules` (asynchronous and
-lockstep), `order` (the order the asynchronous schedule starts episodes in), `finisher` (judging, the sites' ground truth, writing), `progress` (the live display),
-`report` (`RunReport`), `rollout` (`run`) and `cli` (``webgym-rollout run``).
+lockstep), `order` (the order the asynchronous schedule starts episodes in), `finisher` (judging,
+the sites' ground truth, writing), `progress` (the live display), `report` (`RunReport`), `rollout`
+(`run`) and `cli` (``webgym-rollout run``).
 """
 
 from __future__ import annotations

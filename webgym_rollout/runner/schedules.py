@@ -66,16 +66,18 @@ async def run_async(queue: StartQueue, ctx: RunContext, finisher: EpisodeFinishe
     """`concurrency` episode slots, each starting the queue's next job as soon as its episode ends;
     `gate` admits each episode before it starts (the job is chosen once admitted)."""
 
+    unclaimed = len(queue)
+
     async def worker() -> None:
-        # Each worker is one episode slot: when its episode ends, the next job starts at once.
-        while True:
+        nonlocal unclaimed
+        # Each worker is one episode slot: when its episode ends, the next job starts at once. The
+        # slot claims a job before admission (a gate counts what it admits) and chooses it after.
+        while unclaimed > 0:
+            unclaimed -= 1
             if gate is not None:
                 await gate.admit()
             job = queue.next()
-            if job is None:
-                if gate is not None:
-                    gate.release()
-                return
+            assert job is not None  # one claimed job is left per claim
             ep = LiveEpisode(job, ctx)
             _log_start(job)
             ctx.stats.running += 1
