@@ -25,6 +25,10 @@ episode's time went per step and the CPU seconds per step of the runner and of t
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_async_vs_sync.py [--episodes 480]
         [--concurrency 40] [--policy-concurrency 32] [--horizon 8] [--latency-median 1 --latency-p95 5]
+        [--orders given,longest --rounds 2]
+
+``--orders`` plays the async phase once per start order (``--start-order``) and round, alternated,
+and prints each order's figures (means over the rounds) and their ratio.
 
 A finite run ends with a drain: after the last episode starts, fewer and fewer episodes remain
 and the policy idles. It lasts about as long as the slowest remaining episodes (~30 s here with
