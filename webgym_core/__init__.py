@@ -5,7 +5,8 @@
   and `ChatClient`, the one retry client behind the data LLM, the policy and the judge;
 - `webgym_core.completion`: `ChatReply`, a chat completion's reply read and checked once, and
   `clean_text` (lone surrogates out: text every file can store);
-- `webgym_core.cli`: the lazy command groups of the ``webgym-*`` commands;
+- `webgym_core.cli`: the lazy command groups of the ``webgym-*`` commands (``-v`` before or after
+  the sub-command) and the options the ``push`` commands share;
 - `webgym_core.files`: atomic file writes; `webgym_core.cards`: the dataset and model card templates;
 - `webgym_core.sources`: `looks_like_path` (a name never sent to the Hub) and `url_problem` (a server
   URL without its scheme).
@@ -25,7 +26,7 @@ from webgym_core.errors import (
     EndpointUnavailable,
     SettingsError,
 )
-from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+from webgym_core.settings import SettingsCommand, flat, load_settings, settings_options, settings_to_dict
 from webgym_core.sources import looks_like_path, url_problem
 
 __version__ = "0.2.0"
@@ -42,6 +43,7 @@ __all__ = [
     "EndpointReplyInvalid",
     "EndpointTimeout",
     "EndpointUnavailable",
+    "SettingsCommand",
     "SettingsError",
     "Usage",
     "clean_text",

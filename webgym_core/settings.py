@@ -11,7 +11,8 @@ definition come
 - the CLI flags: the field names on the path joined by dashes (``--policy-base-url``). A group
   declared with `flat` adds no prefix (``--concurrency``, not ``--rollout-concurrency``), and a
   group's field named ``kind`` is spelled by the group's own name (``--policy random``);
-- each flag's help: the field's docstring, with its default.
+- each flag's help: the field's docstring, with its default; a command declared with
+  ``cls=SettingsCommand`` lists its flags in --help by the settings group they belong to.
 
 Flags override the YAML file, which overrides the defaults; the dataclass's ``__post_init__``
 checks the result and names the field first in its message (``"max_retries: must be >= 0"``), so
@@ -52,8 +53,9 @@ import click
 
 from webgym_core.errors import SettingsError
 
-__all__ = ["ManyValues", "field_docs", "flag_for", "flat", "load_settings", "read_settings_file",
-           "settings_from_dict", "settings_options", "settings_to_dict"]
+__all__ = ["ManyValues", "SettingsCommand", "SettingsOption", "field_docs", "flag_for", "flat",
+           "load_settings", "read_settings_file", "settings_from_dict", "settings_options",
+           "settings_to_dict"]
 
 
 def flat(factory: Callable[[], Any]) -> Any:
@@ -89,6 +91,9 @@ class _Leaf:
     cli: bool
     env: str | None = None
     """An environment variable the flag falls back to (``metadata={"env": "NAME"}``)."""
+    section: str = ""
+    """The group of settings the flag belongs to in help texts: the settings class of the command's
+    field holding it (``Policy options (PolicySettings)``); "" for the command's own fields."""
 
     @property
     def key(self) -> str:
@@ -119,8 +124,18 @@ def _field_default(item: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
+_ACRONYMS = frozenset({"llm", "lora", "grpo", "url"})
+
+
+def _section(name: str, kind: type) -> str:
+    """The help section of the flags of field `name` holding settings class `kind`
+    (``Eval sampler options (SamplerSettings)``, ``LLM options (LLMSettings)``)."""
+    words = " ".join(word.upper() if word in _ACRONYMS else word for word in name.split("_"))
+    return f"{words[0].upper()}{words[1:]} options ({kind.__name__})"
+
+
 def _leaves(cls: type, path: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
-            defaults: Any = None) -> Iterator[_Leaf]:
+            defaults: Any = None, section: str = "") -> Iterator[_Leaf]:
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     for item in fields(cls):
@@ -129,13 +144,14 @@ def _leaves(cls: type, path: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
         if _is_group(kind):
             group_prefix = prefix if item.metadata.get("flat") else (*prefix, item.name)
             yield from _leaves(kind, (*path, item.name), group_prefix,
-                               default if default is not dataclasses.MISSING else None)
+                               default if default is not dataclasses.MISSING else None,
+                               section or _section(item.name, kind))
             continue
         words = prefix if item.name == "kind" and prefix else (*prefix, item.name)
         yield _Leaf(path=(*path, item.name), yaml_key=".".join((*prefix, item.name)),
                     flag="--" + "-".join(words).replace("_", "-"),
                     kind=hints[item.name], doc=docs.get(item.name, ""), default=default,
-                    cli=item.metadata.get("cli", True), env=item.metadata.get("env"))
+                    cli=item.metadata.get("cli", True), env=item.metadata.get("env"), section=section)
 
 
 def flag_for(cls: type, key: str) -> str:
@@ -533,7 +549,33 @@ def settings_to_dict(settings: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------ click
 
-class ManyValues(click.Option):
+class SettingsOption(click.Option):
+    """The option of one setting; `section` names the settings group it belongs to in help texts
+    ("" for the command's own settings), which `SettingsCommand` lists under a heading of its own."""
+
+    def __init__(self, *args: Any, section: str = "", **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.section = section
+
+
+class SettingsCommand(click.Command):
+    """A command whose --help lists its settings flags by group: the command's own options first,
+    then one section per settings group (``Policy options (PolicySettings)``), in the order of the
+    fields. Use it for commands with many flags: ``@click.command("loop", cls=SettingsCommand)``."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {"": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                sections.setdefault(getattr(param, "section", ""), []).append(record)
+        for title, records in sections.items():
+            if records:
+                with formatter.section(title or "Options"):
+                    formatter.write_dl(records)
+
+
+class ManyValues(SettingsOption):
     """A repeatable option that also takes several values after one flag: ``--data A B --data C``."""
 
     def add_to_parser(self, parser, ctx) -> None:
@@ -586,21 +628,22 @@ def _option(leaf: _Leaf) -> Callable[[Any], Any]:
     kind, _ = _unwrap_optional(leaf.kind)
     origin = typing.get_origin(kind)
     help_text = leaf.doc + _show_default(leaf.default)
+    option = functools.partial(click.option, cls=SettingsOption, section=leaf.section)
     if kind is bool:
-        return click.option(f"{leaf.flag}/--no-{leaf.flag[2:]}", leaf.dest, default=None, help=help_text)
+        return option(f"{leaf.flag}/--no-{leaf.flag[2:]}", leaf.dest, default=None, help=help_text)
     if origin in (list, tuple):
         args = typing.get_args(kind)
         inner = args[0] if args else str
         count = "" if origin is list or (args and args[-1] is Ellipsis) else f" ({len(args)} values)"
-        return click.option(leaf.flag, leaf.dest, cls=ManyValues, multiple=True, type=_click_type(inner),
-                            metavar="VALUE [VALUE ...]", help=help_text + count)
+        return option(leaf.flag, leaf.dest, cls=ManyValues, multiple=True, type=_click_type(inner),
+                      metavar="VALUE [VALUE ...]", help=help_text + count)
     if origin is dict:
-        return click.option(leaf.flag, leaf.dest, multiple=True, metavar="KEY=VALUE",
-                            help=help_text + " (repeatable)")
+        return option(leaf.flag, leaf.dest, multiple=True, metavar="KEY=VALUE",
+                      help=help_text + " (repeatable)")
     if leaf.env:
-        return click.option(leaf.flag, leaf.dest, type=_click_type(kind), default=None, envvar=leaf.env,
-                            help=f"{help_text} (env {leaf.env})")
-    return click.option(leaf.flag, leaf.dest, type=_click_type(kind), default=None, help=help_text)
+        return option(leaf.flag, leaf.dest, type=_click_type(kind), default=None, envvar=leaf.env,
+                      help=f"{help_text} (env {leaf.env})")
+    return option(leaf.flag, leaf.dest, type=_click_type(kind), default=None, help=help_text)
 
 
 def _yaml_example(leaves: list[_Leaf]) -> str:

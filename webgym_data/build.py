@@ -40,6 +40,7 @@ import datetime as _dt
 import hashlib
 import json
 import logging
+import math
 import operator
 import os
 import re
@@ -59,7 +60,7 @@ import click
 from webgym_core.cards import CARDS_DIR, size_category
 from webgym_core.errors import SettingsError
 from webgym_core.files import sha256_file, write_atomic
-from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+from webgym_core.settings import SettingsCommand, flat, load_settings, settings_options, settings_to_dict
 from webgym_data import __version__
 from webgym_data.decompose import DecomposeSettings, decompose_tasks
 from webgym_data.errors import BuildError, WebgymDataError
@@ -661,7 +662,7 @@ def _parse_importer(ctx, param, values: tuple[str, ...]) -> tuple[tuple[str, str
     return tuple(parsed)
 
 
-@click.command("build")
+@click.command("build", cls=SettingsCommand)
 @settings_options(BuildSettings)
 @click.option("--importer", "importer_specs", multiple=True, callback=_parse_importer, metavar="NAME=PATH",
               help="Import PATH (file, folder or Hub id) with importer NAME; repeatable (YAML key: "
@@ -700,3 +701,14 @@ def build_command(config: str | None, importer_specs: tuple[tuple[str, str], ...
         click.echo(line)
     click.echo(f"wrote {report.out}: {stats['splits']['train']:,} train + {stats['splits']['test']:,} test "
                f"tasks on {stats['websites']['total']:,} website(s) ({report.manifest['content_hash'][:19]})")
+    if stats["splits"]["test"] == 0 and settings.split.test_size > 0:
+        click.echo(empty_test_split_warning(settings.split, stats["splits"]["train"]), err=True)
+
+
+def empty_test_split_warning(split: SplitSettings, tasks: int) -> str:
+    """Why a build with a test size came out without a test split, and what to change."""
+    cap = math.floor(split.max_test_fraction * tasks)
+    return (f"warning: the test split is empty. It takes whole sites, and no site fits in "
+            f"{min(split.test_size, cap):,} tasks (--test-size {split.test_size:,}, and at most "
+            f"--max-test-fraction {split.max_test_fraction} of {tasks:,} tasks); give a larger "
+            "--max-test-fraction or --test-size, or tasks of more sites")

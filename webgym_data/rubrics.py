@@ -41,7 +41,7 @@ from typing import Any, Literal
 import click
 
 from webgym_core.errors import SettingsError
-from webgym_core.settings import load_settings, settings_options
+from webgym_core.settings import SettingsCommand, load_settings, settings_options
 from webgym_data.errors import RubricError, RubricsError, WebgymDataError
 from webgym_data.llm import LLMClient, LLMReplyInvalid, LLMSettings, Usage, gather_all, run_sync
 from webgym_data.loading import load_tasks, write_tasks
@@ -324,7 +324,7 @@ def run_rubrics(settings: RubricsSettings) -> tuple[list[Task], RubricReport]:
     return tasks, report
 
 
-@click.command("rubrics")
+@click.command("rubrics", cls=SettingsCommand)
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
 @settings_options(RubricsSettings)
 def rubrics_command(source: Path, config: str | None, **flags: Any) -> None:

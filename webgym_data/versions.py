@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
+from webgym_core.cli import hub_push_options
 from webgym_core.files import write_atomic
 from webgym_data.errors import PushError, WebgymDataError
 from webgym_data.loading import MANIFEST, NotATaskSetError, read_manifest, task_shards
@@ -166,10 +166,12 @@ RESTRICTED_SEEDS = {"browsecomp": "BrowseComp's canary asks that its data never 
 
 
 def push_task_set(folder: Path, repo_id: str, *, revision: str | None = None, tag: str | None = None,
-                  private: bool = False, token: str | None = None, api=None) -> str:
+                  private: bool = False, token: str | None = None, commit_message: str | None = None,
+                  api=None) -> str:
     """Upload a built folder to the dataset repo `repo_id`; returns the commit URL.
 
-    `revision` names a branch (created from main when missing); `tag` tags the uploaded commit.
+    `revision` names a branch (created from main when missing); `tag` tags the uploaded commit;
+    `commit_message` defaults to one naming the task set's version and content hash.
     A build holding a seed set of `RESTRICTED_SEEDS` is pushed only with ``private=True``.
     """
     from huggingface_hub import HfApi  # optional: huggingface_hub
@@ -197,7 +199,7 @@ def push_task_set(folder: Path, repo_id: str, *, revision: str | None = None, ta
             allow_patterns=["README.md", MANIFEST, *shard_files],
             # An earlier build's shards have other names: remove them in the same commit.
             delete_patterns=["data/*.parquet"],
-            commit_message=f"webgym-data tasks v{version} ({content[:19]})",
+            commit_message=commit_message or f"webgym-data tasks v{version} ({content[:19]})",
         )
         if tag:
             step = "create_tag"
@@ -213,13 +215,10 @@ def push_task_set(folder: Path, repo_id: str, *, revision: str | None = None, ta
 @click.command("push")
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.argument("repo_id")
-@click.option("--revision", default=None, help="Branch to push to (created when missing) [default: main].")
+@hub_push_options
 @click.option("--tag", default=None, help="Tag the pushed commit, e.g. v1.0.")
-@click.option("--private", is_flag=True, help="Create the repo as private.")
-@click.option("--token-env", default="HF_TOKEN", show_default=True,
-              help="Environment variable holding the Hub token (else the saved login is used).")
-def push_command(folder: Path, repo_id: str, revision: str | None, tag: str | None, private: bool,
-                 token_env: str) -> None:
+def push_command(folder: Path, repo_id: str, revision: str | None, token: str | None,
+                 commit_message: str | None, private: bool, tag: str | None) -> None:
     """Publish a built task set FOLDER to the Hugging Face Hub dataset repo REPO_ID.
 
     \b
@@ -228,8 +227,8 @@ def push_command(folder: Path, repo_id: str, revision: str | None, tag: str | No
       webgym-data push out/tasks my-org/webgym-tasks --revision dev --private
     """
     try:
-        url = push_task_set(folder, repo_id, revision=revision, tag=tag, private=private,
-                            token=os.environ.get(token_env) or None)
+        url = push_task_set(folder, repo_id, revision=revision, tag=tag, private=private, token=token,
+                            commit_message=commit_message)
     except WebgymDataError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"pushed {folder} to {repo_id}: {url}")

@@ -5,10 +5,14 @@ from __future__ import annotations
 import click
 
 from webgym_core.cli import LazyGroup, setup_logging
+from webgym_rl.samples import Objective
+
+# The objectives named from their one list, so that the help cannot leave one out.
+_OBJECTIVES = ", ".join(o.value for o in list(Objective)[:-1]) + f" or {list(Objective)[-1].value}"
 
 COMMANDS = {
     "train": ("webgym_rl.train:train_command",
-              "Fine-tune a Qwen-VL policy on trajectory datasets (filtered_bc or reinforce)."),
+              f"Fine-tune a Qwen-VL policy on trajectory datasets ({_OBJECTIVES})."),
     "export": ("webgym_rl.export:export_command",
                "Write trajectory steps as a conversational dataset for TRL's SFTTrainer."),
     "push": ("webgym_rl.hub:push_command", "Upload a checkpoint and its model card to the Hub."),

@@ -43,7 +43,7 @@ import click
 from webgym_core.cards import render_card, size_category
 from webgym_core.errors import SettingsError
 from webgym_core.files import TMP_PREFIX, write_atomic
-from webgym_core.settings import load_settings, settings_options
+from webgym_core.settings import SettingsCommand, load_settings, settings_options
 from webgym_rl.errors import ExportError, TrainingDataError, WebgymRLError
 from webgym_rl.samples import Objective, Sample, StepSamples, build_samples, load_trajectories
 from webgym_rl.settings import ExportCommandSettings
@@ -282,7 +282,7 @@ def export_sft(settings: ExportCommandSettings, *,
 # CLI: one option per setting, its help taken from the field's docstring (webgym_core.settings).
 
 
-@click.command("export", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("export", cls=SettingsCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @settings_options(ExportCommandSettings)
 def export_command(config: str | None, **flags: Any) -> None:
     """Write trajectory steps as a conversational dataset for TRL's SFTTrainer.

@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from webgym_core.cards import CARDS_DIR, render_card
+from webgym_core.cli import hub_push_options
 from webgym_rl.errors import PushError
 
 __all__ = ["PushError", "PushSettings", "push_checkpoint", "push_command", "render_model_card"]
@@ -48,7 +49,7 @@ class PushSettings:
     private: bool = False
     """Create the repository as private."""
     branch: str | None = None
-    """Branch to commit to (default: main)."""
+    """Branch to commit to, created when missing (default: main); the CLI spells it --revision."""
     include_training_state: bool = False
     """Also upload training_state/ (optimizer, scheduler, RNG states) so others can resume."""
     commit_message: str | None = None
@@ -153,6 +154,8 @@ def push_checkpoint(settings: PushSettings, api: Any = None) -> Any:
     operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode("utf-8")))
     api = api if api is not None else HfApi(token=settings.token)
     api.create_repo(settings.repo_id, repo_type="model", private=settings.private, exist_ok=True)
+    if settings.branch and settings.branch != "main":
+        api.create_branch(settings.repo_id, repo_type="model", branch=settings.branch, exist_ok=True)
     message = settings.commit_message or f"webgym-rl checkpoint, step {state.get('step')}"
     commit = api.create_commit(repo_id=settings.repo_id, repo_type="model", operations=operations,
                                commit_message=message, revision=settings.branch)
@@ -180,16 +183,13 @@ def _parse_rates(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--success-rate", "success_rates", multiple=True, metavar="NAME=RATE",
               help="A measured success rate for the card, e.g. test=0.429 (repeatable).")
 @click.option("--base-model", default=None, help="Hub id of the base model for the card "
-              "(default: the --model the run started from).")
-@click.option("--private", is_flag=True, help="Create the repository as private.")
-@click.option("--branch", default=None, help="Branch to commit to (default: main).")
+              "(default: the one the checkpoint's trainer_state.json names).")
 @click.option("--include-training-state", is_flag=True,
               help="Also upload training_state/ (optimizer, scheduler, RNG) so others can resume.")
-@click.option("--commit-message", default=None, help="Commit message.")
-@click.option("--token", default=None, envvar="HF_TOKEN", show_envvar=True, help="Hub token.")
+@hub_push_options
 def push_command(checkpoint: Path, repo_id: str, success_rates: tuple[str, ...], base_model: str | None,
-                 private: bool, branch: str | None, include_training_state: bool,
-                 commit_message: str | None, token: str | None) -> None:
+                 include_training_state: bool, revision: str | None, token: str | None,
+                 commit_message: str | None, private: bool) -> None:
     """Upload CHECKPOINT (from webgym-rl train) to the Hub model repo REPO_ID, with a model card.
 
     \b
@@ -198,7 +198,7 @@ def push_command(checkpoint: Path, repo_id: str, success_rates: tuple[str, ...],
           --success-rate test=0.429 --success-rate train=0.61
     """
     settings = PushSettings(checkpoint=checkpoint, repo_id=repo_id, success_rates=_parse_rates(success_rates),
-                            base_model=base_model, private=private, branch=branch,
+                            base_model=base_model, private=private, branch=revision,
                             include_training_state=include_training_state, commit_message=commit_message,
                             token=token)
     try:

@@ -48,7 +48,7 @@ import click
 
 from webgym_core.errors import SettingsError
 from webgym_core.lazy import moved_names
-from webgym_core.settings import load_settings, settings_options, settings_to_dict
+from webgym_core.settings import SettingsCommand, load_settings, settings_options, settings_to_dict
 from webgym_rl.errors import MergeError, ResumeError, TrainingError, TrainSettingsError, WebgymRLError
 from webgym_rl.samples import Objective, build_samples, describe_sources, load_trajectories
 from webgym_rl.settings import OptimizationSettings, TrainCommandSettings
@@ -830,7 +830,7 @@ def train(settings: TrainCommandSettings) -> TrainResult:
 # CLI: one option per setting, its help taken from the field's docstring (webgym_core.settings).
 
 
-@click.command("train", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("train", cls=SettingsCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @settings_options(TrainCommandSettings)
 def train_command(config: str | None, **flags: Any) -> None:
     """Fine-tune a Qwen-VL policy on trajectory datasets (filtered_bc, reinforce or grpo).

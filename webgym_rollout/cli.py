@@ -43,10 +43,10 @@ def main(verbose: int) -> None:
 
     \b
     Example:
-      webgym-rollout serve --port 8300 &
       webgym-rollout serve-sites --port 8400 &
+      webgym-rollout serve --port 8300 --allow-hosts 127.0.0.1:8400 &
       webgym-rollout run --tasks out/tasks --servers http://127.0.0.1:8300 \\
-          --policy random --out out/trajectories/iter-0000
+          --sites-url http://127.0.0.1:8400 --policy random --out out/trajectories/iter-0000
       webgym-rollout view out/trajectories/iter-0000
     """
     setup_logging(verbose)

@@ -45,7 +45,13 @@ from typing import Any
 
 import click
 
-from webgym_core.settings import load_settings, settings_from_dict, settings_options, settings_to_dict
+from webgym_core.settings import (
+    SettingsCommand,
+    load_settings,
+    settings_from_dict,
+    settings_options,
+    settings_to_dict,
+)
 from webgym_rollout.browser.client import BrowserClient
 from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.browser.pool import PoolSettings
@@ -69,7 +75,7 @@ class FleetSettings:
     """Which fleet ``run`` / ``loop`` take their browser servers from (instead of --servers)."""
 
     fleet: str = ""
-    """Name of a browser fleet started with `webgym-rollout fleet up` ('' = use --servers)."""
+    """Name of a browser fleet ('' = use --servers), as `webgym-rollout fleet up` started it."""
     ray_address: str = field(default="", metadata={"env": "RAY_ADDRESS"})
     """Address of the fleet's Ray cluster (HEAD:6379); the machine must be a node of it."""
 
@@ -98,8 +104,8 @@ class FleetUpSettings:
     port: int = 8300
     """Port of each node's browser server (0 = any free port, e.g. several nodes on one machine)."""
     sites: bool = False
-    """Also run the MiniWoB++ site server on 127.0.0.1 of each node (run with --sites-url
-    http://127.0.0.1:SITES_PORT)."""
+    """Also run the MiniWoB++ site server on 127.0.0.1 of each node (webgym-rollout run reaches it
+    with --sites-url http://127.0.0.1:SITES_PORT)."""
     sites_port: int = 8400
     """Port of each node's site server."""
     poll_s: float = 2.0
@@ -614,7 +620,7 @@ def fleet_group() -> None:
     """
 
 
-@fleet_group.command("up")
+@fleet_group.command("up", cls=SettingsCommand)
 @settings_options(FleetUpSettings)
 def up_command(config: str | None, **flags: Any) -> None:
     """Place a browser server (and, with --sites, a site server) on each selected node.

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 import webgym.cli
 import webgym_data.cli
@@ -62,6 +65,16 @@ def _imported_modules(path: Path) -> list[str]:
     return names
 
 
+@pytest.mark.parametrize("cli", CLIS)
+def test_every_command_takes_v_after_its_name(cli):
+    group = {"webgym": webgym.cli, "webgym-data": webgym_data.cli, "webgym-rollout": webgym_rollout.cli,
+             "webgym-rl": webgym_rl.cli}[cli].main
+    for command in group.list_commands(click.Context(group)):
+        result = CliRunner().invoke(group, [command, "-v", "--help"], prog_name=cli)
+        assert result.exit_code == 0, f"{cli} {command} -v: {result.output}"
+        assert "-v, --verbose" in result.output
+
+
 def test_packages_do_not_import_each_others_private_modules():
     offences = []
     for package in PACKAGES:
@@ -99,11 +112,36 @@ async def test_chromium_fixture_really_renders(chromium, serve_folder, tmp_path)
 
 
 def test_cli_reference_is_current():
-    """docs/reference/cli.md is generated from --help; regenerate it with scripts/cli_reference.py."""
+    """docs/reference/cli/ (a page per command) and its mkdocs.yml nav are generated from --help;
+    regenerate them with scripts/cli_reference.py."""
     result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "cli_reference.py"), "--check"],
                             capture_output=True, text=True, check=False)
-    assert result.returncode == 0, "docs/reference/cli.md is out of date: " + result.stderr
-    assert "## `webgym-rollout`" in (REPO_ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    assert result.returncode == 0, "docs/reference/cli/ is out of date: " + result.stderr
+    reference = REPO_ROOT / "docs" / "reference" / "cli"
+    index = (reference / "index.md").read_text(encoding="utf-8")
+    assert "## `webgym-rollout`" in index and "(webgym-rl-loop.md)" in index
+    loop = (reference / "webgym-rl-loop.md").read_text(encoding="utf-8")
+    # loop's flags by the settings they belong to, a section each
+    assert "## Policy options (PolicyEndpointSettings)" in loop
+    assert "## Training options (OptimizationSettings)" in loop
+    fleet = (reference / "webgym-rollout-fleet.md").read_text(encoding="utf-8")
+    assert "## `webgym-rollout fleet up`" in fleet
+    assert "reference/cli/webgym-rl-loop.md" in (REPO_ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+
+
+def test_cli_reference_check_names_a_stale_page(tmp_path):
+    """--check fails on a page that differs from --help, and names it (here on a copy of the tree)."""
+    copy = tmp_path / "repo"
+    (copy / "scripts").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "scripts" / "cli_reference.py", copy / "scripts")
+    shutil.copy(REPO_ROOT / "mkdocs.yml", copy)
+    shutil.copytree(REPO_ROOT / "docs" / "reference" / "cli", copy / "docs" / "reference" / "cli")
+    page = copy / "docs" / "reference" / "cli" / "webgym-rl-push.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("--revision", "--branch"), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run([sys.executable, str(copy / "scripts" / "cli_reference.py"), "--check"],
+                            capture_output=True, text=True, check=False, env=env)
+    assert result.returncode == 1 and "webgym-rl-push.md" in result.stderr
 
 
 def test_a_built_wheel_carries_the_card_templates(tmp_path):

@@ -439,3 +439,18 @@ def test_all_mode_has_the_llm_rewrite_seed_rubrics_with_their_criteria(seeds_dir
     assert parents == Counter({t.task_id: 1 for t in seeds})
     card = (tmp_path / "out" / "README.md").read_text()
     assert "in place of a rubric read from the seed's criteria" in card
+
+
+def test_a_build_whose_sites_are_all_too_large_for_the_test_split_says_so(tmp_path):
+    from webgym_sites.generate import site_tasks
+
+    seed = tmp_path / "sites.jsonl"
+    seed.write_text("".join(json.dumps(task.to_row()) + "\n" for task in site_tasks(5)))
+    args = ["--importer", f"local_sites={seed}", "--out", str(tmp_path / "out"), "--no-progress"]
+    result = CliRunner().invoke(build_command, args)
+    assert result.exit_code == 0, result.output
+    assert " + 0 test tasks on 3 website(s)" in result.output
+    assert "warning: the test split is empty" in result.output and "--max-test-fraction 0.2" in result.output
+    wider = CliRunner().invoke(build_command, [*args, "--test-size", "10", "--max-test-fraction", "0.5"])
+    assert wider.exit_code == 0 and "warning" not in wider.output, wider.output
+    assert " + 0 test tasks" not in wider.output

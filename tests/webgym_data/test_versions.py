@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
@@ -150,6 +151,24 @@ def test_push_uploads_the_build_and_tags_it(tmp_path, monkeypatch):
     assert b"configs:" in hub.uploaded["README.md"]
     tag = hub.calls[3][1]
     assert tag["tag"] == "v1.0" and tag["revision"] == "dev" and tag["repo_type"] == "dataset"
+
+
+def test_push_takes_the_shared_options_and_its_old_token_env(tmp_path, monkeypatch):
+    folder = build_folder(tmp_path, "tasks", rows(4), test_size=1)
+    hub = RecordingHub(monkeypatch)
+    tokens = []
+    monkeypatch.setattr(HfApi, "__init__", lambda api, token=None, **kw: tokens.append(token))
+    result = CliRunner().invoke(push_command, [str(folder), "me/tasks", "--revision", "dev",
+                                               "--commit-message", "paper tasks", "--token", "hf_new"])
+    assert result.exit_code == 0, result.output
+    upload = hub.calls[2][1]
+    assert upload["revision"] == "dev" and upload["commit_message"] == "paper tasks"
+    monkeypatch.setenv("MY_HUB_TOKEN", "hf_old")
+    with pytest.warns(DeprecationWarning):
+        result = CliRunner().invoke(push_command, [str(folder), "me/tasks", "--token-env", "MY_HUB_TOKEN"])
+    assert result.exit_code == 0, result.output
+    assert "--token-env is deprecated and goes in 0.4; use --token" in result.stderr
+    assert tokens == ["hf_new", "hf_old"]
 
 
 def test_push_to_main_without_tag_makes_no_branch_or_tag(tmp_path, monkeypatch):

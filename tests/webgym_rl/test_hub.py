@@ -82,6 +82,20 @@ def test_push_can_include_the_training_state(checkpoint, monkeypatch):
     assert "No evaluation figures" in hub.commits[0]["files"]["README.md"].decode()
 
 
+def test_push_takes_the_old_branch_flag_with_a_warning_and_makes_the_branch(checkpoint, monkeypatch):
+    hub = RecordingHub(monkeypatch)
+    branches = []
+    monkeypatch.setattr(HfApi, "create_branch", lambda api, repo_id, **kw: branches.append((repo_id, kw)))
+    with pytest.warns(DeprecationWarning):
+        result = CliRunner().invoke(push_command, [str(checkpoint), "o/m", "--branch", "dev",
+                                                   "--commit-message", "step 2"])
+    assert result.exit_code == 0, result.output
+    assert "--branch is deprecated and goes in 0.4; use --revision" in result.stderr
+    assert branches == [("o/m", {"repo_type": "model", "branch": "dev", "exist_ok": True})]
+    (commit,) = hub.commits
+    assert commit["revision"] == "dev" and commit["message"] == "step 2"
+
+
 def test_card_tells_an_adapter_from_a_merged_lora_checkpoint(checkpoint, tmp_path):
     from webgym_rl.hub import PushSettings, render_model_card
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from webgym_core.errors import SettingsError
-from webgym_core.settings import load_settings, settings_options
+from webgym_core.settings import SettingsCommand, load_settings, settings_options
 from webgym_rl.errors import WebgymRLError
 from webgym_rl.loop.settings import LoopSettings
 
@@ -19,7 +19,7 @@ def _echo(event: Any) -> None:
     click.echo(f"[loop] {event.describe()}", err=True)
 
 
-@click.command("loop", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("loop", cls=SettingsCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config", default=None, metavar="RECIPE|FILE",
               help="A shipped recipe by name (webgym-rl recipes lists them: published, published-async, "
                    "miniwob-cpu) or a YAML file of these settings; flags override it.")
@@ -33,7 +33,9 @@ def loop_command(config: str | None, dry_run: bool, **flags: Any) -> None:
     on the last K rounds' episodes (filtered_bc by default) and publishes the next version to the
     policy endpoint; every --eval-every versions it evaluates. --schedule sync takes turns;
     --schedule async runs rollouts and training at once (episodes at most --max-staleness versions
-    behind). Rerun the same command to resume.
+    behind). Rerun the same command to resume. The loop runs the site server its tasks need, so
+    --judge site reads the ground truth there (not with --sites-url). Each evaluation goes to
+    OUT/evals/v-NNNN/trajectories (webgym-rollout report compares them).
 
     \b
     Example:

@@ -60,6 +60,16 @@ def check_recipe(settings: LoopSettings) -> None:
         check_tasks(settings, evaluated, f"the evaluation tasks {source} (split {settings.eval_split})")
 
 
+def _check_site_judge(settings: LoopSettings) -> None:
+    """Refuse ``--judge site`` with a site server elsewhere: the loop reads the ground truth of the
+    site server it runs itself (the dry run warns of it; the run would stop at its first rollout)."""
+    if settings.judge.kind == "site" and settings.env.sites_url and not settings.fleet.enabled:
+        raise LoopSettingsError(
+            f"judge.kind (--judge): site checks each episode against the ground truth of the site server the "
+            f"loop runs itself; with --sites-url {settings.env.sites_url} the loop cannot read that server's "
+            "truth. Leave out --sites-url, or judge with --judge rubric")
+
+
 def run_loop(settings: LoopSettings, *, services: LoopServices | None = None,
              on_event: OnEvent | None = None) -> LoopResult:
     """Run (or resume) the loop until ``settings.iterations`` versions are trained.
@@ -69,6 +79,7 @@ def run_loop(settings: LoopSettings, *, services: LoopServices | None = None,
     (`webgym_rl.loop.events`).
     """
     check_recipe(settings)
+    _check_site_judge(settings)
     emit = on_event or (lambda event: None)
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     state = load_state(settings)

@@ -111,14 +111,14 @@ async def check_endpoint(endpoint: Endpoint, *, agent: AgentSettings | None = No
 @click.argument("url")
 @click.option("--model", required=True, help="Model name the endpoint serves (as its /v1/models lists it).")
 @click.option("--variant", type=click.Choice(VARIANTS), default="memory", show_default=True,
-              help="Prompt variant to send (the run's --policy-variant).")
+              help="Prompt variant to send (as webgym-rollout run --policy-variant).")
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
               help="Environment variable holding the API key (EMPTY is sent when it is unset).")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature.")
 @click.option("--max-tokens", type=int, default=1024, show_default=True, help="Longest reply.")
 @click.option("--openai-only", is_flag=True,
               help="Send only OpenAI's own request fields (no top_k, no return_token_ids), as "
-                   "--policy-openai-only does.")
+                   "webgym-rollout run --policy-openai-only does.")
 @click.option("--timeout-s", type=float, default=120.0, show_default=True,
               help="Seconds the request may take.")
 def check_endpoint_command(url: str, model: str, variant: str, api_key_env: str, temperature: float,

@@ -67,7 +67,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
-from webgym_core.settings import flat, load_settings, settings_options
+from webgym_core.settings import SettingsCommand, flat, load_settings, settings_options
 from webgym_rollout.browser.callers import CallerCheck, CallerCheckMiddleware, Refusal
 from webgym_rollout.browser.egress import Resolver
 from webgym_rollout.browser.guard import is_loopback_host, origin_of
@@ -444,7 +444,7 @@ async def running_server(
         await task
 
 
-@click.command("serve")
+@click.command("serve", cls=SettingsCommand)
 @settings_options(ServerSettings)
 def serve_command(config: str | None, **flags: Any) -> None:
     """Run the browser environment server: a Chromium pool behind an HTTP API.

@@ -63,13 +63,14 @@ class PoolSettings:
     blocklist_threshold: int = 3
     """Failures (timeouts, network errors, block pages) at one origin (scheme, host, port) within 10
     minutes after which it is blocked: for every session when its start page failed in that many
-    sessions, for one session when its own navigations failed that often. An --allow-hosts
-    host:port is never blocked."""
+    sessions, for one session when its own navigations failed that often. An allowlisted host:port
+    is never blocked."""
     blocklist_ttl_s: float = 3600.0
     """How long an origin stays blocked for every session (``DELETE /blocklist/{origin}`` lifts it
     sooner); for one session: until it ends, at most this long."""
     extra_args: tuple[str, ...] = ()
-    """More Chromium flags (on the command line as ``--extra-args=--some-flag``)."""
+    """More Chromium flags, each given after an = sign (``=--some-flag``): a value that starts with -
+    would be read as an option."""
     page_modules: tuple[str, ...] = ("webgym_rollout.tasks",)
     """Modules imported when the pool starts; importing them registers the page hooks of their
     environments (`webgym_rollout.browser.pages`). Add your own module to serve a new task kind."""

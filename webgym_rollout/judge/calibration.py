@@ -59,7 +59,7 @@ from typing import Any
 import click
 
 from webgym_core.errors import SettingsError
-from webgym_core.settings import flat, load_settings, settings_options, settings_to_dict
+from webgym_core.settings import SettingsCommand, flat, load_settings, settings_options, settings_to_dict
 from webgym_data.loading import TaskSourceError, load_tasks
 from webgym_data.schema import TASK_DIFFICULTY_LEVELS, Task
 from webgym_rollout.agent.policies import SHORTCUT_MODEL_PREFIX
@@ -679,7 +679,7 @@ class _Bar:
             self._progress.stop()
 
 
-@click.command("judge-eval")
+@click.command("judge-eval", cls=SettingsCommand)
 @click.argument("trajectories")
 @settings_options(JudgeEvalSettings)
 def judge_eval_command(trajectories: str, config: str | None, **flags: Any) -> None:

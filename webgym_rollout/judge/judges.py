@@ -358,7 +358,7 @@ class JudgeSettings:
 
     kind: Literal["programmatic", "rubric", "site"] = "programmatic"
     """programmatic (the environment's own reward, MiniWoB), rubric (an LLM judge) or site (the local
-    sites' generated tasks checked against the sites' ground truth: the run needs --truth-url)."""
+    sites' generated tasks, checked against the ground truth of the site server that served them)."""
     endpoint: Endpoint = flat(Endpoint)
     max_screenshots: int = 6
     """Most screenshots sent with a question, chosen from the whole episode: the last, the first,

@@ -35,7 +35,7 @@ from typing import Any
 import click
 
 from webgym_core.errors import SettingsError
-from webgym_core.settings import load_settings, settings_options
+from webgym_core.settings import SettingsCommand, load_settings, settings_options
 from webgym_rollout.errors import RolloutError
 from webgym_rollout.judge.judges import JudgeSettings, make_judge, record_failure, record_result
 from webgym_rollout.trajectory.contract import MANIFEST, Episode, EpisodeStatus, TrajectoryError
@@ -221,7 +221,7 @@ def _progress(show: bool, total: int) -> Any:
     return tqdm(total=total, unit="episode", desc="rejudge", disable=not show)
 
 
-@click.command("rejudge")
+@click.command("rejudge", cls=SettingsCommand)
 @click.argument("run")
 @settings_options(RejudgeSettings)
 def rejudge_command(run: str, config: str | None, **flags: Any) -> None:

@@ -38,11 +38,11 @@ curve: `CurvePoint`s (iteration, label, success rate, interval), drawn as a PNG 
 `webgym_rollout.report.charts.write_learning_curve` and inline by
 ``write_report(..., learning_curve=points)``::
 
-    report = build_report(["out/loop/iter-0003/eval"], ReportSettings(top_websites=10))
+    report = build_report(["out/loop/evals/v-0003/trajectories"], ReportSettings(top_websites=10))
     points.append(CurvePoint.from_counts(3, "test", report.runs[0].overall.successes,
                                          report.runs[0].overall.trials))
     write_learning_curve(points, "out/loop/learning_curve.png")
-    write_report(report, "out/loop/iter-0003/report", learning_curve=points)
+    write_report(report, "out/loop/evals/v-0003/report", learning_curve=points)
 
 Errors: a run that is not a trajectory dataset raises `TrajectoryError` naming it; bad arguments
 (labels that do not match the runs, an empty point list) raise `ValueError` naming the argument.
@@ -816,8 +816,9 @@ def report_command(runs: tuple[str, ...], config: str | None, **flags: Any) -> N
 
     \b
     Example:
-      webgym-rollout report out/loop/iter-0000/eval out/loop/iter-0004/eval \\
-          --labels before after --out out/report-0-vs-4
+      # two evaluations of a webgym-rl loop run in out/loop (OUT/evals/v-NNNN/trajectories):
+      webgym-rollout report out/loop/evals/v-0001/trajectories out/loop/evals/v-0004/trajectories \\
+          --labels v1 v4 --out out/report-v1-vs-v4
       webgym-rollout report org/webgym-eval@main --split test --top-websites 10 --out out/report
     """
     try:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from webgym_core.errors import SettingsError
-from webgym_core.settings import load_settings, settings_options
+from webgym_core.settings import SettingsCommand, load_settings, settings_options
 from webgym_data.schema import TaskValidationError
 from webgym_rollout.errors import Unauthorized
 from webgym_rollout.runner.report import RunReport
@@ -19,14 +19,15 @@ from webgym_rollout.trajectory.contract import TrajectoryError
 __all__ = ["run_command"]
 
 
-@click.command("run")
+@click.command("run", cls=SettingsCommand)
 @settings_options(RunSettings)
 def run_command(config: str | None, **flags: Any) -> None:
     """Roll out tasks with a policy against browser servers; judge them; write trajectories.
 
     Episodes run fully asynchronously (--concurrency at once, no barrier between steps or
-    episodes); --mode sync is the lockstep baseline. Episodes go to OUT as parquet shards with a
-    manifest, so an interrupted run continues with --resume and nothing is lost or repeated.
+    episodes); --lockstep is the baseline that steps a batch of them together. Episodes go to OUT
+    as parquet shards with a manifest, so an interrupted run continues with --resume and nothing is
+    lost or repeated.
 
     \b
     Example:

@@ -231,9 +231,9 @@ def serve_sites_command(host: str, port: int, shop_seed: int, reference_seed: in
     (/reference/, an encyclopedia) the articles read, a watchlist and edit suggestions, the travel
     site (/travel/) flight and hotel searches and bookings: the session is the ?session=<id>
     parameter of the start URL (8-64 letters, digits, - or _), else the webgym_session cookie. Its
-    ground truth is served only by the truth listener, on 127.0.0.1:--truth-port with a bearer
-    token; allowlist the site port in the browser server (--allow-hosts 127.0.0.1:8400), never the
-    truth port.
+    ground truth is served only by the truth listener, on 127.0.0.1 at --truth-port with a bearer
+    token; allowlist the site port in the browser server (webgym-rollout serve --allow-hosts
+    127.0.0.1:8400), never the truth port.
 
     \b
     Example:

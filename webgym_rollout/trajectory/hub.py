@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from webgym_core.cards import render_card, size_category
+from webgym_core.cli import hub_push_options
 from webgym_core.files import TMP_PREFIX, sha256_file, write_atomic
 from webgym_rollout.errors import PushRefused, TrajectoryError
 from webgym_rollout.trajectory.contract import MANIFEST, TRAJECTORY_SCHEMA_VERSION, succeeded
@@ -109,7 +110,8 @@ def write_card(out_dir: str | Path, *, repo_id: str | None = None) -> Path:
 def push_trajectories(out_dir: str | Path, repo_id: str, *, private: bool = False,
                       revision: str | None = None, token: str | None = None,
                       commit_message: str | None = None) -> str:
-    """Upload the card, the manifest and the listed shards to a Hub dataset repo; returns the commit URL."""
+    """Upload the card, the manifest and the listed shards to a Hub dataset repo (to branch `revision`,
+    created when missing); returns the commit URL."""
     from huggingface_hub import HfApi  # optional: huggingface_hub
 
     out_dir = Path(out_dir)
@@ -122,6 +124,8 @@ def push_trajectories(out_dir: str | Path, repo_id: str, *, private: bool = Fals
     write_card(out_dir, repo_id=repo_id)
     api = HfApi(token=token)
     api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    if revision and revision != "main":
+        api.create_branch(repo_id, repo_type="dataset", branch=revision, exist_ok=True)
     # Only what the manifest vouches for: no temporary files, no shard a crash left unlisted.
     allow = ["README.md", MANIFEST, *(shard["path"] for shard in manifest["shards"])]
     if (out_dir / RECORDINGS).is_dir():  # recorded traffic (trajectory.recordings); never temp files
@@ -137,12 +141,9 @@ def push_trajectories(out_dir: str | Path, repo_id: str, *, private: bool = Fals
 @click.command("push")
 @click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("repo_id")
-@click.option("--private", is_flag=True, help="Create the repo as private.")
-@click.option("--revision", default=None, help="Branch to push to (default: main).")
-@click.option("--token", default=None, envvar="HF_TOKEN", help="Hub token (default: HF_TOKEN / login).")
-@click.option("--message", default=None, help="Commit message.")
-def push_command(out: Path, repo_id: str, private: bool, revision: str | None, token: str | None,
-                 message: str | None) -> None:
+@hub_push_options
+def push_command(out: Path, repo_id: str, revision: str | None, token: str | None, commit_message: str | None,
+                 private: bool) -> None:
     """Publish the trajectory dataset in OUT to the Hub dataset repo REPO_ID.
 
     Uploads README.md (the card, re-rendered with REPO_ID), manifest.json and the shards the
@@ -154,7 +155,7 @@ def push_command(out: Path, repo_id: str, private: bool, revision: str | None, t
     """
     try:
         url = push_trajectories(out, repo_id, private=private, revision=revision, token=token,
-                                commit_message=message)
+                                commit_message=commit_message)
     except TrajectoryError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"pushed {out} to {repo_id}: {url}")

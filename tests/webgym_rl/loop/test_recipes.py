@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,17 @@ def test_the_shipped_recipes_are_listed_and_described():
     assert listed == recipe_names()
     shown = CliRunner().invoke(main, ["recipes", "published-async"])
     assert shown.exit_code == 0 and shown.output == recipe_path("published-async").read_text()
+
+
+def test_a_docs_section_a_recipe_points_to_exists():
+    root = Path(__file__).resolve().parents[3]
+    pointers = [(name, page, heading) for name in recipe_names()
+                for page, heading in re.findall(r'see (docs/[\w/.-]+\.md), "([^"]+)"',
+                                                recipe_path(name).read_text(encoding="utf-8"))]
+    assert pointers  # published.yaml points to the paper's section of the loop guide
+    for name, page, heading in pointers:
+        text = (root / page).read_text(encoding="utf-8")
+        assert f"## {heading}\n" in text, f"{name} points to {page}, which has no section {heading!r}"
 
 
 def test_the_published_recipes_hold_the_papers_settings():

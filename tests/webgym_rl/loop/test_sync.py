@@ -220,6 +220,15 @@ def test_web_tasks_with_the_programmatic_judge_are_refused_naming_the_kind_and_t
                            eval_sampler={"kinds": ["miniwob"]}))
 
 
+def test_the_site_judge_with_a_site_server_elsewhere_is_refused_naming_the_fix(tmp_path):
+    # The loop judges by the truth of the site server it runs itself; one at --sites-url it cannot read.
+    settings = _settings(tmp_path, tmp_path / "model", judge="site", sites_url="http://127.0.0.1:8400")
+    with pytest.raises(LoopSettingsError, match=r"judge.kind \(--judge\): site .* the loop runs itself; "
+                       r"with --sites-url http://127.0.0.1:8400 .* Leave out --sites-url"):
+        run_loop(settings)
+    assert not (tmp_path / "loop").exists()
+
+
 def test_the_groups_check_themselves_when_built_in_python():
     from webgym_core.endpoint import Endpoint
     from webgym_rl.loop.settings import PolicyEndpointSettings

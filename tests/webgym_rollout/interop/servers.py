@@ -27,6 +27,14 @@ def ports_answer(*urls: str) -> list[bool]:
     return answers
 
 
+def wait_until_healthy(url: str, process: subprocess.Popen, what: str, timeout_s: float = 120) -> None:
+    """Wait until ``url/health`` answers; fail naming `what` if the process exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while ports_answer(f"{url}/health") != [True]:
+        assert process.poll() is None and time.monotonic() < deadline, f"{what} did not start"
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def browser_server_process(chromium_path: str, sites_hostport: str, contexts: int = 2):
     """``webgym-rollout serve`` as a child process (its own session) on a free port; yields (url, process)."""
@@ -38,10 +46,7 @@ def browser_server_process(chromium_path: str, sites_hostport: str, contexts: in
                                stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while ports_answer(f"{url}/health") != [True]:
-            assert process.poll() is None and time.monotonic() < deadline, "the browser server did not start"
-            time.sleep(0.2)
+        wait_until_healthy(url, process, "the browser server")
         yield url, process
     finally:
         family = [process]

@@ -28,7 +28,11 @@ from PIL import Image
 from websockets.asyncio.client import connect as ws_connect
 
 from tests.conftest import REPO_ROOT, free_port
-from tests.webgym_rollout.interop.servers import browser_server_process, kill_process_family, ports_answer
+from tests.webgym_rollout.interop.servers import (
+    browser_server_process,
+    kill_process_family,
+    wait_until_healthy,
+)
 from webgym_rollout.actions import AgentAction
 from webgym_rollout.agent.protocol import format_response
 from webgym_rollout.interop import (
@@ -59,10 +63,7 @@ def server_url(chromium_path):
                                stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while ports_answer(f"{url}/health") != [True]:
-            assert process.poll() is None and time.monotonic() < deadline, "the OpenEnv server did not start"
-            time.sleep(0.2)
+        wait_until_healthy(url, process, "the OpenEnv server")
         yield url
     finally:
         process.send_signal(signal.SIGTERM)  # a graceful stop: the sessions, Chromium, the site server

@@ -224,6 +224,27 @@ def test_push_uploads_only_what_the_manifest_lists(tmp_path, monkeypatch):
     assert 'load_dataset("org/trajs"' in upload["card"]
 
 
+def test_push_takes_the_old_message_flag_with_a_warning_and_makes_the_branch(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
+    monkeypatch.setattr(FakeHfApi, "create_branch", lambda api, repo_id, **kw: FakeHfApi.calls.append(
+        ("create_branch", repo_id, kw)), raising=False)
+    FakeHfApi.calls = []
+    out = tmp_path / "run"
+    with TrajectoryWriter(out) as writer:
+        writer.add(make_episode("a"))
+    with pytest.warns(DeprecationWarning):
+        result = CliRunner().invoke(push_command, [str(out), "org/trajs", "--message", "run 1",
+                                                   "--revision", "dev"])
+    assert result.exit_code == 0, result.output
+    assert "--message is deprecated and goes in 0.4; use --commit-message" in result.stderr
+    assert [c[0] for c in FakeHfApi.calls] == ["init", "create_repo", "create_branch", "upload_folder"]
+    assert FakeHfApi.calls[2][2] == {"repo_type": "dataset", "branch": "dev", "exist_ok": True}
+    upload = FakeHfApi.calls[3][1]
+    assert upload["commit_message"] == "run 1" and upload["revision"] == "dev"
+
+
 def test_push_refuses_a_folder_that_is_not_a_finished_dataset(tmp_path, monkeypatch):
     import huggingface_hub
 
