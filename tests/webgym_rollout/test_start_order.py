@@ -3,6 +3,7 @@ episodes in (no browser needed; the runner's own run is in test_runner.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -79,3 +80,22 @@ def test_every_job_starts_exactly_once_whatever_the_episodes_lengths(order):
         queue.ended(job, rng.randint(1, budgets[job.task.task_id]))
     assert sorted(j.episode_id for j in started) == sorted(j.episode_id for j in jobs)
     assert len(queue) == 0 and queue.next() is None
+
+
+def test_a_resumed_run_starts_by_the_lengths_of_the_episodes_already_written(tmp_path):
+    from tests.webgym_rl.synthetic import episode, task, write_shards
+    from webgym_rollout.runner.rollout import _start_queue
+    from webgym_rollout.runner.settings import RolloutSettings, RunSettings
+
+    out = write_shards(tmp_path / "out", [episode(task_id="a", num_steps=1),
+                                          episode(task_id="b", num_steps=5)])
+    jobs = [Job(task(t), 1, episode_id(t, 1, 0)) for t in ("a", "b", "c")]
+    settings = RunSettings(tasks=tmp_path / "tasks.jsonl", servers=("http://127.0.0.1:1",), out=out,
+                           resume=True)
+    queue = _start_queue(jobs, settings, resumed=2)
+    # one group (same website and budget: 10 steps for an easy web task): expected (10 + 1 + 5) / 3;
+    # c, never played, is expected as long as its group, b as long as before, a as short
+    assert queue.expected_steps(jobs[2]) == pytest.approx(16 / 3)
+    assert [j.task.task_id for j in _drain(queue)] == ["c", "b", "a"]
+    given = dataclasses.replace(settings, rollout=RolloutSettings(start_order="given"))
+    assert _drain(_start_queue(jobs, given, resumed=2)) == jobs

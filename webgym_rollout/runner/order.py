@@ -10,7 +10,8 @@ follows the task's difficulty for web and local-site tasks). A group's expected 
 step count of its ended episodes with the budget counted once, so a group nobody has played yet is
 expected to run to its budget; it is updated as the run's episodes end. Earlier episodes of the same
 tasks (`history`: the rows already in the output folder on ``--resume``) count from the start, and
-within a group the tasks whose earlier episodes were longer start first. Among groups expected to be
+within a group the tasks whose earlier episodes were longer start first (a task not played before
+counts as long as its group). Among groups expected to be
 equally long, the one with fewer episodes started goes first. The order changes only when episodes
 start; every job is started exactly once, whatever the order.
 """
@@ -86,8 +87,9 @@ class StartQueue:
                 seen[task_id].ended += len(steps)
         own = {task_id: statistics.fmean(steps) for task_id, steps in history.items() if steps}
         for group in self._groups.values():
-            # stable: equally long tasks keep the given order; the list is popped from its end
-            group.jobs = sorted(group.jobs, key=lambda job: own.get(job.task.task_id, 0.0), reverse=True)
+            # A task not played before is expected to be as long as its group. Stable: equally long
+            # tasks keep the given order; the list is popped from its end.
+            group.jobs.sort(key=lambda job, g=group: own.get(job.task.task_id, g.expected), reverse=True)
             group.jobs.reverse()
 
     def __len__(self) -> int:
