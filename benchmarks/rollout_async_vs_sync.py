@@ -25,6 +25,10 @@ episode's time went per step and the CPU seconds per step of the runner and of t
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_async_vs_sync.py [--episodes 480]
         [--concurrency 40] [--policy-concurrency 32] [--horizon 8] [--latency-median 1 --latency-p95 5]
+        [--orders given,longest --rounds 2]
+
+``--orders`` plays the async phase once per start order (``--start-order``) and round, alternated,
+and prints each order's figures (means over the rounds) and their ratio.
 
 A finite run ends with a drain: after the last episode starts, fewer and fewer episodes remain
 and the policy idles. It lasts about as long as the slowest remaining episodes (~30 s here with
@@ -249,6 +253,15 @@ def _breakdown(out: Path, wall_s: float) -> dict:
             "in_flight": total / wall_s if wall_s else 0.0}
 
 
+def _steps_by_kind(out: Path) -> dict[str, float]:
+    """Mean steps per episode of each MiniWoB kind (what a longest-first start order can tell apart)."""
+    steps: dict[str, list[int]] = {}
+    for batch in read_episodes(out).batches(columns=["website", "num_steps"]):
+        for row in batch.to_pylist():
+            steps.setdefault(row["website"].removeprefix("miniwob:"), []).append(row["num_steps"])
+    return {kind: statistics.fmean(values) for kind, values in sorted(steps.items())}
+
+
 def _own_cpu_s() -> float:
     """CPU seconds used so far by this process (the runner and the in-process policy stand-in)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -256,12 +269,13 @@ def _own_cpu_s() -> float:
 
 
 async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_pid: int, sites_url: str,
-                policy_url: str, mode: str, concurrency: int, horizon: int, seed: int) -> dict:
+                policy_url: str, mode: str, concurrency: int, horizon: int, seed: int,
+                start_order: str = "longest") -> dict:
     endpoint = Endpoint(base_url=policy_url, model="random-latency", max_concurrency=concurrency)
     settings = RunSettings(
         tasks=tasks, servers=(server_url,), out=work / name, progress=False,
         rollout=RolloutSettings(concurrency=concurrency, batch_size=concurrency, lockstep=mode == "sync",
-                                shard_episodes=1_000),
+                                shard_episodes=1_000, start_order=start_order),
         env=EnvSettings(viewport="320x240", sites_url=sites_url, horizons={"miniwob": horizon}),
         policy=PolicySettings(kind="openai", endpoint=endpoint, random=RandomPolicySettings(seed=seed)))
     policy = _TimedPolicy(OpenAIPolicy(endpoint))
@@ -276,7 +290,8 @@ async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_p
     result = {**_breakdown(work / name, report.elapsed_s), "steady_steps_per_s": steady,
               "drain_s": report.elapsed_s - last_start, "drain_steps": drain_steps,
               "cpu_runner_s": cpu_runner, "cpu_browser_server_s": cpu_server,
-              "phase": name, "mode": mode, "episodes": report.episodes, "steps": report.steps,
+              "phase": name, "mode": mode, "start_order": start_order, "episodes": report.episodes,
+              "steps": report.steps, "steps_by_kind": _steps_by_kind(work / name),
               "wall_s": report.elapsed_s, "steps_per_s": report.steps_per_s, "errors": report.errors,
               "successes": report.successes}
     errors = f", errors {report.errors}" if report.errors else ""
@@ -294,11 +309,14 @@ async def phase(name: str, tasks: Path, work: Path, *, server_url: str, server_p
     print(f"  {'':<15} CPU: runner + policy stand-in {cpu_runner:.1f} s, browser server + Chromium "
           f"{cpu_server:.1f} s ({1000 * (cpu_runner + cpu_server) / max(1, report.steps):.0f} ms per step)",
           flush=True)
+    print(f"  {'':<15} mean steps by kind: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in result["steps_by_kind"].items()), flush=True)
     return result
 
 
 async def main_async(args: argparse.Namespace) -> None:
     kinds = [k.strip() for k in args.tasks.split(",") if k.strip()]
+    orders = [o.strip() for o in args.orders.split(",") if o.strip()]
     args.capacity_concurrency = args.capacity_concurrency or args.concurrency
     port = free_port()
     contexts = math.ceil(max(args.concurrency, args.capacity_concurrency) / args.browsers)
@@ -322,14 +340,19 @@ async def main_async(args: argparse.Namespace) -> None:
                                    concurrency=args.capacity_concurrency, **common)
 
             tasks = write_tasks(work / "tasks.jsonl", kinds, args.episodes, args.seed)
+            runs: list[tuple[str, str, str]] = [(f"async-{order}-{r}" if len(orders) > 1 or args.rounds > 1
+                                                 else "async", "async", order)
+                                                for r in range(args.rounds) for order in orders]
+            if not args.skip_sync:
+                runs.append(("sync", "sync", "given"))
             results = {}
-            for mode in ("async", "sync") if not args.skip_sync else ("async",):
+            for name, mode, order in runs:
                 policy.set_latency(args.latency_median, args.latency_p95)
-                results[mode] = await phase(mode, tasks, work, mode=mode, concurrency=args.concurrency,
-                                            **common)
+                results[name] = await phase(name, tasks, work, mode=mode, concurrency=args.concurrency,
+                                            start_order=order, **common)
                 drawn = policy.latencies
-                results[mode]["latency_mean_s"] = statistics.fmean(drawn) if drawn else 0.0
-                results[mode]["latency_p95_s"] = (statistics.quantiles(drawn, n=20)[-1]
+                results[name]["latency_mean_s"] = statistics.fmean(drawn) if drawn else 0.0
+                results[name]["latency_p95_s"] = (statistics.quantiles(drawn, n=20)[-1]
                                                   if len(drawn) >= 20 else float("nan"))
     finally:
         server.terminate()
@@ -338,30 +361,48 @@ async def main_async(args: argparse.Namespace) -> None:
         except subprocess.TimeoutExpired:
             server.kill()
 
-    if args.skip_sync:
-        return
-    a, s = results["async"], results["sync"]
-    ratio = a["steps_per_s"] / s["steps_per_s"] if s["steps_per_s"] else float("inf")
-    # The bound of this run: the latencies the async phase actually drew (the analytic mean is printed).
-    mean_latency = a["latency_mean_s"] or policy.mean_latency_s
+    summary(args, orders, capacity, results, policy)
+
+
+def _mean(results: dict, order: str, key: str) -> float:
+    values = [r[key] for r in results.values() if r["mode"] == "async" and r["start_order"] == order]
+    return statistics.fmean(values)
+
+
+def summary(args: argparse.Namespace, orders: list[str], capacity: dict, results: dict,
+            policy: LatencyPolicyServer) -> None:
+    """The figures of each start order (means over the rounds), against sync and the bound."""
+    sync = results.get("sync")
+    asyncs = [r for r in results.values() if r["mode"] == "async"]
+    # The bound of this run: the latencies the async phases actually drew (the analytic mean is printed).
+    mean_latency = statistics.fmean(r["latency_mean_s"] for r in asyncs) or policy.mean_latency_s
     policy_bound = args.policy_concurrency / mean_latency if mean_latency else float("inf")
     bound = min(capacity["steps_per_s"], policy_bound)
     print()
-    print(f"latency drawn: async mean {a['latency_mean_s']:.2f} s, p95 {a['latency_p95_s']:.2f} s; "
-          f"sync mean {s['latency_mean_s']:.2f} s (log-normal mean {policy.mean_latency_s:.2f} s)")
-    print(f"async  {a['steps_per_s']:.2f} steps/s   sync  {s['steps_per_s']:.2f} steps/s   "
-          f"ratio async/sync {ratio:.2f}x (target >= 5x)")
+    print(f"latency drawn: async mean {mean_latency:.2f} s (log-normal mean {policy.mean_latency_s:.2f} s)"
+          + (f"; sync mean {sync['latency_mean_s']:.2f} s" if sync else ""))
     print(f"bound = min(browser capacity {capacity['steps_per_s']:.2f}, policy {args.policy_concurrency} / "
-          f"{mean_latency:.2f} s = {policy_bound:.2f}) = {bound:.2f} steps/s; async reaches "
-          f"{100 * a['steps_per_s'] / bound:.0f}% of it end to end, "
-          f"{100 * a['steady_steps_per_s'] / bound:.0f}% in steady state (target >= 80%)")
-    # No scheduler can beat the bound, so bound / sync is the most async could gain on these browsers.
-    print(f"bound / sync = {bound / s['steps_per_s']:.2f}x: the largest ratio these browsers and this policy "
-          "allow")
+          f"{mean_latency:.2f} s = {policy_bound:.2f}) = {bound:.2f} steps/s")
+    figures = {}
+    for order in orders:
+        rate, steady = _mean(results, order, "steps_per_s"), _mean(results, order, "steady_steps_per_s")
+        drain, wall = _mean(results, order, "drain_s"), _mean(results, order, "wall_s")
+        ratio = rate / sync["steps_per_s"] if sync and sync["steps_per_s"] else float("nan")
+        figures[order] = {"steps_per_s": rate, "ratio": ratio, "fraction_of_bound": rate / bound,
+                          "steady_fraction": steady / bound, "drain_s": drain, "drain_share": drain / wall}
+        print(f"start order {order:<8} async {rate:.2f} steps/s ({args.rounds} round(s)): "
+              f"{100 * rate / bound:.0f}% of the bound end to end, {100 * steady / bound:.0f}% in steady "
+              f"state; drain {drain:.1f} s = {100 * drain / wall:.0f}% of the run"
+              + (f"; async/sync {ratio:.2f}x (target >= 5x)" if sync else ""))
+    if sync:
+        print(f"sync {sync['steps_per_s']:.2f} steps/s; bound / sync = {bound / sync['steps_per_s']:.2f}x: "
+              "the largest ratio these browsers and this policy allow")
+    if len(orders) == 2:
+        a, b = (figures[o]["steps_per_s"] for o in orders)
+        print(f"{orders[1]} / {orders[0]}: {b / a:.3f}x in end-to-end steps/s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"capacity": capacity, "async": a, "sync": s, "ratio": ratio,
-                                               "bound": bound, "fraction_of_bound": a["steps_per_s"] / bound,
-                                               "args": vars(args)}, indent=1))
+        Path(args.json).write_text(json.dumps({"capacity": capacity, "phases": results, "orders": figures,
+                                               "bound": bound, "args": vars(args)}, indent=1))
 
 
 def main() -> None:
@@ -383,6 +424,11 @@ def main() -> None:
     parser.add_argument("--capacity-concurrency", type=int, default=None,
                         help="Episodes in flight in the capacity phase (default: --concurrency).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of tasks, latencies and actions.")
+    parser.add_argument("--orders", default="longest",
+                        help="Start orders of the async phase, comma-separated (given,longest compares "
+                             "them side by side; default longest, the runner's default).")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="Async phases per start order, alternated (default 1).")
     parser.add_argument("--skip-sync", action="store_true", help="Run only capacity and async (diagnostics).")
     parser.add_argument("--json", default=None, help="Also write the figures to this JSON file.")
     args = parser.parse_args()

@@ -291,6 +291,77 @@ async def test_refused_start_url_is_recorded_without_retries(tmp_path, browser_u
 
 
 @pytest.mark.browser
+class LengthPolicy:
+    """Answers at once on click-button tasks and scrolls to the horizon on the others (`kinds`: the
+    task kind of each episode id); notes the order in which the episodes make their first call."""
+
+    model_id = "lengths"
+
+    def __init__(self, kinds: dict[str, str]):
+        self.kinds = kinds
+        self.first_calls: list[str] = []
+
+    async def act(self, observation):
+        import time
+
+        from webgym_rollout.actions import AgentAction
+        from webgym_rollout.agent.policies import AgentSettings, scripted_reply
+
+        if observation.episode_id not in self.first_calls:
+            self.first_calls.append(observation.episode_id)
+        action = (AgentAction(name="answer", text="done") if self.kinds[observation.episode_id] == "button"
+                  else AgentAction(name="scroll", direction="down"))
+        return scripted_reply(action, observation, AgentSettings(), self.model_id, time.perf_counter(),
+                              memory="-", intention="-")
+
+
+class CountingGate:
+    """An `EpisodeGate` that admits at once and counts."""
+
+    def __init__(self):
+        self.admitted = self.released = 0
+
+    async def admit(self) -> None:
+        self.admitted += 1
+
+    def release(self) -> None:
+        self.released += 1
+
+
+@pytest.mark.browser
+async def test_longest_first_starts_the_longer_episodes_first_with_the_same_results(tmp_path, sites_url,
+                                                                                     browser_url):
+    path = tmp_path / "tasks.jsonl"
+    with path.open("w", encoding="utf-8") as handle:  # short and long tasks alternate in the file
+        for seed in range(3):
+            for kind in ("button", "link"):
+                handle.write(json.dumps({"task_id": f"{kind}-{seed}", "task_name": f"MiniWoB click-{kind}",
+                                         "website": f"miniwob:click-{kind}", "benchmark_name": "miniwob",
+                                         "environment": f"miniwob:click-{kind}", "env_seed": seed}) + "\n")
+    jobs = [(f"{kind}-{seed}", a) for seed in range(3) for kind in ("button", "link") for a in range(2)]
+    kinds = {episode_id(task_id, a, 0): task_id.split("-")[0] for task_id, a in jobs}
+    rows, starts = {}, {}
+    for order in ("given", "longest"):
+        policy, gate = LengthPolicy(kinds), CountingGate()
+        settings = _settings(tmp_path, tasks=path, servers=(browser_url,), out=tmp_path / order,
+                             rollout={"concurrency": 1, "attempts": 2, "start_order": order},
+                             env={"sites_url": sites_url, "horizons": {"miniwob": 3}})
+        report = await run(settings, policy=policy, gate=gate)
+        assert report.episodes == 12 and not report.errors
+        assert gate.admitted == gate.released == 12  # the gate admits each job once, no more
+        rows[order] = sorted((r["task_id"], r["attempt"], r["num_steps"], r["status"])
+                             for r in _rows(tmp_path / order))
+        starts[order] = [kinds[e] for e in policy.first_calls]
+    assert rows["given"] == rows["longest"]  # the same episodes: each task played its two attempts
+    assert [r[:2] for r in rows["given"]] == sorted(jobs)
+    assert {r[2] for r in rows["given"] if r[0].startswith("button")} == {1}
+    assert {r[2] for r in rows["given"] if r[0].startswith("link")} == {3}
+    assert starts["given"] == [kinds[episode_id(task_id, a, 0)] for task_id, a in jobs]
+    # longest: the first group is tried (nothing is known yet); once its short episode has ended,
+    # every long episode starts before the remaining short ones
+    assert starts["longest"] == ["button"] + ["link"] * 6 + ["button"] * 5
+
+
 async def test_resume_after_sigkill_has_every_episode_exactly_once(tmp_path, sites_url, browser_url):
     tasks = write_tasks(tmp_path / "tasks.jsonl", range(10))
     out = tmp_path / "out"

@@ -6,9 +6,10 @@ slot), judges each ended episode and writes it (`webgym_rollout.trajectory.write
 
 - asynchronous (the default): `concurrency` episodes run at once, each on its own; when one ends
   the next task starts at once. There is no barrier between steps or episodes, so a slow policy
-  reply or a slow page holds back only its own episode. An `EpisodeGate` given to `run` may hold an
-  episode back before it starts (the RL loop's asynchronous schedule admits episodes by staleness
-  and shares its slots between several runs).
+  reply or a slow page holds back only its own episode. Episodes start longest expected first
+  (``--start-order``, `webgym_rollout.runner.order`), so that the run ends on short ones. An
+  `EpisodeGate` given to `run` may hold an episode back before it starts (the RL loop's
+  asynchronous schedule admits episodes by staleness and shares its slots between several runs).
 - ``--lockstep``: the naive baseline kept for comparison. A batch of `batch_size` episodes advances in
   lockstep: every live episode observes, then one batched policy call (all requests of the step
   gathered) decides for all, then all act; the next batch starts only when the whole batch is done.
@@ -45,8 +46,9 @@ says they are a bug to report and names the first one's exception and where it w
 
 The package's modules, one concept each: `settings` (`RolloutSettings`, `RunSettings`), `episode`
 (one episode as the schedules play it, the run's counters), `schedules` (asynchronous and
-lockstep), `finisher` (judging, the sites' ground truth, writing), `progress` (the live display),
-`report` (`RunReport`), `rollout` (`run`) and `cli` (``webgym-rollout run``).
+lockstep), `order` (the order the asynchronous schedule starts episodes in), `finisher` (judging,
+the sites' ground truth, writing), `progress` (the live display), `report` (`RunReport`), `rollout`
+(`run`) and `cli` (``webgym-rollout run``).
 """
 
 from __future__ import annotations

@@ -17,16 +17,19 @@ from webgym_data.sampler import TaskSampler
 from webgym_data.schema import Task
 from webgym_rollout.agent.policies import SHORTCUT_MODEL_PREFIX, Policy, make_policy
 from webgym_rollout.browser.client import BrowserClient
+from webgym_rollout.errors import TrajectoryError
 from webgym_rollout.fleet import FleetEndpoints
 from webgym_rollout.judge.judges import Judge, make_judge
 from webgym_rollout.judge.site import SiteJudge
 from webgym_rollout.runner.episode import Job, RunContext, RunStats, episode_id
 from webgym_rollout.runner.finisher import EpisodeFinisher
+from webgym_rollout.runner.order import StartQueue, step_history
 from webgym_rollout.runner.progress import watch
 from webgym_rollout.runner.report import RunReport
 from webgym_rollout.runner.schedules import EpisodeGate, run_async, run_lockstep
 from webgym_rollout.runner.settings import RunSettings
 from webgym_rollout.tasks.kind import task_kind
+from webgym_rollout.trajectory.reader import read_episodes
 from webgym_rollout.trajectory.recordings import RecordingStore, ReplayLibrary
 from webgym_rollout.trajectory.writer import TrajectoryWriter
 from webgym_sites.facts import SessionFacts
@@ -89,6 +92,21 @@ def _jobs(tasks: Sequence[Task], settings: RunSettings, is_done: Callable[[str, 
     return jobs, skipped
 
 
+def _start_queue(jobs: Sequence[Job], settings: RunSettings, resumed: int) -> StartQueue:
+    """The order the asynchronous schedule starts `jobs` in; a resumed run's episodes in --out
+    (`resumed` of them) tell how long the tasks' episodes were."""
+    history = {}
+    if resumed and settings.rollout.start_order == "longest":
+        try:
+            batches = read_episodes(settings.out).batches(  # type: ignore[arg-type]
+                columns=["task_id", "num_steps"], batch_size=1024)
+            history = step_history(row for batch in batches for row in batch.to_pylist())
+        except TrajectoryError as exc:  # only a hint: start by step budget alone
+            log.warning("resume: the earlier episodes' lengths could not be read (%s)", exc)
+    return StartQueue(jobs, lambda task: task_kind(task).horizon(settings.env, settings.horizon_split),
+                      order=settings.rollout.start_order, history=history)
+
+
 async def run(settings: RunSettings, *, policy: Policy | None = None, judge: Judge | None = None,
               gate: EpisodeGate | None = None,
               truth: Callable[[str], SessionFacts] | None = None) -> RunReport:
@@ -134,7 +152,7 @@ async def _run(settings: RunSettings, policy: Policy | None, judge: Judge | None
                 if settings.rollout.lockstep:
                     await run_lockstep(jobs, ctx, finisher)
                 else:
-                    await run_async(jobs, ctx, finisher, gate)
+                    await run_async(_start_queue(jobs, settings, skipped), ctx, finisher, gate)
                 await finisher.drain()
             finally:
                 watcher.cancel()
@@ -192,7 +210,8 @@ def _run_info(settings: RunSettings, policy: Policy, judge: Judge, tasks: Sequen
               invalid: Sequence[Any]) -> dict[str, Any]:
     """What the run's manifest records of how it ran."""
     return {"policy": getattr(policy, "model_id", ""), "judge": getattr(judge, "model_id", ""),
-            "mode": settings.rollout.scheduler, "tasks": str(settings.tasks), "split": settings.split,
+            "mode": settings.rollout.scheduler, "start_order": settings.rollout.start_order,
+            "tasks": str(settings.tasks), "split": settings.split,
             "attempts": settings.rollout.attempts, "iteration": settings.iteration,
             "seed": settings.policy.random.seed, "tasks_played": len(tasks),
             "invalid_task_rows": [error.to_dict() for error in invalid],

@@ -1,6 +1,6 @@
 """The episode schedules: asynchronous (`run_async`, each episode at its own pace in one of
-`concurrency` slots, optionally admitted by an `EpisodeGate`) and lockstep (`run_lockstep`, the
-baseline: batches whose every step waits for the whole batch)."""
+`concurrency` slots, started in a `StartQueue`'s order, optionally admitted by an `EpisodeGate`)
+and lockstep (`run_lockstep`, the baseline: batches whose every step waits for the whole batch)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from webgym_rollout.runner.episode import Job, LiveEpisode, RunContext
 from webgym_rollout.runner.finisher import EpisodeFinisher
+from webgym_rollout.runner.order import StartQueue
 
 __all__ = ["EpisodeGate", "run_async", "run_lockstep"]
 
@@ -60,17 +61,23 @@ class EpisodeGate(Protocol):
     def release(self) -> None: ...
 
 
-async def run_async(jobs: Sequence[Job], ctx: RunContext, finisher: EpisodeFinisher,
-                     gate: EpisodeGate | None = None) -> None:
-    """`concurrency` episode slots, each playing its next job as soon as its episode ends; `gate`
-    admits each episode before it starts."""
-    pending = iter(jobs)
+async def run_async(queue: StartQueue, ctx: RunContext, finisher: EpisodeFinisher,
+                    gate: EpisodeGate | None = None) -> None:
+    """`concurrency` episode slots, each starting the queue's next job as soon as its episode ends;
+    `gate` admits each episode before it starts (the job is chosen once admitted)."""
+
+    unclaimed = len(queue)
 
     async def worker() -> None:
-        # Each worker is one episode slot: when its episode ends, the next task starts at once.
-        for job in pending:
+        nonlocal unclaimed
+        # Each worker is one episode slot: when its episode ends, the next job starts at once. The
+        # slot claims a job before admission (a gate counts what it admits) and chooses it after.
+        while unclaimed > 0:
+            unclaimed -= 1
             if gate is not None:
                 await gate.admit()
+            job = queue.next()
+            assert job is not None  # one claimed job is left per claim
             ep = LiveEpisode(job, ctx)
             _log_start(job)
             ctx.stats.running += 1
@@ -83,9 +90,10 @@ async def run_async(jobs: Sequence[Job], ctx: RunContext, finisher: EpisodeFinis
                 ctx.stats.running -= 1
                 if gate is not None:
                     gate.release()
+            queue.ended(job, len(ep.env.steps))
             finisher.submit(ep)
 
-    await _all(worker() for _ in range(min(ctx.settings.rollout.concurrency, len(jobs))))
+    await _all(worker() for _ in range(min(ctx.settings.rollout.concurrency, len(queue))))
 
 
 async def run_lockstep(jobs: Sequence[Job], ctx: RunContext, finisher: EpisodeFinisher) -> None:
