@@ -36,9 +36,9 @@ class RolloutSettings:
     """--lockstep: episodes per lockstep batch."""
     start_order: Literal["longest", "given"] = "longest"
     """Which episodes start first: longest, those expected to take the most steps (by their website
-    and step budget, learnt from the run's ended episodes and, with --resume, the earlier ones), so
-    that the run ends on short episodes and its drain is short; or given, the order of the tasks.
-    Asynchronous schedule only; --lockstep plays the tasks in order."""
+    and step budget, learnt from the run's ended episodes and, in a resumed run, the earlier ones),
+    so that the run ends on short episodes and its drain is short; or given, the order of the tasks.
+    Asynchronous schedule only: the lockstep schedule plays the tasks in order."""
     session_retries: int = 2
     """How many times an episode whose browser session failed is restarted on a fresh session."""
     shard_episodes: int = 16
