@@ -17,16 +17,27 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from examples.my_site.judge import LibraryJudge
-from examples.my_site.kind import LibraryTask
-from examples.my_site.play import main
-from examples.my_site.site import LibrarySite, catalogue
-from examples.my_site.tasks import book_of, library_tasks
 from tests.conftest import REPO_ROOT
+from tests.support.kinds import kind_registered, kinds_restored
+
+with kinds_restored():  # importing the example registers its kind: only this module's tests see it
+    from examples.my_site.judge import LibraryJudge
+    from examples.my_site.kind import LibraryTask
+    from examples.my_site.play import main
+    from examples.my_site.site import LibrarySite, catalogue
+    from examples.my_site.tasks import book_of, library_tasks
 from webgym_rollout.judge import JudgeUnavailable
 from webgym_rollout.settings import EnvSettings
 from webgym_rollout.tasks import task_kind
 from webgym_rollout.trajectory import Episode, EpisodeStatus, Step, read_episodes
+
+
+@pytest.fixture(autouse=True)
+def library_kind():
+    """The example's kind registered for each test of this module, and gone after it."""
+    with kind_registered(LibraryTask):
+        yield
+
 
 PAGE = REPO_ROOT / "docs" / "guides" / "your-site.md"
 SESSION = "episode-one-0001"

@@ -44,8 +44,8 @@ def test_help_shows_an_example():
     assert "example:" in done.stdout and "--num-generations" in done.stdout and "--max-steps" in done.stdout
 
 
-def test_the_training_guides_command_parses():
-    text = (REPO_ROOT / "docs" / "guides" / "training.md").read_text(encoding="utf-8")
+def test_the_other_stacks_guides_command_parses():
+    text = (REPO_ROOT / "docs" / "guides" / "other-stacks.md").read_text(encoding="utf-8")
     line = next(block for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL)
                 if "examples/trl_grpo_webgym.py" in block)
     tokens = shlex.split(line.replace("\\\n", " "))

@@ -71,17 +71,44 @@ def task_names() -> frozenset[str]:
     return frozenset(page.stem for page in folder.glob("*.html"))
 
 
-def unknown_task(name: str) -> str:
-    """What is wrong with MiniWoB++ task `name` ("" when the package ships it, or is not installed):
-    it names the environment and the closest shipped task names."""
+def unknown_task(name: str, sites_url: str | None = None) -> str:
+    """What is wrong with MiniWoB++ task `name` ("" when the package ships it, when it is not
+    installed here, or when the site server at `sites_url` serves the page: a site of your own may add
+    pages of the same kind): it names the environment and the closest shipped task names."""
     names = task_names()
-    if not names or name in names:
+    if not names or name in names or (sites_url and site_serves(sites_url, name)):
         return ""
     close = difflib.get_close_matches(name, sorted(names), n=3, cutoff=0.6)
     hint = (f"did you mean {' or '.join(repr(f'miniwob:{c}') for c in close)}?" if close
             else "its page names are the tasks, e.g. 'miniwob:click-button'")
+    served = f", nor does the site server at {sites_url} serve it" if sites_url else ""
     return (f"environment 'miniwob:{name}': the miniwob package has no task {name!r} ({len(names)} tasks "
-            f"in {html_dir() / 'miniwob'}); {hint}")
+            f"in {html_dir() / 'miniwob'}){served}; {hint}")
+
+
+@lru_cache(maxsize=1024)
+def site_serves(sites_url: str, name: str) -> bool:
+    """Whether the site server at `sites_url` answers the page of task `name` (2xx); False when it
+    does not, cannot be reached, or is not on this machine (only a loopback address or ``localhost``
+    is asked: a check looks up no name). Asked once per server and name."""
+    import ipaddress
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    host = urlsplit(sites_url).hostname or ""
+    try:
+        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        local = False
+    if not local:
+        return False
+    request = urllib.request.Request(task_url(sites_url, name), method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return 200 <= answer.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 def task_url(sites_url: str, task: str) -> str:
@@ -115,7 +142,7 @@ class MiniWobTask(TaskKind):
     default_horizon: ClassVar[int | None] = 6  # short, single-page tasks
 
     def check(self, settings: EnvSettings) -> None:
-        problem = unknown_task(self.argument)
+        problem = unknown_task(self.argument, settings.sites_url)
         if problem:  # its page would be a 404: refused before any browser opens it
             raise ValueError(f"task {self.task.task_id}: {problem}")
         if not settings.sites_url:

@@ -86,3 +86,25 @@ async def test_seeded_episode_state_and_rewards(chromium):
             assert state["done"] is True and state["raw_reward"] == 1 and 0 < state["reward"] <= 1
         finally:
             await context.close()
+
+
+def test_a_page_of_your_own_that_the_site_server_serves_is_played(tmp_path):
+    """A site server of your own may add pages of the MiniWoB kind (the tests' bandit does): a name the
+    package lacks is refused only when the site server at --sites-url does not answer its page."""
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "miniwob").mkdir()
+    (tmp_path / "miniwob" / "my-page.html").write_text("<html><body>mine</body></html>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        task_kind(_named("my-page")).check(EnvSettings(sites_url=url))
+        with pytest.raises(ValueError, match=f"nor does the site server at {url} serve it"):
+            task_kind(_named("click-tset")).check(EnvSettings(sites_url=url))
+    finally:
+        server.shutdown()
+        server.server_close()
