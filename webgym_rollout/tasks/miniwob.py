@@ -17,9 +17,13 @@ after every step: an episode ends when the page says it is done), and its step b
 from __future__ import annotations
 
 import difflib
+import ipaddress
+import urllib.error
+import urllib.request
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit
 
 from webgym_rollout.browser.pages import PageHooks
 from webgym_rollout.browser.protocol import EnvState
@@ -91,11 +95,6 @@ def site_serves(sites_url: str, name: str) -> bool:
     """Whether the site server at `sites_url` answers the page of task `name` (2xx); False when it
     does not, cannot be reached, or is not on this machine (only a loopback address or ``localhost``
     is asked: a check looks up no name). Asked once per server and name."""
-    import ipaddress
-    import urllib.error
-    import urllib.request
-    from urllib.parse import urlsplit
-
     host = urlsplit(sites_url).hostname or ""
     try:
         local = host == "localhost" or ipaddress.ip_address(host).is_loopback
