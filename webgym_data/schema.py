@@ -38,10 +38,11 @@ import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
 from typing import Any
 
 from webgym_data.errors import RubricError, TaskValidationError, WebgymDataError
-from webgym_data.features import feature_of
+from webgym_data.features import arrow_of, feature_of
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -63,6 +64,7 @@ __all__ = [
     "normalise_evaluator_reference",
     "normalise_website",
     "seed_difficulty_label",
+    "task_arrow_schema",
     "task_features",
     "text_fault",
     "unencodable_field",
@@ -609,22 +611,36 @@ datasets keep): every field of `Task`, and the two properties `Task.to_row` adds
 _DERIVED_COLUMNS = ("difficulty_level", "fact_group_ids")
 
 
-def task_features():
-    """The `datasets.Features` of a task row, derived from `Task`: each field's feature from its
-    type (`webgym_data.features.feature_of`), each derived column's from its property's, in the
-    order of `_ROW_COLUMNS`."""
-    from datasets import Features  # optional: datasets
-
+def _row_kinds() -> dict[str, tuple[Any, Mapping[str, Any]]]:
+    """``column -> (type, field metadata)`` of a task row, in the order of `_ROW_COLUMNS`: each
+    field's, each derived column's from its property's return type."""
     expected = {item.name for item in fields(Task)} | set(_DERIVED_COLUMNS)
     if set(_ROW_COLUMNS) != expected:  # a field added to Task and not to the row's columns, or gone
         raise TypeError(f"_ROW_COLUMNS differs from Task's fields and {list(_DERIVED_COLUMNS)} in "
                         f"{sorted(set(_ROW_COLUMNS) ^ expected)}")
     hints = typing.get_type_hints(Task)
     metadata = {item.name: item.metadata for item in fields(Task)}
-    columns = {}
-    for name in _ROW_COLUMNS:
-        if name in _DERIVED_COLUMNS:
-            columns[name] = feature_of(typing.get_type_hints(getattr(Task, name).fget)["return"])
-        else:
-            columns[name] = feature_of(hints[name], metadata[name])
-    return Features(columns)
+    return {name: (typing.get_type_hints(getattr(Task, name).fget)["return"], {}) if name in _DERIVED_COLUMNS
+            else (hints[name], metadata[name]) for name in _ROW_COLUMNS}
+
+
+def task_features():
+    """The `datasets.Features` of a task row, derived from `Task`: each field's feature from its
+    type (`webgym_data.features.feature_of`), each derived column's from its property's, in the
+    order of `_ROW_COLUMNS`."""
+    from datasets import Features  # optional: datasets
+
+    return Features({name: feature_of(kind, metadata) for name, (kind, metadata) in _row_kinds().items()})
+
+
+@lru_cache(maxsize=1)
+def task_arrow_schema():
+    """The Arrow schema of a task row with the `task_features` in its metadata, as
+    ``task_features().arrow_schema`` gives it (what ``load_dataset`` restores the features from),
+    made without importing ``datasets`` (`webgym_data.features.arrow_of`): the build writes with it."""
+    import pyarrow as pa  # optional: pyarrow
+
+    columns = {name: arrow_of(kind, metadata) for name, (kind, metadata) in _row_kinds().items()}
+    info = {"info": {"features": {name: feature for name, (_, feature) in columns.items()}}}
+    return pa.schema([pa.field(name, arrow) for name, (arrow, _) in columns.items()],
+                     metadata={"huggingface": json.dumps(info)})

@@ -454,3 +454,32 @@ def test_a_build_whose_sites_are_all_too_large_for_the_test_split_says_so(tmp_pa
     wider = CliRunner().invoke(build_command, [*args, "--test-size", "10", "--max-test-fraction", "0.5"])
     assert wider.exit_code == 0 and "warning" not in wider.output, wider.output
     assert " + 0 test tasks" not in wider.output
+
+
+def test_the_collector_is_off_during_the_steps_and_on_after_a_build_or_a_failed_one(tmp_path, monkeypatch):
+    import gc
+
+    import webgym_data.build as build_module
+
+    seen = []
+    real_dedupe = build_module.dedupe
+
+    def dedupe(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real_dedupe(*args, **kwargs)
+
+    monkeypatch.setattr(build_module, "dedupe", dedupe)
+    seed = write_jsonl(tmp_path / "seed.jsonl", synthetic_rows(4, 2))
+    assert gc.isenabled()
+    build(generic(tmp_path / "tasks", seed, 2))
+    assert seen == [False] and gc.isenabled()
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"task_name": "", "website": "x.com"}])
+    with pytest.raises(Exception, match="task_name"):
+        build(generic(tmp_path / "other", bad, 2))
+    assert gc.isenabled()
+    gc.disable()  # a caller that turned it off keeps it off
+    try:
+        build(generic(tmp_path / "third", seed, 2))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -1,5 +1,5 @@
 """feature_of: the dataset feature of a dataclass field's type (the task and trajectory rows'
-Features are derived with it)."""
+Features are derived with it); arrow_of: its Arrow type and feature dict without `datasets`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import pytest
-from datasets import Image, List, Value
+from datasets import Features, Image, List, Value
 
-from webgym_data.features import feature_of
+from webgym_data.features import arrow_of, feature_of
+from webgym_data.schema import task_arrow_schema, task_features
 
 
 class Colour(Enum):
@@ -46,3 +47,33 @@ def test_each_type_has_its_feature():
 def test_a_type_no_feature_holds_is_refused():
     with pytest.raises(TypeError, match="no dataset feature for type"):
         feature_of(dict[str, int])
+
+
+@dataclass
+class Plain:
+    """`Outer` without the image, which has no Arrow form without `datasets`."""
+
+    flag: bool
+    score: float
+    colour: Colour
+    inner: Inner
+    items: tuple[Inner, ...]
+    tags: list[str]
+    maybe: int | None = None
+
+
+def test_arrow_of_gives_the_arrow_type_and_the_feature_dict_that_datasets_gives():
+    arrow, feature = arrow_of(Plain)
+    features = Features(feature_of(Plain))
+    assert feature == features.to_dict()
+    assert arrow == features.type
+    with pytest.raises(TypeError, match="image"):
+        arrow_of(Outer)
+    with pytest.raises(TypeError, match="no dataset feature for type"):
+        arrow_of(dict[str, int])
+
+
+def test_the_task_arrow_schema_is_the_features_schema_metadata_and_all():
+    schema = task_arrow_schema()
+    assert schema.equals(task_features().arrow_schema, check_metadata=True)
+    assert Features.from_arrow_schema(schema) == task_features()
