@@ -400,6 +400,15 @@ def _staging(out: Path) -> Iterator[Path]:
 
 # ------------------------------------------------------------------------------------- progress
 
+def _collect_again() -> None:
+    """Turn the cyclic collector on again, with every object it tracks moved to its oldest
+    generation first (`gc.freeze` then `gc.unfreeze`), so the objects made while it was off are not
+    all examined by the next young-generation pass."""
+    gc.freeze()
+    gc.unfreeze()
+    gc.enable()
+
+
 class _Steps:
     """One rich progress display for the whole build; each step is a bar (or a spinner).
 
@@ -407,7 +416,9 @@ class _Steps:
     of small objects (tasks, rubric groups, strings) and hold most of them, and the collector's
     passes over that growing heap were a quarter of a 300k-task build's CPU time. Nothing the steps
     make needs it (their objects hold no reference cycles and are freed as usual when the last
-    reference goes). It is on again while an LLM step runs (`paused`) and after the build.
+    reference goes). It is on again while an LLM step runs (`paused`) and after the build; what the
+    steps made is then moved to its oldest generation unexamined (`_collect_again`), as a pass over
+    it would cost about a second at 300k tasks, and most of it is freed with the build's result.
     """
 
     def __init__(self, enabled: bool) -> None:
@@ -426,7 +437,7 @@ class _Steps:
 
     def __exit__(self, *exc_info) -> None:
         if self._collecting:
-            gc.enable()
+            _collect_again()
         self.progress.__exit__(*exc_info)
 
     @contextmanager
@@ -435,7 +446,7 @@ class _Steps:
         collector runs meanwhile (an LLM step can last hours)."""
         self.progress.stop()
         if self._collecting:
-            gc.enable()
+            _collect_again()
         yield
         gc.disable()
         # Not restarted after an error: the error line is then the last thing printed.
