@@ -135,16 +135,25 @@ def template_instruction(parent: Task, groups: Sequence[FactGroup]) -> str:
 
 def _template_instruction(parent: Task, groups: Sequence[FactGroup], grading: _Grading) -> str:
     labels = [_label(parent, group, grading) for group in groups]
-    text = _template(parent, labels)
-    if grading.leak(text):  # descriptions that only give something away together: name positions
-        text = _template(parent, [_position(parent, group) for group in groups])
+    text, said = _template(parent, labels)
+    if grading.said(said):  # descriptions that only give something away together: name positions
+        text, _ = _template(parent, [_position(parent, group) for group in groups])
     return text
 
 
-def _template(parent: Task, labels: Sequence[str]) -> str:
+_TEMPLATE_WORDS = ("part of the task", "do only the following and report what you find")
+"""`_words` of the template's own text around the quoted instruction and the parts asked for."""
+
+
+def _template(parent: Task, labels: Sequence[str]) -> tuple[str, str]:
+    """The template instruction and its `_words`, put together from the words of its pieces (the
+    template's own text parts them with quotes and colons, so no word spans two), so the parent's
+    instruction is read once for all its subtasks."""
     asked = _shorten(" and ".join(labels), MAX_INSTRUCTION_CHARS // 2)
     quoted = _shorten(parent.task_name.rstrip(), MAX_INSTRUCTION_CHARS - len(asked) - 80)
-    return f"Part of the task \"{quoted}\": do only the following and report what you find: {asked}."
+    text = f"Part of the task \"{quoted}\": do only the following and report what you find: {asked}."
+    pieces = (_TEMPLATE_WORDS[0], _words(quoted).strip(), _TEMPLATE_WORDS[1], _words(asked).strip())
+    return text, f" {' '.join(piece for piece in pieces if piece)} "
 
 
 def _label(parent: Task, group: FactGroup, grading: _Grading) -> str:
@@ -214,7 +223,10 @@ class _Grading:
 
     def leak(self, text: str) -> str:
         """What `text` gives away (``""``: nothing)."""
-        said = _words(text)
+        return self.said(_words(text))
+
+    def said(self, said: str) -> str:
+        """What a text whose `_words` are `said` gives away (``""``: nothing)."""
         for words, what in self.phrases:
             if words in said:
                 return what

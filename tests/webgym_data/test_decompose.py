@@ -437,3 +437,16 @@ def test_the_build_decomposes_the_same_way_twice(every_built_task, seeds_dir, tm
     again = {t.task_id: t.task_name for t in [*train, *test] if t.parent_task_id}
     first = {t.task_id: t.task_name for t in every_built_task if t.task_id in again}
     assert len(again) > 300 and again == first
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text(min_size=1, max_size=300), labels=st.lists(st.text(max_size=40), min_size=1, max_size=4),
+       long=st.booleans())
+def test_the_template_words_put_together_from_its_pieces_are_the_words_of_the_whole_text(name, labels, long):
+    from webgym_data.decompose import _template, _words
+
+    parent = make_task([("Price", 3), ("Cart", 1)], name=name * (300 if long else 1))
+    text, said = _template(parent, labels)
+    assert said == _words(text)
+    text, said = _template(parent, ["Straße ΣΑΣ", "x_1 part2", "ǅ ﬁ"])
+    assert said == _words(text)
