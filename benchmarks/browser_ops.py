@@ -46,7 +46,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import free_port, tree_cpu_s  # noqa: E402  (benchmarks/common.py)
+from common import free_port, stop, tree_cpu_s  # noqa: E402  (benchmarks/common.py)
 
 from webgym_rollout.browser.client import BrowserClient  # noqa: E402
 from webgym_rollout.browser.egress import EgressProxy, MappingResolver  # noqa: E402
@@ -68,6 +68,8 @@ EXAMPLES = """examples:
   OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/browser_ops.py --split --repeat 5 --ns 1,8
   # page loads only, at N = 4 and 8:
   OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/browser_ops.py --ns '' --load-ns 4,8
+  # where one page load's time goes (goto, the URL guard, the title read, the HTTP hop):
+  OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/browser_ops.py --ns '' --load-ns 1 --load-profile
 """
 
 CHROMIUM = os.environ.get("WEBGYM_CHROMIUM", DEFAULT_CHROMIUM)
@@ -79,13 +81,16 @@ def _serve_cmd() -> list[str]:
     return [sys.executable, "-c", "from webgym_rollout.cli import main; main()"]
 
 
-def start_server(port: int, browsers: int, contexts: int, allow: str) -> tuple[subprocess.Popen, float]:
-    """Start ``webgym-rollout serve`` (its pages may reach `allow`, the site server's host:port);
-    returns the process and the seconds until /health answered."""
+def start_server(port: int, browsers: int, contexts: int, allow: str,
+                 tree: Path | None = None) -> tuple[subprocess.Popen, float]:
+    """Start ``webgym-rollout serve`` (its pages may reach `allow`, the site server's host:port),
+    of this checkout or of the checkout at `tree`; returns the process and the seconds until
+    /health answered."""
     cmd = [*_serve_cmd(), "serve", "--port", str(port), "--allow-hosts", allow, "--browsers", str(browsers),
            "--contexts-per-browser", str(contexts)]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree, env=env)
     with httpx.Client(trust_env=False) as http:
         while True:
             if proc.poll() is not None:
@@ -270,6 +275,67 @@ async def server_loads(url: str, two: tuple[str, str], n: int, count: int) -> Ru
             await asyncio.gather(*(s.close() for s in sessions))
 
 
+async def load_profile(browser, proxied, two: tuple[str, str], site: str, url: str, loads: int,
+                       repeat: int) -> None:
+    """Where a page load's time goes (one session, serial loads): Playwright's ``goto`` alone; with
+    the server's URL guard on the page (`NavigationTracker`: every request paused and let through
+    by Python); plus the title read the server makes after a load (``page.title()``, as before
+    issue 42, and one DevTools evaluation, as now); the same on a browser whose connections pass
+    the egress proxy (`proxied`); and the server's whole ``navigate`` over HTTP. The variants
+    alternate ``repeat`` times; medians in ms per load."""
+    from webgym_rollout.browser.navigation import NavigationTracker  # lazy: only for --load-profile
+
+    async def page(guarded: bool, on=browser):
+        context = await on.new_context(viewport={"width": 1280, "height": 720})
+        opened = await context.new_page()
+        tracker = NavigationTracker(opened, UrlGuard((site,)), "profile")
+        if guarded:
+            await tracker.install(context)
+        await opened.goto(two[0])
+        return opened, tracker
+
+    async def loads_of(opened, tracker, read: str) -> None:
+        for i in range(loads):
+            await opened.goto(f"{two[(i + 1) % 2]}?{next(fresh)}", wait_until="load")
+            if read == "playwright":
+                await opened.title()
+            elif read == "devtools":
+                await tracker.read_title()
+
+    plain, guarded, behind_proxy = await page(False), await page(True), await page(True, proxied)
+    variants: dict[str, Callable[[], Awaitable[object]]] = {
+        "goto": lambda: loads_of(*plain, ""),
+        "goto, guarded": lambda: loads_of(*guarded, ""),
+        "goto, guarded, page.title()": lambda: loads_of(*guarded, "playwright"),
+        "goto, guarded, DevTools title": lambda: loads_of(*guarded, "devtools"),
+        "the same through the egress proxy": lambda: loads_of(*behind_proxy, "devtools"),
+    }
+    async with BrowserClient(url) as client:
+        session = await client.create_session(two[0])
+
+        async def navigations() -> None:
+            for i in range(loads):
+                await session.navigate(f"{two[(i + 1) % 2]}?{next(fresh)}")
+
+        variants["server navigate (HTTP)"] = navigations
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        names = list(variants)
+        for r in range(repeat):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                start = time.perf_counter()
+                await variants[name]()
+                times[name].append(1000 * (time.perf_counter() - start) / loads)
+        await session.close()
+    for opened, _ in (plain, guarded, behind_proxy):
+        await opened.context.close()
+    base = _median(times["goto"])
+    print(f"\npage-load profile, one session, {loads} loads x {repeat} alternating rounds "
+          "(median ms per load):")
+    for name, values in times.items():
+        print(f"  {name:34s} {_median(values):6.2f} ms  (+{_median(values) - base:5.2f} ms, "
+              f"{100 * (_median(values) / base - 1):5.1f} % over goto)")
+
+
 async def alternate(paths: dict[str, Callable[[], Awaitable[Run]]], repeat: int) -> dict[str, list[Run]]:
     """Run every path `repeat` times, in a rotating order (round r starts with path r mod k)."""
     names = list(paths)
@@ -314,6 +380,11 @@ async def main() -> None:
     parser.add_argument("--navigations", type=int, default=10, help="page loads per session and run")
     parser.add_argument("--repeat", type=int, default=3,
                         help="alternating rounds per setting; medians and spread are reported")
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="also measure a server started from another checkout (e.g. a git worktree "
+                             "of the commit before a change), side by side with this one")
+    parser.add_argument("--load-profile", action="store_true",
+                        help="also profile one session's page load: goto, the guard, the title read, HTTP")
     parser.add_argument("--split", action="store_true",
                         help="also measure the pre-act calls (execute, screenshot, env_state) per step")
     args = parser.parse_args()
@@ -333,6 +404,11 @@ async def main() -> None:
         port = free_port()
         proc, startup_s = start_server(port, args.browsers, contexts, allow=site)
         url = f"http://127.0.0.1:{port}"
+        baseline = None
+        if args.baseline is not None:
+            baseline = start_server(free_port(), args.browsers, contexts, allow=site,
+                                    tree=args.baseline.resolve())[0]
+        base_url = f"http://127.0.0.1:{baseline.args[baseline.args.index('--port') + 1]}" if baseline else ""
         # The proxy of the "proxied" loads: the server's kind, the same guard, no name lookups.
         proxy = EgressProxy(UrlGuard((site,)), MappingResolver({}))
         await proxy.start()
@@ -348,6 +424,9 @@ async def main() -> None:
                             "direct": lambda p=pages, n=n, k=steps: direct.steps(p, n, k),
                             "act": lambda p=pages, n=n, k=steps: server_steps(url, p, n, k, proc.pid, False),
                         }
+                        if baseline is not None:
+                            paths["baseline"] = lambda p=pages, n=n, k=steps: server_steps(
+                                base_url, p, n, k, baseline.pid, False)
                         if args.split:
                             paths["split"] = lambda p=pages, n=n, k=steps: server_steps(
                                 url, p, n, k, proc.pid, True)
@@ -355,40 +434,52 @@ async def main() -> None:
                         step_rows.append((pages.name, n, runs))
                         _print_steps(pages.name, n, runs)
                 for n in load_ns:
-                    runs = await alternate({
+                    load_paths = {
                         "direct": lambda n=n: direct.loads(two, n, args.navigations),
                         "proxied": lambda n=n: proxied.loads(two, n, args.navigations),
                         "server": lambda n=n: server_loads(url, two, n, args.navigations),
-                    }, args.repeat)
+                    }
+                    if baseline is not None:
+                        load_paths["baseline"] = lambda n=n: server_loads(base_url, two, n, args.navigations)
+                    runs = await alternate(load_paths, args.repeat)
                     load_rows.append((n, runs))
                     _print_loads(n, runs)
+                if args.load_profile:
+                    await load_profile(direct.browsers[0], proxied.browsers[0], two, site, url,
+                                       args.navigations * 3, args.repeat * 2)
         finally:
             await proxy.close()
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            for server in (proc, baseline):
+                if server is not None:
+                    stop(server, timeout_s=15)
     print()
     print(f"start to healthy /health: {startup_s:.2f} s (target < 2 s)")
     print(f"PSS server + browsers with 8 sessions open: {pss:.0f} MiB (target < 600 MiB)")
     print(f"server below direct, median over {args.repeat} alternating rounds [min..max] (target <= 10 %):")
     for name, n, runs in step_rows:
-        paths = ["act"] + (["split"] if "split" in runs else [])
+        paths = [path for path in ("act", "baseline", "split") if path in runs]
         print(f"  {name:22s} N={n:<3d} " + "   ".join(
-            "{} {:5.1f} % [{:5.1f}..{:5.1f}]".format(path, *_overhead(runs, path)) for path in paths))
+            "{} {:5.1f} % [{:5.1f}..{:5.1f}]".format(path, *_overhead(runs, path)) for path in paths)
+            + (_BASELINE.format("act", *_overhead(runs, "act", "baseline")) if "baseline" in runs else ""))
     for n, runs in load_rows:
         print("  {:22s} N={:<3d} server {:5.1f} % [{:5.1f}..{:5.1f}]".format("page loads", n,
                                                                             *_overhead(runs, "server"))
               + "   of which the proxy (proxied vs direct) {:5.1f} % [{:5.1f}..{:5.1f}]".format(
-                  *_overhead(runs, "proxied")))
+                  *_overhead(runs, "proxied"))
+              + ("   baseline {:5.1f} % [{:5.1f}..{:5.1f}]".format(*_overhead(runs, "baseline"))
+                 + _BASELINE.format("server", *_overhead(runs, "server", "baseline"))
+                 if "baseline" in runs else ""))
+
+
+_BASELINE = "   {} below baseline {:5.1f} % [{:5.1f}..{:5.1f}]"
+"""This checkout's server against the `--baseline` one's, per round (negative: faster)."""
 
 
 def _print_steps(name: str, n: int, runs: dict[str, list[Run]]) -> None:
     direct = runs["direct"]
     line = (f"{name:22s} N={n:<3d} direct {_median(r.rate for r in direct):6.1f} steps/s "
             f"{_median(r.cpu_ms for r in direct):5.1f} CPU-ms/step")
-    for path in ("act", "split"):
+    for path in ("act", "baseline", "split"):
         if path not in runs:
             continue
         served = runs[path]
@@ -411,7 +502,9 @@ def _print_loads(n: int, runs: dict[str, list[Run]]) -> None:
           f" | server {rates['server']:6.1f} loads/s, below direct {server_below[0]:5.1f} %"
           f" [{server_below[1]:.1f}..{server_below[2]:.1f}],"
           f" proxy {_median(r.proxy_cpu_ms for r in server):.2f} CPU-ms and"
-          f" {_median(r.proxied_requests for r in server):.1f} requests per load", flush=True)
+          f" {_median(r.proxied_requests for r in server):.1f} requests per load"
+          + (f" | baseline {rates['baseline']:6.1f} loads/s, below direct "
+             f"{_overhead(runs, 'baseline')[0]:5.1f} %" if "baseline" in runs else ""), flush=True)
 
 
 if __name__ == "__main__":

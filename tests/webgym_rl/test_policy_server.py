@@ -487,18 +487,33 @@ def _tied_checkpoint(out: Path, seed: int) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def two_weights(tiny_dir) -> tuple[dict, dict]:
+    """The state dicts of the served checkpoint and of a second one (`tiny_model_dir` seed 1)."""
+    return load_model(tiny_dir).state_dict(), load_model(tiny_model_dir("qwen2_vl", seed=1)).state_dict()
+
+
+def _pushing_server(tiny_dir) -> PolicyServerSettings:
+    return PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
+
+
+def _scored_request(color: tuple[int, int, int]) -> dict:
+    """A greedy request whose reply and log-probabilities tell two sets of weights apart."""
+    return dict(model="tiny", messages=_messages(_data_url(color)), temperature=0, max_tokens=6,
+                logprobs=True, top_logprobs=3)
+
+
 @pytest.mark.parametrize("transport", ["http", "shm"])
-async def test_pushed_weights_answer_like_a_reload_of_their_checkpoint(tiny_dir, shm_dir, transport):
+async def test_pushed_weights_answer_like_a_reload_of_their_checkpoint(tiny_dir, two_weights, shm_dir,
+                                                                       transport):
     """Pushing the state dict of a second checkpoint gives the replies /reload of that folder gives,
     byte for byte, with the pushed version as fingerprint; the processor and root stay. Shared
     memory: no file is left, and each push's mapping goes when the next push or a /reload replaces
     its weights."""
     other = tiny_model_dir("qwen2_vl", seed=1)
-    weights = load_model(other).state_dict()
-    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
-    kw = dict(model="tiny", messages=_messages(_data_url((200, 120, 30))), temperature=0, max_tokens=6,
-              logprobs=True, top_logprobs=3)
-    with running_policy_server(settings) as base_url:
+    weights = two_weights[1]
+    kw = _scored_request((200, 120, 30))
+    with running_policy_server(_pushing_server(tiny_dir)) as base_url:
         client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
         root = base_url.removesuffix("/v1")
         before = await client.chat.completions.create(**kw)
@@ -576,17 +591,15 @@ def test_auto_uses_shared_memory_on_loopback_and_falls_back_to_http(tiny_dir, sh
     assert list(shm_dir.iterdir()) == []
 
 
-async def test_reused_buffers_answer_like_the_checkpoint_of_the_same_weights(tiny_dir, shm_dir):
+async def test_reused_buffers_answer_like_the_checkpoint_of_the_same_weights(tiny_dir, two_weights, shm_dir):
     """reuse_buffers=True: the pushes go into two files kept in shared memory (the same two names
     throughout, the server leaves them), each later push copied into the one not served; every
     push then answers exactly (text, log-probabilities) as the checkpoint of the same weights. A
     push without it removes the kept files."""
     other = tiny_model_dir("qwen2_vl", seed=1)
-    first, second = load_model(tiny_dir).state_dict(), load_model(other).state_dict()
-    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
-    kw = dict(model="tiny", messages=_messages(_data_url((200, 120, 30))), temperature=0, max_tokens=6,
-              logprobs=True, top_logprobs=3)
-    with running_policy_server(settings) as base_url:
+    first, second = two_weights
+    kw = _scored_request((200, 120, 30))
+    with running_policy_server(_pushing_server(tiny_dir)) as base_url:
         client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
         expected = {"first": _reply(await client.chat.completions.create(**kw))[1:]}
         async with httpx.AsyncClient(timeout=60) as http:
@@ -609,7 +622,8 @@ async def test_reused_buffers_answer_like_the_checkpoint_of_the_same_weights(tin
         assert _reply(await client.chat.completions.create(**kw))[1:] == expected["first"]
 
 
-async def test_a_failed_reused_push_leaves_the_old_weights_serving(tiny_dir, shm_dir, monkeypatch):
+async def test_a_failed_reused_push_leaves_the_old_weights_serving(tiny_dir, two_weights, shm_dir,
+                                                                   monkeypatch):
     """A reused push whose copy fails half way (the file written over with garbage first), or that
     the server refuses, leaves the weights serving untouched: the client never writes into the file
     served from. Both kept files are then dropped, and the next push starts afresh and is right."""
@@ -617,12 +631,9 @@ async def test_a_failed_reused_push_leaves_the_old_weights_serving(tiny_dir, shm
 
     from webgym_rl.policy_server import client as push_client
 
-    other = tiny_model_dir("qwen2_vl", seed=1)
-    first, second = load_model(tiny_dir).state_dict(), load_model(other).state_dict()
-    settings = PolicyServerSettings(model=str(tiny_dir), port=0, max_new_tokens=6, served_model_name="tiny")
-    kw = dict(model="tiny", messages=_messages(_data_url((30, 120, 200))), temperature=0, max_tokens=6,
-              logprobs=True, top_logprobs=3)
-    with running_policy_server(settings) as base_url:
+    first, second = two_weights
+    kw = _scored_request((30, 120, 200))
+    with running_policy_server(_pushing_server(tiny_dir)) as base_url:
         client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
         before = _reply(await client.chat.completions.create(**kw))
         push_weights(base_url, second, version=1, transport="shm", reuse_buffers=True)

@@ -3,7 +3,9 @@
 `Operations` runs ``navigate``, ``screenshot``, ``execute``, ``page_info`` and ``env_state`` (and a
 new session's first page load, `open`), and ``act``: an agent step in one operation, the action in
 the execute lane, then the next observation (screenshot, the page's own state, elements) in the
-screenshot lane, under one hold of the session's lock. Every operation holds its session's lock
+screenshot lane, under one hold of the session's lock; the screenshot (and a state a script reads)
+is taken beside the action's check for a navigation and kept when nothing navigated, as a direct
+Playwright caller would take it. Every operation holds its session's lock
 (operations on one session run one at a time), then a slot of its kind's `Lane` (bounded queue +
 concurrency limit: sessions never wait for each other except there), and runs under a timeout
 (`run`). Failures stay with their session and come out typed:
@@ -38,7 +40,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from webgym_rollout.browser.blocklist import SiteBlocklist
@@ -400,7 +401,7 @@ class Operations:
             if outcome is not None and outcome.kind != "forwarded":
                 kind, message = "egress", f"{message} (egress proxy: {outcome.reason})"
             self._count(session, url, (kind, message), start)
-            return PageState(url=page.url, title=await _title(page), error=message)
+            return PageState(url=page.url, title=await navigation.read_title(), error=message)
         if navigation.refused:
             raise navigation.refusal(url)
         navigation.status = response.status if response is not None else None
@@ -411,8 +412,9 @@ class Operations:
                 await self._back_to_previous_page(session, response.url, commits_before)
                 raise _egress_refusal(response.url, url, reason)
             self._count(session, url, ("egress", reason), start)
-            return PageState(url=page.url, title=await _title(page), error=f"egress proxy: {reason}")
-        title = navigation.title = await _title(page)
+            title = await navigation.read_title()
+            return PageState(url=page.url, title=title, error=f"egress proxy: {reason}")
+        title = navigation.title = await navigation.read_title()
         failure = None
         if response is not None and response.status in (403, 429) or _looks_blocked(title):
             kind = "block_page" if _looks_blocked(title) else "http_status"
@@ -497,7 +499,7 @@ class Operations:
             session.last_used = time.monotonic()
             await asyncio.sleep(action.seconds or 0)
         async with session.lock:  # (a wait has waited already: its bound starts after it)
-            result, _ = await self.run(session, "execute", self._execute(session, action),
+            result, _, _ = await self.run(session, "execute", self._execute(session, action),
                                        self.settings.action_timeout_s, self._action_limit)
             return result
 
@@ -513,16 +515,17 @@ class Operations:
         # navigation (one round trip less per step); read after the action otherwise.
         probe = state_probe(session.hooks) if request.env_state else None
         async with session.lock:
-            result, (probed, state) = await self.run(
-                session, "execute", self._execute(session, action, probe), self.settings.action_timeout_s,
-                self._action_limit)
+            result, (probed, state), shot = await self.run(
+                session, "execute", self._execute(session, action, probe, request.screenshot),
+                self.settings.action_timeout_s, self._action_limit)
             observed = time.perf_counter()
             act = ActResult(**result.__dict__, execute_s=observed - began)
+            act.screenshot = shot
             probed = probed and (state is None or isinstance(state, dict))  # else: read it the usual way
             if probed:
                 act.env_state = EnvState(**state) if state is not None else None
             read_state = request.env_state and not probed and keeps_state(session.hooks)
-            if request.screenshot is not None or read_state or request.elements:
+            if (request.screenshot is not None and shot is None) or read_state or request.elements:
                 await self.run(session, "screenshot", self._observe(session, request, act, read_state),
                                self.settings.action_timeout_s, self._action_limit)
         act.observe_s = time.perf_counter() - observed
@@ -532,7 +535,8 @@ class Operations:
         """Fill `act` with the observation `request` asks for (the state only if `read_state`); the
         reads run side by side (each is a round trip to the renderer, none changes the page)."""
         reads = []
-        if request.screenshot is not None:
+        shoot = request.screenshot is not None and act.screenshot is None  # not taken beside the action
+        if shoot:
             reads.append(self._screenshot(session, request.screenshot))
         if read_state:
             reads.append(session.hooks.read_page(session.page))
@@ -545,7 +549,7 @@ class Operations:
             failed = next((d for d in done if isinstance(d, BaseException)), None)
             if failed is not None:
                 raise failed
-        if request.screenshot is not None:
+        if shoot:
             act.screenshot = done.pop(0)
         if read_state:
             state = done.pop(0)
@@ -558,11 +562,13 @@ class Operations:
     def _action_limit(self) -> str:
         return f"{self.settings.action_timeout_s:g} s (--action-timeout-s)"
 
-    async def _execute(self, session: Session, action: BrowserAction,
-                       probe: str | None = None) -> tuple[ExecuteResult, tuple[bool, Any]]:
+    async def _execute(self, session: Session, action: BrowserAction, probe: str | None = None,
+                       shot: ScreenshotRequest | None = None
+                       ) -> tuple[ExecuteResult, tuple[bool, Any], Screenshot | None]:
         """The action; with `probe` (a state script), also ``(True, its value)`` when the page
         stayed where it was and the script could be read on the way (`NavigationTracker.settle`),
-        else ``(False, None)``."""
+        else ``(False, None)``; with `shot`, the screenshot taken beside that check when the page
+        stayed where it was (else None: take it again)."""
         page = session.page
         navigation = session.navigation
         requests_before, commits_before = navigation.begin_action()
@@ -570,24 +576,38 @@ class Operations:
         opens_before, seen_before = navigation.window_opens, session.tabs.seen
         error = await self._perform(session, action, commits_before)
         probed: tuple[bool, Any] = (False, None)
-        if action.kind in ("click", "key", "type"):
-            probed = await navigation.settle(requests_before, commits_before,
-                                             self.settings.action_timeout_s * 0.8, probe)
-        if navigation.window_opens > opens_before:  # the action opened a page: report it now
-            await session.tabs.wait_seen(seen_before + navigation.window_opens - opens_before,
-                                         self.settings.action_timeout_s * 0.5)
-        if not error:
-            error = await self._refused_navigation(session, egress_seq, commits_before)
-        # Reading the title costs a round trip to the renderer, so it is re-read only after the
-        # page navigated (a commit or a history-API change); a title a script changes in place
-        # shows up at the next navigation or page_info.
-        if navigation.commits != commits_before or navigation.title is None:
-            navigation.title = await _title(page)
-        if navigation.commits != commits_before or navigation.refused:
-            probed = (False, None)  # the page moved on after the probe: its state is read again
+        early = None
+        try:
+            if action.kind in ("click", "key", "type"):
+                # The screenshot starts beside the check for a navigation (one round trip less per
+                # step, as direct Playwright takes it) and is kept only if nothing navigated.
+                if shot is not None:
+                    early = asyncio.ensure_future(self._screenshot(session, shot))
+                probed = await navigation.settle(requests_before, commits_before,
+                                                 self.settings.action_timeout_s * 0.8, probe)
+            if navigation.window_opens > opens_before:  # the action opened a page: report it now
+                await session.tabs.wait_seen(seen_before + navigation.window_opens - opens_before,
+                                             self.settings.action_timeout_s * 0.5)
+            if not error:
+                error = await self._refused_navigation(session, egress_seq, commits_before)
+            # Reading the title costs a round trip to the renderer, so it is re-read only after the
+            # page navigated (a commit or a history-API change); a title a script changes in place
+            # shows up at the next navigation or page_info.
+            if navigation.commits != commits_before or navigation.title is None:
+                navigation.title = await navigation.read_title()
+            moved = (navigation.commits != commits_before or navigation.refused
+                     or navigation.document_requests != requests_before
+                     or navigation.window_opens != opens_before)
+            if moved:
+                probed = (False, None)  # the page moved on after the probe: its state is read again
+            screenshot = await _kept(early, keep=not moved)
+            early = None
+        finally:
+            if early is not None:  # the action failed: the screenshot is not wanted
+                await _kept(early, keep=False)
         result = ExecuteResult(ok=not error, error=error, url=page.url, title=navigation.title,
                                popups=session.tabs.take_popups())
-        return result, probed
+        return result, probed, screenshot
 
     async def _perform(self, session: Session, action: BrowserAction, commits_before: int) -> str:
         """Send the action's input to the page; returns the agent's error ("" when none)."""
@@ -692,7 +712,7 @@ class Operations:
             # Without the element list a node's id would point at nothing the caller holds.
             axtree = [AxNode(**n) if request.elements else AxNode(**{**n, "element": None})
                       for n in read["axtree"]]
-        title = session.navigation.title = await _title(page)
+        title = session.navigation.title = await session.navigation.read_title()
         return PageInfo(url=page.url, title=title, elements=elements, axtree=axtree)
 
     async def env_state(self, session: Session) -> EnvState:
@@ -713,11 +733,17 @@ def _never_run(work: Awaitable[object]) -> None:
         work.close()
 
 
-async def _title(page: Page) -> str:
-    try:
-        return await page.title()
-    except PlaywrightError:
-        return ""
+async def _kept(early: asyncio.Future[Screenshot] | None, keep: bool) -> Screenshot | None:
+    """The screenshot `early` took when it is to be kept and did not fail, else None (a failed or
+    unwanted one is taken again after the action, the usual way); never leaves it running."""
+    if early is None:
+        return None
+    if not keep:
+        early.cancel()
+    await asyncio.wait([early])  # not `await early`: a cancellation of the caller is not swallowed
+    if early.cancelled() or early.exception() is not None:
+        return None
+    return early.result() if keep else None
 
 
 def _looks_blocked(title: str) -> bool:

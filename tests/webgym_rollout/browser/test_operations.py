@@ -240,6 +240,33 @@ async def test_act_reads_a_scripted_state_in_the_navigation_check_and_after_a_na
     await pool.close_session(sid)
 
 
+async def test_act_keeps_the_screenshot_taken_beside_the_navigation_check_only_when_the_page_stayed(
+        pool, sites, monkeypatch):
+    form = CreateSessionRequest(start_url=f"{sites.base_url}/sandbox/form.html")
+    sid = (await pool.create(form)).session_id
+    link = await _element(pool, sid, lambda e: e.text == "Next page")
+    observed = []
+    observe = pool.operations._observe
+
+    async def counted(session, request, act, read_state):
+        observed.append(request.action.kind)
+        return await observe(session, request, act, read_state)
+
+    monkeypatch.setattr(pool.operations, "_observe", counted)
+    stay = await pool.act(sid, ActRequest(action=BrowserAction.click(3, 3)))
+    assert observed == []  # taken beside the check: no read after the action
+    assert stay.screenshot is not None and stay.screenshot.sha256 == (
+        await pool.screenshot(sid, ScreenshotRequest())).sha256
+    moved = await pool.act(sid, ActRequest(action=BrowserAction.click(*link)))
+    # The click navigated: the screenshot beside the check (of the page it left, or of no page)
+    # is dropped and the new page is taken after the navigation.
+    assert observed == ["click"] and moved.url.endswith("/sandbox/next.html")
+    assert moved.screenshot is not None and moved.screenshot.sha256 == (
+        await pool.screenshot(sid, ScreenshotRequest())).sha256
+    assert moved.screenshot.sha256 != stay.screenshot.sha256
+    await pool.close_session(sid)
+
+
 def test_a_kind_that_reads_its_state_itself_is_not_probed():
     class OwnReader(_PathPage):
         @classmethod
@@ -249,3 +276,19 @@ def test_a_kind_that_reads_its_state_itself_is_not_probed():
     assert state_probe(_PathPage) == _PathPage.state_script
     assert state_probe(OwnReader) is None and state_probe(PageHooks) is None
     assert keeps_state(_PathPage) and keeps_state(OwnReader) and not keeps_state(PageHooks)
+
+
+async def test_the_title_is_read_on_the_pages_devtools_session_and_only_a_string_counts(pool, sites):
+    form = CreateSessionRequest(start_url=f"{sites.base_url}/sandbox/form.html")
+    sid = (await pool.create(form)).session_id
+    navigation = pool._sessions[sid].navigation
+    assert await navigation.read_title() == "Sandbox form"
+    page = pool._sessions[sid].page
+    await page.evaluate("() => { document.title = 'Renamed'; }")
+    assert await navigation.read_title() == "Renamed"
+    redefine = "getter => Object.defineProperty(document, 'title', {get: eval(getter), configurable: true})"
+    await page.evaluate(redefine, "() => ({no: 'string'})")
+    assert await navigation.read_title() == ""
+    await page.evaluate(redefine, "() => { throw new Error('x'); }")
+    assert await navigation.read_title() == ""
+    await pool.close_session(sid)
