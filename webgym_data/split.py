@@ -337,6 +337,11 @@ class SplitSettings:
         if not 0 < self.max_site_fraction <= 1:
             raise SplitError(f"max_site_fraction: must be in (0, 1], got {self.max_site_fraction}")
 
+    def target(self, tasks: int) -> int:
+        """How many of `tasks` tasks the test split aims at: `test_size`, capped at
+        `max_test_fraction` of them."""
+        return min(self.test_size, math.floor(self.max_test_fraction * tasks))
+
 
 @dataclass
 class SplitResult:
@@ -378,7 +383,7 @@ def split_tasks(tasks: Sequence[Task], settings: SplitSettings = SplitSettings()
         current.update(strata_of_site[site])
     n_test = sum(current.values())
     n_all = len(tasks)
-    target = min(settings.test_size, math.floor(settings.max_test_fraction * n_all))
+    target = settings.target(n_all)
     if target and n_test < target and n_all:
         wanted = {s: target * c / n_all for s, c in totals.items()}
         # Sites sorted first so the shuffle depends only on the seed, not on the input order.

@@ -297,3 +297,9 @@ def test_split_and_dedupe_are_the_same_in_a_fresh_interpreter():
         Task(**{**t.__dict__, "task_id": t.task_id + "x"}) for t in make_set(120, 2)[:30]]).tasks,
         SplitSettings(test_size=40, seed=2))
     assert outputs == {json.dumps(sorted(t.task_id for t in here.test))}
+
+
+def test_the_target_is_the_test_size_capped_by_the_fraction_of_all_tasks():
+    settings = SplitSettings(test_size=100, max_test_fraction=0.2)
+    assert [settings.target(n) for n in (1000, 300, 4, 0)] == [100, 60, 0, 0]
+    assert SplitSettings(test_size=0).target(1000) == 0
