@@ -160,9 +160,12 @@ def _token_ranks(texts: Sequence[str]):
     lists = pl.Series("tok", texts, dtype=pl.String).str.split(" ").list.unique()
     flat = lists.explode()
     counts = flat.filter(flat != "").value_counts(name="n").sort(["n", "tok"])
-    rank = dict(zip(counts["tok"].to_list(), range(counts.height), strict=True))
-    return lists.list.eval(pl.element().filter(pl.element() != "")
-                           .replace_strict(rank, return_dtype=pl.Int64).sort())
+    ranks = counts.select("tok", pl.int_range(pl.len(), dtype=pl.Int64).alias("rank"))
+    # A join, not `replace_strict` inside `list.eval`: with an empty token anywhere (an empty text,
+    # two spaces) polars 1.x took a path per list: 19 s for 20k texts instead of 0.06 s.
+    tokens = (pl.DataFrame({"tok": lists}).with_row_index("row").explode("tok")
+              .join(ranks, on="tok", how="left", maintain_order="left"))
+    return tokens.group_by("row", maintain_order=True).agg(pl.col("rank").drop_nulls().sort())["rank"]
 
 
 @dataclass(frozen=True)
