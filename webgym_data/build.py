@@ -41,7 +41,6 @@ import gc
 import hashlib
 import json
 import logging
-import math
 import operator
 import os
 import re
@@ -734,8 +733,7 @@ def build_command(config: str | None, importer_specs: tuple[tuple[str, str], ...
 
 def empty_test_split_warning(split: SplitSettings, tasks: int) -> str:
     """Why a build with a test size came out without a test split, and what to change."""
-    cap = math.floor(split.max_test_fraction * tasks)
     return (f"warning: the test split is empty. It takes whole sites, and no site fits in "
-            f"{min(split.test_size, cap):,} tasks (--test-size {split.test_size:,}, and at most "
+            f"{split.target(tasks):,} tasks (--test-size {split.test_size:,}, and at most "
             f"--max-test-fraction {split.max_test_fraction} of {tasks:,} tasks); give a larger "
             "--max-test-fraction or --test-size, or tasks of more sites")

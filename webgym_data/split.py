@@ -160,9 +160,12 @@ def _token_ranks(texts: Sequence[str]):
     lists = pl.Series("tok", texts, dtype=pl.String).str.split(" ").list.unique()
     flat = lists.explode()
     counts = flat.filter(flat != "").value_counts(name="n").sort(["n", "tok"])
-    rank = dict(zip(counts["tok"].to_list(), range(counts.height), strict=True))
-    return lists.list.eval(pl.element().filter(pl.element() != "")
-                           .replace_strict(rank, return_dtype=pl.Int64).sort())
+    ranks = counts.select("tok", pl.int_range(pl.len(), dtype=pl.Int64).alias("rank"))
+    # A join, not `replace_strict` inside `list.eval`: with an empty token anywhere (an empty text,
+    # two spaces) polars 1.x took a path per list: 19 s for 20k texts instead of 0.06 s.
+    tokens = (pl.DataFrame({"tok": lists}).with_row_index("row").explode("tok")
+              .join(ranks, on="tok", how="left", maintain_order="left"))
+    return tokens.group_by("row", maintain_order=True).agg(pl.col("rank").drop_nulls().sort())["rank"]
 
 
 @dataclass(frozen=True)
@@ -337,6 +340,11 @@ class SplitSettings:
         if not 0 < self.max_site_fraction <= 1:
             raise SplitError(f"max_site_fraction: must be in (0, 1], got {self.max_site_fraction}")
 
+    def target(self, tasks: int) -> int:
+        """How many of `tasks` tasks the test split aims at: `test_size`, capped at
+        `max_test_fraction` of them."""
+        return min(self.test_size, math.floor(self.max_test_fraction * tasks))
+
 
 @dataclass
 class SplitResult:
@@ -378,7 +386,7 @@ def split_tasks(tasks: Sequence[Task], settings: SplitSettings = SplitSettings()
         current.update(strata_of_site[site])
     n_test = sum(current.values())
     n_all = len(tasks)
-    target = min(settings.test_size, math.floor(settings.max_test_fraction * n_all))
+    target = settings.target(n_all)
     if target and n_test < target and n_all:
         wanted = {s: target * c / n_all for s, c in totals.items()}
         # Sites sorted first so the shuffle depends only on the seed, not on the input order.

@@ -19,6 +19,7 @@ from webgym_data.split import (
     DedupeSettings,
     SplitError,
     SplitSettings,
+    _token_ranks,  # the near-duplicate search's token ids
     dedupe,
     key_terms,
     normalise_instruction,
@@ -297,3 +298,15 @@ def test_split_and_dedupe_are_the_same_in_a_fresh_interpreter():
         Task(**{**t.__dict__, "task_id": t.task_id + "x"}) for t in make_set(120, 2)[:30]]).tasks,
         SplitSettings(test_size=40, seed=2))
     assert outputs == {json.dumps(sorted(t.task_id for t in here.test))}
+
+
+def test_the_target_is_the_test_size_capped_by_the_fraction_of_all_tasks():
+    settings = SplitSettings(test_size=100, max_test_fraction=0.2)
+    assert [settings.target(n) for n in (1000, 300, 4, 0)] == [100, 60, 0, 0]
+    assert SplitSettings(test_size=0).target(1000) == 0
+
+
+def test_token_ranks_skip_empty_tokens_and_put_the_rarest_first():
+    """Empty texts and doubled spaces give no token (they once sent polars down a path that took
+    minutes at the build's size); ranks count texts, rarest first, ties by the token."""
+    assert _token_ranks(["b a", "a  c", "", " ", "a b b"]).to_list() == [[1, 2], [0, 2], [], [], [1, 2]]
