@@ -17,7 +17,6 @@ after every step: an episode ends when the page says it is done), and its step b
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import urllib.error
 import urllib.request
 from functools import lru_cache
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+from webgym_rollout.browser.guard import is_loopback_host
 from webgym_rollout.browser.pages import PageHooks
 from webgym_rollout.browser.protocol import EnvState
 from webgym_rollout.tasks.kind import TaskKind
@@ -95,12 +95,7 @@ def site_serves(sites_url: str, name: str) -> bool:
     """Whether the site server at `sites_url` answers the page of task `name` (2xx); False when it
     does not, cannot be reached, or is not on this machine (only a loopback address or ``localhost``
     is asked: a check looks up no name). Asked once per server and name."""
-    host = urlsplit(sites_url).hostname or ""
-    try:
-        local = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        local = False
-    if not local:
+    if not is_loopback_host(urlsplit(sites_url).hostname or ""):
         return False
     request = urllib.request.Request(task_url(sites_url, name), method="HEAD")
     try:
