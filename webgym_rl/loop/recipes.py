@@ -234,10 +234,11 @@ def _plan_judge(settings: LoopSettings, result: Plan) -> None:
     elif judge.kind == "site":
         result.add("judge", "site: each episode's facts checked against the ground truth of the site "
                             "server the loop starts")
-        if settings.env.sites_url is not None:
-            result.warnings.append(f"--judge site reads the truth of the site server the loop starts; with "
-                                   f"--sites-url {settings.env.sites_url} it has none to read: leave "
-                                   "--sites-url out")
+        from webgym_rl.loop.run import site_judge_problem  # lazy: imports the rollout (playwright)
+
+        problem = site_judge_problem(settings)
+        if problem:
+            result.warnings.append(f"--judge {problem}")
     else:
         result.add("judge", "programmatic: the environment's own reward (MiniWoB pages)")
 

@@ -60,14 +60,15 @@ def check_recipe(settings: LoopSettings) -> None:
         check_tasks(settings, evaluated, f"the evaluation tasks {source} (split {settings.eval_split})")
 
 
-def _check_site_judge(settings: LoopSettings) -> None:
-    """Refuse ``--judge site`` with a site server elsewhere: the loop reads the ground truth of the
-    site server it runs itself (the dry run warns of it; the run would stop at its first rollout)."""
-    if settings.judge.kind == "site" and settings.env.sites_url and not settings.fleet.enabled:
-        raise LoopSettingsError(
-            f"judge.kind (--judge): site checks each episode against the ground truth of the site server the "
-            f"loop runs itself; with --sites-url {settings.env.sites_url} the loop cannot read that server's "
-            "truth. Leave out --sites-url, or judge with --judge rubric")
+def site_judge_problem(settings: LoopSettings) -> str:
+    """Why ``--judge site`` has no truth to read with these settings ("" when it has): it reads the
+    site server the loop runs itself, so not one at ``--sites-url`` (a fleet's are its own). The
+    run refuses it, the dry run warns of it."""
+    if settings.judge.kind != "site" or not settings.env.sites_url or settings.fleet.enabled:
+        return ""
+    return (f"site checks each episode against the ground truth of the site server the loop runs itself; "
+            f"with --sites-url {settings.env.sites_url} it has none to read. Leave out --sites-url, or "
+            "judge with --judge rubric")
 
 
 def run_loop(settings: LoopSettings, *, services: LoopServices | None = None,
@@ -79,7 +80,9 @@ def run_loop(settings: LoopSettings, *, services: LoopServices | None = None,
     (`webgym_rl.loop.events`).
     """
     check_recipe(settings)
-    _check_site_judge(settings)
+    problem = site_judge_problem(settings)  # the dry run warns of it; the run would stop at its first rollout
+    if problem:
+        raise LoopSettingsError(f"judge.kind (--judge): {problem}")
     emit = on_event or (lambda event: None)
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     state = load_state(settings)
